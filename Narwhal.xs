@@ -1,0 +1,575 @@
+/* The thin glue between Perl and Narwhal's C core (src/).
+ * Two classes: Narwhal::Acceptor (listeners, accept4) and Narwhal::Conn
+ * (one client connection: read a request into a PSGI $env, write a
+ * response). Everything protocol-shaped lives in src/; this file only moves
+ * values between C structs and Perl data. */
+#define PERL_NO_GET_CONTEXT
+#include "EXTERN.h"
+#include "perl.h"
+#include "XSUB.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "src/nw_conn.h"
+
+#define MAX_LISTENERS 64
+#define SMALL_PIECES  16   /* body pieces handled without a heap array */
+
+typedef struct {
+    int fd;
+    int is_tcp;
+    HV *env_template;
+} nw_listener;
+
+typedef struct {
+    nw_listener listeners[MAX_LISTENERS];
+    int count;
+    int next;
+    int epfd;
+    nw_conn_config cfg;
+} nw_xs_acceptor;
+
+typedef struct {
+    nw_conn *c;
+    HV *env_template;
+    SV *remote_addr;
+    SV *remote_port;
+} nw_xs_conn;
+
+/* $env keys whose hashes are computed once. */
+enum {
+    K_REQUEST_METHOD, K_REQUEST_URI, K_PATH_INFO, K_QUERY_STRING,
+    K_SERVER_PROTOCOL, K_REMOTE_ADDR, K_REMOTE_PORT, K_CONTENT_LENGTH,
+    K_CONTENT_TYPE, K_PSGI_INPUT, K_HTTP_TRANSFER_ENCODING, K_COUNT
+};
+static struct { const char *name; I32 len; U32 hash; } keys[K_COUNT] = {
+    { "REQUEST_METHOD", 14, 0 }, { "REQUEST_URI", 11, 0 },
+    { "PATH_INFO", 9, 0 }, { "QUERY_STRING", 12, 0 },
+    { "SERVER_PROTOCOL", 15, 0 }, { "REMOTE_ADDR", 11, 0 },
+    { "REMOTE_PORT", 11, 0 }, { "CONTENT_LENGTH", 14, 0 },
+    { "CONTENT_TYPE", 12, 0 }, { "psgi.input", 10, 0 },
+    { "HTTP_TRANSFER_ENCODING", 22, 0 },
+};
+static HV *input_stash;
+
+static void env_put(pTHX_ HV *env, int k, SV *val)
+{
+    (void)hv_store(env, keys[k].name, keys[k].len, val, keys[k].hash);
+}
+
+static double hv_num(pTHX_ HV *hv, const char *key, double dflt)
+{
+    SV **sv = hv_fetch(hv, key, (I32)strlen(key), 0);
+    return (sv && SvOK(*sv)) ? SvNV(*sv) : dflt;
+}
+
+static void config_from_hash(pTHX_ HV *hv, nw_conn_config *cfg)
+{
+    cfg->parse.max_request_line = (size_t)hv_num(aTHX_ hv, "max_request_line",
+                                                 NW_DEFAULT_MAX_REQUEST_LINE);
+    cfg->parse.max_header_bytes = (size_t)hv_num(aTHX_ hv, "max_header_bytes",
+                                                 NW_DEFAULT_MAX_HEADER_BYTES);
+    cfg->parse.max_headers = (size_t)hv_num(aTHX_ hv, "max_headers",
+                                            NW_DEFAULT_MAX_HEADERS);
+    if (cfg->parse.max_headers < 1 || cfg->parse.max_headers > NW_MAX_HEADERS_HARD)
+        croak("max_headers must be between 1 and %d", NW_MAX_HEADERS_HARD);
+    cfg->max_request_body = (uint64_t)hv_num(aTHX_ hv, "max_request_body",
+                                             NW_DEFAULT_MAX_REQUEST_BODY);
+    cfg->body_in_memory = (size_t)hv_num(aTHX_ hv, "body_in_memory",
+                                         NW_DEFAULT_BODY_IN_MEMORY);
+    cfg->timeout = hv_num(aTHX_ hv, "timeout", NW_DEFAULT_TIMEOUT);
+    cfg->read_timeout = hv_num(aTHX_ hv, "read_timeout", NW_DEFAULT_READ_TIMEOUT);
+    cfg->keepalive_timeout = hv_num(aTHX_ hv, "keepalive_timeout",
+                                    NW_DEFAULT_KEEPALIVE_TIMEOUT);
+}
+
+/* REMOTE_ADDR / REMOTE_PORT; IPv4-mapped IPv6 shows as plain IPv4. */
+static void peer_to_sv(pTHX_ nw_xs_conn *xc, const struct sockaddr_storage *ss,
+                       unsigned len)
+{
+    char host[INET6_ADDRSTRLEN] = "";
+    int port = 0;
+    if (len > 0 && ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+    } else if (len > 0 && ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)ss;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+            inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], host, sizeof host);
+        else
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+    }
+    xc->remote_addr = newSVpv(host, 0);
+    xc->remote_port = newSViv(port);
+}
+
+static nw_xs_conn *conn_wrap(pTHX_ nw_xs_acceptor *a, nw_listener *l, int fd,
+                             const struct sockaddr_storage *peer, unsigned plen)
+{
+    nw_conn *c = nw_conn_new(fd, l->is_tcp, &a->cfg);
+    if (!c) {
+        close(fd);
+        return NULL;
+    }
+    nw_xs_conn *xc;
+    Newxz(xc, 1, nw_xs_conn);
+    xc->c = c;
+    xc->env_template = (HV *)SvREFCNT_inc_simple_NN((SV *)l->env_template);
+    peer_to_sv(aTHX_ xc, peer, plen);
+    return xc;
+}
+
+/* Try each listener once, starting after the last one that gave a client. */
+static nw_xs_conn *accept_ready(pTHX_ nw_xs_acceptor *a)
+{
+    for (int i = 0; i < a->count; i++) {
+        int idx = (a->next + i) % a->count;
+        nw_listener *l = &a->listeners[idx];
+        struct sockaddr_storage peer;
+        unsigned plen = sizeof peer;
+        int fd = nw_io_accept(l->fd, l->is_tcp, (struct sockaddr *)&peer, &plen);
+        if (fd >= 0) {
+            a->next = idx + 1;
+            return conn_wrap(aTHX_ a, l, fd, &peer, plen);
+        }
+    }
+    return NULL;
+}
+
+/* "Content-Type" -> CONTENT_TYPE, others -> HTTP_UPPER_NAME. */
+static size_t env_key_for(const nw_header *h, char *out)
+{
+    static const char http[] = "HTTP_";
+    size_t n = 0;
+    int bare = (h->name_len == 12 && nw_header_is(h, "content-type", 12))
+               || (h->name_len == 14 && nw_header_is(h, "content-length", 14));
+    if (!bare) {
+        memcpy(out, http, 5);
+        n = 5;
+    }
+    for (size_t i = 0; i < h->name_len; i++) {
+        char ch = h->name[i];
+        out[n++] = ch == '-' ? '_' : toUPPER(ch);
+    }
+    return n;
+}
+
+static void env_headers(pTHX_ HV *env, const nw_request *req)
+{
+    char small[256];
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const nw_header *h = &req->headers[i];
+        char *key = h->name_len + 5 <= sizeof small ? small : NULL;
+        if (!key)
+            Newx(key, h->name_len + 5, char);
+        size_t klen = env_key_for(h, key);
+        SV **old = hv_fetch(env, key, (I32)klen, 0);
+        if (old) {
+            sv_catpvs(*old, ", ");
+            sv_catpvn(*old, h->value, h->value_len);
+        } else {
+            (void)hv_store(env, key, (I32)klen, newSVpvn(h->value, h->value_len), 0);
+        }
+        if (key != small)
+            Safefree(key);
+    }
+}
+
+static HV *build_env(pTHX_ nw_xs_conn *xc)
+{
+    const nw_request *r = &xc->c->req;
+    HV *env = newHVhv(xc->env_template);
+    env_put(aTHX_ env, K_REQUEST_METHOD, newSVpvn(r->method, r->method_len));
+    env_put(aTHX_ env, K_REQUEST_URI, newSVpvn(r->target, r->target_len));
+    SV *path = newSV(r->path_len + 1);
+    SvPOK_on(path);
+    SvCUR_set(path, nw_percent_decode(r->path, r->path_len, SvPVX(path)));
+    *SvEND(path) = '\0';
+    env_put(aTHX_ env, K_PATH_INFO, path);
+    env_put(aTHX_ env, K_QUERY_STRING,
+            r->query ? newSVpvn(r->query, r->query_len) : newSVpvs(""));
+    env_put(aTHX_ env, K_SERVER_PROTOCOL,
+            r->minor_version ? newSVpvs("HTTP/1.1") : newSVpvs("HTTP/1.0"));
+    env_put(aTHX_ env, K_REMOTE_ADDR, newSVsv(xc->remote_addr));
+    env_put(aTHX_ env, K_REMOTE_PORT, newSVsv(xc->remote_port));
+    env_headers(aTHX_ env, r);
+    return env;
+}
+
+/* psgi.input for a body held in memory: a Narwhal::Input [buffer, pos]. */
+static SV *input_object(pTHX_ nw_conn *c)
+{
+    AV *obj = newAV();
+    av_push(obj, newSVpvn(c->body.data ? c->body.data : "", c->body.len));
+    av_push(obj, newSViv(0));
+    return sv_bless(newRV_noinc((SV *)obj), input_stash);
+}
+
+static void env_body(pTHX_ HV *env, nw_conn *c)
+{
+    if (c->framing.body == NW_BODY_CHUNKED) {
+        (void)hv_delete(env, keys[K_HTTP_TRANSFER_ENCODING].name,
+                        keys[K_HTTP_TRANSFER_ENCODING].len, G_DISCARD);
+        env_put(aTHX_ env, K_CONTENT_LENGTH, newSVuv(c->body_len));
+    }
+    if (c->body_fd >= 0)
+        env_put(aTHX_ env, K_PSGI_INPUT, newSV(0));   /* Perl opens the temp file */
+    else if (c->body_len > 0)
+        env_put(aTHX_ env, K_PSGI_INPUT, input_object(aTHX_ c));
+}
+
+/* Copy the app's header pairs into the head. Returns -1 when invalid. */
+static int head_from_av(pTHX_ nw_conn *c, AV *headers, nw_app_headers *seen)
+{
+    SSize_t n = av_len(headers) + 1;
+    if (n % 2)
+        return -1;
+    for (SSize_t i = 0; i < n; i += 2) {
+        SV **k = av_fetch(headers, i, 0), **v = av_fetch(headers, i + 1, 0);
+        if (!k || !v || !SvOK(*k))
+            return -1;
+        STRLEN kl, vl;
+        const char *kp = SvPV(*k, kl);
+        const char *vp = SvOK(*v) ? SvPV(*v, vl) : (vl = 0, "");
+        if (nw_head_app_header(&c->out, seen, kp, kl, vp, vl) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int start_head(pTHX_ nw_conn *c, int status, SV *headers_rv,
+                      int64_t known_length, int may_keep_alive)
+{
+    nw_app_headers seen;
+    memset(&seen, 0, sizeof seen);
+    if (status < 100 || status > 999 || !SvROK(headers_rv)
+        || SvTYPE(SvRV(headers_rv)) != SVt_PVAV)
+        return -1;
+    c->out.len = 0;
+    if (nw_head_status(&c->out, c->req.minor_version, status) < 0
+        || head_from_av(aTHX_ c, (AV *)SvRV(headers_rv), &seen) < 0) {
+        c->out.len = 0;
+        return -1;
+    }
+    int ka = may_keep_alive && c->framing.keep_alive;
+    int f = nw_head_finish(&c->out, &seen, c->req.minor_version, status,
+                           c->is_head_method, known_length, &ka);
+    if (f < 0) {
+        c->out.len = 0;
+        return -1;
+    }
+    nw_conn_head_ready(c, f, seen.has_content_length ? seen.content_length
+                                                     : known_length, ka);
+    return f;
+}
+
+/* Gather an array body into iovecs; returns the count, total via *total. */
+static int pieces_from_av(pTHX_ AV *body, struct iovec *v, int64_t *total)
+{
+    SSize_t n = av_len(body) + 1;
+    int k = 0;
+    *total = 0;
+    for (SSize_t i = 0; i < n; i++) {
+        SV **e = av_fetch(body, i, 0);
+        if (!e || !SvOK(*e))
+            continue;
+        STRLEN len;
+        const char *p = SvPV(*e, len);
+        if (len == 0)
+            continue;
+        v[k].iov_base = (void *)p;
+        v[k].iov_len = len;
+        *total += (int64_t)len;
+        k++;
+    }
+    return k;
+}
+
+MODULE = Narwhal    PACKAGE = Narwhal::Acceptor
+
+PROTOTYPES: DISABLE
+
+nw_xs_acceptor *
+new(class, listeners, config)
+    const char *class
+    AV *listeners
+    HV *config
+  CODE:
+    PERL_UNUSED_VAR(class);
+    SSize_t n = av_len(listeners) + 1;
+    if (n < 1 || n > MAX_LISTENERS)
+        croak("Narwhal::Acceptor needs 1 to %d listeners", MAX_LISTENERS);
+    Newxz(RETVAL, 1, nw_xs_acceptor);
+    config_from_hash(aTHX_ config, &RETVAL->cfg);
+    RETVAL->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (RETVAL->epfd < 0)
+        croak("epoll_create1: %s", strerror(errno));
+    for (SSize_t i = 0; i < n; i++) {
+        SV **e = av_fetch(listeners, i, 0);
+        if (!e || !SvROK(*e) || SvTYPE(SvRV(*e)) != SVt_PVHV)
+            croak("listener %d is not a hash", (int)i);
+        HV *l = (HV *)SvRV(*e);
+        SV **fd = hv_fetchs(l, "fd", 0), **tcp = hv_fetchs(l, "is_tcp", 0),
+           **env = hv_fetchs(l, "env", 0);
+        if (!fd || !env || !SvROK(*env) || SvTYPE(SvRV(*env)) != SVt_PVHV)
+            croak("listener %d needs fd and env", (int)i);
+        nw_listener *nl = &RETVAL->listeners[i];
+        nl->fd = (int)SvIV(*fd);
+        nl->is_tcp = tcp && SvTRUE(*tcp);
+        nl->env_template = (HV *)SvREFCNT_inc_simple_NN(SvRV(*env));
+        nw_io_set_nonblocking(nl->fd);
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
+                                  .data.u32 = (uint32_t)i };
+        if (epoll_ctl(RETVAL->epfd, EPOLL_CTL_ADD, nl->fd, &ev) < 0)
+            croak("epoll_ctl: %s", strerror(errno));
+        RETVAL->count++;
+    }
+  OUTPUT:
+    RETVAL
+
+SV *
+accept(self, timeout)
+    nw_xs_acceptor *self
+    double timeout
+  CODE:
+    nw_xs_conn *xc = accept_ready(aTHX_ self);
+    if (!xc) {
+        struct epoll_event ev[MAX_LISTENERS];
+        int n = epoll_wait(self->epfd, ev, self->count, (int)(timeout * 1000));
+        if (n > 0)
+            xc = accept_ready(aTHX_ self);
+    }
+    RETVAL = &PL_sv_undef;
+    if (xc) {
+        RETVAL = newSV(0);
+        sv_setref_pv(RETVAL, "Narwhal::Conn", (void *)xc);
+    }
+  OUTPUT:
+    RETVAL
+
+void
+DESTROY(self)
+    nw_xs_acceptor *self
+  CODE:
+    for (int i = 0; i < self->count; i++)
+        SvREFCNT_dec((SV *)self->listeners[i].env_template);
+    close(self->epfd);
+    Safefree(self);
+
+MODULE = Narwhal    PACKAGE = Narwhal::Conn
+
+SV *
+read_request(self, tick)
+    nw_xs_conn *self
+    double tick
+  CODE:
+    nw_conn *c = self->c;
+    int r = c->fd < 0 ? NW_REQ_CLOSED : nw_conn_read_head(c, tick);
+    if (r == NW_REQ_READY) {
+        HV *env = build_env(aTHX_ self);
+        r = nw_conn_read_body(c);
+        if (r == NW_REQ_READY) {
+            env_body(aTHX_ env, c);
+            RETVAL = newRV_noinc((SV *)env);
+        } else {
+            SvREFCNT_dec((SV *)env);
+        }
+    }
+    if (r == NW_REQ_ERROR)
+        nw_conn_send_error(c, c->error_status);
+    if (r != NW_REQ_READY)
+        RETVAL = newSViv(r);
+  OUTPUT:
+    RETVAL
+
+int
+error_status(self)
+    nw_xs_conn *self
+  CODE:
+    RETVAL = self->c->error_status;
+  OUTPUT:
+    RETVAL
+
+int
+take_body_fd(self)
+    nw_xs_conn *self
+  CODE:
+    RETVAL = self->c->body_fd;
+    self->c->body_fd = -1;
+  OUTPUT:
+    RETVAL
+
+int
+write_response(self, status, headers, body, may_keep_alive)
+    nw_xs_conn *self
+    int status
+    SV *headers
+    AV *body
+    int may_keep_alive
+  CODE:
+    struct iovec small[SMALL_PIECES], *v = small;
+    SSize_t n = av_len(body) + 1;
+    int64_t total;
+    if (n > SMALL_PIECES)
+        Newx(v, n, struct iovec);
+    int k = pieces_from_av(aTHX_ body, v, &total);
+    RETVAL = -1;
+    if (start_head(aTHX_ self->c, status, headers, total, may_keep_alive) >= 0) {
+        nw_conn_write_body(self->c, v, k);
+        RETVAL = nw_conn_end_body(self->c);
+    }
+    if (v != small)
+        Safefree(v);
+  OUTPUT:
+    RETVAL
+
+int
+start_response(self, status, headers, known_length, may_keep_alive)
+    nw_xs_conn *self
+    int status
+    SV *headers
+    double known_length
+    int may_keep_alive
+  CODE:
+    RETVAL = start_head(aTHX_ self->c, status, headers, (int64_t)known_length,
+                        may_keep_alive);
+  OUTPUT:
+    RETVAL
+
+int
+write_body(self, data)
+    nw_xs_conn *self
+    SV *data
+  CODE:
+    STRLEN len;
+    struct iovec v;
+    v.iov_base = (void *)SvPV(data, len);
+    v.iov_len = len;
+    RETVAL = nw_conn_write_body(self->c, &v, len ? 1 : 0) == NW_IO_OK;
+  OUTPUT:
+    RETVAL
+
+int
+send_file(self, fd, offset, len)
+    nw_xs_conn *self
+    int fd
+    double offset
+    double len
+  CODE:
+    RETVAL = nw_conn_send_file(self->c, fd, (off_t)offset, (size_t)len) == NW_IO_OK;
+  OUTPUT:
+    RETVAL
+
+int
+end_body(self)
+    nw_xs_conn *self
+  CODE:
+    RETVAL = nw_conn_end_body(self->c);
+  OUTPUT:
+    RETVAL
+
+int
+informational(self, status, headers)
+    nw_xs_conn *self
+    int status
+    SV *headers
+  CODE:
+    nw_conn *c = self->c;
+    nw_app_headers seen;
+    memset(&seen, 0, sizeof seen);
+    RETVAL = 0;
+    if (status >= 100 && status < 200 && c->req.minor_version >= 1
+        && SvROK(headers) && SvTYPE(SvRV(headers)) == SVt_PVAV) {
+        nw_buf b = { 0 };
+        if (nw_head_status(&b, 1, status) == 0
+            && head_from_av(aTHX_ c, (AV *)SvRV(headers), &seen) == 0) {
+            /* head_from_av wrote into c->out; move it after the status line */
+            nw_buf_append(&b, c->out.data, c->out.len);
+            nw_buf_append(&b, "\r\n", 2);
+            RETVAL = nw_conn_send_raw(c, b.data, b.len) == NW_IO_OK;
+        }
+        c->out.len = 0;
+        nw_buf_free(&b);
+    }
+  OUTPUT:
+    RETVAL
+
+void
+finish_request(self)
+    nw_xs_conn *self
+  CODE:
+    nw_conn_finish_request(self->c);
+
+void
+send_error(self, status)
+    nw_xs_conn *self
+    int status
+  CODE:
+    if (self->c->fd >= 0)
+        nw_conn_send_error(self->c, status);
+
+int
+response_started(self)
+    nw_xs_conn *self
+  CODE:
+    RETVAL = self->c->responded;
+  OUTPUT:
+    RETVAL
+
+int
+fd(self)
+    nw_xs_conn *self
+  CODE:
+    RETVAL = self->c->fd;
+  OUTPUT:
+    RETVAL
+
+unsigned
+requests(self)
+    nw_xs_conn *self
+  CODE:
+    RETVAL = self->c->requests;
+  OUTPUT:
+    RETVAL
+
+int
+client_keep_alive(self)
+    nw_xs_conn *self
+  CODE:
+    RETVAL = self->c->framing.keep_alive;
+  OUTPUT:
+    RETVAL
+
+void
+close(self)
+    nw_xs_conn *self
+  CODE:
+    if (self->c->fd >= 0) {
+        close(self->c->fd);
+        self->c->fd = -1;
+    }
+
+void
+DESTROY(self)
+    nw_xs_conn *self
+  CODE:
+    nw_conn_destroy(self->c);
+    SvREFCNT_dec((SV *)self->env_template);
+    SvREFCNT_dec(self->remote_addr);
+    SvREFCNT_dec(self->remote_port);
+    Safefree(self);
+
+MODULE = Narwhal    PACKAGE = Narwhal
+
+BOOT:
+    for (int i = 0; i < K_COUNT; i++)
+        PERL_HASH(keys[i].hash, keys[i].name, keys[i].len);
+    input_stash = gv_stashpvs("Narwhal::Input", GV_ADD);

@@ -1,0 +1,168 @@
+package Narwhal;
+use strict;
+use warnings;
+
+our $VERSION = '0.01';
+
+require XSLoader;
+XSLoader::load('Narwhal', $VERSION);
+
+# Logging helpers shared by the master and the workers.
+
+sub open_error_log {
+    my ($o) = @_;
+    my $file = $o->{error_log} or return;
+    open(STDERR, '>>', $file) or die "cannot open error log $file: $!\n";
+    STDERR->autoflush(1);
+}
+
+sub reopen_error_log {
+    my ($o) = @_;
+    my $file = $o->{error_log} or return;
+    open(STDERR, '>>', $file) or return;
+    STDERR->autoflush(1);
+}
+
+1;
+__END__
+
+=head1 NAME
+
+Narwhal - a fast prefork PSGI server with a C hot path
+
+=head1 SYNOPSIS
+
+  narwhal --listen :5000 --max-workers 8 app.psgi
+  plackup -s Narwhal --max-workers 8 app.psgi
+  start_server --port 5000 -- narwhal app.psgi
+
+=head1 DESCRIPTION
+
+Narwhal is a preforking PSGI/Plack server. A Perl master opens the
+listeners, loads the app and forks the workers; each worker accepts its own
+connections with C<accept4> (no accept lock) and serves requests through a C
+core that parses HTTP/1.1, builds C<$env> and writes responses with
+C<writev> and C<sendfile>. Keep-alive is on by default.
+
+  master (Perl) --fork--> worker (Perl app + C core) x N
+      listeners <--accept4-- each worker
+
+=head1 OPTIONS
+
+Command-line names are kebab-case (C<--max-workers>); the same names in
+snake_case (C<max_workers>) are accepted by C<< Plack::Handler::Narwhal->new >>.
+Both C<--opt=value> and C<--opt value> work.
+
+=over 4
+
+=item --listen, -l ADDR (repeatable)
+
+C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path (C</path/to.sock>
+or C<unix:/path>). Default C<0.0.0.0:5000>. C<--host>/C<-o>, C<--port>/C<-p>
+and C<--socket>/C<-S> are also accepted.
+
+=item --max-workers, --workers N
+
+Worker processes (default 4).
+
+=item --max-reqs-per-child, --max-requests N
+
+Requests (not connections) a worker serves before it is replaced (default
+1000; 0 means never).
+
+=item --min-reqs-per-child N
+
+With it, each worker is replaced after a random count between this and
+C<--max-reqs-per-child>, so workers do not all restart at once.
+
+=item --spawn-interval SECONDS
+
+Space out the starts of replacement workers.
+
+=item --timeout SECONDS
+
+Deadline for one read or write that makes no progress (default 300).
+
+=item --read-timeout SECONDS
+
+Deadline for a whole request head from its first byte (default 60): a slow
+client gets 408 and cannot hold a worker longer.
+
+=item --keepalive-timeout SECONDS
+
+How long an idle keep-alive connection is kept (default 5).
+
+=item --max-keepalive-reqs N
+
+Requests served on one connection; the last one is answered with
+C<Connection: close> (default 1000).
+
+=item --disable-keepalive
+
+Close the connection after every response.
+
+=item --backlog N
+
+Listen queue length (default 1024).
+
+=item --preload-app, --no-preload-app, -L Delayed
+
+Load the app in the master before forking (the default), or in each worker
+(then HUP reloads the app).
+
+=item --child-exit CODE
+
+C<sub { ... }>, run in a worker just before it exits.
+
+=item --graceful-timeout SECONDS
+
+How long a graceful stop waits for requests in flight before KILL (default 30).
+
+=item --pid FILE, --error-log FILE, --user USER, --group GROUP
+
+Write the master's pid; append stderr (and C<psgi.errors>) to FILE; workers
+switch to USER/GROUP after the listeners are open.
+
+=back
+
+=head1 LIMITS
+
+Each is a named constant in F<src/nw_limits.h> and an option:
+
+  --max-request-line   8192     over it: 414
+  --max-header-bytes   65536    over it: 431 (the whole head)
+  --max-headers        100      over it: 431
+  --max-request-body   0        over it: 413 (0 = no limit)
+  --body-in-memory     1048576  larger bodies are kept in an unlinked temp file
+
+Malformed requests get 400 (501 for a transfer coding other than chunked,
+505 for an HTTP version other than 1.0/1.1, 417 for an Expect other than
+100-continue) and the connection is closed.
+
+=head1 SIGNALS
+
+Master: TERM, INT and QUIT stop gracefully (listeners closed, requests in
+flight finish, then exit; KILL after C<--graceful-timeout>). HUP starts a
+new generation of workers and stops the old one gracefully. TTIN and TTOU
+add or remove a worker. USR1 reopens the error log (and tells the workers).
+Workers: TERM, INT, QUIT finish the current request and exit. See
+F<docs/SIGNALS.md>.
+
+=head1 PSGI ENVIRONMENT
+
+All C<psgi.*> keys; C<psgi.streaming>, C<psgi.multiprocess> true;
+C<psgi.nonblocking> false. Extensions: C<psgix.input.buffered> (the body is
+read before the app runs), C<psgix.io> (the client socket), C<psgix.harakiri>
+(set C<psgix.harakiri.commit> to end the worker after this response),
+C<psgix.cleanup> (handlers in C<psgix.cleanup.handlers> run after the
+response is sent), C<psgix.informational> (call it with a 1xx status and
+headers, e.g. 103 Early Hints). C<REMOTE_ADDR> is empty for unix-socket
+clients. A delayed response whose responder is never called is taken as the
+app having taken over C<psgix.io>: the server writes nothing and closes its
+side.
+
+=head1 LICENSE
+
+Same terms as Perl itself.
+
+=cut

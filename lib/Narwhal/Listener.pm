@@ -1,0 +1,174 @@
+package Narwhal::Listener;
+use strict;
+use warnings;
+use Carp ();
+use IO::Socket::IP;
+use IO::Socket::UNIX;
+use Socket qw(IPPROTO_TCP TCP_NODELAY SOL_SOCKET SOCK_STREAM AF_INET AF_INET6
+              AF_UNIX SO_TYPE sockaddr_family unpack_sockaddr_in
+              unpack_sockaddr_in6 unpack_sockaddr_un inet_ntop);
+
+use constant DEFAULT_PORT    => 5000;
+use constant DEFAULT_BACKLOG => 1024;
+use constant DEFER_ACCEPT_SECONDS => 1;
+
+# A listener is a hash: { fd, is_tcp, host, port, path, handle, spec }.
+# The master opens them (or inherits them from Server::Starter or systemd)
+# before forking; workers only see the fds.
+
+# Parse one --listen value: "host:port", ":port", "port", "[v6]:port",
+# "/path/to.sock" or "unix:/path". Dies with a one-line message.
+sub parse_spec {
+    my ($spec) = @_;
+    die "empty --listen value\n" unless defined $spec && length $spec;
+    return { path => $1 } if $spec =~ m{^unix:(.+)$};
+    return { path => $spec } if $spec =~ m{/};
+    if ($spec =~ /^\[([0-9A-Fa-f:.]+)\]:(\d+)$/) {
+        return { host => $1, port => _port($2, $spec) };
+    }
+    if ($spec =~ /^(?:([^:\[\]]*):)?(\d+)$/) {
+        my $host = defined $1 && length $1 ? $1 : '0.0.0.0';
+        return { host => $host, port => _port($2, $spec) };
+    }
+    die "cannot parse --listen '$spec' (want host:port, :port, [::1]:port or /path/to.sock)\n";
+}
+
+sub _port {
+    my ($port, $spec) = @_;
+    die "port out of range in '$spec'\n" if $port < 0 || $port > 65535;
+    return $port + 0;
+}
+
+# All listeners for the options: inherited ones win over --listen.
+sub open_all {
+    my ($opts) = @_;
+    my @inherited = inherited();
+    return @inherited if @inherited;
+    my @specs = @{ $opts->{listen} || [] };
+    @specs = (($opts->{host} // '0.0.0.0') . ':' . ($opts->{port} // DEFAULT_PORT))
+        unless @specs;
+    return map { open_one(parse_spec($_), $opts) } @specs;
+}
+
+sub open_one {
+    my ($spec, $opts) = @_;
+    my $backlog = $opts->{backlog} || DEFAULT_BACKLOG;
+    return _open_unix($spec, $backlog) if $spec->{path};
+    my $sock = IO::Socket::IP->new(
+        LocalHost => $spec->{host}, LocalPort => $spec->{port},
+        Listen => $backlog, ReuseAddr => 1, Proto => 'tcp',
+        ($spec->{host} =~ /:/ ? (V6Only => 1) : ()),
+    ) or die "cannot listen on $spec->{host}:$spec->{port}: $@\n";
+    return _tcp_listener($sock, "$spec->{host}:$spec->{port}");
+}
+
+sub _open_unix {
+    my ($spec, $backlog) = @_;
+    my $path = $spec->{path};
+    if (-S $path) {
+        my $probe = IO::Socket::UNIX->new(Peer => $path, Type => SOCK_STREAM);
+        die "cannot listen on $path: another server is listening there\n" if $probe;
+        unlink $path;
+    }
+    my $sock = IO::Socket::UNIX->new(Local => $path, Listen => $backlog,
+                                     Type => SOCK_STREAM)
+        or die "cannot listen on $path: $!\n";
+    return { fd => fileno($sock), is_tcp => 0, path => $path, handle => $sock,
+             spec => $path, owned_path => 1 };
+}
+
+sub _tcp_listener {
+    my ($sock, $spec) = @_;
+    tune_tcp($sock);
+    my ($host, $port) = _sock_host_port($sock);
+    return { fd => fileno($sock), is_tcp => 1, host => $host, port => $port,
+             handle => $sock, spec => $spec };
+}
+
+# TCP_DEFER_ACCEPT: a worker is woken only when the request has arrived.
+sub tune_tcp {
+    my ($sock) = @_;
+    setsockopt($sock, IPPROTO_TCP, TCP_NODELAY, 1);
+    if ($^O eq 'linux') {
+        setsockopt($sock, IPPROTO_TCP, Socket::TCP_DEFER_ACCEPT(), DEFER_ACCEPT_SECONDS);
+    }
+}
+
+sub _sock_host_port {
+    my ($sock) = @_;
+    my $name = getsockname($sock) or return;
+    my $family = sockaddr_family($name);
+    if ($family == AF_INET) {
+        my ($port, $addr) = unpack_sockaddr_in($name);
+        return (inet_ntop(AF_INET, $addr), $port);
+    }
+    if ($family == AF_INET6) {
+        my ($port, $addr) = unpack_sockaddr_in6($name);
+        return (inet_ntop(AF_INET6, $addr), $port);
+    }
+    return;
+}
+
+# Sockets handed down by Server::Starter (SERVER_STARTER_PORT) or systemd
+# (LISTEN_FDS / LISTEN_PID).
+sub inherited {
+    if (defined(my $ports = $ENV{SERVER_STARTER_PORT})) {
+        return map { _from_starter($_) } grep { length } split /;/, $ports;
+    }
+    if (defined $ENV{LISTEN_FDS} && defined $ENV{LISTEN_PID} && $ENV{LISTEN_PID} == $$) {
+        my $n = $ENV{LISTEN_FDS};
+        die "bad LISTEN_FDS '$n'\n" unless $n =~ /^\d+$/ && $n > 0;
+        delete @ENV{qw(LISTEN_FDS LISTEN_PID LISTEN_FDNAMES)};
+        return map { from_fd($_, "systemd fd $_") } 3 .. 3 + $n - 1;
+    }
+    return;
+}
+
+sub _from_starter {
+    my ($item) = @_;
+    my ($addr, $fd) = $item =~ /^(.+)=(\d+)$/
+        or die "bad SERVER_STARTER_PORT entry '$item'\n";
+    return from_fd($fd, $addr);
+}
+
+sub from_fd {
+    my ($fd, $label) = @_;
+    open(my $fh, '+<&=', $fd) or die "cannot use inherited socket $label (fd $fd): $!\n";
+    bless $fh, 'IO::Socket';
+    my $name = getsockname($fh) or die "inherited fd $fd ($label) is not a socket\n";
+    if (sockaddr_family($name) == AF_UNIX) {
+        my $path = unpack_sockaddr_un($name);
+        return { fd => $fd, is_tcp => 0, path => $path, handle => $fh, spec => $label };
+    }
+    return _tcp_listener($fh, $label);
+}
+
+# The part of the PSGI $env that is the same for every request on it.
+sub env_template {
+    my ($l) = @_;
+    return $l->{is_tcp}
+        ? { SERVER_NAME => $l->{host}, SERVER_PORT => $l->{port} }
+        : { SERVER_NAME => 'localhost', SERVER_PORT => 80 };
+}
+
+sub describe {
+    my ($l) = @_;
+    return $l->{path} ? "unix:$l->{path}"
+         : $l->{host} =~ /:/ ? "[$l->{host}]:$l->{port}" : "$l->{host}:$l->{port}";
+}
+
+1;
+__END__
+
+=head1 NAME
+
+Narwhal::Listener - opening and inheriting listening sockets
+
+=head1 DESCRIPTION
+
+Parses C<--listen> values, opens TCP (IPv4, IPv6) and unix-domain listeners,
+and picks up sockets passed by Server::Starter (C<SERVER_STARTER_PORT>) or
+systemd socket activation (C<LISTEN_FDS>, C<LISTEN_PID>). TCP listeners get
+C<TCP_NODELAY> and, on Linux, C<TCP_DEFER_ACCEPT>.
+
+=cut

@@ -1,0 +1,321 @@
+package Narwhal::Master;
+use strict;
+use warnings;
+use POSIX ();
+use Time::HiRes ();
+use Narwhal ();
+use Narwhal::Listener ();
+use Narwhal::Worker ();
+
+# The master: opens the listeners, loads the app (unless delayed), forks the
+# workers and keeps their number right. Signal handlers only record what was
+# asked; the manage loop acts on it.
+
+use constant MANAGE_TICK       => 0.5;   # seconds between looks at the workers
+use constant QUICK_DEATH       => 1.0;   # a worker dying sooner is a failed start
+use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed start
+use constant BACKOFF_MAX       => 10;    # ...doubling up to this
+
+sub new {
+    my ($class, %args) = @_;
+    return bless {
+        %args,
+        workers    => {},
+        generation => 1,
+        failures   => 0,
+        next_spawn => 0,
+        pending    => {},
+    }, $class;
+}
+
+sub run {
+    my $self = shift;
+    my $o = $self->{options};
+    Narwhal::open_error_log($o);
+    $self->{ids} = _user_ids($o);
+    $self->{listeners} ||= [ Narwhal::Listener::open_all($o) ];
+    $self->_prepare_app;
+    $self->_write_pid;
+    $self->_signals;
+    $0 = "narwhal master " . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} });
+    $self->_announce;
+    $self->_manage;
+    $self->_cleanup;
+    return 0;
+}
+
+sub _user_ids {
+    my ($o) = @_;
+    my %ids;
+    if (defined $o->{group}) {
+        my $gid = $o->{group} =~ /^\d+$/ ? $o->{group} : getgrnam($o->{group});
+        die "no such group '$o->{group}'\n" unless defined $gid;
+        $ids{gid} = $gid;
+    }
+    if (defined $o->{user}) {
+        my ($uid, $gid) = $o->{user} =~ /^\d+$/ ? ($o->{user}, undef)
+                        : (getpwnam($o->{user}))[2, 3];
+        die "no such user '$o->{user}'\n" unless defined $uid;
+        $ids{uid} = $uid;
+        $ids{gid} //= $gid if defined $gid;
+    }
+    return \%ids;
+}
+
+# Preloaded: load now, in the master. Delayed: make sure it loads (in a
+# child, so the master stays small), then let each worker load its own.
+sub _prepare_app {
+    my $self = shift;
+    return if $self->{app};
+    if ($self->{options}{preload_app}) {
+        my $app = eval { $self->{load_app}->() };
+        die "cannot load the app: " . _first_line($@ || "it did not return a code reference") . "\n"
+            unless ref $app;
+        $self->{app} = $app;
+        return;
+    }
+    my $pid = fork // die "fork: $!\n";
+    if (!$pid) {
+        my $ok = eval { ref $self->{load_app}->() };
+        print STDERR "narwhal: cannot load the app: " . _first_line($@ || 'it did not return a code reference') . "\n"
+            unless $ok;
+        POSIX::_exit($ok ? 0 : 1);
+    }
+    waitpid($pid, 0);
+    die "the app does not load; not starting\n" if $?;
+}
+
+sub _first_line {
+    my ($msg) = @_;
+    $msg =~ s/\n.*//s;
+    return $msg;
+}
+
+sub _write_pid {
+    my $self = shift;
+    my $file = $self->{options}{pid} or return;
+    open(my $fh, '>', $file) or die "cannot write pid file $file: $!\n";
+    print $fh "$$\n";
+    close $fh;
+}
+
+sub _signals {
+    my $self = shift;
+    my $p = $self->{pending};
+    $SIG{$_} = do { my $s = $_; sub { $p->{stop} = $s } } for qw(TERM INT QUIT);
+    $SIG{HUP}  = sub { $p->{hup}++ };
+    $SIG{TTIN} = sub { $p->{ttin}++ };
+    $SIG{TTOU} = sub { $p->{ttou}++ };
+    $SIG{USR1} = sub { $p->{usr1}++ };
+    $SIG{CHLD} = sub { };    # only to wake the manage loop
+    $SIG{PIPE} = 'IGNORE';
+}
+
+sub _announce {
+    my $self = shift;
+    my $first = $self->{listeners}[0];
+    my @where = map { Narwhal::Listener::describe($_) } @{ $self->{listeners} };
+    print STDERR "narwhal: master $$ listening on @where with $self->{options}{max_workers} workers\n"
+        unless $self->{quiet};
+    my $ready = $self->{server_ready} or return;
+    $ready->({
+        host => $first->{host} // $first->{path}, port => $first->{port} // 0,
+        proto => 'http', server_software => 'Narwhal',
+    });
+}
+
+sub _manage {
+    my $self = shift;
+    while (1) {
+        $self->_reap;
+        $self->_handle_signals;
+        if ($self->{stop_deadline}) {
+            last unless %{ $self->{workers} };
+            $self->_kill_all('KILL') if Time::HiRes::time() >= $self->{stop_deadline};
+        } else {
+            $self->_spawn_missing;
+        }
+        select(undef, undef, undef, $self->_sleep_for);
+    }
+}
+
+sub _sleep_for {
+    my $self = shift;
+    my $wait = MANAGE_TICK;
+    my $until_spawn = $self->{next_spawn} - Time::HiRes::time();
+    $wait = $until_spawn if $until_spawn > 0 && $until_spawn < $wait;
+    return $wait;
+}
+
+sub _handle_signals {
+    my $self = shift;
+    my $p = $self->{pending};
+    if (my $sig = delete $p->{stop}) {
+        $self->_begin_stop($sig) unless $self->{stop_deadline};
+    }
+    return if $self->{stop_deadline};
+    $self->_restart_workers if delete $p->{hup};
+    if (my $n = delete $p->{ttin}) {
+        $self->{options}{max_workers} += $n;
+    }
+    if (my $n = delete $p->{ttou}) {
+        $self->_shrink($n);
+    }
+    if (delete $p->{usr1}) {
+        Narwhal::reopen_error_log($self->{options});
+        kill USR1 => keys %{ $self->{workers} };
+    }
+}
+
+sub _begin_stop {
+    my ($self, $sig) = @_;
+    $self->{stop_deadline} = Time::HiRes::time() + $self->{options}{graceful_timeout};
+    close $_->{handle} for grep { $_->{handle} } @{ $self->{listeners} };
+    $self->_kill_all('TERM');
+}
+
+sub _kill_all {
+    my ($self, $sig) = @_;
+    kill $sig => keys %{ $self->{workers} };
+}
+
+# HUP: a new generation of workers, then the old one finishes and leaves.
+sub _restart_workers {
+    my $self = shift;
+    my @old = keys %{ $self->{workers} };
+    $self->{generation}++;
+    $self->{failures} = 0;
+    $self->{next_spawn} = 0;
+    $self->_spawn_missing;
+    kill TERM => @old;
+}
+
+sub _shrink {
+    my ($self, $n) = @_;
+    my $o = $self->{options};
+    $n = $o->{max_workers} - 1 if $n > $o->{max_workers} - 1;
+    return if $n <= 0;
+    $o->{max_workers} -= $n;
+    my @current = sort { $self->{workers}{$b}{started} <=> $self->{workers}{$a}{started} }
+                  grep { $self->{workers}{$_}{generation} == $self->{generation} }
+                  keys %{ $self->{workers} };
+    kill TERM => @current[0 .. $n - 1] if @current >= $n;
+}
+
+sub _current_count {
+    my $self = shift;
+    my $g = $self->{generation};
+    return scalar grep { $_->{generation} == $g && !$_->{leaving} } values %{ $self->{workers} };
+}
+
+sub _spawn_missing {
+    my $self = shift;
+    my $want = $self->{options}{max_workers};
+    while ($self->_current_count < $want) {
+        my $now = Time::HiRes::time();
+        return if $now < $self->{next_spawn};
+        $self->_spawn;
+        my $interval = $self->{options}{spawn_interval};
+        $self->{next_spawn} = $now + $interval if $interval && $self->{started_all};
+    }
+    $self->{started_all} = 1;
+}
+
+sub _spawn {
+    my $self = shift;
+    my $pid = fork;
+    if (!defined $pid) {
+        print STDERR "narwhal: fork failed: $!\n";
+        $self->{next_spawn} = Time::HiRes::time() + 1;
+        return;
+    }
+    if ($pid) {
+        $self->{workers}{$pid} = { generation => $self->{generation},
+                                   started => Time::HiRes::time() };
+        return;
+    }
+    $self->_become_worker;
+}
+
+sub _become_worker {
+    my $self = shift;
+    $0 = "narwhal worker";
+    $SIG{$_} = 'DEFAULT' for qw(HUP TTIN TTOU USR1 CHLD);
+    eval {
+        _drop_privileges($self->{ids});
+        Narwhal::Worker->new(
+            options   => $self->{options},
+            listeners => $self->{listeners},
+            app       => $self->{app},
+            load_app  => $self->{load_app},
+        )->run;
+        1;
+    } or print STDERR "narwhal: worker $$: $@";
+    POSIX::_exit(1);
+}
+
+sub _drop_privileges {
+    my ($ids) = @_;
+    if (defined $ids->{gid}) {
+        POSIX::setgid($ids->{gid}) or die "setgid($ids->{gid}): $!\n";
+        $) = "$ids->{gid} $ids->{gid}";
+    }
+    if (defined $ids->{uid}) {
+        POSIX::setuid($ids->{uid}) or die "setuid($ids->{uid}): $!\n";
+    }
+}
+
+sub _reap {
+    my $self = shift;
+    while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) {
+        my $status = $?;
+        my $w = delete $self->{workers}{$pid} or next;
+        $self->_worker_gone($pid, $w, $status);
+    }
+}
+
+sub _worker_gone {
+    my ($self, $pid, $w, $status) = @_;
+    return if $self->{stop_deadline} || $w->{generation} != $self->{generation};
+    my $lived = Time::HiRes::time() - $w->{started};
+    if ($status != 0) {
+        my $how = $status & 127 ? "was killed by signal " . ($status & 127)
+                                : "exited with status " . ($status >> 8);
+        print STDERR "narwhal: worker $pid $how\n";
+    }
+    if ($status != 0 && $lived < QUICK_DEATH) {
+        my $delay = BACKOFF_FIRST * 2 ** $self->{failures}++;
+        $delay = BACKOFF_MAX if $delay > BACKOFF_MAX;
+        $self->{next_spawn} = Time::HiRes::time() + $delay;
+    } elsif ($status == 0 || $lived >= QUICK_DEATH) {
+        $self->{failures} = 0;
+    }
+}
+
+sub _cleanup {
+    my $self = shift;
+    my $file = $self->{options}{pid};
+    if ($file && open(my $fh, '<', $file)) {
+        my $pid = <$fh>;
+        close $fh;
+        unlink $file if defined $pid && $pid =~ /^$$\b/;
+    }
+    for my $l (@{ $self->{listeners} }) {
+        unlink $l->{path} if $l->{owned_path} && !$ENV{SERVER_STARTER_PORT};
+    }
+}
+
+1;
+__END__
+
+=head1 NAME
+
+Narwhal::Master - the master process of Narwhal
+
+=head1 DESCRIPTION
+
+Internal. Opens the listeners, loads the app (unless C<--no-preload-app>),
+forks C<--max-workers> workers and keeps them alive, backing off when they
+die at once. See L<Narwhal/SIGNALS> and F<docs/SIGNALS.md>.
+
+=cut

@@ -1,0 +1,282 @@
+package Narwhal::Worker;
+use strict;
+use warnings;
+use Narwhal ();
+use Narwhal::Input ();
+use Narwhal::Writer ();
+use Scalar::Util ();
+
+# A worker process: accepts connections itself (accept4, no lock) and serves
+# their requests one after the other. The C side (Narwhal::Conn) reads the
+# request into $env and writes the response; this file runs the app and
+# turns what it returns into those calls.
+
+use constant WAIT_TICK     => 1.0;    # seconds between looks at the stop flag
+use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
+
+sub new {
+    my ($class, %args) = @_;
+    my $self = bless { %args, served => 0, stopping => 0 }, $class;
+    my $o = $self->{options};
+    $self->{limit} = _request_limit($o);
+    $self->{keepalive} = !$o->{disable_keepalive} && $o->{max_keepalive_reqs} > 1;
+    return $self;
+}
+
+sub _request_limit {
+    my ($o) = @_;
+    my $max = $o->{max_reqs_per_child} or return 0;
+    my $min = $o->{min_reqs_per_child};
+    return $max unless defined $min && $min < $max;
+    return $min + int(rand($max - $min + 1));
+}
+
+sub run {
+    my $self = shift;
+    $self->_signals;
+    $self->_load_app unless $self->{app};
+    $self->{acceptor} = Narwhal::Acceptor->new(
+        [ map { { %$_, env => $self->_env_template($_) } } @{ $self->{listeners} } ],
+        $self->{options},
+    );
+    while (!$self->{stopping}) {
+        my $conn = $self->{acceptor}->accept(WAIT_TICK) or next;
+        $self->serve_connection($conn);
+        $self->{stopping} = 1 if $self->{limit} && $self->{served} >= $self->{limit};
+    }
+    $self->_exit(0);
+}
+
+sub _signals {
+    my $self = shift;
+    my $stop = sub { $self->{stopping} = 1 };
+    $SIG{$_} = $stop for qw(TERM INT QUIT);
+    $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
+    $SIG{USR1} = sub { Narwhal::reopen_error_log($self->{options}) };
+    $SIG{CHLD} = 'DEFAULT';
+}
+
+sub _load_app {
+    my $self = shift;
+    my $app = eval { $self->{load_app}->() };
+    unless (ref $app eq 'CODE' || Scalar::Util::blessed($app)) {
+        my $err = $@ || "the app did not return a code reference\n";
+        print STDERR "narwhal: worker $$: cannot load the app: $err";
+        POSIX::_exit(EXIT_APP_LOAD);
+    }
+    $self->{app} = $app;
+}
+
+sub _exit {
+    my ($self, $code) = @_;
+    my $hook = $self->{options}{child_exit};
+    eval { $hook->($self, $code) } if $hook;
+    exit $code;
+}
+
+sub _env_template {
+    my ($self, $listener) = @_;
+    return {
+        %{ Narwhal::Listener::env_template($listener) },
+        SCRIPT_NAME            => '',
+        'psgi.version'         => [ 1, 1 ],
+        'psgi.url_scheme'      => 'http',
+        'psgi.errors'          => *STDERR,
+        'psgi.input'           => Narwhal::Input->new(''),
+        'psgi.multithread'     => !!0,
+        'psgi.multiprocess'    => !!1,
+        'psgi.run_once'        => !!0,
+        'psgi.nonblocking'     => !!0,
+        'psgi.streaming'       => !!1,
+        'psgix.input.buffered' => !!1,
+        'psgix.harakiri'       => !!1,
+        'psgix.cleanup'        => !!1,
+        'psgix.informational'  => sub { $self->{conn} && $self->{conn}->informational(@_) },
+    };
+}
+
+# Serve requests on one connection until it closes or may not be reused.
+sub serve_connection {
+    my ($self, $conn) = @_;
+    my $io;
+    local $self->{conn} = $conn;
+    while (1) {
+        my $env = $conn->read_request(WAIT_TICK);
+        if (!ref $env) {
+            next if $env == 0 && !$self->{stopping};    # idle tick: keep waiting
+            return;
+        }
+        $io ||= _io_handle($conn);
+        $env->{'psgix.io'} = $io;
+        $env->{'psgix.cleanup.handlers'} = [];
+        _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
+        my $may_keep = $self->{keepalive} && !$self->{stopping}
+            && $conn->requests < $self->{options}{max_keepalive_reqs}
+            && (!$self->{limit} || $self->{served} + 1 < $self->{limit});
+        my $kept = $self->respond($conn, $env, $may_keep);
+        $self->{served}++;
+        $self->_after_response($env);
+        return unless $kept && !$self->{stopping};
+        $conn->finish_request;
+    }
+}
+
+sub _io_handle {
+    my ($conn) = @_;
+    open(my $io, '+<&', $conn->fd) or return undef;
+    return $io;
+}
+
+sub _open_spilled_body {
+    my ($conn, $env) = @_;
+    my $fd = $conn->take_body_fd;
+    open(my $fh, '+<&=', $fd) or die "cannot open the request body: $!\n";
+    binmode $fh;
+    $env->{'psgi.input'} = $fh;
+}
+
+sub _after_response {
+    my ($self, $env) = @_;
+    for my $handler (@{ $env->{'psgix.cleanup.handlers'} }) {
+        eval { $handler->($env); 1 } or _log_error($env, "cleanup handler died: $@");
+    }
+    $self->{stopping} = 1 if $env->{'psgix.harakiri.commit'};
+}
+
+# Run the app and write what it returns. Returns true when the connection
+# may serve another request.
+sub respond {
+    my ($self, $conn, $env, $may_keep) = @_;
+    my $res = eval { $self->{app}->($env) };
+    if (!defined $res) {
+        _log_error($env, $@ || "the app returned undef\n");
+        return _internal_error($conn);
+    }
+    if (ref $res eq 'ARRAY') {
+        my $kept = eval { $self->_write_response($conn, $res, $may_keep) };
+        return $kept if defined $kept;
+        _log_error($env, $@);
+        return $conn->response_started ? 0 : _internal_error($conn);
+    }
+    if (ref $res eq 'CODE') {
+        return $self->_stream($conn, $env, $res, $may_keep);
+    }
+    _log_error($env, "the app returned a " . (ref $res || 'plain scalar') . ", not a PSGI response\n");
+    return _internal_error($conn);
+}
+
+sub _write_response {
+    my ($self, $conn, $res, $may_keep) = @_;
+    my ($status, $headers, $body) = @$res;
+    die "invalid PSGI response: want [status, headers, body]\n"
+        unless @$res == 3 && defined $status && $status =~ /^\d{3}$/;
+    if (ref $body eq 'ARRAY') {
+        my $kept = $conn->write_response($status, $headers, $body, $may_keep);
+        die "invalid PSGI response headers\n" if $kept < 0;
+        return $kept;
+    }
+    die "invalid PSGI response body\n" unless defined $body && ref $body;
+    return _write_handle($conn, $status, $headers, $body, $may_keep);
+}
+
+sub _write_handle {
+    my ($conn, $status, $headers, $body, $may_keep) = @_;
+    my $fd = _sendfile_fd($body);
+    if (defined $fd) {
+        my $offset = tell($body);
+        $offset = 0 if $offset < 0;
+        my $len = (-s $body) - $offset;
+        $len = 0 if $len < 0;
+        _start($conn, $status, $headers, $len, $may_keep);
+        $conn->send_file($fd, $offset, $len);
+    } else {
+        _start($conn, $status, $headers, -1, $may_keep);
+        local $/ = \65536;
+        while (defined(my $chunk = $body->getline)) {
+            last unless $conn->write_body($chunk);
+        }
+    }
+    $body->close;
+    return $conn->end_body;
+}
+
+sub _start {
+    my ($conn, $status, $headers, $len, $may_keep) = @_;
+    $conn->start_response($status, $headers, $len, $may_keep) >= 0
+        or die "invalid PSGI response headers\n";
+}
+
+# The fd of a plain file with no PerlIO layers that change bytes, else undef.
+sub _sendfile_fd {
+    my ($body) = @_;
+    return undef unless Scalar::Util::reftype($body) && Scalar::Util::reftype($body) eq 'GLOB';
+    my $fd = eval { fileno($body) };
+    return undef unless defined $fd && $fd >= 0 && -f $body;
+    for my $layer (PerlIO::get_layers($body)) {
+        return undef unless $layer eq 'unix' || $layer eq 'perlio' || $layer eq 'stdio';
+    }
+    return $fd;
+}
+
+# psgi.streaming: the app gets a responder; with [status, headers] it gets a
+# writer back.
+sub _stream {
+    my ($self, $conn, $env, $delayed, $may_keep) = @_;
+    my ($responded, $kept) = (0, 0);
+    my $writer;
+    my $responder = sub {
+        my ($res) = @_;
+        die "the responder was called twice\n" if $responded++;
+        if (@$res == 3) {
+            $kept = $self->_write_response($conn, $res, $may_keep);
+            return;
+        }
+        die "invalid PSGI response: want [status, headers]\n"
+            unless @$res == 2 && defined $res->[0] && $res->[0] =~ /^\d{3}$/;
+        _start($conn, $res->[0], $res->[1], -1, $may_keep);
+        $writer = Narwhal::Writer->new($conn, sub { $kept = $_[0] });
+        return $writer;
+    };
+    my $ok = eval { $delayed->($responder); 1 };
+    if (!$ok) {
+        _log_error($env, $@);
+        return $responded ? 0 : _internal_error($conn);
+    }
+    # The app kept the socket (psgix.io) or never answered: close it.
+    return 0 unless $responded;
+    $writer->close if $writer && $writer->[0];
+    return $kept;
+}
+
+sub _internal_error {
+    my ($conn) = @_;
+    return 0 if $conn->response_started;
+    $conn->write_response(500, [ 'Content-Type' => 'text/plain' ],
+                          [ "Internal Server Error\n" ], 0);
+    return 0;
+}
+
+sub _log_error {
+    my ($env, $err) = @_;
+    $err = "unknown error\n" unless defined $err && length $err;
+    $err .= "\n" unless $err =~ /\n\z/;
+    my $where = ($env->{REQUEST_METHOD} || '?') . ' ' . ($env->{REQUEST_URI} || '?');
+    print STDERR "narwhal: worker $$: $where: $err";
+}
+
+1;
+__END__
+
+=head1 NAME
+
+Narwhal::Worker - the request loop of a Narwhal worker process
+
+=head1 DESCRIPTION
+
+Internal. Each worker accepts connections on every listener with
+C<accept4>, reads requests through L<Narwhal::Conn> (C), runs the PSGI app
+and writes its response: arrays in one C<writev>, file handles with
+C<sendfile>, other bodies through C<getline>, streamed responses through
+L<Narwhal::Writer>. See F<docs/DESIGN.md>.
+
+=cut

@@ -1,0 +1,58 @@
+package Plack::Handler::Narwhal;
+use strict;
+use warnings;
+use Narwhal ();
+use Narwhal::Options ();
+
+# plackup -s Narwhal: the options plackup passes become Narwhal's.
+
+sub new {
+    my ($class, %args) = @_;
+    my $server_ready = delete $args{server_ready};
+    my $listen_sock  = delete $args{listen_sock};
+    return bless { args => \%args, server_ready => $server_ready,
+                   listen_sock => $listen_sock }, $class;
+}
+
+sub run {
+    my ($self, $app) = @_;
+    my %args = %{ $self->{args} };
+    $args{listen} = [ ref $args{listen} ? @{ $args{listen} } : ($args{listen}) ]
+        if defined $args{listen};
+    $args{socket} = [ $args{socket} ] if defined $args{socket} && !ref $args{socket};
+    my $options = Narwhal::Options::normalize(%args);
+    require Narwhal::Master;
+    my $master = Narwhal::Master->new(
+        options      => $options,
+        app          => $app,
+        load_app     => sub { $app },
+        server_ready => $self->{server_ready},
+        quiet        => 1,
+    );
+    $master->{listeners} = [ Narwhal::Listener::from_fd(fileno($self->{listen_sock}), 'listen_sock') ]
+        if $self->{listen_sock};
+    return $master->run;
+}
+
+1;
+__END__
+
+=head1 NAME
+
+Plack::Handler::Narwhal - plackup -s Narwhal
+
+=head1 SYNOPSIS
+
+  plackup -s Narwhal --max-workers 8 --listen :5000 app.psgi
+
+  use Plack::Handler::Narwhal;
+  Plack::Handler::Narwhal->new(port => 5000, max_workers => 4)->run($app);
+
+=head1 DESCRIPTION
+
+The adapter between L<Plack> and L<Narwhal>. Every option of L<Narwhal>
+can be given, in snake_case or kebab-case; C<server_ready> is called once
+the listeners are open, and a C<listen_sock> handle is used instead of
+opening one.
+
+=cut

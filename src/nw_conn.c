@@ -1,0 +1,500 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "nw_conn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define LINGER_SECONDS   0.5       /* after an error reply, drain this long... */
+#define LINGER_MAX_BYTES 65536     /* ...or this much, so the reply is not reset */
+
+nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
+{
+    nw_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->headers = calloc(cfg->parse.max_headers ? cfg->parse.max_headers : 1,
+                        sizeof *c->headers);
+    if (!c->headers) {
+        free(c);
+        return NULL;
+    }
+    c->fd = fd;
+    c->is_tcp = is_tcp;
+    c->cfg = *cfg;
+    c->body_fd = -1;
+    c->idle_deadline = nw_deadline_in(cfg->read_timeout);
+    return c;
+}
+
+static void body_reset(nw_conn *c)
+{
+    c->body.len = 0;
+    c->body_len = 0;
+    if (c->body_fd >= 0) {
+        close(c->body_fd);
+        c->body_fd = -1;
+    }
+}
+
+void nw_conn_destroy(nw_conn *c)
+{
+    if (!c)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
+    body_reset(c);
+    nw_buf_free(&c->in);
+    nw_buf_free(&c->body);
+    nw_buf_free(&c->out);
+    free(c->headers);
+    free(c->iov);
+    free(c);
+}
+
+/* Where the head ends (index after its blank line) or 0 when not yet. */
+static size_t find_head_end(nw_conn *c)
+{
+    const char *p = c->in.data;
+    size_t i = c->scan_from > 3 ? c->scan_from - 3 : 0;
+    for (; i < c->in.len; i++) {
+        if (p[i] != '\n')
+            continue;
+        if (i + 1 < c->in.len && p[i + 1] == '\n')
+            return i + 2;
+        if (i + 2 < c->in.len && p[i + 1] == '\r' && p[i + 2] == '\n')
+            return i + 3;
+    }
+    c->scan_from = c->in.len;
+    return 0;
+}
+
+static int head_error(nw_conn *c, int status)
+{
+    c->error_status = status;
+    return NW_REQ_ERROR;
+}
+
+/* No complete head yet: is what we have already over a limit? */
+static int head_over_limit(nw_conn *c)
+{
+    if (c->in.len > c->cfg.parse.max_request_line
+        && !memchr(c->in.data, '\n', c->cfg.parse.max_request_line + 1))
+        return 414;
+    if (c->in.len > c->cfg.parse.max_header_bytes)
+        return 431;
+    return 0;
+}
+
+static int parse_ready_head(nw_conn *c)
+{
+    int r = nw_http_parse_head(c->in.data, c->in.len, &c->req, c->headers,
+                               &c->cfg.parse);
+    if (r == NW_PARSE_ERROR)
+        return head_error(c, c->req.error_status ? c->req.error_status : 400);
+    if (r == NW_PARSE_INCOMPLETE)
+        return NW_REQ_AGAIN;   /* only blank lines so far */
+    c->head_len = (size_t)r;
+    c->consumed = c->head_len;
+    c->requests++;
+    if (nw_http_framing(&c->req, &c->framing) != 0)
+        return head_error(c, c->framing.error_status);
+    c->is_head_method = c->req.method_len == 4
+                        && memcmp(c->req.method, "HEAD", 4) == 0;
+    return NW_REQ_READY;
+}
+
+int nw_conn_read_head(nw_conn *c, double tick_s)
+{
+    for (;;) {
+        if (c->in.len > 0) {
+            if (find_head_end(c)) {
+                int r = parse_ready_head(c);
+                if (r != NW_REQ_AGAIN)
+                    return r;
+                c->scan_from = c->in.len;
+            } else {
+                int over = head_over_limit(c);
+                if (over)
+                    return head_error(c, over);
+            }
+            if (c->head_deadline == 0)
+                c->head_deadline = nw_deadline_in(c->cfg.read_timeout);
+        }
+        int waiting_first_byte = c->in.len == 0;
+        nw_msec deadline = waiting_first_byte ? c->idle_deadline : c->head_deadline;
+        nw_msec tick = nw_deadline_in(tick_s);
+        int ticked = waiting_first_byte && tick < deadline;
+        if (ticked)
+            deadline = tick;
+        if (nw_buf_reserve(&c->in, NW_READ_CHUNK) < 0)
+            return head_error(c, 500);
+        ssize_t n = nw_io_read(c->fd, c->in.data + c->in.len,
+                               c->in.cap - c->in.len, deadline);
+        if (n > 0) {
+            c->in.len += (size_t)n;
+            continue;
+        }
+        if (n == NW_IO_INTERRUPTED) {
+            if (waiting_first_byte)
+                return NW_REQ_AGAIN;
+            continue;
+        }
+        if (n == NW_IO_TIMEOUT) {
+            if (ticked)
+                return NW_REQ_AGAIN;
+            return waiting_first_byte ? NW_REQ_TIMEOUT : head_error(c, 408);
+        }
+        return NW_REQ_CLOSED;
+    }
+}
+
+/* Body bytes go to memory, or to an unlinked temp file once they outgrow
+ * cfg.body_in_memory. */
+static int spill_to_file(nw_conn *c)
+{
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir)
+        dir = "/tmp";
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/narwhal-body-XXXXXX", dir);
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        unlink(path);
+    }
+    c->body_fd = fd;
+    const char *p = c->body.data;
+    size_t left = c->body.len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        left -= (size_t)w;
+    }
+    c->body.len = 0;
+    return 0;
+}
+
+static int sink_body(nw_conn *c, const char *p, size_t n)
+{
+    c->body_len += n;
+    if (c->body_fd < 0 && c->body.len + n > c->cfg.body_in_memory
+        && spill_to_file(c) < 0)
+        return -1;
+    if (c->body_fd < 0)
+        return nw_buf_append(&c->body, p, n);
+    while (n > 0) {
+        ssize_t w = write(c->body_fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int io_failure(nw_conn *c, ssize_t n)
+{
+    if (n == NW_IO_TIMEOUT)
+        return head_error(c, 408);
+    return NW_REQ_CLOSED;
+}
+
+static int read_length_body(nw_conn *c)
+{
+    uint64_t left = (uint64_t)c->framing.content_length;
+    size_t have = c->in.len - c->head_len;
+    size_t take = have < left ? have : (size_t)left;
+    if (sink_body(c, c->in.data + c->head_len, take) < 0)
+        return head_error(c, 500);
+    c->consumed += take;
+    left -= take;
+    char buf[NW_READ_CHUNK * 4];
+    while (left > 0) {
+        size_t want = left < sizeof buf ? (size_t)left : sizeof buf;
+        ssize_t n;
+        do {
+            n = nw_io_read(c->fd, buf, want, nw_deadline_in(c->cfg.timeout));
+        } while (n == NW_IO_INTERRUPTED);
+        if (n <= 0)
+            return io_failure(c, n);
+        if (sink_body(c, buf, (size_t)n) < 0)
+            return head_error(c, 500);
+        left -= (uint64_t)n;
+    }
+    return NW_REQ_READY;
+}
+
+/* Decode what is buffered past c->consumed, in place, into the body sink. */
+static int decode_buffered_chunks(nw_conn *c, nw_chunked *d)
+{
+    char *p = c->in.data + c->consumed;
+    size_t avail = c->in.len - c->consumed;
+    size_t out_len = 0;
+    long used = nw_chunked_decode(d, p, avail, p, &out_len);
+    if (used == NW_CHUNKED_TOO_LARGE)
+        return head_error(c, 413);
+    if (used < 0)
+        return head_error(c, 400);
+    if (sink_body(c, p, out_len) < 0)
+        return head_error(c, 500);
+    /* The decoded bytes were written over consumed input: drop both. */
+    memmove(p, p + used, avail - (size_t)used);
+    c->in.len -= (size_t)used;
+    return NW_REQ_READY;
+}
+
+static int read_chunked_body(nw_conn *c)
+{
+    nw_chunked d;
+    nw_chunked_init(&d, c->cfg.max_request_body, c->cfg.parse.max_header_bytes);
+    for (;;) {
+        int r = decode_buffered_chunks(c, &d);
+        if (r != NW_REQ_READY || d.done)
+            return r;
+        if (nw_buf_reserve(&c->in, NW_READ_CHUNK) < 0)
+            return head_error(c, 500);
+        ssize_t n;
+        do {
+            n = nw_io_read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len,
+                           nw_deadline_in(c->cfg.timeout));
+        } while (n == NW_IO_INTERRUPTED);
+        if (n <= 0)
+            return io_failure(c, n);
+        c->in.len += (size_t)n;
+    }
+}
+
+static void send_continue(nw_conn *c)
+{
+    static const char msg[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (c->req.minor_version >= 1 && c->in.len == c->head_len)
+        nw_conn_send_raw(c, msg, sizeof msg - 1);
+}
+
+int nw_conn_read_body(nw_conn *c)
+{
+    body_reset(c);
+    if (c->framing.body == NW_BODY_NONE
+        || (c->framing.body == NW_BODY_LENGTH && c->framing.content_length == 0))
+        return NW_REQ_READY;
+    if (c->framing.body == NW_BODY_LENGTH && c->cfg.max_request_body
+        && (uint64_t)c->framing.content_length > c->cfg.max_request_body)
+        return head_error(c, 413);
+    if (c->framing.expect_continue)
+        send_continue(c);
+    if (c->framing.body == NW_BODY_LENGTH)
+        return read_length_body(c);
+    return read_chunked_body(c);
+}
+
+void nw_conn_finish_request(nw_conn *c)
+{
+    nw_buf_consume(&c->in, c->consumed);
+    c->consumed = 0;
+    c->scan_from = 0;
+    c->head_deadline = 0;
+    c->head_len = 0;
+    body_reset(c);
+    c->out.len = 0;
+    c->responded = 0;
+    c->out_framing = 0;
+    c->idle_deadline = nw_deadline_in(c->cfg.keepalive_timeout);
+}
+
+int nw_conn_send_raw(nw_conn *c, const char *p, size_t len)
+{
+    struct iovec iov = { (void *)p, len };
+    int r = nw_io_writev_all(c->fd, &iov, 1, c->cfg.timeout);
+    if (r != NW_IO_OK)
+        c->broken = 1;
+    return r;
+}
+
+/* Read and drop what the client still sends, briefly, so that closing does
+ * not reset the connection before it has read our answer. */
+static void linger_close(nw_conn *c)
+{
+    char buf[NW_READ_CHUNK];
+    size_t drained = 0;
+    nw_msec deadline = nw_deadline_in(LINGER_SECONDS);
+    shutdown(c->fd, SHUT_WR);
+    while (drained < LINGER_MAX_BYTES) {
+        ssize_t n = nw_io_read(c->fd, buf, sizeof buf, deadline);
+        if (n == NW_IO_INTERRUPTED)
+            continue;
+        if (n <= 0)
+            break;
+        drained += (size_t)n;
+    }
+    close(c->fd);
+    c->fd = -1;
+}
+
+void nw_conn_send_error(nw_conn *c, int status)
+{
+    nw_buf b = { 0 };
+    if (nw_head_error(&b, status) == 0)
+        nw_conn_send_raw(c, b.data, b.len);
+    nw_buf_free(&b);
+    c->keep_alive = 0;
+    if (c->fd >= 0)
+        linger_close(c);
+}
+
+void nw_conn_head_ready(nw_conn *c, int framing, int64_t length, int keep_alive)
+{
+    c->responded = 1;
+    c->out_framing = framing;
+    c->out_left = length;
+    c->keep_alive = keep_alive;
+}
+
+static struct iovec *iov_room(nw_conn *c, int n)
+{
+    if (n > c->iov_cap) {
+        int cap = c->iov_cap ? c->iov_cap : 16;
+        while (cap < n)
+            cap *= 2;
+        struct iovec *p = realloc(c->iov, (size_t)cap * sizeof *p);
+        if (!p)
+            return NULL;
+        c->iov = p;
+        c->iov_cap = cap;
+    }
+    return c->iov;
+}
+
+/* Append the pending head (if any) as the first iovec. */
+static int take_head(nw_conn *c, struct iovec *v)
+{
+    if (c->out.len == 0)
+        return 0;
+    v->iov_base = c->out.data;
+    v->iov_len = c->out.len;
+    return 1;
+}
+
+static int flush(nw_conn *c, struct iovec *v, int n)
+{
+    if (c->broken)
+        return NW_IO_CLOSED;
+    int r = nw_io_writev_all(c->fd, v, n, c->cfg.timeout);
+    c->out.len = 0;
+    if (r != NW_IO_OK)
+        c->broken = 1;
+    return r;
+}
+
+/* Copy pieces into v, cutting them at the bytes a Content-Length allows. */
+static int add_length_pieces(nw_conn *c, struct iovec *v, const struct iovec *pieces, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n && c->out_left > 0; i++) {
+        size_t len = pieces[i].iov_len;
+        if ((int64_t)len > c->out_left)
+            len = (size_t)c->out_left;   /* the app wrote more than it declared */
+        if (len == 0)
+            continue;
+        v[k].iov_base = pieces[i].iov_base;
+        v[k].iov_len = len;
+        c->out_left -= (int64_t)len;
+        k++;
+    }
+    return k;
+}
+
+int nw_conn_write_body(nw_conn *c, const struct iovec *pieces, int n)
+{
+    char chunk_head[24];
+    struct iovec *v = iov_room(c, n + 3);
+    if (!v) {
+        c->broken = 1;
+        return NW_IO_CLOSED;
+    }
+    int k = take_head(c, v);
+    if (c->out_framing == NW_OUT_LENGTH) {
+        k += add_length_pieces(c, v + k, pieces, n);
+    } else if (c->out_framing == NW_OUT_CHUNKED) {
+        size_t total = 0;
+        for (int i = 0; i < n; i++)
+            total += pieces[i].iov_len;
+        if (total > 0) {
+            v[k].iov_base = chunk_head;
+            v[k++].iov_len = (size_t)snprintf(chunk_head, sizeof chunk_head,
+                                              "%zx\r\n", total);
+            memcpy(v + k, pieces, (size_t)n * sizeof *v);
+            k += n;
+            v[k].iov_base = (void *)"\r\n";
+            v[k++].iov_len = 2;
+        }
+    } else if (c->out_framing == NW_OUT_CLOSE) {
+        memcpy(v + k, pieces, (size_t)n * sizeof *v);
+        k += n;
+    }
+    if (k == 0)
+        return c->broken ? NW_IO_CLOSED : NW_IO_OK;
+    return flush(c, v, k);
+}
+
+int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len)
+{
+    if (c->out_framing == NW_OUT_LENGTH && (int64_t)len > c->out_left)
+        len = (size_t)c->out_left;
+    if (c->out.len > 0) {
+        struct iovec v;
+        take_head(c, &v);
+        if (flush(c, &v, 1) != NW_IO_OK)
+            return NW_IO_CLOSED;
+    }
+    if (c->out_framing == NW_OUT_NONE || len == 0)
+        return c->broken ? NW_IO_CLOSED : NW_IO_OK;
+    if (c->out_framing == NW_OUT_CHUNKED) {
+        char head[24];
+        int hl = snprintf(head, sizeof head, "%zx\r\n", len);
+        if (nw_conn_send_raw(c, head, (size_t)hl) != NW_IO_OK)
+            return NW_IO_CLOSED;
+    }
+    int r = nw_io_sendfile_all(c->fd, file_fd, offset, len, c->cfg.timeout);
+    if (r != NW_IO_OK) {
+        c->broken = 1;
+        return r;
+    }
+    if (c->out_framing == NW_OUT_LENGTH)
+        c->out_left -= (int64_t)len;
+    if (c->out_framing == NW_OUT_CHUNKED)
+        return nw_conn_send_raw(c, "\r\n", 2);
+    return NW_IO_OK;
+}
+
+int nw_conn_end_body(nw_conn *c)
+{
+    struct iovec v[2];
+    int k = take_head(c, v);
+    if (c->out_framing == NW_OUT_CHUNKED) {
+        v[k].iov_base = (void *)"0\r\n\r\n";
+        v[k++].iov_len = 5;
+    }
+    if (k > 0)
+        flush(c, v, k);
+    if (c->out_framing == NW_OUT_LENGTH && c->out_left != 0)
+        c->keep_alive = 0;   /* body shorter than declared: the framing is lost */
+    if (c->broken)
+        c->keep_alive = 0;
+    return c->keep_alive;
+}

@@ -1,0 +1,98 @@
+/* One client connection inside a worker: its read buffer, the request being
+ * served (head, framing, body) and the response being written.
+ * Owns the socket fd; nw_conn_destroy closes it. */
+#ifndef NW_CONN_H
+#define NW_CONN_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include "nw_buf.h"
+#include "nw_http.h"
+#include "nw_io.h"
+#include "nw_response.h"
+
+typedef struct {
+    nw_parse_limits parse;
+    uint64_t max_request_body;  /* 0: no limit */
+    size_t body_in_memory;      /* larger bodies go to an unlinked temp file */
+    double timeout;             /* one read or write making no progress */
+    double read_timeout;        /* a whole request head, from its first byte */
+    double keepalive_timeout;   /* between requests */
+} nw_conn_config;
+
+/* Results of nw_conn_read_head and nw_conn_read_body. */
+#define NW_REQ_READY     1
+#define NW_REQ_AGAIN     0    /* no bytes of a request yet: tick passed or signal */
+#define NW_REQ_CLOSED  (-1)   /* peer went away */
+#define NW_REQ_TIMEOUT (-2)   /* idle too long between requests: close quietly */
+#define NW_REQ_ERROR   (-3)   /* answer c->error_status and close */
+
+typedef struct {
+    int fd;
+    int is_tcp;
+    nw_conn_config cfg;
+
+    nw_buf in;                  /* bytes read and not yet consumed */
+    size_t scan_from;           /* where to look for the end of the head next */
+    size_t consumed;            /* bytes of `in` that belong to this request */
+    unsigned requests;          /* request heads parsed on this connection */
+    nw_msec idle_deadline;      /* first byte of the next request due by then */
+    nw_msec head_deadline;      /* whole head due by then; 0 before its first byte */
+
+    nw_request req;
+    nw_header *headers;         /* cfg.parse.max_headers entries */
+    size_t head_len;
+    nw_framing framing;
+    int is_head_method;
+    int error_status;
+
+    nw_buf body;                /* request body, when in memory */
+    int body_fd;                /* request body, when spilled; -1 otherwise */
+    uint64_t body_len;
+
+    nw_buf out;                 /* response head waiting for the first body bytes */
+    int out_framing;            /* enum nw_out_framing */
+    int64_t out_left;           /* NW_OUT_LENGTH: bytes still owed */
+    int responded;              /* a response head was decided for this request */
+    int keep_alive;             /* the connection stays open after this response */
+    int broken;                 /* a write failed: stop writing, close */
+    struct iovec *iov;
+    int iov_cap;
+} nw_conn;
+
+nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg);
+void nw_conn_destroy(nw_conn *c);
+
+/* Read and parse the next request head. tick_s bounds the wait while no
+ * byte of it has arrived (NW_REQ_AGAIN after it). */
+int nw_conn_read_head(nw_conn *c, double tick_s);
+
+/* Read the whole body (answering 100-continue first when asked). */
+int nw_conn_read_body(nw_conn *c);
+
+/* Forget the current request, keep pipelined bytes, arm the idle deadline. */
+void nw_conn_finish_request(nw_conn *c);
+
+/* Answer an error status with Connection: close, then close gently. */
+void nw_conn_send_error(nw_conn *c, int status);
+
+/* Send an interim 1xx response whose head is in b. Returns NW_IO_*. */
+int nw_conn_send_raw(nw_conn *c, const char *p, size_t len);
+
+/* The head in c->out is complete; framing and keep-alive are decided. */
+void nw_conn_head_ready(nw_conn *c, int framing, int64_t length, int keep_alive);
+
+/* Send body pieces (the pending head first). Frames them as chunks when
+ * chunked, drops them for HEAD/204/304, never exceeds a Content-Length.
+ * Returns NW_IO_OK or an error (and the connection is marked broken). */
+int nw_conn_write_body(nw_conn *c, const struct iovec *pieces, int n);
+
+/* Send len bytes of a file (the pending head first). */
+int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len);
+
+/* End the body: flush the head, write the last chunk, settle keep-alive.
+ * Returns 1 when the connection may serve another request. */
+int nw_conn_end_body(nw_conn *c);
+
+#endif

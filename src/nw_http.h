@@ -1,0 +1,97 @@
+/* HTTP/1.x request parsing: the request head, its framing, chunked bodies
+ * and percent-decoding. Stateless where it can be, never allocates, never
+ * reads past the length it is given. RFC 9112 is the reference. */
+#ifndef NW_HTTP_H
+#define NW_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "nw_limits.h"
+
+/* Results of nw_http_parse_head. */
+#define NW_PARSE_INCOMPLETE  (-2)   /* need more bytes */
+#define NW_PARSE_ERROR       (-1)   /* req->error_status says which 4xx/5xx */
+
+typedef struct {
+    const char *name;   size_t name_len;    /* as sent; matching is case-insensitive */
+    const char *value;  size_t value_len;   /* leading and trailing OWS stripped */
+} nw_header;
+
+typedef struct {
+    size_t max_request_line;    /* over it: 414 */
+    size_t max_header_bytes;    /* whole head, request line included; over it: 431 */
+    size_t max_headers;         /* over it: 431 (must be <= the headers array size) */
+} nw_parse_limits;
+
+typedef struct {
+    const char *method;  size_t method_len;
+    const char *target;  size_t target_len;   /* request-target, raw */
+    const char *path;    size_t path_len;     /* target up to '?' (absolute-form: the path part) */
+    const char *query;   size_t query_len;    /* after '?', without it; query == NULL if no '?' */
+    int minor_version;                        /* HTTP/1.<minor>: 0 or 1 */
+    nw_header *headers;  size_t num_headers;
+    int error_status;                         /* set when NW_PARSE_ERROR is returned */
+    const char *error_reason;                 /* short static text for the log */
+} nw_request;
+
+/* Parse one request head from buf[0..len). headers points at an array of
+ * limits->max_headers entries. Returns the length of the head including the
+ * blank line (> 0), NW_PARSE_INCOMPLETE, or NW_PARSE_ERROR with
+ * req->error_status one of 400, 414, 431, 505.
+ * Incomplete input that already exceeds a limit is an error, not incomplete. */
+int nw_http_parse_head(const char *buf, size_t len, nw_request *req,
+                       nw_header *headers, const nw_parse_limits *limits);
+
+/* Body framing and connection semantics, from the parsed headers. */
+enum nw_body_kind { NW_BODY_NONE = 0, NW_BODY_LENGTH = 1, NW_BODY_CHUNKED = 2 };
+
+typedef struct {
+    enum nw_body_kind body;
+    int64_t content_length;     /* NW_BODY_LENGTH: the length; otherwise -1 */
+    int keep_alive;             /* the client allows reuse: 1.1 without "close",
+                                   1.0 with "keep-alive" */
+    int expect_continue;        /* Expect: 100-continue was sent */
+    int error_status;           /* set when nw_http_framing returns non-zero */
+    const char *error_reason;
+} nw_framing;
+
+/* Returns 0, or an HTTP status (400, 417, 501) also stored in f->error_status.
+ * Enforces: Content-Length digits only, duplicates must agree; Content-Length
+ * together with Transfer-Encoding is 400; Transfer-Encoding other than a
+ * single "chunked" is 501; Transfer-Encoding in HTTP/1.0 is 400; HTTP/1.1
+ * without exactly one Host is 400; an Expect other than 100-continue is 417. */
+int nw_http_framing(const nw_request *req, nw_framing *f);
+
+/* Chunked transfer coding, incremental. */
+typedef struct {
+    int state;                  /* private */
+    uint64_t chunk_left;        /* private */
+    size_t line_len;            /* private */
+    uint64_t payload;           /* payload bytes decoded so far */
+    uint64_t overhead;          /* framing bytes consumed so far */
+    uint64_t max_payload;       /* 0: no limit; over it: NW_CHUNKED_TOO_LARGE */
+    size_t max_trailer_bytes;   /* trailer section limit */
+    int done;                   /* 1 once the last chunk and trailers are consumed */
+} nw_chunked;
+
+#define NW_CHUNKED_ERROR      (-1)  /* malformed: 400 */
+#define NW_CHUNKED_TOO_LARGE  (-3)  /* payload over max_payload: 413 */
+
+void nw_chunked_init(nw_chunked *d, uint64_t max_payload, size_t max_trailer_bytes);
+
+/* Consume in[0..in_len); decoded payload goes to out (room for in_len bytes;
+ * out == in is allowed), its length to *out_len. Returns the number of input
+ * bytes consumed (stops right after the message when d->done becomes 1, so
+ * pipelined bytes are left), or NW_CHUNKED_ERROR / NW_CHUNKED_TOO_LARGE. */
+long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
+                       char *out, size_t *out_len);
+
+/* Percent-decoding for PATH_INFO: %XX becomes the byte, anything else
+ * (including a malformed %) is copied. out has room for len bytes.
+ * Returns the decoded length. */
+size_t nw_percent_decode(const char *in, size_t len, char *out);
+
+/* Case-insensitive compare of a header name with a lower-case literal. */
+int nw_header_is(const nw_header *h, const char *lower_name, size_t lower_len);
+
+#endif

@@ -1,0 +1,183 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "nw_io.h"
+#include "nw_limits.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+nw_msec nw_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (nw_msec)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+nw_msec nw_deadline_in(double seconds)
+{
+    return nw_now_ms() + (nw_msec)(seconds * 1000.0 + 0.5);
+}
+
+int nw_io_wait(int fd, short events, nw_msec deadline)
+{
+    struct pollfd p = { .fd = fd, .events = events };
+    nw_msec left = deadline - nw_now_ms();
+    if (left <= 0)
+        return NW_IO_TIMEOUT;
+    if (left > 0x7fffffff)
+        left = 0x7fffffff;
+    int n = poll(&p, 1, (int)left);
+    if (n > 0)
+        return NW_IO_OK;
+    if (n == 0)
+        return NW_IO_TIMEOUT;
+    return errno == EINTR ? NW_IO_INTERRUPTED : NW_IO_CLOSED;
+}
+
+ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline)
+{
+    for (;;) {
+        ssize_t n = read(fd, buf, len);
+        if (n > 0)
+            return n;
+        if (n == 0)
+            return NW_IO_CLOSED;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return NW_IO_CLOSED;
+        int w = nw_io_wait(fd, POLLIN, deadline);
+        if (w != NW_IO_OK)
+            return w;
+    }
+}
+
+/* Drop the first n written bytes from the iovec list. */
+static int iov_advance(struct iovec **iov, int *iovcnt, size_t n)
+{
+    while (*iovcnt > 0 && n >= (*iov)->iov_len) {
+        n -= (*iov)->iov_len;
+        (*iov)++;
+        (*iovcnt)--;
+    }
+    if (*iovcnt > 0) {
+        (*iov)->iov_base = (char *)(*iov)->iov_base + n;
+        (*iov)->iov_len -= n;
+    }
+    return *iovcnt;
+}
+
+static int wait_writable(int fd, double timeout_s)
+{
+    nw_msec deadline = nw_deadline_in(timeout_s);
+    for (;;) {
+        int w = nw_io_wait(fd, POLLOUT, deadline);
+        if (w != NW_IO_INTERRUPTED)
+            return w;
+    }
+}
+
+int nw_io_writev_all(int fd, struct iovec *iov, int iovcnt, double timeout_s)
+{
+    while (iovcnt > 0 && iov->iov_len == 0) {
+        iov++;
+        iovcnt--;
+    }
+    while (iovcnt > 0) {
+        int batch = iovcnt < NW_IOV_BATCH ? iovcnt : NW_IOV_BATCH;
+        ssize_t n = writev(fd, iov, batch);
+        if (n >= 0) {
+            iov_advance(&iov, &iovcnt, (size_t)n);
+            while (iovcnt > 0 && iov->iov_len == 0) {
+                iov++;
+                iovcnt--;
+            }
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return NW_IO_CLOSED;
+        int w = wait_writable(fd, timeout_s);
+        if (w != NW_IO_OK)
+            return w;
+    }
+    return NW_IO_OK;
+}
+
+static int copy_file_fallback(int sock_fd, int file_fd, off_t offset,
+                              size_t len, double timeout_s)
+{
+    char buf[NW_READ_CHUNK * 4];
+    while (len > 0) {
+        size_t want = len < sizeof buf ? len : sizeof buf;
+        ssize_t got = pread(file_fd, buf, want, offset);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return NW_IO_CLOSED;   /* the file shrank or broke: the body is short */
+        struct iovec iov = { buf, (size_t)got };
+        int r = nw_io_writev_all(sock_fd, &iov, 1, timeout_s);
+        if (r != NW_IO_OK)
+            return r;
+        offset += got;
+        len -= (size_t)got;
+    }
+    return NW_IO_OK;
+}
+
+int nw_io_sendfile_all(int sock_fd, int file_fd, off_t offset, size_t len,
+                       double timeout_s)
+{
+    while (len > 0) {
+        ssize_t n = sendfile(sock_fd, file_fd, &offset, len);
+        if (n > 0) {
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return NW_IO_CLOSED;   /* file shorter than promised */
+        if (errno == EINTR)
+            continue;
+        if (errno == EINVAL || errno == ENOSYS)
+            return copy_file_fallback(sock_fd, file_fd, offset, len, timeout_s);
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return NW_IO_CLOSED;
+        int w = wait_writable(sock_fd, timeout_s);
+        if (w != NW_IO_OK)
+            return w;
+    }
+    return NW_IO_OK;
+}
+
+int nw_io_accept(int listen_fd, int is_tcp, struct sockaddr *peer,
+                 unsigned *peer_len)
+{
+    int fd;
+    do {
+        socklen_t len = *peer_len;
+        fd = accept4(listen_fd, peer, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        *peer_len = len;
+    } while (fd < 0 && errno == EINTR);
+    if (fd >= 0 && is_tcp) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return fd;
+}
+
+int nw_io_set_nonblocking(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -1;
+    return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}

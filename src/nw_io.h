@@ -1,0 +1,53 @@
+/* Socket I/O with deadlines: waiting, reading into a connection buffer,
+ * writing iovec lists, sendfile, accept. Deadlines are absolute monotonic
+ * times in milliseconds, computed once by the caller and never re-armed. */
+#ifndef NW_IO_H
+#define NW_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* Results shared by the I/O calls (non-negative values are byte counts). */
+#define NW_IO_OK           0
+#define NW_IO_CLOSED      (-1)   /* peer closed, or a hard socket error */
+#define NW_IO_TIMEOUT     (-2)   /* the deadline passed */
+#define NW_IO_INTERRUPTED (-3)   /* a signal arrived; the caller decides */
+#define NW_IO_AGAIN       (-4)   /* nothing yet, deadline not reached (tick) */
+
+typedef int64_t nw_msec;
+
+nw_msec nw_now_ms(void);
+nw_msec nw_deadline_in(double seconds);     /* now + seconds */
+
+/* Wait until fd is ready for events (POLLIN/POLLOUT) or deadline.
+ * Returns NW_IO_OK, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. */
+int nw_io_wait(int fd, short events, nw_msec deadline);
+
+/* One read(2) into buf, waiting up to deadline. Returns bytes (> 0),
+ * NW_IO_CLOSED, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. */
+ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline);
+
+/* Write all of iov[0..iovcnt) (the array is modified), in batches of at most
+ * NW_IOV_BATCH, each wait bounded by now + timeout_s. Returns NW_IO_OK,
+ * NW_IO_CLOSED or NW_IO_TIMEOUT. Signals do not interrupt a write. */
+int nw_io_writev_all(int fd, struct iovec *iov, int iovcnt, double timeout_s);
+
+/* Send len bytes of file_fd from offset. Falls back to pread+write when
+ * sendfile(2) is not supported for the pair. Same results as writev_all. */
+int nw_io_sendfile_all(int sock_fd, int file_fd, off_t offset, size_t len,
+                       double timeout_s);
+
+struct sockaddr;
+/* Accept one connection from a non-blocking listener: SOCK_NONBLOCK and
+ * SOCK_CLOEXEC set, TCP_NODELAY on TCP. The peer address goes to peer
+ * (*peer_len in: its size, out: the address length). Returns the fd, or -1
+ * with errno (EAGAIN when the queue is empty). */
+int nw_io_accept(int listen_fd, int is_tcp, struct sockaddr *peer,
+                 unsigned *peer_len);
+
+/* Set O_NONBLOCK on fd. Returns 0 or -1. */
+int nw_io_set_nonblocking(int fd);
+
+#endif

@@ -1,0 +1,32 @@
+/* Every limit Narwhal enforces, in one place.
+ * The ones an operator may need to change are also options (see the POD of
+ * Narwhal, "LIMITS"); these are their defaults. */
+#ifndef NW_LIMITS_H
+#define NW_LIMITS_H
+
+/* Request head. */
+#define NW_DEFAULT_MAX_REQUEST_LINE   8192    /* bytes, method SP target SP version; over it: 414 */
+#define NW_DEFAULT_MAX_HEADER_BYTES   65536   /* bytes, the whole head; over it: 431 */
+#define NW_DEFAULT_MAX_HEADERS        100     /* header fields; over it: 431 */
+#define NW_MAX_HEADERS_HARD           1024    /* the option cannot go above this */
+#define NW_MAX_METHOD_LEN             32      /* longer methods are rejected with 400 */
+
+/* Request body. */
+#define NW_DEFAULT_MAX_REQUEST_BODY   0       /* bytes; 0 means no limit; over it: 413 */
+#define NW_DEFAULT_BODY_IN_MEMORY     (1024 * 1024) /* larger bodies spill to a temp file */
+#define NW_MAX_CHUNK_LINE             4096    /* chunk-size line with extensions */
+#define NW_CHUNK_OVERHEAD_ALLOWANCE   16384   /* framing bytes allowed beyond the payload size */
+#define NW_MAX_CONTENT_LENGTH_DIGITS  18      /* keeps the value inside int64 */
+
+/* Connection buffers. */
+#define NW_READ_CHUNK                 16384   /* bytes asked of each read(2) */
+#define NW_WRITE_BUFFER_INITIAL       4096    /* status line + headers are built here */
+#define NW_IOV_BATCH                  64      /* iovecs per writev(2); well under IOV_MAX */
+
+/* Timeouts, in seconds (fractions allowed). All are deadlines. */
+#define NW_DEFAULT_TIMEOUT            300     /* one read or write making no progress */
+#define NW_DEFAULT_READ_TIMEOUT       60      /* a whole request head, from its first byte */
+#define NW_DEFAULT_KEEPALIVE_TIMEOUT  5       /* idle time between requests */
+#define NW_DEFAULT_MAX_KEEPALIVE_REQS 1000    /* requests on one connection */
+
+#endif

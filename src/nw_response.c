@@ -1,0 +1,274 @@
+#include "nw_response.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+const char *nw_status_reason(int status, size_t *len)
+{
+    const char *r;
+    switch (status) {
+    case 100: r = "Continue"; break;
+    case 101: r = "Switching Protocols"; break;
+    case 102: r = "Processing"; break;
+    case 103: r = "Early Hints"; break;
+    case 200: r = "OK"; break;
+    case 201: r = "Created"; break;
+    case 202: r = "Accepted"; break;
+    case 203: r = "Non-Authoritative Information"; break;
+    case 204: r = "No Content"; break;
+    case 205: r = "Reset Content"; break;
+    case 206: r = "Partial Content"; break;
+    case 207: r = "Multi-Status"; break;
+    case 300: r = "Multiple Choices"; break;
+    case 301: r = "Moved Permanently"; break;
+    case 302: r = "Found"; break;
+    case 303: r = "See Other"; break;
+    case 304: r = "Not Modified"; break;
+    case 307: r = "Temporary Redirect"; break;
+    case 308: r = "Permanent Redirect"; break;
+    case 400: r = "Bad Request"; break;
+    case 401: r = "Unauthorized"; break;
+    case 402: r = "Payment Required"; break;
+    case 403: r = "Forbidden"; break;
+    case 404: r = "Not Found"; break;
+    case 405: r = "Method Not Allowed"; break;
+    case 406: r = "Not Acceptable"; break;
+    case 408: r = "Request Timeout"; break;
+    case 409: r = "Conflict"; break;
+    case 410: r = "Gone"; break;
+    case 411: r = "Length Required"; break;
+    case 412: r = "Precondition Failed"; break;
+    case 413: r = "Content Too Large"; break;
+    case 414: r = "URI Too Long"; break;
+    case 415: r = "Unsupported Media Type"; break;
+    case 416: r = "Range Not Satisfiable"; break;
+    case 417: r = "Expectation Failed"; break;
+    case 421: r = "Misdirected Request"; break;
+    case 422: r = "Unprocessable Content"; break;
+    case 425: r = "Too Early"; break;
+    case 426: r = "Upgrade Required"; break;
+    case 428: r = "Precondition Required"; break;
+    case 429: r = "Too Many Requests"; break;
+    case 431: r = "Request Header Fields Too Large"; break;
+    case 500: r = "Internal Server Error"; break;
+    case 501: r = "Not Implemented"; break;
+    case 502: r = "Bad Gateway"; break;
+    case 503: r = "Service Unavailable"; break;
+    case 504: r = "Gateway Timeout"; break;
+    case 505: r = "HTTP Version Not Supported"; break;
+    default:  r = "Unknown"; break;
+    }
+    *len = strlen(r);
+    return r;
+}
+
+static char date_line[64];
+static size_t date_len;
+static time_t date_at = -1;
+
+const char *nw_date_header(size_t *len)
+{
+    time_t now = time(NULL);
+    if (now != date_at) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        date_len = strftime(date_line, sizeof date_line,
+                            "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        date_at = now;
+    }
+    *len = date_len;
+    return date_line;
+}
+
+static int is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return 1;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+int nw_header_valid(const char *name, size_t nlen, const char *val, size_t vlen)
+{
+    if (nlen == 0)
+        return 0;
+    for (size_t i = 0; i < nlen; i++)
+        if (!is_tchar((unsigned char)name[i]))
+            return 0;
+    for (size_t i = 0; i < vlen; i++) {
+        unsigned char c = (unsigned char)val[i];
+        if (c == '\r' || c == '\n' || c == '\0')
+            return 0;
+    }
+    return 1;
+}
+
+int nw_head_status(nw_buf *b, int minor, int status)
+{
+    size_t rlen;
+    const char *reason = nw_status_reason(status, &rlen);
+    if (nw_buf_reserve(b, rlen + 32) < 0)
+        return -1;
+    b->len += (size_t)snprintf(b->data + b->len, 32, "HTTP/1.%d %03d ",
+                               minor ? 1 : 0, status);
+    memcpy(b->data + b->len, reason, rlen);
+    b->len += rlen;
+    b->data[b->len++] = '\r';
+    b->data[b->len++] = '\n';
+    return 0;
+}
+
+static int name_is(const char *name, size_t nlen, const char *lower)
+{
+    size_t n = strlen(lower);
+    if (n != nlen)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (c >= 'A' && c <= 'Z')
+            c += 'a' - 'A';
+        if (c != lower[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* Content-Length from the app: digits only, else the header is invalid. */
+static int parse_length(const char *v, size_t n, int64_t *out)
+{
+    int64_t x = 0;
+    if (n == 0 || n > 18)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (v[i] - '0');
+    }
+    *out = x;
+    return 0;
+}
+
+static int has_token(const char *v, size_t n, const char *lower)
+{
+    size_t t = strlen(lower);
+    for (size_t i = 0; i + t <= n; i++) {
+        if ((i == 0 || v[i - 1] == ',' || v[i - 1] == ' ')
+            && name_is(v + i, t, lower)
+            && (i + t == n || v[i + t] == ',' || v[i + t] == ' '))
+            return 1;
+    }
+    return 0;
+}
+
+int nw_head_app_header(nw_buf *b, nw_app_headers *seen, const char *name,
+                       size_t nlen, const char *val, size_t vlen)
+{
+    if (!nw_header_valid(name, nlen, val, vlen))
+        return -1;
+    switch (name[0] | 0x20) {
+    case 'c':
+        if (name_is(name, nlen, "content-length")) {
+            if (parse_length(val, vlen, &seen->content_length) < 0)
+                return -1;
+            seen->has_content_length = 1;
+        } else if (name_is(name, nlen, "connection")) {
+            if (has_token(val, vlen, "close"))
+                seen->wants_close = 1;
+            return 0;   /* Narwhal writes its own Connection header */
+        }
+        break;
+    case 'd':
+        if (name_is(name, nlen, "date"))
+            seen->has_date = 1;
+        break;
+    case 't':
+        if (name_is(name, nlen, "transfer-encoding"))
+            seen->has_transfer_encoding = 1;
+        break;
+    }
+    if (nw_buf_reserve(b, nlen + vlen + 4) < 0)
+        return -1;
+    memcpy(b->data + b->len, name, nlen);
+    b->len += nlen;
+    b->data[b->len++] = ':';
+    b->data[b->len++] = ' ';
+    memcpy(b->data + b->len, val, vlen);
+    b->len += vlen;
+    b->data[b->len++] = '\r';
+    b->data[b->len++] = '\n';
+    return 0;
+}
+
+static int status_has_body(int status)
+{
+    return !(status < 200 || status == 204 || status == 304);
+}
+
+static enum nw_out_framing choose_framing(const nw_app_headers *seen, int minor,
+                                          int status, int64_t known_length)
+{
+    if (!status_has_body(status))
+        return NW_OUT_NONE;
+    if (seen->has_content_length || known_length >= 0)
+        return NW_OUT_LENGTH;
+    if (seen->has_transfer_encoding)
+        return NW_OUT_CLOSE;    /* the app frames its own body; end it by closing */
+    return minor ? NW_OUT_CHUNKED : NW_OUT_CLOSE;
+}
+
+int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
+                   int minor, int status, int is_head,
+                   int64_t known_length, int *keep_alive)
+{
+    enum nw_out_framing f = choose_framing(seen, minor, status, known_length);
+    int ka = *keep_alive && !seen->wants_close && f != NW_OUT_CLOSE;
+    char num[32];
+
+    if (!seen->has_date) {
+        size_t dlen;
+        const char *d = nw_date_header(&dlen);
+        if (nw_buf_append(b, d, dlen) < 0)
+            return -1;
+    }
+    if (f == NW_OUT_LENGTH && !seen->has_content_length) {
+        int n = snprintf(num, sizeof num, "Content-Length: %lld\r\n",
+                         (long long)known_length);
+        if (nw_buf_append(b, num, (size_t)n) < 0)
+            return -1;
+    }
+    if (f == NW_OUT_CHUNKED && !is_head
+        && nw_buf_append(b, "Transfer-Encoding: chunked\r\n", 28) < 0)
+        return -1;
+    if (!ka) {
+        if (nw_buf_append(b, "Connection: close\r\n\r\n", 21) < 0)
+            return -1;
+    } else if (!minor) {
+        if (nw_buf_append(b, "Connection: keep-alive\r\n\r\n", 26) < 0)
+            return -1;
+    } else if (nw_buf_append(b, "\r\n", 2) < 0) {
+        return -1;
+    }
+    *keep_alive = ka;
+    if (is_head)
+        return NW_OUT_NONE;
+    return f;
+}
+
+int nw_head_error(nw_buf *b, int status)
+{
+    size_t rlen;
+    const char *reason = nw_status_reason(status, &rlen);
+    char body[96];
+    int blen = snprintf(body, sizeof body, "%d %s\n", status, reason);
+    if (nw_head_status(b, 1, status) < 0)
+        return -1;
+    size_t dlen;
+    const char *d = nw_date_header(&dlen);
+    char tail[160];
+    int tlen = snprintf(tail, sizeof tail,
+                        "Content-Type: text/plain\r\nContent-Length: %d\r\n"
+                        "Connection: close\r\n\r\n", blen);
+    if (nw_buf_append(b, d, dlen) < 0 || nw_buf_append(b, tail, (size_t)tlen) < 0)
+        return -1;
+    return nw_buf_append(b, body, (size_t)blen);
+}

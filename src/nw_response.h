@@ -1,0 +1,55 @@
+/* Building response heads: status line, app headers (validated), the
+ * headers Narwhal adds (Date, Content-Length, Transfer-Encoding,
+ * Connection), and the choice of body framing. */
+#ifndef NW_RESPONSE_H
+#define NW_RESPONSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "nw_buf.h"
+
+enum nw_out_framing {
+    NW_OUT_NONE = 0,     /* no body may be sent: HEAD, 1xx, 204, 304 */
+    NW_OUT_LENGTH = 1,   /* Content-Length */
+    NW_OUT_CHUNKED = 2,  /* Transfer-Encoding: chunked (HTTP/1.1) */
+    NW_OUT_CLOSE = 3     /* body ends when the connection closes */
+};
+
+/* What the app's headers said, gathered while they are copied. */
+typedef struct {
+    int has_date;
+    int has_content_length;
+    int64_t content_length;     /* valid when has_content_length */
+    int has_transfer_encoding;
+    int wants_close;            /* app sent Connection: close */
+} nw_app_headers;
+
+/* Reason phrase for a status ("Unknown" when there is none). */
+const char *nw_status_reason(int status, size_t *len);
+
+/* "Date: ...\r\n", refreshed at most once a second. Length via *len. */
+const char *nw_date_header(size_t *len);
+
+/* 1 when the field name is a token and the value has no CR, LF or NUL. */
+int nw_header_valid(const char *name, size_t nlen, const char *val, size_t vlen);
+
+/* Append "HTTP/1.x NNN Reason\r\n". */
+int nw_head_status(nw_buf *b, int minor, int status);
+
+/* Append one app header and note what it means in *seen.
+ * Returns 0, or -1 when it is invalid (the caller answers 500). */
+int nw_head_app_header(nw_buf *b, nw_app_headers *seen, const char *name,
+                       size_t nlen, const char *val, size_t vlen);
+
+/* Decide framing and append the headers Narwhal adds and the blank line.
+ * known_length is the body length when the server knows it (array bodies,
+ * files), else -1. keep_alive is in/out: in, whether the connection may
+ * stay open; out, whether it will. Returns the framing. */
+int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
+                   int minor, int status, int is_head,
+                   int64_t known_length, int *keep_alive);
+
+/* A small complete error response with Connection: close. */
+int nw_head_error(nw_buf *b, int status);
+
+#endif
