@@ -183,6 +183,33 @@ static void env_headers(pTHX_ HV *env, const nw_request *req)
     }
 }
 
+/* A unix socket has no name or port of its own: take them from Host. */
+static void env_server_from_host(pTHX_ HV *env, const nw_request *r)
+{
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const nw_header *h = &r->headers[i];
+        if (h->name_len != 4 || !nw_header_is(h, "host", 4) || h->value_len == 0)
+            continue;
+        const char *v = h->value, *end = v + h->value_len, *colon = NULL;
+        const char *name_end = end;
+        if (*v == '[') {
+            const char *close = memchr(v, ']', h->value_len);
+            if (close && close + 1 < end && close[1] == ':')
+                colon = close + 1;
+            if (close)
+                name_end = close + 1;
+        } else {
+            colon = memchr(v, ':', h->value_len);
+        }
+        if (colon) {
+            name_end = colon;
+            (void)hv_stores(env, "SERVER_PORT", newSVpvn(colon + 1, (STRLEN)(end - colon - 1)));
+        }
+        (void)hv_stores(env, "SERVER_NAME", newSVpvn(v, (STRLEN)(name_end - v)));
+        return;
+    }
+}
+
 static HV *build_env(pTHX_ nw_xs_conn *xc)
 {
     const nw_request *r = &xc->c->req;
@@ -201,6 +228,8 @@ static HV *build_env(pTHX_ nw_xs_conn *xc)
     env_put(aTHX_ env, K_REMOTE_ADDR, newSVsv(xc->remote_addr));
     env_put(aTHX_ env, K_REMOTE_PORT, newSVsv(xc->remote_port));
     env_headers(aTHX_ env, r);
+    if (!xc->c->is_tcp)
+        env_server_from_host(aTHX_ env, r);
     return env;
 }
 

@@ -74,15 +74,23 @@ sub _prepare_app {
         $self->{app} = $app;
         return;
     }
+    # The child reports why the app does not load through a pipe, so that
+    # the failure is still one line on stderr (from the master's die).
+    pipe(my $r, my $w) or die "pipe: $!\n";
     my $pid = fork // die "fork: $!\n";
     if (!$pid) {
+        close $r;
         my $ok = eval { ref $self->{load_app}->() };
-        print STDERR "narwhal: cannot load the app: " . _first_line($@ || 'it did not return a code reference') . "\n"
-            unless $ok;
+        print $w _first_line($@ || 'it did not return a code reference') unless $ok;
+        close $w;
         POSIX::_exit($ok ? 0 : 1);
     }
+    close $w;
+    my $why = do { local $/; <$r> } // '';
+    close $r;
     waitpid($pid, 0);
-    die "the app does not load; not starting\n" if $?;
+    die "cannot load the app: " . (length $why ? $why : "its check exited with status " . ($? >> 8)) . "\n"
+        if $?;
 }
 
 sub _first_line {

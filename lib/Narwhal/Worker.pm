@@ -39,8 +39,13 @@ sub run {
         [ map { { %$_, env => $self->_env_template($_) } } @{ $self->{listeners} } ],
         $self->{options},
     );
+    my $master = getppid();
     while (!$self->{stopping}) {
-        my $conn = $self->{acceptor}->accept(WAIT_TICK) or next;
+        my $conn = $self->{acceptor}->accept(WAIT_TICK);
+        if (!$conn) {
+            $self->{stopping} = 1 if getppid() != $master;   # orphaned: leave
+            next;
+        }
         $self->serve_connection($conn);
         $self->{stopping} = 1 if $self->{limit} && $self->{served} >= $self->{limit};
     }

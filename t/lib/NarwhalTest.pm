@@ -1,0 +1,244 @@
+package NarwhalTest;
+use strict;
+use warnings;
+use Exporter 'import';
+use Cwd ();
+use File::Spec ();
+use File::Temp ();
+use IO::Socket::INET ();
+use IO::Socket::UNIX ();
+use POSIX ();
+use Socket ();
+use Time::HiRes ();
+
+# Test helpers: free ports from the OS, a spawned server behind a guard,
+# raw-socket requests and a small response parser. Every wait is bounded.
+
+our @EXPORT_OK = qw(free_port spawn_server write_app raw_connect raw_request
+                    read_until_close read_response parse_response tmpdir
+                    wait_until root perl_cmd);
+
+use constant SPAWN_TIMEOUT => 15;    # seconds for a server to start listening
+use constant STOP_TIMEOUT  => 10;    # seconds after TERM before KILL
+
+my $ROOT = Cwd::abs_path(File::Spec->catdir(__FILE__, '..', '..', '..'))
+    or die "cannot find the distribution root\n";
+sub root { $ROOT }
+
+sub perl_cmd {
+    return ($^X, "-I$ROOT/blib/lib", "-I$ROOT/blib/arch");
+}
+
+my $TMP;
+sub tmpdir { $TMP ||= File::Temp::tempdir('narwhal-test-XXXXXX', TMPDIR => 1, CLEANUP => 1) }
+
+sub free_port {
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Listen => 1, ReuseAddr => 1) or die "bind: $!";
+    my $port = $s->sockport;
+    close $s;
+    return $port;
+}
+
+# Write app code to a file; returns the path.
+sub write_app {
+    my ($code) = @_;
+    my $file = File::Temp->new(DIR => tmpdir(), SUFFIX => '.psgi', UNLINK => 0);
+    print $file $code;
+    close $file;
+    return $file->filename;
+}
+
+sub wait_until {
+    my ($cond, $timeout) = @_;
+    my $end = Time::HiRes::time() + ($timeout // 10);
+    while (Time::HiRes::time() < $end) {
+        my $v = $cond->();
+        return $v if $v;
+        Time::HiRes::sleep(0.05);
+    }
+    return;
+}
+
+# spawn_server(app => $file_or_code, args => [...], unix => $path,
+#              env => {...}, stderr => $file, command => [...])
+# Starts bin/narwhal (or `command`) listening on a fresh port (and the unix
+# path when given) and returns a guard once it accepts connections.
+sub spawn_server {
+    my (%a) = @_;
+    my $app = $a{app} // "sub { [200, ['Content-Type' => 'text/plain'], ['ok']] }";
+    $app = write_app($app) unless $app =~ /\.psgi$/ && -f $app;
+    my $port = $a{port} // free_port();
+    my @listen = $a{no_listen} ? () : ('--listen', "127.0.0.1:$port");
+    push @listen, '--listen', $a{unix} if $a{unix};
+    my @cmd = $a{command}
+        ? @{ $a{command} }
+        : (perl_cmd(), "$ROOT/bin/narwhal", @listen, @{ $a{args} || [] }, $app);
+    my $stderr = $a{stderr} // File::Spec->catfile(tmpdir(), "server-$port.log");
+    my $pid = fork // die "fork: $!";
+    if (!$pid) {
+        $ENV{$_} = $a{env}{$_} for keys %{ $a{env} || {} };
+        open STDOUT, '>>', $stderr;
+        open STDERR, '>>', $stderr;
+        exec @cmd or POSIX::_exit(127);
+    }
+    my $guard = bless { pid => $pid, port => $port, unix => $a{unix}, owner => $$,
+                        log => $stderr }, 'NarwhalTest::Guard';
+    my $up = wait_until(sub {
+        return 0 if waitpid($pid, POSIX::WNOHANG()) == $pid && ($guard->{pid} = 0, 1);
+        my $s = $a{unix} && $a{no_listen}
+            ? IO::Socket::UNIX->new(Peer => $a{unix})
+            : IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port);
+        return $s ? 1 : 0;
+    }, SPAWN_TIMEOUT);
+    die "server did not start: " . $guard->log_text unless $up;
+    return $guard;
+}
+
+sub raw_connect {
+    my ($where) = @_;
+    return $where =~ m{/}
+        ? IO::Socket::UNIX->new(Peer => $where, Type => Socket::SOCK_STREAM())
+        : IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $where, Timeout => 5);
+}
+
+# Read until the peer closes or the timeout passes.
+sub read_until_close {
+    my ($sock, $timeout) = @_;
+    my $end = Time::HiRes::time() + ($timeout // 5);
+    my $data = '';
+    my $rin = '';
+    vec($rin, fileno($sock), 1) = 1;
+    while ((my $left = $end - Time::HiRes::time()) > 0) {
+        my $n = select(my $rout = $rin, undef, undef, $left);
+        last if $n <= 0;
+        my $got = sysread($sock, my $buf, 65536);
+        last unless $got;
+        $data .= $buf;
+    }
+    return $data;
+}
+
+# Send bytes on a new connection; read everything until close.
+sub raw_request {
+    my ($where, $bytes, $timeout) = @_;
+    my $s = raw_connect($where) or die "connect $where: $!";
+    syswrite($s, $bytes) if length $bytes;
+    return read_until_close($s, $timeout);
+}
+
+# Read exactly one response from a socket (Content-Length or chunked, or
+# until close). Returns a hashref or undef on timeout.
+sub read_response {
+    my ($sock, $timeout, $is_head) = @_;
+    my $end = Time::HiRes::time() + ($timeout // 5);
+    my $buf = ${ *$sock }{narwhal_buf} // '';
+    my $read = sub {
+        my $left = $end - Time::HiRes::time();
+        return 0 if $left <= 0;
+        my $rin = '';
+        vec($rin, fileno($sock), 1) = 1;
+        return 0 unless select(my $r = $rin, undef, undef, $left) > 0;
+        my $n = sysread($sock, my $chunk, 65536);
+        return 0 unless $n;
+        $buf .= $chunk;
+        return 1;
+    };
+    my $res;
+    while (1) {
+        $res = parse_response($buf, $is_head) and last;
+        $read->() or do { $res = parse_response($buf, $is_head, 1); last };
+    }
+    ${ *$sock }{narwhal_buf} = $res ? substr($buf, $res->{consumed}) : $buf;
+    return $res;
+}
+
+# Parse one response from the front of $buf. Returns undef when incomplete
+# (unless $at_eof: then a close-delimited body ends at the end).
+sub parse_response {
+    my ($buf, $is_head, $at_eof) = @_;
+    my $end = index($buf, "\r\n\r\n");
+    return undef if $end < 0;
+    my $head = substr($buf, 0, $end);
+    my ($status_line, @lines) = split /\r\n/, $head;
+    my ($proto, $status, $reason) = $status_line =~ m{^(HTTP/1\.\d) (\d{3})(?: (.*))?$}
+        or return undef;
+    my (%h, @order);
+    for (@lines) {
+        my ($k, $v) = /^([^:]+):\s*(.*)$/ or next;
+        push @order, [ $k, $v ];
+        $h{ lc $k } = exists $h{ lc $k } ? "$h{lc $k}, $v" : $v;
+    }
+    my $res = { protocol => $proto, status => $status, reason => $reason, headers => \%h,
+                header_list => \@order, head => $head };
+    my $pos = $end + 4;
+    if ($is_head || $status =~ /^(?:1\d\d|204|304)$/) {
+        $res->{body} = '';
+    } elsif (defined $h{'content-length'}) {
+        return undef if length($buf) - $pos < $h{'content-length'};
+        $res->{body} = substr($buf, $pos, $h{'content-length'});
+        $pos += $h{'content-length'};
+    } elsif (($h{'transfer-encoding'} // '') =~ /chunked/i) {
+        my $body = '';
+        while (1) {
+            my $le = index($buf, "\r\n", $pos);
+            return undef if $le < 0;
+            my $size = hex substr($buf, $pos, $le - $pos);
+            return undef if length($buf) < $le + 2 + $size + 2;
+            $body .= substr($buf, $le + 2, $size);
+            $pos = $le + 2 + $size + 2;
+            last if $size == 0;
+        }
+        $res->{body} = $body;
+    } else {
+        return undef unless $at_eof;
+        $res->{body} = substr($buf, $pos);
+        $pos = length $buf;
+    }
+    $res->{consumed} = $pos;
+    return $res;
+}
+
+package NarwhalTest::Guard;
+use POSIX ();
+use Time::HiRes ();
+
+sub pid  { $_[0]{pid} }
+sub port { $_[0]{port} }
+sub log_file { $_[0]{log} }
+sub log_text {
+    my $self = shift;
+    open(my $fh, '<', $self->{log}) or return '';
+    local $/;
+    return <$fh> // '';
+}
+
+# TERM, wait, KILL, reap. Only the process that spawned the server does it.
+sub stop {
+    my ($self, $sig) = @_;
+    my $pid = $self->{pid} or return;
+    return unless $self->{owner} == $$;
+    kill($sig // 'TERM', $pid);
+    my $end = Time::HiRes::time() + NarwhalTest::STOP_TIMEOUT();
+    while (Time::HiRes::time() < $end) {
+        if (waitpid($pid, POSIX::WNOHANG()) == $pid) {
+            $self->{status} = $?;
+            $self->{pid} = 0;
+            return $self->{status};
+        }
+        Time::HiRes::sleep(0.05);
+    }
+    kill KILL => $pid;
+    waitpid($pid, 0);
+    $self->{status} = $?;
+    $self->{pid} = 0;
+    return $self->{status};
+}
+
+sub DESTROY {
+    my $self = shift;
+    local ($?, $!, $@);
+    $self->stop if $self->{pid};
+}
+
+1;
