@@ -298,9 +298,11 @@ int nw_conn_read_body(nw_conn *c)
         return head_error(c, 413);
     if (c->framing.expect_continue)
         send_continue(c);
-    if (c->framing.body == NW_BODY_LENGTH)
-        return read_length_body(c);
-    return read_chunked_body(c);
+    int r = c->framing.body == NW_BODY_LENGTH ? read_length_body(c)
+                                              : read_chunked_body(c);
+    if (r == NW_REQ_READY && c->body_fd >= 0 && lseek(c->body_fd, 0, SEEK_SET) < 0)
+        return head_error(c, 500);
+    return r;
 }
 
 void nw_conn_finish_request(nw_conn *c)

@@ -21,6 +21,8 @@ our @EXPORT_OK = qw(free_port spawn_server write_app raw_connect raw_request
 use constant SPAWN_TIMEOUT => 15;    # seconds for a server to start listening
 use constant STOP_TIMEOUT  => 10;    # seconds after TERM before KILL
 
+$SIG{PIPE} = 'IGNORE';    # a server closing on us must fail a test, not kill it
+
 my $ROOT = Cwd::abs_path(File::Spec->catdir(__FILE__, '..', '..', '..'))
     or die "cannot find the distribution root\n";
 sub root { $ROOT }
