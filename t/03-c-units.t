@@ -58,9 +58,8 @@ my $exe = File::Spec->catfile($dir, 'test_http');
 my $errfile = File::Spec->catfile($dir, 'stderr');
 
 my @compile = (
-    $cc, qw(-std=gnu99 -g -O1 -Wall -Wextra -Werror
-            -fsanitize=address,undefined -fno-sanitize-recover=undefined
-            -fno-omit-frame-pointer),
+    $cc, qw(-std=gnu99 -g -O1 -Wall -Wextra -Werror),
+    '-fsanitize=address,undefined', '-fno-sanitize-recover=undefined', '-fno-omit-frame-pointer',
     "-I$root/src", "-I$root/t/c",
     "$root/t/c/test_http.c", "$root/src/nw_http.c",
     '-o', $exe,

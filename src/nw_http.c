@@ -1,0 +1,805 @@
+/* Narwhal's HTTP/1.x request parser: request head (RFC 9112 sections 2-5),
+ * body framing (RFC 9112 section 6), the chunked transfer coding (RFC 9112
+ * section 7.1) and percent-decoding. Written from the RFCs; see nw_http.h
+ * for the contract.
+ *
+ * Rules worth knowing, beyond the header:
+ *  - Empty lines (CRLF or LF) before the request line are skipped; they are
+ *    part of the returned length and count toward max_header_bytes.
+ *  - A lone LF ends a line anywhere a CRLF may; a CR not followed by LF is
+ *    always an error (400).
+ *  - max_request_line counts method SP target SP version, without the line
+ *    ending; max_header_bytes counts everything the returned length counts.
+ *  - On NW_PARSE_ERROR or NW_PARSE_INCOMPLETE the request fields other than
+ *    error_status/error_reason are unspecified.
+ *  - Absolute-form targets ("http://host/p?q"): path is "/p". When the
+ *    target has no path ("http://host", "http://host?q") path_len is 0 and
+ *    path points at the end of the authority. A target that is neither
+ *    origin-form nor absolute-form ("*", "host:443") is its own path (up to
+ *    the first '?').
+ *  - nw_http_framing reports "Content-Length: 0" as NW_BODY_LENGTH with
+ *    content_length 0 (so the caller can tell it was sent).
+ *  - Empty elements in the Transfer-Encoding and Connection lists are
+ *    ignored (RFC 9110 5.6.1). A 100-continue expectation in an HTTP/1.0
+ *    request is ignored (RFC 9110 10.1.1).
+ *  - Chunked: max_trailer_bytes counts the trailer field lines (their line
+ *    endings included, the final empty line not); 0 allows no trailer
+ *    fields at all.
+ */
+#include <string.h>
+#include <limits.h>
+#include "nw_http.h"
+
+/* ---------------------------------------------------------------- tables */
+
+#define NW_C_TCHAR  0x01    /* token character, RFC 9110 5.6.2 */
+#define NW_C_VCHAR  0x02    /* 0x21-0x7E: request-target */
+#define NW_C_PATH   0x04    /* VCHAR other than '?' */
+#define NW_C_VALUE  0x08    /* field-value byte: HTAB SP VCHAR obs-text */
+#define NW_C_OWS    0x10    /* SP HTAB */
+#define NW_C_SCHEME 0x20    /* ALPHA DIGIT "+" "-" ".", RFC 3986 3.1 */
+
+static const unsigned char nw_ctype[256] = {
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 0x00 */
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 0x10 */
+    0x18, 0x0f, 0x0e, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0e, 0x0e, 0x0f, 0x2f, 0x0e, 0x2f, 0x2f, 0x0e, /* 0x20 */
+    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x0e, 0x0e, 0x0e, 0x0e, 0x0e, 0x0a, /* 0x30 */
+    0x0e, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 0x40 */
+    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x0e, 0x0e, 0x0e, 0x0f, 0x0f, /* 0x50 */
+    0x0f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 0x60 */
+    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x0e, 0x0f, 0x0e, 0x0f, 0x00, /* 0x70 */
+    0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0x80 */
+    0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0x90 */
+    0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0xA0 */
+    0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0xB0 */
+    0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0xC0 */
+    0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0xD0 */
+    0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0xE0 */
+    0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0xF0 */
+};
+
+#define NW_NOT_HEX 0xff
+static const unsigned char nw_hexval[256] = {
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x00 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x10 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x20 */
+    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x30 */
+    0xff, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x40 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x50 */
+    0xff, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x60 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x70 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x80 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x90 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0xA0 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0xB0 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0xC0 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0xD0 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0xE0 */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0xF0 */
+};
+
+#define NW_IS(c, cls) (nw_ctype[(unsigned char)(c)] & (cls))
+
+static inline unsigned char nw_lower(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
+}
+
+/* Case-insensitive: does s[0..n) equal the lower-case literal lit[0..ln)? */
+static int nw_ieq(const char *s, size_t n, const char *lit, size_t ln)
+{
+    size_t i;
+    if (n != ln)
+        return 0;
+    for (i = 0; i < n; i++)
+        if (nw_lower((unsigned char)s[i]) != (unsigned char)lit[i])
+            return 0;
+    return 1;
+}
+
+/* First index in [i, end) whose byte is not of class cls (or end). */
+static inline size_t nw_span(const unsigned char *s, size_t i, size_t end,
+                             unsigned cls)
+{
+    while (end - i >= 4) {
+        if (!(nw_ctype[s[i]] & cls)) return i;
+        if (!(nw_ctype[s[i + 1]] & cls)) return i + 1;
+        if (!(nw_ctype[s[i + 2]] & cls)) return i + 2;
+        if (!(nw_ctype[s[i + 3]] & cls)) return i + 3;
+        i += 4;
+    }
+    while (i < end && (nw_ctype[s[i]] & cls))
+        i++;
+    return i;
+}
+
+int nw_header_is(const nw_header *h, const char *lower_name, size_t lower_len)
+{
+    return nw_ieq(h->name, h->name_len, lower_name, lower_len);
+}
+
+/* ----------------------------------------------------------- request head */
+
+typedef struct {
+    const unsigned char *s;
+    size_t len;         /* bytes given */
+    size_t end;         /* bytes we may look at: min(len, max_header_bytes) */
+    size_t rl_end;      /* request line: bytes we may look at */
+    int rl_capped;      /* rl_end is the max_request_line cap, not end */
+    nw_request *req;
+    const nw_parse_limits *lim;
+} nw_head_ctx;
+
+static int nw_fail(nw_request *req, int status, const char *why)
+{
+    req->error_status = status;
+    req->error_reason = why;
+    return NW_PARSE_ERROR;
+}
+
+/* Ran off the bytes we may look at: more input needed, or over a limit. */
+static int nw_ran_out(const nw_head_ctx *c)
+{
+    if (c->end < c->len || c->len >= c->lim->max_header_bytes)
+        return nw_fail(c->req, 431, "request head too large");
+    return NW_PARSE_INCOMPLETE;
+}
+
+/* Same, inside the request line. */
+static int nw_rl_ran_out(const nw_head_ctx *c)
+{
+    if (c->rl_capped)
+        return nw_fail(c->req, 414, "request line too long");
+    return nw_ran_out(c);
+}
+
+/* Line ending at s[*i]: CRLF or LF. Returns 0 and advances, 1 if it needs
+ * more bytes, -1 if the byte there is neither (or a CR without LF). */
+static inline int nw_eol(const nw_head_ctx *c, size_t *i)
+{
+    size_t k = *i;
+    if (c->s[k] == '\n') {
+        *i = k + 1;
+        return 0;
+    }
+    if (c->s[k] != '\r')
+        return -1;
+    if (k + 1 >= c->end)
+        return 1;
+    if (c->s[k + 1] != '\n')
+        return -1;
+    *i = k + 2;
+    return 0;
+}
+
+/* Skip empty lines before the request line (RFC 9112 2.2). */
+static int nw_skip_empty_lines(nw_head_ctx *c, size_t *i)
+{
+    for (;;) {
+        int r;
+        if (*i >= c->end)
+            return nw_ran_out(c);
+        if (c->s[*i] != '\r' && c->s[*i] != '\n')
+            return 0;
+        r = nw_eol(c, i);
+        if (r > 0)
+            return nw_ran_out(c);
+        if (r < 0)
+            return nw_fail(c->req, 400, "bare CR");
+    }
+}
+
+/* Absolute-form target: offset just past "scheme://", or 0. */
+static size_t nw_authority_start(const char *t, size_t n)
+{
+    size_t i = 0;
+    if (n == 0 || !((t[0] | 0x20) >= 'a' && (t[0] | 0x20) <= 'z'))
+        return 0;
+    while (i < n && NW_IS(t[i], NW_C_SCHEME))
+        i++;
+    if (n - i < 3 || t[i] != ':' || t[i + 1] != '/' || t[i + 2] != '/')
+        return 0;
+    return i + 3;
+}
+
+/* path/query from the target; q is the first '?' or NULL. */
+static void nw_split_target(nw_request *req, const char *t, size_t n,
+                            const char *q)
+{
+    size_t plen = q ? (size_t)(q - t) : n;
+    size_t a;
+
+    req->path = t;
+    req->path_len = plen;
+    req->query = q ? q + 1 : NULL;
+    req->query_len = q ? n - plen - 1 : 0;
+    if (plen == 0 || t[0] == '/')
+        return;
+    a = nw_authority_start(t, plen);
+    if (a == 0)
+        return;
+    while (a < plen && t[a] != '/')
+        a++;
+    req->path = t + a;
+    req->path_len = plen - a;
+}
+
+/* method SP: returns 0 with *i past the SP. */
+static int nw_parse_method(nw_head_ctx *c, size_t *i)
+{
+    size_t m = *i, cap = c->rl_end;
+    size_t k;
+
+    if (cap - m > NW_MAX_METHOD_LEN + 1)
+        cap = m + NW_MAX_METHOD_LEN + 1;
+    k = nw_span(c->s, m, cap, NW_C_TCHAR);
+    if (k - m > NW_MAX_METHOD_LEN)
+        return nw_fail(c->req, 400, "method too long");
+    if (k >= c->rl_end)
+        return nw_rl_ran_out(c);
+    if (c->s[k] != ' ' || k == m)
+        return nw_fail(c->req, 400, "bad method");
+    c->req->method = (const char *)c->s + m;
+    c->req->method_len = k - m;
+    *i = k + 1;
+    return 0;
+}
+
+/* request-target SP: returns 0 with *i past the SP. */
+static int nw_parse_target(nw_head_ctx *c, size_t *i)
+{
+    size_t t = *i, k;
+    const char *q = NULL;
+
+    k = nw_span(c->s, t, c->rl_end, NW_C_PATH);
+    if (k < c->rl_end && c->s[k] == '?') {
+        q = (const char *)c->s + k;
+        k = nw_span(c->s, k + 1, c->rl_end, NW_C_VCHAR);
+    }
+    if (k >= c->rl_end)
+        return nw_rl_ran_out(c);
+    if (c->s[k] != ' ' || k == t)
+        return nw_fail(c->req, 400, "bad request-target");
+    c->req->target = (const char *)c->s + t;
+    c->req->target_len = k - t;
+    nw_split_target(c->req, c->req->target, k - t, q);
+    *i = k + 1;
+    return 0;
+}
+
+/* HTTP-version and the line ending: "HTTP/" DIGIT "." DIGIT CRLF. */
+static int nw_parse_version(nw_head_ctx *c, size_t *i)
+{
+    static const char shape[] = "HTTP/0.0";
+    size_t v = *i, k;
+    int r;
+
+    for (k = 0; k < 8; k++) {
+        unsigned char b;
+        if (v + k >= c->rl_end)
+            return nw_rl_ran_out(c);
+        b = c->s[v + k];
+        if (shape[k] == '0' ? (b < '0' || b > '9') : b != (unsigned char)shape[k])
+            return nw_fail(c->req, 400, "bad HTTP version");
+    }
+    if (v + 8 >= c->rl_end)
+        return nw_rl_ran_out(c);
+    *i = v + 8;
+    r = nw_eol(c, i);
+    if (r > 0)
+        return nw_ran_out(c);
+    if (r < 0)
+        return nw_fail(c->req, 400, "bad request line ending");
+    if (c->s[v + 5] != '1' || c->s[v + 7] > '1')
+        return nw_fail(c->req, 505, "HTTP version not supported");
+    c->req->minor_version = c->s[v + 7] - '0';
+    return 0;
+}
+
+static int nw_parse_request_line(nw_head_ctx *c, size_t *i)
+{
+    int r;
+    size_t room = c->end - *i;
+
+    c->rl_capped = c->lim->max_request_line < room;
+    c->rl_end = c->rl_capped ? *i + c->lim->max_request_line + 1 : c->end;
+    if ((r = nw_parse_method(c, i)) != 0)
+        return r;
+    if ((r = nw_parse_target(c, i)) != 0)
+        return r;
+    return nw_parse_version(c, i);
+}
+
+/* One field line (RFC 9112 5), not the empty line. */
+static int nw_parse_field(nw_head_ctx *c, size_t *i, nw_header *h)
+{
+    size_t n = *i, colon, vs, ve, k;
+    int r;
+
+    colon = nw_span(c->s, n, c->end, NW_C_TCHAR);
+    if (colon >= c->end)
+        return nw_ran_out(c);
+    if (c->s[colon] != ':' || colon == n)
+        return nw_fail(c->req, 400, "bad header name");
+    vs = nw_span(c->s, colon + 1, c->end, NW_C_OWS);
+    k = nw_span(c->s, vs, c->end, NW_C_VALUE);
+    if (k >= c->end)
+        return nw_ran_out(c);
+    ve = k;
+    r = nw_eol(c, &k);
+    if (r > 0)
+        return nw_ran_out(c);
+    if (r < 0)
+        return nw_fail(c->req, 400, "bad byte in header value");
+    while (ve > vs && NW_IS(c->s[ve - 1], NW_C_OWS))
+        ve--;
+    h->name = (const char *)c->s + n;
+    h->name_len = colon - n;
+    h->value = (const char *)c->s + vs;
+    h->value_len = ve - vs;
+    *i = k;
+    return 0;
+}
+
+/* Field lines up to and including the empty line. */
+static int nw_parse_fields(nw_head_ctx *c, size_t *i, nw_header *headers)
+{
+    size_t nh = 0;
+    int r;
+
+    for (;;) {
+        unsigned char b;
+        if (*i >= c->end)
+            return nw_ran_out(c);
+        b = c->s[*i];
+        if (b == '\r' || b == '\n') {
+            r = nw_eol(c, i);
+            if (r > 0)
+                return nw_ran_out(c);
+            if (r < 0)
+                return nw_fail(c->req, 400, "bare CR");
+            c->req->num_headers = nh;
+            return 0;
+        }
+        if (b == ' ' || b == '\t')
+            return nw_fail(c->req, 400, "obsolete line folding");
+        if (nh >= c->lim->max_headers)
+            return nw_fail(c->req, 431, "too many header fields");
+        if ((r = nw_parse_field(c, i, &headers[nh])) != 0)
+            return r;
+        nh++;
+    }
+}
+
+int nw_http_parse_head(const char *buf, size_t len, nw_request *req,
+                       nw_header *headers, const nw_parse_limits *limits)
+{
+    nw_head_ctx c;
+    size_t i = 0;
+    int r;
+
+    req->headers = headers;
+    req->num_headers = 0;
+    req->error_status = 0;
+    req->error_reason = NULL;
+    c.s = (const unsigned char *)buf;
+    c.len = len;
+    c.end = len < limits->max_header_bytes ? len : limits->max_header_bytes;
+    if (c.end > (size_t)INT_MAX)
+        c.end = (size_t)INT_MAX;
+    c.rl_end = c.end;
+    c.rl_capped = 0;
+    c.req = req;
+    c.lim = limits;
+
+    if ((r = nw_skip_empty_lines(&c, &i)) != 0)
+        return r;
+    if ((r = nw_parse_request_line(&c, &i)) != 0)
+        return r;
+    if ((r = nw_parse_fields(&c, &i, headers)) != 0)
+        return r;
+    return (int)i;
+}
+
+/* ---------------------------------------------------------------- framing */
+
+static int nw_framing_fail(nw_framing *f, int status, const char *why)
+{
+    f->error_status = status;
+    f->error_reason = why;
+    return status;
+}
+
+/* Next non-empty element of a comma-separated list, OWS trimmed. */
+static int nw_list_next(const char **pp, const char *end,
+                        const char **el, size_t *el_len)
+{
+    const char *p = *pp, *e;
+
+    while (p < end && (*p == ',' || NW_IS(*p, NW_C_OWS)))
+        p++;
+    if (p == end) {
+        *pp = p;
+        return 0;
+    }
+    *el = p;
+    while (p < end && *p != ',')
+        p++;
+    e = p;
+    while (e > *el && NW_IS(e[-1], NW_C_OWS))
+        e--;
+    *el_len = (size_t)(e - *el);
+    *pp = p;
+    return 1;
+}
+
+/* Content-Length = 1*DIGIT, at most NW_MAX_CONTENT_LENGTH_DIGITS. */
+static int nw_parse_content_length(const char *v, size_t n, int64_t *out)
+{
+    int64_t x = 0;
+    size_t i;
+
+    if (n == 0 || n > NW_MAX_CONTENT_LENGTH_DIGITS)
+        return -1;
+    for (i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (v[i] - '0');
+    }
+    *out = x;
+    return 0;
+}
+
+typedef struct {
+    int hosts;              /* counted up to 2 */
+    int have_cl;
+    int64_t cl;
+    int have_te;
+    int te_codings;         /* list elements over all Transfer-Encoding lines */
+    int te_other;           /* some element is not "chunked" */
+    int conn_close;
+    int conn_keep_alive;
+    int expect_continue;
+    int expect_other;
+} nw_framing_scan;
+
+static void nw_scan_te(nw_framing_scan *s, const nw_header *h)
+{
+    const char *p = h->value, *end = h->value + h->value_len, *el;
+    size_t n;
+
+    s->have_te = 1;
+    while (nw_list_next(&p, end, &el, &n)) {
+        if (s->te_codings < 2)
+            s->te_codings++;
+        if (!nw_ieq(el, n, "chunked", 7))
+            s->te_other = 1;
+    }
+}
+
+static void nw_scan_connection(nw_framing_scan *s, const nw_header *h)
+{
+    const char *p = h->value, *end = h->value + h->value_len, *el;
+    size_t n;
+
+    while (nw_list_next(&p, end, &el, &n)) {
+        if (nw_ieq(el, n, "close", 5))
+            s->conn_close = 1;
+        else if (nw_ieq(el, n, "keep-alive", 10))
+            s->conn_keep_alive = 1;
+    }
+}
+
+static int nw_scan_content_length(nw_framing_scan *s, const nw_header *h)
+{
+    int64_t v;
+
+    if (nw_parse_content_length(h->value, h->value_len, &v) != 0)
+        return -1;
+    if (s->have_cl && v != s->cl)
+        return -1;
+    s->have_cl = 1;
+    s->cl = v;
+    return 0;
+}
+
+static void nw_scan_expect(nw_framing_scan *s, const nw_header *h)
+{
+    if (nw_ieq(h->value, h->value_len, "100-continue", 12))
+        s->expect_continue = 1;
+    else
+        s->expect_other = 1;
+}
+
+/* One header, dispatched on the name length; -1 on a bad Content-Length. */
+static int nw_scan_header(nw_framing_scan *s, const nw_header *h)
+{
+    switch (h->name_len) {
+    case 4:
+        if (nw_header_is(h, "host", 4) && s->hosts < 2)
+            s->hosts++;
+        break;
+    case 6:
+        if (nw_header_is(h, "expect", 6))
+            nw_scan_expect(s, h);
+        break;
+    case 10:
+        if (nw_header_is(h, "connection", 10))
+            nw_scan_connection(s, h);
+        break;
+    case 14:
+        if (nw_header_is(h, "content-length", 14))
+            return nw_scan_content_length(s, h);
+        break;
+    case 17:
+        if (nw_header_is(h, "transfer-encoding", 17))
+            nw_scan_te(s, h);
+        break;
+    }
+    return 0;
+}
+
+int nw_http_framing(const nw_request *req, nw_framing *f)
+{
+    nw_framing_scan s;
+    size_t i;
+    int http11 = req->minor_version == 1;
+
+    memset(&s, 0, sizeof s);
+    f->body = NW_BODY_NONE;
+    f->content_length = -1;
+    f->keep_alive = http11;
+    f->expect_continue = 0;
+    f->error_status = 0;
+    f->error_reason = NULL;
+
+    for (i = 0; i < req->num_headers; i++)
+        if (nw_scan_header(&s, &req->headers[i]) != 0)
+            return nw_framing_fail(f, 400, "bad Content-Length");
+    if (s.hosts > 1)
+        return nw_framing_fail(f, 400, "more than one Host");
+    if (http11 && s.hosts == 0)
+        return nw_framing_fail(f, 400, "missing Host");
+    if (s.have_te && !http11)
+        return nw_framing_fail(f, 400, "Transfer-Encoding in HTTP/1.0");
+    if (s.have_te && s.have_cl)
+        return nw_framing_fail(f, 400, "Content-Length with Transfer-Encoding");
+    if (s.have_te && (s.te_codings != 1 || s.te_other))
+        return nw_framing_fail(f, 501, "Transfer-Encoding other than chunked");
+    if (s.expect_other)
+        return nw_framing_fail(f, 417, "unsupported expectation");
+
+    if (s.have_te) {
+        f->body = NW_BODY_CHUNKED;
+    } else if (s.have_cl) {
+        f->body = NW_BODY_LENGTH;
+        f->content_length = s.cl;
+    }
+    f->keep_alive = !s.conn_close && (http11 || s.conn_keep_alive);
+    f->expect_continue = http11 && s.expect_continue;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- chunked */
+
+enum {
+    NW_CK_SIZE_FIRST = 0,   /* first hex digit of chunk-size */
+    NW_CK_SIZE,             /* more digits, BWS, ';', or the line ending */
+    NW_CK_SIZE_BWS,         /* whitespace after the size: ';' must follow */
+    NW_CK_EXT,              /* chunk extensions, up to the line ending */
+    NW_CK_SIZE_LF,          /* CR seen on the size line */
+    NW_CK_DATA,             /* chunk-data */
+    NW_CK_DATA_CR,          /* line ending after chunk-data */
+    NW_CK_DATA_LF,          /* CR seen after chunk-data */
+    NW_CK_TRAILER,          /* start of a trailer line (or of the final one) */
+    NW_CK_TRAILER_NAME,
+    NW_CK_TRAILER_VALUE,
+    NW_CK_TRAILER_LF,       /* CR seen at the end of a trailer field line */
+    NW_CK_FINAL_LF,         /* CR seen on the final empty line */
+    NW_CK_DONE,
+    NW_CK_FAILED,
+    NW_CK_FAILED_TOO_LARGE
+};
+
+#define NW_CK_MAX_SIZE_DIGITS 16    /* 16 hex digits fill a uint64_t */
+
+void nw_chunked_init(nw_chunked *d, uint64_t max_payload, size_t max_trailer_bytes)
+{
+    memset(d, 0, sizeof *d);
+    d->state = NW_CK_SIZE_FIRST;
+    d->max_payload = max_payload;
+    d->max_trailer_bytes = max_trailer_bytes;
+}
+
+/* The chunk-size line ended. */
+static int nw_chunk_size_done(nw_chunked *d)
+{
+    if (d->chunk_left == 0) {
+        d->state = NW_CK_TRAILER;
+        d->line_len = 0;            /* from now on: trailer bytes */
+        return 0;
+    }
+    if (d->max_payload && (d->payload > d->max_payload
+                           || d->chunk_left > d->max_payload - d->payload))
+        return NW_CHUNKED_TOO_LARGE;
+    d->state = NW_CK_DATA;
+    return 0;
+}
+
+/* One byte of a chunk-size line: size, BWS, extensions, line ending. */
+static int nw_chunk_size_byte(nw_chunked *d, unsigned char b)
+{
+    unsigned v = nw_hexval[b];
+
+    if (d->state == NW_CK_SIZE_LF)
+        return b == '\n' ? nw_chunk_size_done(d) : NW_CHUNKED_ERROR;
+    if (b != '\r' && b != '\n' && ++d->line_len > NW_MAX_CHUNK_LINE)
+        return NW_CHUNKED_ERROR;
+    switch (d->state) {
+    case NW_CK_SIZE_FIRST:
+        if (v == NW_NOT_HEX)
+            return NW_CHUNKED_ERROR;
+        d->chunk_left = v;
+        d->state = NW_CK_SIZE;
+        return 0;
+    case NW_CK_SIZE:            /* line_len counts the digits so far */
+        if (v != NW_NOT_HEX) {
+            if (d->line_len > NW_CK_MAX_SIZE_DIGITS)
+                return NW_CHUNKED_ERROR;
+            d->chunk_left = (d->chunk_left << 4) | v;
+            return 0;
+        }
+        if (b == ';') { d->state = NW_CK_EXT; return 0; }
+        if (b == ' ' || b == '\t') { d->state = NW_CK_SIZE_BWS; return 0; }
+        break;
+    case NW_CK_SIZE_BWS:
+        if (b == ';') { d->state = NW_CK_EXT; return 0; }
+        if (b == ' ' || b == '\t') return 0;
+        return NW_CHUNKED_ERROR;
+    case NW_CK_EXT:
+        if (NW_IS(b, NW_C_VALUE)) return 0;
+        break;
+    }
+    if (b == '\r') { d->state = NW_CK_SIZE_LF; return 0; }
+    if (b == '\n') return nw_chunk_size_done(d);
+    return NW_CHUNKED_ERROR;
+}
+
+/* One byte of the trailer section or of the final empty line. */
+static int nw_chunk_trailer_byte(nw_chunked *d, unsigned char b)
+{
+    if (d->state == NW_CK_FINAL_LF) {
+        if (b != '\n')
+            return NW_CHUNKED_ERROR;
+        d->state = NW_CK_DONE;
+        return 0;
+    }
+    if (d->state == NW_CK_TRAILER && (b == '\r' || b == '\n')) {
+        d->state = b == '\r' ? NW_CK_FINAL_LF : NW_CK_DONE;
+        return 0;
+    }
+    if (++d->line_len > d->max_trailer_bytes)
+        return NW_CHUNKED_ERROR;
+    switch (d->state) {
+    case NW_CK_TRAILER:         /* SP/HTAB here would be obs-fold */
+        if (!NW_IS(b, NW_C_TCHAR)) return NW_CHUNKED_ERROR;
+        d->state = NW_CK_TRAILER_NAME;
+        return 0;
+    case NW_CK_TRAILER_NAME:
+        if (b == ':') d->state = NW_CK_TRAILER_VALUE;
+        else if (!NW_IS(b, NW_C_TCHAR)) return NW_CHUNKED_ERROR;
+        return 0;
+    case NW_CK_TRAILER_VALUE:
+        if (b == '\r') d->state = NW_CK_TRAILER_LF;
+        else if (b == '\n') d->state = NW_CK_TRAILER;
+        else if (!NW_IS(b, NW_C_VALUE)) return NW_CHUNKED_ERROR;
+        return 0;
+    case NW_CK_TRAILER_LF:
+        if (b != '\n') return NW_CHUNKED_ERROR;
+        d->state = NW_CK_TRAILER;
+        return 0;
+    }
+    return NW_CHUNKED_ERROR;
+}
+
+/* The line ending after chunk-data: CRLF, or a lone LF. */
+static int nw_chunk_data_end(nw_chunked *d, unsigned char b)
+{
+    if (d->state == NW_CK_DATA_CR && b == '\r') {
+        d->state = NW_CK_DATA_LF;
+        return 0;
+    }
+    if (b != '\n')
+        return NW_CHUNKED_ERROR;
+    d->state = NW_CK_SIZE_FIRST;
+    d->line_len = 0;
+    return 0;
+}
+
+/* One framing byte (anything but chunk-data). */
+static int nw_chunk_byte(nw_chunked *d, unsigned char b)
+{
+    switch (d->state) {
+    case NW_CK_DATA_CR: case NW_CK_DATA_LF:
+        return nw_chunk_data_end(d, b);
+    case NW_CK_SIZE_FIRST: case NW_CK_SIZE: case NW_CK_SIZE_BWS:
+    case NW_CK_EXT: case NW_CK_SIZE_LF:
+        return nw_chunk_size_byte(d, b);
+    default:
+        return nw_chunk_trailer_byte(d, b);
+    }
+}
+
+/* Copy as much chunk-data as there is; returns the input bytes taken. */
+static size_t nw_chunk_data(nw_chunked *d, const char *in, size_t n, char *out)
+{
+    if (n > d->chunk_left)
+        n = (size_t)d->chunk_left;
+    if (out != in)
+        memmove(out, in, n);
+    d->chunk_left -= n;
+    d->payload += n;
+    if (d->chunk_left == 0)
+        d->state = NW_CK_DATA_CR;
+    return n;
+}
+
+long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
+                       char *out, size_t *out_len)
+{
+    size_t i = 0, o = 0;
+    int r = 0;
+
+    *out_len = 0;
+    if (d->state == NW_CK_FAILED)
+        return NW_CHUNKED_ERROR;
+    if (d->state == NW_CK_FAILED_TOO_LARGE)
+        return NW_CHUNKED_TOO_LARGE;
+    if (in_len > (size_t)LONG_MAX)
+        in_len = (size_t)LONG_MAX;
+    while (i < in_len && d->state != NW_CK_DONE) {
+        if (d->state == NW_CK_DATA) {
+            size_t n = nw_chunk_data(d, in + i, in_len - i, out + o);
+            i += n;
+            o += n;
+            continue;
+        }
+        if (++d->overhead > d->payload + NW_CHUNK_OVERHEAD_ALLOWANCE) {
+            r = NW_CHUNKED_ERROR;
+            break;
+        }
+        if ((r = nw_chunk_byte(d, (unsigned char)in[i++])) != 0)
+            break;
+    }
+    *out_len = o;
+    if (r != 0) {
+        d->state = r == NW_CHUNKED_TOO_LARGE ? NW_CK_FAILED_TOO_LARGE
+                                             : NW_CK_FAILED;
+        return r;
+    }
+    d->done = d->state == NW_CK_DONE;
+    return (long)i;
+}
+
+/* ------------------------------------------------------- percent-decoding */
+
+size_t nw_percent_decode(const char *in, size_t len, char *out)
+{
+    size_t i = 0, o = 0;
+
+    while (i < len) {
+        unsigned char c = (unsigned char)in[i];
+        if (c == '%' && len - i >= 3) {
+            unsigned hi = nw_hexval[(unsigned char)in[i + 1]];
+            unsigned lo = nw_hexval[(unsigned char)in[i + 2]];
+            if (hi != NW_NOT_HEX && lo != NW_NOT_HEX) {
+                out[o++] = (char)(hi << 4 | lo);
+                i += 3;
+                continue;
+            }
+        }
+        out[o++] = (char)c;
+        i++;
+    }
+    return o;
+}
