@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "src/nw_conn.h"
+#include "src/nw_frame.h"
 
 #define MAX_LISTENERS 64
 #define SMALL_PIECES  16   /* body pieces handled without a heap array */
@@ -32,8 +33,13 @@ typedef struct {
     int count;
     int next;
     int epfd;
+    int channel;        /* to the connection manager; -1 without one */
+    int ready_sent;     /* READY sent since the last SERVE */
+    char *frame_data;   /* NW_FRAME_MAX_DATA bytes for incoming frames */
     nw_conn_config cfg;
 } nw_xs_acceptor;
+
+#define CHANNEL_EVENT MAX_LISTENERS   /* epoll data for the manager channel */
 
 typedef struct {
     nw_conn *c;
@@ -111,14 +117,16 @@ static void peer_to_sv(pTHX_ nw_xs_conn *xc, const struct sockaddr_storage *ss,
     xc->remote_port = newSViv(port);
 }
 
-static nw_xs_conn *conn_wrap(pTHX_ nw_xs_acceptor *a, nw_listener *l, int fd,
+static nw_xs_conn *conn_wrap(pTHX_ nw_xs_acceptor *a, int index, int fd,
                              const struct sockaddr_storage *peer, unsigned plen)
 {
+    nw_listener *l = &a->listeners[index];
     nw_conn *c = nw_conn_new(fd, l->is_tcp, &a->cfg);
     if (!c) {
         close(fd);
         return NULL;
     }
+    c->listener = index;
     nw_xs_conn *xc;
     Newxz(xc, 1, nw_xs_conn);
     xc->c = c;
@@ -138,10 +146,67 @@ static nw_xs_conn *accept_ready(pTHX_ nw_xs_acceptor *a)
         int fd = nw_io_accept(l->fd, l->is_tcp, (struct sockaddr *)&peer, &plen);
         if (fd >= 0) {
             a->next = idx + 1;
-            return conn_wrap(aTHX_ a, l, fd, &peer, plen);
+            return conn_wrap(aTHX_ a, idx, fd, &peer, plen);
         }
     }
     return NULL;
+}
+
+/* A connection the manager hands over (SERVE): the bytes it read become
+ * the start of our buffer, its request count carries on. */
+static nw_xs_conn *conn_from_frame(pTHX_ nw_xs_acceptor *a, const nw_frame *f, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    if (f->type != NW_FRAME_SERVE || f->listener >= a->count) {
+        close(fd);
+        return NULL;
+    }
+    if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
+        plen = 0;
+    nw_io_set_nonblocking(fd);
+    nw_xs_conn *xc = conn_wrap(aTHX_ a, f->listener, fd, &peer, plen);
+    if (!xc)
+        return NULL;
+    if (nw_buf_append(&xc->c->in, a->frame_data, f->data_len) < 0) {
+        xc->c->fd = -1;
+        close(fd);
+    }
+    xc->c->requests = f->requests;
+    return xc;
+}
+
+static nw_xs_conn *take_served(pTHX_ nw_xs_acceptor *a)
+{
+    while (a->channel >= 0) {
+        nw_frame f;
+        int fd;
+        int r = nw_frame_recv(a->channel, &f, a->frame_data, NW_FRAME_MAX_DATA, &fd);
+        if (r == 0) {            /* the master is gone: no more hand-offs */
+            close(a->channel);
+            a->channel = -1;
+            return NULL;
+        }
+        if (r < 0)
+            return NULL;         /* nothing waiting (or a bad frame, dropped) */
+        if (fd < 0)
+            continue;
+        a->ready_sent = 0;
+        nw_xs_conn *xc = conn_from_frame(aTHX_ a, &f, fd);
+        if (xc)
+            return xc;
+    }
+    return NULL;
+}
+
+static void announce_ready(nw_xs_acceptor *a)
+{
+    nw_frame f;
+    if (a->channel < 0 || a->ready_sent)
+        return;
+    nw_frame_init(&f, NW_FRAME_READY);
+    if (nw_frame_send(a->channel, &f, NULL, -1) == 0)
+        a->ready_sent = 1;
 }
 
 /* "Content-Type" -> CONTENT_TYPE, others -> HTTP_UPPER_NAME. */
@@ -327,14 +392,15 @@ MODULE = Narwhal    PACKAGE = Narwhal::Acceptor
 PROTOTYPES: DISABLE
 
 nw_xs_acceptor *
-new(class, listeners, config)
+new(class, listeners, config, channel = -1)
     const char *class
     AV *listeners
     HV *config
+    int channel
   CODE:
     PERL_UNUSED_VAR(class);
     SSize_t n = av_len(listeners) + 1;
-    if (n < 1 || n > MAX_LISTENERS)
+    if (n < 1 || n > MAX_LISTENERS - 1)
         croak("Narwhal::Acceptor needs 1 to %d listeners", MAX_LISTENERS);
     Newxz(RETVAL, 1, nw_xs_acceptor);
     config_from_hash(aTHX_ config, &RETVAL->cfg);
@@ -361,19 +427,32 @@ new(class, listeners, config)
             croak("epoll_ctl: %s", strerror(errno));
         RETVAL->count++;
     }
+    RETVAL->channel = channel;
+    if (channel >= 0) {
+        Newx(RETVAL->frame_data, NW_FRAME_MAX_DATA, char);
+        nw_io_set_nonblocking(channel);
+        struct epoll_event ev = { .events = EPOLLIN, .data.u32 = CHANNEL_EVENT };
+        if (epoll_ctl(RETVAL->epfd, EPOLL_CTL_ADD, channel, &ev) < 0)
+            croak("epoll_ctl: %s", strerror(errno));
+    }
   OUTPUT:
     RETVAL
 
 SV *
-accept(self, timeout)
+accept(self, timeout, announce = 1)
     nw_xs_acceptor *self
     double timeout
+    int announce
   CODE:
-    nw_xs_conn *xc = accept_ready(aTHX_ self);
-    if (!xc) {
-        struct epoll_event ev[MAX_LISTENERS];
-        int n = epoll_wait(self->epfd, ev, self->count, (int)(timeout * 1000));
-        if (n > 0)
+    nw_xs_conn *xc = take_served(aTHX_ self);
+    if (!xc)
+        xc = accept_ready(aTHX_ self);
+    if (!xc && timeout > 0) {
+        struct epoll_event ev[MAX_LISTENERS + 1];
+        if (announce)
+            announce_ready(self);
+        int n = epoll_wait(self->epfd, ev, self->count + 1, (int)(timeout * 1000));
+        if (n > 0 && !(xc = take_served(aTHX_ self)))
             xc = accept_ready(aTHX_ self);
     }
     RETVAL = &PL_sv_undef;
@@ -384,6 +463,45 @@ accept(self, timeout)
   OUTPUT:
     RETVAL
 
+int
+handoff(self, conn)
+    nw_xs_acceptor *self
+    nw_xs_conn *conn
+  CODE:
+    RETVAL = self->channel >= 0 && nw_conn_handoff(conn->c, self->channel) == 0;
+  OUTPUT:
+    RETVAL
+
+SV *
+served(self)
+    nw_xs_acceptor *self
+  CODE:
+    nw_xs_conn *xc = take_served(aTHX_ self);
+    RETVAL = &PL_sv_undef;
+    if (xc) {
+        RETVAL = newSV(0);
+        sv_setref_pv(RETVAL, "Narwhal::Conn", (void *)xc);
+    }
+  OUTPUT:
+    RETVAL
+
+int
+has_manager(self)
+    nw_xs_acceptor *self
+  CODE:
+    RETVAL = self->channel >= 0;
+  OUTPUT:
+    RETVAL
+
+int
+others_waiting(self)
+    nw_xs_acceptor *self
+  CODE:
+    struct epoll_event ev[MAX_LISTENERS + 1];
+    RETVAL = epoll_wait(self->epfd, ev, self->count + 1, 0) > 0;
+  OUTPUT:
+    RETVAL
+
 void
 DESTROY(self)
     nw_xs_acceptor *self
@@ -391,17 +509,19 @@ DESTROY(self)
     for (int i = 0; i < self->count; i++)
         SvREFCNT_dec((SV *)self->listeners[i].env_template);
     close(self->epfd);
+    Safefree(self->frame_data);
     Safefree(self);
 
 MODULE = Narwhal    PACKAGE = Narwhal::Conn
 
 SV *
-read_request(self, tick)
+read_request(self, tick, tick_partial = 0)
     nw_xs_conn *self
     double tick
+    int tick_partial
   CODE:
     nw_conn *c = self->c;
-    int r = c->fd < 0 ? NW_REQ_CLOSED : nw_conn_read_head(c, tick);
+    int r = c->fd < 0 ? NW_REQ_CLOSED : nw_conn_read_head(c, tick, tick_partial);
     if (r == NW_REQ_READY) {
         HV *env = build_env(aTHX_ self);
         r = nw_conn_read_body(c);
@@ -595,6 +715,51 @@ DESTROY(self)
     SvREFCNT_dec(self->remote_addr);
     SvREFCNT_dec(self->remote_port);
     Safefree(self);
+
+MODULE = Narwhal    PACKAGE = Narwhal::Channel
+
+int
+send_worker(control, channel, pid)
+    int control
+    int channel
+    int pid
+  CODE:
+    nw_frame f;
+    nw_frame_init(&f, NW_FRAME_WORKER);
+    f.requests = (uint32_t)pid;
+    RETVAL = nw_frame_send(control, &f, NULL, channel) == 0;
+  OUTPUT:
+    RETVAL
+
+SV *
+recv_stats(control)
+    int control
+  CODE:
+    nw_frame f;
+    nw_manager_stats st;
+    int fd, got = 0;
+    while (nw_frame_recv(control, &f, &st, sizeof st, &fd) == 1) {
+        if (fd >= 0)
+            close(fd);
+        if (f.type == NW_FRAME_STATS && f.data_len == sizeof st)
+            got = 1;
+    }
+    RETVAL = &PL_sv_undef;
+    if (got) {
+        HV *hv = newHV();
+        (void)hv_stores(hv, "idle", newSVuv(st.idle));
+        (void)hv_stores(hv, "queued", newSVuv(st.queued));
+        (void)hv_stores(hv, "handed_off", newSVuv(st.handed_off));
+        (void)hv_stores(hv, "received", newSVuv(st.received));
+        (void)hv_stores(hv, "closed_timeout", newSVuv(st.closed_timeout));
+        (void)hv_stores(hv, "closed_full", newSVuv(st.closed_full));
+        (void)hv_stores(hv, "closed_peer", newSVuv(st.closed_peer));
+        (void)hv_stores(hv, "workers", newSVuv(st.workers));
+        (void)hv_stores(hv, "free_workers", newSVuv(st.free_workers));
+        RETVAL = newRV_noinc((SV *)hv);
+    }
+  OUTPUT:
+    RETVAL
 
 MODULE = Narwhal    PACKAGE = Narwhal
 

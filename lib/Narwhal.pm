@@ -16,6 +16,17 @@ sub open_error_log {
     STDERR->autoflush(1);
 }
 
+# The connection manager program, built next to the XS module.
+sub manager_path {
+    return $ENV{NARWHAL_MANAGER} if $ENV{NARWHAL_MANAGER};
+    for my $dir (@INC) {
+        next if ref $dir;
+        my $bin = "$dir/auto/Narwhal/narwhal-manager";
+        return $bin if -x $bin;
+    }
+    return;
+}
+
 sub reopen_error_log {
     my ($o) = @_;
     my $file = $o->{error_log} or return;

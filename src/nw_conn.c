@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #endif
 #include "nw_conn.h"
+#include "nw_frame.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -111,7 +112,7 @@ static int parse_ready_head(nw_conn *c)
     return NW_REQ_READY;
 }
 
-int nw_conn_read_head(nw_conn *c, double tick_s)
+int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial)
 {
     for (;;) {
         if (c->in.len > 0) {
@@ -131,7 +132,7 @@ int nw_conn_read_head(nw_conn *c, double tick_s)
         int waiting_first_byte = c->in.len == 0;
         nw_msec deadline = waiting_first_byte ? c->idle_deadline : c->head_deadline;
         nw_msec tick = nw_deadline_in(tick_s);
-        int ticked = waiting_first_byte && tick < deadline;
+        int ticked = (waiting_first_byte || tick_partial) && tick < deadline;
         if (ticked)
             deadline = tick;
         if (nw_buf_reserve(&c->in, NW_READ_CHUNK) < 0)
@@ -143,7 +144,7 @@ int nw_conn_read_head(nw_conn *c, double tick_s)
             continue;
         }
         if (n == NW_IO_INTERRUPTED) {
-            if (waiting_first_byte)
+            if (waiting_first_byte || tick_partial)
                 return NW_REQ_AGAIN;
             continue;
         }
@@ -499,4 +500,29 @@ int nw_conn_end_body(nw_conn *c)
     if (c->broken)
         c->keep_alive = 0;
     return c->keep_alive;
+}
+
+int nw_conn_handoff(nw_conn *c, int channel)
+{
+    nw_frame f;
+    nw_msec now = nw_now_ms();
+    if (c->fd < 0 || c->in.len > NW_FRAME_MAX_DATA)
+        return -1;
+    nw_frame_init(&f, NW_FRAME_HANDOFF);
+    f.listener = (uint16_t)c->listener;
+    f.requests = c->requests;
+    if (c->in.len > 0) {
+        if (c->head_deadline == 0)
+            c->head_deadline = nw_deadline_in(c->cfg.read_timeout);
+        f.flags = NW_FRAME_F_HEAD_STARTED;
+        f.deadline_ms = (int32_t)(c->head_deadline > now ? c->head_deadline - now : 0);
+    } else {
+        f.deadline_ms = (int32_t)(c->idle_deadline > now ? c->idle_deadline - now : 0);
+    }
+    f.data_len = (uint32_t)c->in.len;
+    if (nw_frame_send(channel, &f, c->in.data, c->fd) < 0)
+        return -1;
+    close(c->fd);
+    c->fd = -1;
+    return 0;
 }

@@ -31,6 +31,7 @@ typedef struct {
 typedef struct {
     int fd;
     int is_tcp;
+    int listener;               /* index of the listener it came through */
     nw_conn_config cfg;
 
     nw_buf in;                  /* bytes read and not yet consumed */
@@ -65,8 +66,14 @@ nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg);
 void nw_conn_destroy(nw_conn *c);
 
 /* Read and parse the next request head. tick_s bounds the wait while no
- * byte of it has arrived (NW_REQ_AGAIN after it). */
-int nw_conn_read_head(nw_conn *c, double tick_s);
+ * byte of it has arrived (NW_REQ_AGAIN after it); with tick_partial, also
+ * while part of it has. The deadlines hold either way. */
+int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial);
+
+/* Send the connection, its request count, its deadline and the bytes read
+ * past the last request to the manager in one HANDOFF frame, then close our
+ * copy. Returns 0, or -1 (nothing sent; the connection is still ours). */
+int nw_conn_handoff(nw_conn *c, int channel);
 
 /* Read the whole body (answering 100-continue first when asked). */
 int nw_conn_read_body(nw_conn *c);

@@ -3,6 +3,8 @@ use strict;
 use warnings;
 use POSIX ();
 use Time::HiRes ();
+use Socket qw(AF_UNIX SOCK_SEQPACKET);
+use Fcntl qw(F_GETFD F_SETFD);
 use Narwhal ();
 use Narwhal::Listener ();
 use Narwhal::Worker ();
@@ -34,6 +36,7 @@ sub run {
     Narwhal::open_error_log($o);
     $self->{ids} = _user_ids($o);
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o) ];
+    $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
     $self->_prepare_app;
     $self->_write_pid;
     $self->_signals;
@@ -42,6 +45,83 @@ sub run {
     $self->_manage;
     $self->_cleanup;
     return 0;
+}
+
+sub _wants_manager {
+    my ($o) = @_;
+    return $o->{manager} && !$o->{disable_keepalive} && $o->{max_keepalive_reqs} > 1;
+}
+
+# The connection manager is a C program, exec'd so that it holds nothing of
+# Perl or the app. Its end of the control channel is its fd 3.
+sub _start_manager {
+    my $self = shift;
+    my $o = $self->{options};
+    my $bin = Narwhal::manager_path()
+        or die "cannot find the narwhal-manager program (run make), or use --no-manager\n";
+    socketpair(my $ours, my $theirs, AF_UNIX, SOCK_SEQPACKET, 0)
+        or die "socketpair: $!\n";
+    my @args = ('--keepalive-timeout' => $o->{keepalive_timeout},
+                '--read-timeout' => $o->{read_timeout},
+                '--max-connections' => $o->{max_connections},
+                '--max-header-bytes' => $o->{max_header_bytes},
+                '--max-request-line' => $o->{max_request_line});
+    my $pid = fork // die "fork: $!\n";
+    if (!$pid) {
+        close $ours;
+        POSIX::close($_->{fd}) for grep { $_->{fd} != fileno($theirs) } @{ $self->{listeners} };
+        POSIX::dup2(fileno($theirs), 3) if fileno($theirs) != 3;
+        fcntl($theirs, F_SETFD, 0) if fileno($theirs) == 3;
+        { no warnings 'exec'; exec { $bin } 'narwhal manager', @args; }
+        print STDERR "narwhal: cannot run $bin: $!\n";
+        POSIX::_exit(127);
+    }
+    close $theirs;
+    $self->{manager} = { pid => $pid, control => $ours, started => Time::HiRes::time() };
+    for my $wpid (keys %{ $self->{workers} }) {
+        my $ch = $self->{workers}{$wpid}{channel} or next;
+        Narwhal::Channel::send_worker(fileno($ours), fileno($ch), $wpid);
+    }
+}
+
+sub _manager_gone {
+    my ($self, $status) = @_;
+    my $m = delete $self->{manager};
+    close $m->{control};
+    return if $self->{stop_deadline};
+    my $how = $status & 127 ? "was killed by signal " . ($status & 127)
+                            : "exited with status " . ($status >> 8);
+    print STDERR "narwhal: connection manager $m->{pid} $how; starting a new one\n";
+    my $quick = Time::HiRes::time() - $m->{started} < QUICK_DEATH;
+    $self->{manager_failures} = $quick ? ($self->{manager_failures} || 0) + 1 : 0;
+    $self->{manager_restart_at} = Time::HiRes::time()
+        + ($quick ? _backoff($self->{manager_failures} - 1) : 0);
+}
+
+sub _backoff {
+    my ($n) = @_;
+    my $delay = BACKOFF_FIRST * 2 ** $n;
+    return $delay > BACKOFF_MAX ? BACKOFF_MAX : $delay;
+}
+
+sub _tend_manager {
+    my $self = shift;
+    if (my $m = $self->{manager}) {
+        my $st = Narwhal::Channel::recv_stats(fileno $m->{control});
+        $self->{manager_stats} = $st if $st;
+        return;
+    }
+    my $at = $self->{manager_restart_at} or return;
+    return if Time::HiRes::time() < $at;
+    delete $self->{manager_restart_at};
+    eval { $self->_start_manager; 1 } or print STDERR "narwhal: $@";
+    $self->{manager_restart_at} = Time::HiRes::time() + BACKOFF_MAX unless $self->{manager};
+}
+
+sub _log_stats {
+    my $self = shift;
+    my $st = $self->{manager_stats} or return print STDERR "narwhal: no manager counts yet\n";
+    print STDERR "narwhal: manager " . join(' ', map { "$_=$st->{$_}" } sort keys %$st) . "\n";
 }
 
 sub _user_ids {
@@ -115,6 +195,7 @@ sub _signals {
     $SIG{TTIN} = sub { $p->{ttin}++ };
     $SIG{TTOU} = sub { $p->{ttou}++ };
     $SIG{USR1} = sub { $p->{usr1}++ };
+    $SIG{USR2} = sub { $p->{usr2}++ };
     $SIG{CHLD} = sub { };    # only to wake the manage loop
     $SIG{PIPE} = 'IGNORE';
 }
@@ -137,8 +218,9 @@ sub _manage {
     while (1) {
         $self->_reap;
         $self->_handle_signals;
+        $self->_tend_manager;
         if ($self->{stop_deadline}) {
-            last unless %{ $self->{workers} };
+            last unless %{ $self->{workers} } || $self->{manager};
             $self->_kill_all('KILL') if Time::HiRes::time() >= $self->{stop_deadline};
         } else {
             $self->_spawn_missing;
@@ -169,6 +251,7 @@ sub _handle_signals {
     if (my $n = delete $p->{ttou}) {
         $self->_shrink($n);
     }
+    $self->_log_stats if delete $p->{usr2};
     if (delete $p->{usr1}) {
         Narwhal::reopen_error_log($self->{options});
         kill USR1 => keys %{ $self->{workers} };
@@ -184,7 +267,7 @@ sub _begin_stop {
 
 sub _kill_all {
     my ($self, $sig) = @_;
-    kill $sig => keys %{ $self->{workers} };
+    kill $sig => keys %{ $self->{workers} }, ($self->{manager} ? $self->{manager}{pid} : ());
 }
 
 # HUP: a new generation of workers, then the old one finishes and leaves.
@@ -229,26 +312,49 @@ sub _spawn_missing {
     $self->{started_all} = 1;
 }
 
+# The master's signals are blocked across fork: a TERM sent to a new worker
+# before it has its own handlers must not run the master's handler (which
+# would only set a flag in the child's copy of the master, and the worker
+# would never stop). The child resets them to the default, then unblocks.
+my @FORK_BLOCKED = qw(TERM INT QUIT HUP TTIN TTOU USR1);
+
 sub _spawn {
     my $self = shift;
+    my ($manager_end, $worker_end);
+    if ($self->{manager}) {
+        socketpair($manager_end, $worker_end, AF_UNIX, SOCK_SEQPACKET, 0)
+            or do { print STDERR "narwhal: socketpair: $!\n"; return };
+    }
+    my $block = POSIX::SigSet->new(map { POSIX->can("SIG$_")->() } @FORK_BLOCKED);
+    my $saved = POSIX::SigSet->new;
+    POSIX::sigprocmask(POSIX::SIG_BLOCK(), $block, $saved);
     my $pid = fork;
     if (!defined $pid) {
+        POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         print STDERR "narwhal: fork failed: $!\n";
         $self->{next_spawn} = Time::HiRes::time() + 1;
         return;
     }
     if ($pid) {
+        close $worker_end if $worker_end;
         $self->{workers}{$pid} = { generation => $self->{generation},
-                                   started => Time::HiRes::time() };
+                                   started => Time::HiRes::time(), channel => $manager_end };
+        Narwhal::Channel::send_worker(fileno($self->{manager}{control}), fileno($manager_end), $pid)
+            if $manager_end;
+        POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         return;
     }
-    $self->_become_worker;
+    close $manager_end if $manager_end;
+    $self->_become_worker($saved, $worker_end);
 }
 
 sub _become_worker {
-    my $self = shift;
+    my ($self, $saved_mask, $channel) = @_;
     $0 = "narwhal worker";
-    $SIG{$_} = 'DEFAULT' for qw(HUP TTIN TTOU USR1 CHLD);
+    $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED, 'USR2', 'CHLD';
+    POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved_mask) if $saved_mask;
+    close $_->{channel} for grep { $_->{channel} } values %{ $self->{workers} };
+    close $self->{manager}{control} if $self->{manager};
     eval {
         _drop_privileges($self->{ids});
         Narwhal::Worker->new(
@@ -256,6 +362,8 @@ sub _become_worker {
             listeners => $self->{listeners},
             app       => $self->{app},
             load_app  => $self->{load_app},
+            channel   => $channel ? fileno($channel) : -1,
+            channel_handle => $channel,
         )->run;
         1;
     } or print STDERR "narwhal: worker $$: $@";
@@ -277,7 +385,12 @@ sub _reap {
     my $self = shift;
     while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) {
         my $status = $?;
+        if ($self->{manager} && $pid == $self->{manager}{pid}) {
+            $self->_manager_gone($status);
+            next;
+        }
         my $w = delete $self->{workers}{$pid} or next;
+        close $w->{channel} if $w->{channel};
         $self->_worker_gone($pid, $w, $status);
     }
 }
@@ -292,9 +405,7 @@ sub _worker_gone {
         print STDERR "narwhal: worker $pid $how\n";
     }
     if ($status != 0 && $lived < QUICK_DEATH) {
-        my $delay = BACKOFF_FIRST * 2 ** $self->{failures}++;
-        $delay = BACKOFF_MAX if $delay > BACKOFF_MAX;
-        $self->{next_spawn} = Time::HiRes::time() + $delay;
+        $self->{next_spawn} = Time::HiRes::time() + _backoff($self->{failures}++);
     } elsif ($status == 0 || $lived >= QUICK_DEATH) {
         $self->{failures} = 0;
     }

@@ -24,6 +24,10 @@ use constant DEFAULTS => {
     max_request_line   => 8192,
     max_header_bytes   => 65536,
     max_headers        => 100,
+    manager            => 1,
+    max_connections    => 10000,
+    keepalive_wait     => 0.001,
+    worker_quantum     => 8,
 };
 
 # name => [ Getopt::Long type and aliases, validation kind ]
@@ -55,6 +59,10 @@ use constant SPEC => {
     max_request_line   => [ 'max-request-line=s',            'size' ],
     max_header_bytes   => [ 'max-header-bytes=s',            'size' ],
     max_headers        => [ 'max-headers=s',                 'count' ],
+    manager            => [ 'manager!',                      'bool' ],
+    max_connections    => [ 'max-connections=s',             'count' ],
+    keepalive_wait     => [ 'keepalive-wait=s',              'seconds' ],
+    worker_quantum     => [ 'worker-quantum=s',              'count' ],
 };
 
 use constant ALIASES => {
@@ -141,6 +149,9 @@ sub _check_relations {
     die "--max-headers must be between 1 and 1024\n"
         if $o->{max_headers} < 1 || $o->{max_headers} > 1024;
     die "--max-request-line must be at least 64\n" if $o->{max_request_line} < 64;
+    die "--max-header-bytes must be at most 131072\n" if $o->{max_header_bytes} > 131072;
+    die "--max-connections must be at least 1\n" if $o->{max_connections} < 1;
+    die "--worker-quantum must be at least 1\n" if $o->{worker_quantum} < 1;
     die "--max-header-bytes must be at least --max-request-line\n"
         if $o->{max_header_bytes} < $o->{max_request_line};
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"

@@ -35,19 +35,24 @@ sub run {
     my $self = shift;
     $self->_signals;
     $self->_load_app unless $self->{app};
-    $self->{acceptor} = Narwhal::Acceptor->new(
+    my $acceptor = $self->{acceptor} = Narwhal::Acceptor->new(
         [ map { { %$_, env => $self->_env_template($_) } } @{ $self->{listeners} } ],
-        $self->{options},
+        $self->{options}, $self->{channel} // -1,
     );
+    $self->{managed} = $acceptor->has_manager && $self->{keepalive};
     my $master = getppid();
     while (!$self->{stopping}) {
-        my $conn = $self->{acceptor}->accept(WAIT_TICK);
+        my $conn = $acceptor->accept(WAIT_TICK);
         if (!$conn) {
             $self->{stopping} = 1 if getppid() != $master;   # orphaned: leave
             next;
         }
         $self->serve_connection($conn);
         $self->{stopping} = 1 if $self->{limit} && $self->{served} >= $self->{limit};
+    }
+    # Requests the manager already handed us are in flight: serve them.
+    while (my $conn = $acceptor->served) {
+        $self->serve_connection($conn);
     }
     $self->_exit(0);
 }
@@ -101,14 +106,25 @@ sub _env_template {
 }
 
 # Serve requests on one connection until it closes or may not be reused.
+# With a manager, a connection whose next request does not arrive within
+# --keepalive-wait goes to it, and after --worker-quantum requests the worker
+# yields when other connections are waiting.
 sub serve_connection {
     my ($self, $conn) = @_;
     my $io;
     local $self->{conn} = $conn;
+    my $acceptor = $self->{acceptor};
+    my $managed = $self->{managed};
+    my $wait = $managed ? $self->{options}{keepalive_wait} : WAIT_TICK;
+    my $quantum = $self->{options}{worker_quantum};
+    my $turn = 0;
     while (1) {
-        my $env = $conn->read_request(WAIT_TICK);
+        my $env = $conn->read_request($wait, $managed);
         if (!ref $env) {
-            next if $env == 0 && !$self->{stopping};    # idle tick: keep waiting
+            if ($env == 0) {    # nothing (more) arrived in time
+                return if $managed && $acceptor->handoff($conn);
+                next unless $self->{stopping};
+            }
             return;
         }
         $io ||= _io_handle($conn);
@@ -123,6 +139,10 @@ sub serve_connection {
         $self->_after_response($env);
         return unless $kept && !$self->{stopping};
         $conn->finish_request;
+        if ($managed && ++$turn >= $quantum) {
+            $turn = 0;
+            return if $acceptor->others_waiting && $acceptor->handoff($conn);
+        }
     }
 }
 

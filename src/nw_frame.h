@@ -1,0 +1,60 @@
+/* Frames between the master, the workers and the connection manager.
+ * One frame is one sendmsg on a SOCK_SEQPACKET socket: a fixed header, an
+ * optional fd (SCM_RIGHTS) and data_len bytes, so a connection, its state
+ * and the bytes already read from it always travel together.
+ * See docs/PROTOCOL.md. */
+#ifndef NW_FRAME_H
+#define NW_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define NW_FRAME_MAGIC    0x3146574eu   /* "NWF1" little-endian */
+#define NW_FRAME_MAX_DATA (128 * 1024)  /* bytes after the header, at most */
+
+enum nw_frame_type {
+    NW_FRAME_HANDOFF = 1,   /* worker -> manager: a connection going idle, fd + unread bytes */
+    NW_FRAME_SERVE   = 2,   /* manager -> worker: a connection with a complete head, fd + bytes */
+    NW_FRAME_READY   = 3,   /* worker -> manager: waiting for work (no fd) */
+    NW_FRAME_WORKER  = 4,   /* master -> manager: fd is a worker's channel; requests = worker pid */
+    NW_FRAME_STATS   = 5,   /* manager -> master: data is nw_manager_stats (no fd) */
+};
+
+#define NW_FRAME_F_HEAD_STARTED 1u  /* deadline_ms is a read deadline: part of a head arrived */
+
+typedef struct {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t listener;      /* listener index the connection came through */
+    uint32_t requests;      /* requests already served on the connection */
+    int32_t  deadline_ms;   /* ms left on the connection's deadline; -1: none */
+    uint32_t flags;
+    uint32_t data_len;      /* bytes following the header */
+} nw_frame;
+
+typedef struct {
+    uint64_t idle;              /* connections held now */
+    uint64_t queued;            /* complete heads waiting for a free worker */
+    uint64_t handed_off;        /* SERVE frames sent, total */
+    uint64_t received;          /* HANDOFF frames received, total */
+    uint64_t closed_timeout;    /* closed by keep-alive or read timeout, total */
+    uint64_t closed_full;       /* closed to stay under --max-connections, total */
+    uint64_t closed_peer;       /* closed by the client while idle, total */
+    uint64_t workers;           /* worker channels known */
+    uint64_t free_workers;      /* workers waiting for work */
+} nw_manager_stats;
+
+void nw_frame_init(nw_frame *f, int type);
+
+/* Send one frame; fd < 0 sends none. Returns 0, or -1 with errno
+ * (EAGAIN when the socket is full and non-blocking). */
+int nw_frame_send(int sock, const nw_frame *f, const void *data, int fd);
+
+/* Receive one frame into *f and data (room for cap bytes). *fd_out gets the
+ * passed fd or -1. Returns 1 for a frame, 0 at end of stream, -1 with errno
+ * (EAGAIN: nothing waiting; EBADMSG: malformed or truncated frame, any fd
+ * that came with it already closed). */
+int nw_frame_recv(int sock, nw_frame *f, void *data, size_t cap, int *fd_out);
+
+#endif
