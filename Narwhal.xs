@@ -46,6 +46,7 @@ typedef struct {
     HV *env_template;
     SV *remote_addr;
     SV *remote_port;
+    SV *io;             /* psgix.io, made the first time an app looks */
 } nw_xs_conn;
 
 /* $env keys whose hashes are computed once. */
@@ -298,6 +299,49 @@ static HV *build_env(pTHX_ nw_xs_conn *xc)
     return env;
 }
 
+/* psgix.io costs a dup and PerlIO's probes (nine system calls), so it is
+ * made only when the app reads $env->{'psgix.io'}: the value carries get
+ * magic that asks Narwhal::Worker::_io_handle for the handle once per
+ * connection. */
+static SV *make_io_handle(pTHX_ SV *conn_rv)
+{
+    dSP;
+    SV *ret = NULL;
+    ENTER;
+    SAVETMPS;
+    PUSHMARK(SP);
+    XPUSHs(conn_rv);
+    PUTBACK;
+    if (call_pv("Narwhal::Worker::_io_handle", G_SCALAR) == 1) {
+        SPAGAIN;
+        ret = newSVsv(POPs);
+        PUTBACK;
+    }
+    FREETMPS;
+    LEAVE;
+    return ret ? ret : newSV(0);
+}
+
+static int io_magic_get(pTHX_ SV *sv, MAGIC *mg)
+{
+    nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(mg->mg_obj)));
+    if (!xc->io)
+        xc->io = make_io_handle(aTHX_ mg->mg_obj);
+    sv_setsv_nomg(sv, xc->io);
+    return 0;
+}
+
+static MGVTBL io_magic_vtbl = { io_magic_get, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+
+static void env_lazy_io(pTHX_ HV *env, SV *self_rv)
+{
+    SV *val = newSV(0);
+    SV *rv = newRV_inc(SvRV(self_rv));
+    sv_magicext(val, rv, PERL_MAGIC_ext, &io_magic_vtbl, NULL, 0);
+    SvREFCNT_dec(rv);
+    (void)hv_stores(env, "psgix.io", val);
+}
+
 /* psgi.input for a body held in memory: a Narwhal::Input [buffer, pos]. */
 static SV *input_object(pTHX_ nw_conn *c)
 {
@@ -527,6 +571,7 @@ read_request(self, tick, tick_partial = 0)
         r = nw_conn_read_body(c);
         if (r == NW_REQ_READY) {
             env_body(aTHX_ env, c);
+            env_lazy_io(aTHX_ env, ST(0));
             RETVAL = newRV_noinc((SV *)env);
         } else {
             SvREFCNT_dec((SV *)env);
@@ -714,6 +759,7 @@ DESTROY(self)
     SvREFCNT_dec((SV *)self->env_template);
     SvREFCNT_dec(self->remote_addr);
     SvREFCNT_dec(self->remote_port);
+    SvREFCNT_dec(self->io);
     Safefree(self);
 
 MODULE = Narwhal    PACKAGE = Narwhal::Channel

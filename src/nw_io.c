@@ -167,10 +167,7 @@ int nw_io_accept(int listen_fd, int is_tcp, struct sockaddr *peer,
         fd = accept4(listen_fd, peer, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         *peer_len = len;
     } while (fd < 0 && errno == EINTR);
-    if (fd >= 0 && is_tcp) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
+    (void)is_tcp;   /* TCP_NODELAY is set on the listener; Linux copies it to accepted sockets */
     return fd;
 }
 

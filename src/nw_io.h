@@ -41,7 +41,7 @@ int nw_io_sendfile_all(int sock_fd, int file_fd, off_t offset, size_t len,
 
 struct sockaddr;
 /* Accept one connection from a non-blocking listener: SOCK_NONBLOCK and
- * SOCK_CLOEXEC set, TCP_NODELAY on TCP. The peer address goes to peer
+ * SOCK_CLOEXEC set (TCP_NODELAY comes from the listener). The peer address goes to peer
  * (*peer_len in: its size, out: the address length). Returns the fd, or -1
  * with errno (EAGAIN when the queue is empty). */
 int nw_io_accept(int listen_fd, int is_tcp, struct sockaddr *peer,

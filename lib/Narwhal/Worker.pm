@@ -111,7 +111,6 @@ sub _env_template {
 # yields when other connections are waiting.
 sub serve_connection {
     my ($self, $conn) = @_;
-    my $io;
     local $self->{conn} = $conn;
     my $acceptor = $self->{acceptor};
     my $managed = $self->{managed};
@@ -127,8 +126,6 @@ sub serve_connection {
             }
             return;
         }
-        $io ||= _io_handle($conn);
-        $env->{'psgix.io'} = $io;
         $env->{'psgix.cleanup.handlers'} = [];
         _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
         my $may_keep = $self->{keepalive} && !$self->{stopping}
@@ -146,6 +143,7 @@ sub serve_connection {
     }
 }
 
+# psgix.io, made on first use (see Narwhal.xs): a dup of the client socket.
 sub _io_handle {
     my ($conn) = @_;
     open(my $io, '+<&', $conn->fd) or return undef;

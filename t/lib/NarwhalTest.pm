@@ -16,7 +16,9 @@ use Time::HiRes ();
 
 our @EXPORT_OK = qw(free_port spawn_server write_app raw_connect raw_request
                     read_until_close read_response parse_response tmpdir
-                    wait_until root perl_cmd);
+                    wait_until root perl_cmd run_cmd http_get children_of
+                    pid_alive narwhal_cmd worker_pids manager_built
+                    manager_fallback);
 
 use constant SPAWN_TIMEOUT => 15;    # seconds for a server to start listening
 use constant STOP_TIMEOUT  => 10;    # seconds after TERM before KILL
@@ -63,7 +65,8 @@ sub wait_until {
 }
 
 # spawn_server(app => $file_or_code, args => [...], unix => $path,
-#              env => {...}, stderr => $file, command => [...])
+#              env => {...}, stderr => $file, command => [...],
+#              child_setup => sub { ... })
 # Starts bin/narwhal (or `command`) listening on a fresh port (and the unix
 # path when given) and returns a guard once it accepts connections.
 sub spawn_server {
@@ -75,13 +78,14 @@ sub spawn_server {
     push @listen, '--listen', $a{unix} if $a{unix};
     my @cmd = $a{command}
         ? @{ $a{command} }
-        : (perl_cmd(), "$ROOT/bin/narwhal", @listen, @{ $a{args} || [] }, $app);
+        : (perl_cmd(), "$ROOT/bin/narwhal", @listen, extra_args(), @{ $a{args} || [] }, $app);
     my $stderr = $a{stderr} // File::Spec->catfile(tmpdir(), "server-$port.log");
     my $pid = fork // die "fork: $!";
     if (!$pid) {
         $ENV{$_} = $a{env}{$_} for keys %{ $a{env} || {} };
         open STDOUT, '>>', $stderr;
         open STDERR, '>>', $stderr;
+        $a{child_setup}->() if $a{child_setup};    # in the child, just before exec
         exec @cmd or POSIX::_exit(127);
     }
     my $guard = bless { pid => $pid, port => $port, unix => $a{unix}, owner => $$,
@@ -96,6 +100,9 @@ sub spawn_server {
     die "server did not start: " . $guard->log_text unless $up;
     return $guard;
 }
+
+# NARWHAL_TEST_ARGS="--no-manager" runs the suite in another mode.
+sub extra_args { split ' ', $ENV{NARWHAL_TEST_ARGS} // '' }
 
 sub raw_connect {
     my ($where) = @_;
@@ -201,6 +208,92 @@ sub parse_response {
     return $res;
 }
 
+# The narwhal command line: perl with blib, then bin/narwhal.
+sub narwhal_cmd { return (perl_cmd(), "$ROOT/bin/narwhal") }
+
+# run_cmd([@cmd], timeout => 10, env => {...}, stdin => $bytes)
+# Runs a command to its end (KILLed after the timeout) and returns
+# { out, err, code, signal, elapsed, timed_out }.
+sub run_cmd {
+    my ($cmd, %a) = @_;
+    my $dir = tmpdir();
+    my ($out_fh, $out) = File::Temp::tempfile(DIR => $dir);
+    my ($err_fh, $err) = File::Temp::tempfile(DIR => $dir);
+    my $start = Time::HiRes::time();
+    my $pid = fork // die "fork: $!";
+    if (!$pid) {
+        $ENV{$_} = $a{env}{$_} for keys %{ $a{env} || {} };
+        open STDIN, '<', '/dev/null';
+        open STDOUT, '>&', $out_fh;
+        open STDERR, '>&', $err_fh;
+        exec @$cmd or POSIX::_exit(127);
+    }
+    my $timeout = $a{timeout} // 10;
+    my $status;
+    my $done = wait_until(sub {
+        my $r = waitpid($pid, POSIX::WNOHANG());
+        $status = $? if $r == $pid;
+        return $r == $pid || $r < 0;
+    }, $timeout);
+    my $timed_out = !$done;
+    if ($timed_out) {
+        kill KILL => $pid;
+        waitpid($pid, 0);
+        $status = $?;
+    }
+    my $slurp = sub { open(my $fh, '<', $_[0]) or return ''; local $/; my $d = <$fh> // ''; unlink $_[0]; $d };
+    return { out => $slurp->($out), err => $slurp->($err),
+             code => ($status // -1) >> 8, signal => ($status // 0) & 127,
+             elapsed => Time::HiRes::time() - $start, timed_out => $timed_out };
+}
+
+# A GET with HTTP::Tiny (a new client unless one is given); returns its
+# response hash (status 599 on connection errors).
+sub http_get {
+    my ($where, $path, $http) = @_;
+    require HTTP::Tiny;
+    $http ||= HTTP::Tiny->new(timeout => 5, keep_alive => 0);
+    my $url = $where =~ /^http/ ? $where : "http://127.0.0.1:$where";
+    return $http->get($url . ($path // '/'));
+}
+
+# Direct children of a process (from /proc).
+sub children_of {
+    my ($pid) = @_;
+    my %kids;
+    for my $f (glob "/proc/$pid/task/*/children") {
+        open(my $fh, '<', $f) or next;
+        $kids{$_} = 1 for split ' ', (<$fh> // '');
+    }
+    my @kids = sort { $a <=> $b } keys %kids;
+    return wantarray ? @kids : scalar @kids;
+}
+
+# The worker processes among a master's children (not the manager).
+sub worker_pids {
+    my ($master) = @_;
+    my @w = grep {
+        my $fh;
+        open($fh, '<', "/proc/$_/cmdline") && (<$fh> // '') =~ /^narwhal worker/;
+    } children_of($master);
+    return wantarray ? @w : scalar @w;
+}
+
+# The connection manager program is built (make) next to the XS module.
+sub manager_built { -x "$ROOT/blib/arch/auto/Narwhal/narwhal-manager" }
+
+# Arguments that let a server start when the manager is not built yet.
+sub manager_fallback { manager_built() ? () : ('--no-manager') }
+
+# True while a process exists and is not a zombie.
+sub pid_alive {
+    my ($pid) = @_;
+    return 0 unless $pid && kill 0 => $pid;
+    open(my $fh, '<', "/proc/$pid/stat") or return 0;
+    my $stat = <$fh> // '';
+    return $stat =~ /\)\s+Z\s/ ? 0 : 1;
+}
+
 package NarwhalTest::Guard;
 use POSIX ();
 use Time::HiRes ();
@@ -235,6 +328,24 @@ sub stop {
     $self->{status} = $?;
     $self->{pid} = 0;
     return $self->{status};
+}
+
+# Wait (without signalling) up to $timeout seconds for the process to exit;
+# returns its wait status, or undef if it is still running.
+sub wait_exit {
+    my ($self, $timeout) = @_;
+    my $pid = $self->{pid} or return $self->{status};
+    return undef unless $self->{owner} == $$;
+    my $end = Time::HiRes::time() + ($timeout // 5);
+    while (1) {
+        if (waitpid($pid, POSIX::WNOHANG()) == $pid) {
+            $self->{status} = $?;
+            $self->{pid} = 0;
+            return $self->{status};
+        }
+        return undef if Time::HiRes::time() >= $end;
+        Time::HiRes::sleep(0.02);
+    }
 }
 
 sub DESTROY {
