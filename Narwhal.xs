@@ -498,6 +498,8 @@ accept(self, timeout, announce = 1)
         int n = epoll_wait(self->epfd, ev, self->count + 1, (int)(timeout * 1000));
         if (n > 0 && !(xc = take_served(aTHX_ self)))
             xc = accept_ready(aTHX_ self);
+        if (n == 0)
+            self->ready_sent = 0;   /* idle a whole tick: say READY again (a new manager may not know) */
     }
     RETVAL = &PL_sv_undef;
     if (xc) {
