@@ -56,7 +56,10 @@ core that parses HTTP/1.1, builds C<$env> and writes responses with
 C<writev> and C<sendfile>. Keep-alive is on by default.
 
   master (Perl) --fork--> worker (Perl app + C core) x N
-      listeners <--accept4-- each worker
+        |                    ^  accept4 on the listeners
+        | fork+exec          |  SCM_RIGHTS over a unix socket
+        v                    v
+  manager (C, epoll): idle keep-alive connections and slow request heads
 
 =head1 OPTIONS
 
@@ -112,6 +115,27 @@ C<Connection: close> (default 1000).
 
 Close the connection after every response.
 
+=item --no-manager
+
+Run without the connection manager: idle keep-alive connections then stay
+in a worker until C<--keepalive-timeout>, as in other prefork servers.
+
+=item --max-connections N
+
+Connections the manager holds at once (default 10000); when full, the
+longest-idle one is closed.
+
+=item --keepalive-wait SECONDS
+
+How long a worker waits for the next request on a keep-alive connection
+before handing it to the manager (default 0.001). A busy client is served
+without a hand-off per request.
+
+=item --worker-quantum N
+
+Requests a worker serves in a row on one connection before it yields it to
+the manager when other connections are waiting (default 8).
+
 =item --backlog N
 
 Listen queue length (default 1024).
@@ -156,6 +180,7 @@ Master: TERM, INT and QUIT stop gracefully (listeners closed, requests in
 flight finish, then exit; KILL after C<--graceful-timeout>). HUP starts a
 new generation of workers and stops the old one gracefully. TTIN and TTOU
 add or remove a worker. USR1 reopens the error log (and tells the workers).
+USR2 writes the connection manager's counts to the error log.
 Workers: TERM, INT, QUIT finish the current request and exit. See
 F<docs/SIGNALS.md>.
 
