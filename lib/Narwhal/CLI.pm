@@ -17,8 +17,9 @@ sub run {
     return $code if defined $code;
     my $err = $@;
     $err =~ s/\n.*//s;
+    my $usage = $err =~ s/^usage: //;
     print STDERR "narwhal: $err\n";
-    return $err =~ /^(?:unknown option|option |.* wants |usage)/ ? EXIT_USAGE : EXIT_FAIL;
+    return $usage || $err =~ /^(?:unknown option|option )/ ? EXIT_USAGE : EXIT_FAIL;
 }
 
 sub _run {
@@ -45,7 +46,7 @@ sub _run {
     for my $m (@modules) {
         eval "require $m; 1" or die "cannot load module $m: " . ($@ =~ s/\n.*//sr) . "\n";
     }
-    my $options = Narwhal::Options::normalize(%opt);
+    my $options = eval { Narwhal::Options::normalize(%opt) } or die "usage: $@";
     require Narwhal::Master;
     return Narwhal::Master->new(
         options  => $options,
@@ -56,7 +57,9 @@ sub _run {
 sub _load_psgi {
     my ($file) = @_;
     require Plack::Util;
-    return Plack::Util::load_psgi($file);
+    my $app = Plack::Util::load_psgi($file);
+    die "$file did not return a code reference\n" unless ref $app;
+    return $app;
 }
 
 sub usage {
@@ -84,6 +87,10 @@ Connections:
       --keepalive-timeout S  idle time allowed between requests (5)
       --max-keepalive-reqs N requests on one connection (1000)
       --disable-keepalive    close after every response
+      --no-manager           keep idle connections in workers (no manager)
+      --max-connections N    connections the manager holds (10000)
+      --keepalive-wait SECS  wait for a client's next request (0.001)
+      --worker-quantum N     requests in a row before yielding (8)
 Limits:
       --max-request-body BYTES  larger bodies get 413 (0 = no limit)
       --body-in-memory BYTES    larger bodies go to a temp file (1048576)
@@ -98,7 +105,7 @@ Process:
   -I DIR, -M Module          add to @INC, load a module first
   -h, --help                 -v, --version
 Signals: TERM/INT/QUIT stop gracefully, HUP restarts workers, TTIN/TTOU add or
-remove a worker, USR1 reopens the error log.
+remove a worker, USR1 reopens the error log, USR2 logs manager counts.
 USAGE
 }
 

@@ -59,7 +59,12 @@ sub run {
 
 sub _signals {
     my $self = shift;
-    my $stop = sub { $self->{stopping} = 1 };
+    # Closing our listener copies at once means that, once every process has,
+    # new clients are refused rather than queued and then reset.
+    my $stop = sub {
+        $self->{stopping} = 1;
+        close $_->{handle} for grep { $_->{handle} } @{ $self->{listeners} };
+    };
     $SIG{$_} = $stop for qw(TERM INT QUIT);
     $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
     $SIG{USR1} = sub { Narwhal::reopen_error_log($self->{options}) };

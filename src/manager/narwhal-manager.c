@@ -1,0 +1,149 @@
+/* narwhal-manager: the connection manager as its own executable. The
+ * master fork+execs it before loading the app, with the control socket
+ * (SOCK_SEQPACKET) as fd 3. See docs/DESIGN.md, "The connection manager".
+ *
+ *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
+ *                   [--max-connections N] [--max-header-bytes N]
+ *                   [--max-request-line N]
+ *
+ * Defaults come from src/nw_limits.h; --max-connections defaults to what
+ * the fd limit allows (after raising the soft limit to the hard one). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "nw_manager.h"
+#include "nw_limits.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#define CONTROL_FD 3
+#define RESERVED_FDS 256    /* worker channels, epoll, signalfd, stdio */
+#define MAX_SECONDS 2000000.0  /* deadlines travel as int32 milliseconds */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "usage: narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]\n"
+        "                       [--max-connections N] [--max-header-bytes N]\n"
+        "                       [--max-request-line N]\n"
+        "Runs Narwhal's connection manager; fd 3 must be the control socket\n"
+        "from the master (SOCK_SEQPACKET).\n");
+}
+
+static int parse_seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0) || v > MAX_SECONDS)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_count(const char *s, size_t min, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v < min || v > (size_t)-1 / 2)
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+/* A connection manager wants every fd it may have; returns the soft limit. */
+static size_t raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? (size_t)1 << 20 : (size_t)rl.rlim_cur;
+}
+
+static size_t default_max_connections(size_t fd_limit)
+{
+    return fd_limit > 2 * RESERVED_FDS ? fd_limit - RESERVED_FDS : fd_limit / 2;
+}
+
+static int control_fd_ok(int fd)
+{
+    int type = 0;
+    socklen_t len = sizeof type;
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_SEQPACKET;
+}
+
+static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_given)
+{
+    static const struct option opts[] = {
+        { "keepalive-timeout", required_argument, NULL, 'k' },
+        { "read-timeout",      required_argument, NULL, 'r' },
+        { "max-connections",   required_argument, NULL, 'c' },
+        { "max-header-bytes",  required_argument, NULL, 'b' },
+        { "max-request-line",  required_argument, NULL, 'l' },
+        { "help",              no_argument,       NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c, idx = 0, bad = 0;
+    while (!bad && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        switch (c) {
+        case 'k': bad = parse_seconds(optarg, &cfg->keepalive_timeout); break;
+        case 'r': bad = parse_seconds(optarg, &cfg->read_timeout); break;
+        case 'c': bad = parse_count(optarg, 0, &cfg->max_connections); *max_given = 1; break;
+        case 'b': bad = parse_count(optarg, 1, &cfg->max_header_bytes); break;
+        case 'l': bad = parse_count(optarg, 1, &cfg->max_request_line); break;
+        case 'h': usage(stdout); exit(0);
+        default:  return -1;   /* getopt_long has said why */
+        }
+        if (bad)
+            fprintf(stderr, "narwhal-manager: bad value for --%s: '%s'\n",
+                    opts[idx].name, optarg);
+    }
+    if (!bad && optind < argc) {
+        fprintf(stderr, "narwhal-manager: unexpected argument '%s'\n", argv[optind]);
+        bad = -1;
+    }
+    return bad ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    nw_manager_config cfg = {
+        .keepalive_timeout = NW_DEFAULT_KEEPALIVE_TIMEOUT,
+        .read_timeout = NW_DEFAULT_READ_TIMEOUT,
+        .max_connections = 0,
+        .max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES,
+        .max_request_line = NW_DEFAULT_MAX_REQUEST_LINE,
+    };
+    int max_given = 0;
+    if (parse_args(argc, argv, &cfg, &max_given) < 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (!control_fd_ok(CONTROL_FD)) {
+        fprintf(stderr, "narwhal-manager: fd %d is not the master's control socket "
+                "(SOCK_SEQPACKET); it is started by narwhal, not by hand\n", CONTROL_FD);
+        return 2;
+    }
+    size_t fd_limit = raise_fd_limit();
+    if (!max_given)
+        cfg.max_connections = default_max_connections(fd_limit);
+    /* HUP and USR1 are the master's business (SIGNALS.md); one sent to the
+     * whole process group must not kill the manager and its connections. */
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
+    return nw_manager_run(&cfg, CONTROL_FD);
+}

@@ -1,0 +1,779 @@
+/* The connection manager's event loop. See nw_manager.h for the contract,
+ * docs/DESIGN.md and docs/PROTOCOL.md for why it exists and what it says.
+ *
+ * Choices worth knowing:
+ *  - epoll is level-triggered everywhere. A client connection gets one read
+ *    (at most NW_READ_CHUNK bytes) per wake-up and a channel at most
+ *    NW_MANAGER_FRAMES_PER_WAKE frames, and level triggering brings us back
+ *    for the rest; so one fast client or one chatty worker cannot starve the
+ *    others, and nothing is lost if we stop early.
+ *  - Every fd we hold has a record in one slab indexed by fd: connections,
+ *    and worker channels too (so an epoll event needs no other lookup).
+ *    List links are fds, not pointers, because the slab moves when it grows.
+ *  - An fd is always taken out of epoll (EPOLL_CTL_DEL) before it is closed:
+ *    the master still holds a copy of every worker channel, and a worker may
+ *    not yet have closed its copy of a handed-off client, and epoll forgets
+ *    an fd only when the last copy closes.
+ *  - Events are acted on by trying the operation (recv with MSG_DONTWAIT),
+ *    never by trusting the event flags alone, so a stale event for an fd
+ *    number reused within one epoll_wait batch costs one EAGAIN.
+ *  - Blank lines before a request line (RFC 9112 2.2) are dropped while no
+ *    head has begun, and do not count as its first byte: a client sending
+ *    CRLF now and then cannot keep an idle connection alive.
+ *  - Signals come through a signalfd, so there is no handler and no race
+ *    with epoll_wait. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "nw_manager.h"
+#include "nw_frame.h"
+#include "nw_io.h"
+#include "nw_limits.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* What an fd's record is: where it is and who owns the next move. */
+enum {
+    NW_MANAGER_FREE = 0,    /* no record (or a connection being passed on) */
+    NW_MANAGER_IDLE,        /* client, no head yet: epoll + idle list */
+    NW_MANAGER_READING,     /* client, part of a head: epoll + reading list */
+    NW_MANAGER_QUEUED,      /* client, head complete: queue, not in epoll */
+    NW_MANAGER_WORKER,      /* a worker channel: epoll */
+};
+
+#define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
+#define NW_MANAGER_F_FREE       2u  /* worker: on the free stack */
+
+#define NW_MANAGER_NONE             (-1)
+#define NW_MANAGER_EVENTS           256
+#define NW_MANAGER_FRAMES_PER_WAKE  64
+#define NW_MANAGER_STATS_MS         1000
+#define NW_MANAGER_HEAD_MIN         1024    /* first allocation for a partial head */
+#define NW_MANAGER_DRAIN_READS      4       /* reads before a 408, so close() sends FIN, not RST */
+
+/* 40 bytes on LP64. */
+typedef struct {
+    char    *head;          /* bytes of a head read so far; NULL while none */
+    nw_msec  deadline;      /* absolute; lists are ordered by it */
+    int32_t  prev, next;    /* list links (fds) */
+    uint32_t head_len, head_cap;
+    uint32_t requests;      /* connection: requests served; worker: its pid */
+    uint16_t listener;
+    uint8_t  kind;
+    uint8_t  flags;
+} nw_manager_slot;
+
+/* DESIGN.md promises at most 64 bytes per idle connection record. */
+typedef char nw_manager_slot_fits[sizeof(nw_manager_slot) <= 64 ? 1 : -1];
+
+typedef struct {
+    int32_t first, last;
+    size_t  len;
+} nw_manager_list;
+
+typedef struct {
+    nw_msec keepalive_ms, read_ms;
+    size_t  max_conns, max_header, max_line;
+    int     ep, control, sigfd;
+    nw_manager_slot *slots;
+    size_t  nslots;
+    nw_manager_list idle, reading, queue;
+    int    *free_stack;     /* worker channels that sent READY; top = last */
+    size_t  nfree, free_cap, nworkers;
+    nw_manager_stats st;    /* the running totals; gauges filled in when sent */
+    nw_msec now, next_stats;
+    char   *frame_data;     /* NW_FRAME_MAX_DATA bytes for incoming frames */
+    int     stop;
+    int     bad_frame_logged;
+} nw_manager;
+
+/* ------------------------------------------------------------ records */
+
+static int nw_manager_reserve(nw_manager *m, int fd)
+{
+    if (fd < 0)
+        return -1;
+    if ((size_t)fd < m->nslots)
+        return 0;
+    size_t n = m->nslots ? m->nslots : 64;
+    while (n <= (size_t)fd)
+        n *= 2;
+    nw_manager_slot *p = realloc(m->slots, n * sizeof *p);
+    if (!p)
+        return -1;
+    memset(p + m->nslots, 0, (n - m->nslots) * sizeof *p);
+    m->slots = p;
+    m->nslots = n;
+    return 0;
+}
+
+static void nw_manager_clear(nw_manager_slot *s)
+{
+    free(s->head);
+    memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------ lists */
+
+static nw_manager_list *nw_manager_list_of(nw_manager *m, int kind)
+{
+    switch (kind) {
+    case NW_MANAGER_IDLE:    return &m->idle;
+    case NW_MANAGER_READING: return &m->reading;
+    case NW_MANAGER_QUEUED:  return &m->queue;
+    default:                 return NULL;
+    }
+}
+
+/* Insert in deadline order. A list's timeout is constant, so nearly every
+ * insert is an append; only a HANDOFF carrying less time left walks back. */
+static void nw_manager_list_insert(nw_manager *m, nw_manager_list *l, int fd)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    int32_t after = l->last;
+    while (after != NW_MANAGER_NONE && m->slots[after].deadline > s->deadline)
+        after = m->slots[after].prev;
+    s->prev = after;
+    s->next = after == NW_MANAGER_NONE ? l->first : m->slots[after].next;
+    if (s->next == NW_MANAGER_NONE)
+        l->last = fd;
+    else
+        m->slots[s->next].prev = fd;
+    if (after == NW_MANAGER_NONE)
+        l->first = fd;
+    else
+        m->slots[after].next = fd;
+    l->len++;
+}
+
+static void nw_manager_list_remove(nw_manager *m, nw_manager_list *l, int fd)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    if (s->prev == NW_MANAGER_NONE)
+        l->first = s->next;
+    else
+        m->slots[s->prev].next = s->next;
+    if (s->next == NW_MANAGER_NONE)
+        l->last = s->prev;
+    else
+        m->slots[s->next].prev = s->prev;
+    s->prev = s->next = NW_MANAGER_NONE;
+    l->len--;
+}
+
+/* Put fd (kind and deadline set) on the list its kind says. */
+static void nw_manager_enlist(nw_manager *m, int fd, int kind, nw_msec deadline)
+{
+    m->slots[fd].kind = (uint8_t)kind;
+    m->slots[fd].deadline = deadline;
+    nw_manager_list_insert(m, nw_manager_list_of(m, kind), fd);
+}
+
+static size_t nw_manager_held(const nw_manager *m)
+{
+    return m->idle.len + m->reading.len + m->queue.len;
+}
+
+/* ------------------------------------------------------------ epoll */
+
+static int nw_manager_watch(nw_manager *m, int fd)
+{
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+    return epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void nw_manager_unwatch(nw_manager *m, int fd)
+{
+    epoll_ctl(m->ep, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* ------------------------------------------------------------ connections */
+
+/* Take a connection out of epoll and off its list; it stays open and keeps
+ * its record (head bytes, requests) until nw_manager_forget. */
+static void nw_manager_detach(nw_manager *m, int fd)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    if (s->kind == NW_MANAGER_IDLE || s->kind == NW_MANAGER_READING)
+        nw_manager_unwatch(m, fd);
+    nw_manager_list *l = nw_manager_list_of(m, s->kind);
+    if (l)
+        nw_manager_list_remove(m, l, fd);
+    s->kind = NW_MANAGER_FREE;
+}
+
+/* Close a detached connection and drop its record. */
+static void nw_manager_forget(nw_manager *m, int fd)
+{
+    nw_manager_clear(&m->slots[fd]);
+    close(fd);
+}
+
+static void nw_manager_drop_conn(nw_manager *m, int fd)
+{
+    nw_manager_detach(m, fd);
+    nw_manager_forget(m, fd);
+}
+
+/* Append bytes to the connection's head buffer, which never grows past
+ * what one SERVE frame can carry. */
+static int nw_manager_keep(nw_manager_slot *s, const char *data, size_t len)
+{
+    size_t need = s->head_len + len;
+    if (need > NW_FRAME_MAX_DATA)
+        return -1;
+    if (need > s->head_cap) {
+        size_t cap = s->head_cap ? s->head_cap : NW_MANAGER_HEAD_MIN;
+        while (cap < need)
+            cap *= 2;
+        if (cap > NW_FRAME_MAX_DATA)
+            cap = NW_FRAME_MAX_DATA;
+        char *p = realloc(s->head, cap);
+        if (!p)
+            return -1;
+        s->head = p;
+        s->head_cap = (uint32_t)cap;
+    }
+    memcpy(s->head + s->head_len, data, len);
+    s->head_len = (uint32_t)need;
+    return 0;
+}
+
+/* Room for one more connection under --max-connections, closing the
+ * longest-idle ones if needed. 0: none can be made (nothing is idle). */
+static int nw_manager_make_room(nw_manager *m)
+{
+    while (m->max_conns && nw_manager_held(m) >= m->max_conns) {
+        if (m->idle.first == NW_MANAGER_NONE)
+            return 0;
+        nw_manager_drop_conn(m, m->idle.first);
+        m->st.closed_full++;
+    }
+    return 1;
+}
+
+/* A 408 for a head that did not arrive in time. Best effort and never
+ * blocking: unread input is drained first, because closing a socket with
+ * unread input sends RST, which can destroy the response in flight. */
+static void nw_manager_send_408(int fd)
+{
+    static const char resp[] =
+        "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\n"
+        "Content-Length: 20\r\nConnection: close\r\n\r\n408 Request Timeout\n";
+    char sink[NW_READ_CHUNK];
+    for (int i = 0; i < NW_MANAGER_DRAIN_READS; i++)
+        if (recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
+            break;
+    (void)!send(fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* ------------------------------------------------------------ heads */
+
+/* Bytes before the request line that are only line endings. */
+static size_t nw_manager_blank_prefix(const char *p, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (p[i] == '\r' || p[i] == '\n'))
+        i++;
+    return i;
+}
+
+/* Does p[0..len) hold an empty line (LF LF or LF CR LF)? The first old
+ * bytes were searched before; a match can straddle them by two bytes. */
+static int nw_manager_find_end(const char *p, size_t len, size_t old)
+{
+    size_t i = old > 2 ? old - 2 : 0;
+    while (i < len) {
+        const char *lf = memchr(p + i, '\n', len - i);
+        if (!lf)
+            return 0;
+        i = (size_t)(lf - p) + 1;
+        if (i < len && p[i] == '\n')
+            return 1;
+        if (i + 1 < len && p[i] == '\r' && p[i + 1] == '\n')
+            return 1;
+    }
+    return 0;
+}
+
+/* Should the bytes buffered so far go to a worker? Yes when the head is
+ * complete, and also when it is already over a limit: the worker answers
+ * 431 or 414 (the manager writes nothing but 408), and a head that could
+ * not fit in one more frame cannot wait for more. */
+static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
+                                const char *p, size_t len, size_t old)
+{
+    if (!(s->flags & NW_MANAGER_F_LINE_SEEN) && memchr(p + old, '\n', len - old))
+        s->flags |= NW_MANAGER_F_LINE_SEEN;
+    if ((s->flags & NW_MANAGER_F_LINE_SEEN) && nw_manager_find_end(p, len, old))
+        return 1;
+    if (len > m->max_header || len >= NW_FRAME_MAX_DATA)
+        return 1;
+    return !(s->flags & NW_MANAGER_F_LINE_SEEN) && len > m->max_line;
+}
+
+/* ------------------------------------------------------------ workers */
+
+/* Send fd with its bytes to the worker that became free last (LIFO: its
+ * code and data are the warmest). A worker whose channel is full (busy
+ * after all: it accepts on its own too) or broken (gone; its end of stream
+ * is on the way) leaves the free stack and the next is tried.
+ * 1: a worker has it (the caller closes our copy); 0: no free worker;
+ * -1: the frame is too big for any channel (the caller drops fd). */
+static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    nw_frame f;
+    nw_frame_init(&f, NW_FRAME_SERVE);
+    f.listener = s->listener;
+    f.requests = s->requests;
+    f.data_len = (uint32_t)len;
+    while (m->nfree > 0) {
+        int w = m->free_stack[--m->nfree];
+        m->slots[w].flags &= (uint8_t)~NW_MANAGER_F_FREE;
+        if (nw_frame_send(w, &f, data, fd) == 0) {
+            m->st.handed_off++;
+            return 1;
+        }
+        if (errno == EMSGSIZE) {   /* the connection's fault, not the worker's */
+            m->slots[w].flags |= NW_MANAGER_F_FREE;
+            m->nfree++;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* fd (detached) has a head to serve: to a worker now, or to the back of
+ * the queue until a READY comes. */
+static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t len)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    if (nw_manager_serve(m, fd, data, len) != 0) {
+        nw_manager_forget(m, fd);
+        return;
+    }
+    if (!nw_manager_make_room(m)) {
+        m->st.closed_full++;
+        nw_manager_forget(m, fd);
+        return;
+    }
+    if (data != s->head && nw_manager_keep(s, data, len) < 0) {
+        nw_manager_forget(m, fd);
+        return;
+    }
+    nw_manager_enlist(m, fd, NW_MANAGER_QUEUED, 0);
+}
+
+/* Serve queued connections, oldest first, while workers are free. */
+static void nw_manager_drain_queue(nw_manager *m)
+{
+    while (m->queue.first != NW_MANAGER_NONE && m->nfree > 0) {
+        int fd = m->queue.first;
+        nw_manager_slot *s = &m->slots[fd];
+        if (nw_manager_serve(m, fd, s->head, s->head_len) == 0)
+            return;
+        nw_manager_drop_conn(m, fd);
+    }
+}
+
+static void nw_manager_worker_ready(nw_manager *m, int wfd)
+{
+    nw_manager_slot *w = &m->slots[wfd];
+    if (!(w->flags & NW_MANAGER_F_FREE) && m->nfree < m->free_cap) {
+        w->flags |= NW_MANAGER_F_FREE;
+        m->free_stack[m->nfree++] = wfd;
+    }
+    nw_manager_drain_queue(m);
+}
+
+static void nw_manager_add_worker(nw_manager *m, int wfd, uint32_t pid)
+{
+    if (m->nworkers >= m->free_cap) {
+        size_t cap = m->free_cap ? m->free_cap * 2 : 16;
+        int *p = realloc(m->free_stack, cap * sizeof *p);
+        if (!p) {
+            close(wfd);
+            return;
+        }
+        m->free_stack = p;
+        m->free_cap = cap;
+    }
+    if (nw_manager_reserve(m, wfd) < 0 || nw_manager_watch(m, wfd) < 0) {
+        fprintf(stderr, "narwhal-manager: cannot watch the channel of worker %u: %s\n",
+                (unsigned)pid, strerror(errno));
+        close(wfd);
+        return;
+    }
+    /* Room for the largest SERVE frame even where the default socket
+     * buffer is small (the kernel caps this at net.core.wmem_max). */
+    int sndbuf = 0, want = NW_FRAME_MAX_DATA + 4096;
+    socklen_t optlen = sizeof sndbuf;
+    if (getsockopt(wfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf < 2 * want)
+        setsockopt(wfd, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
+    nw_manager_slot *s = &m->slots[wfd];
+    memset(s, 0, sizeof *s);
+    s->kind = NW_MANAGER_WORKER;
+    s->requests = pid;
+    m->nworkers++;
+}
+
+static void nw_manager_drop_worker(nw_manager *m, int wfd)
+{
+    for (size_t i = 0; i < m->nfree; i++) {
+        if (m->free_stack[i] == wfd) {
+            memmove(m->free_stack + i, m->free_stack + i + 1,
+                    (m->nfree - i - 1) * sizeof *m->free_stack);
+            m->nfree--;
+            break;
+        }
+    }
+    nw_manager_unwatch(m, wfd);
+    nw_manager_clear(&m->slots[wfd]);
+    close(wfd);
+    m->nworkers--;
+}
+
+/* ------------------------------------------------------------ hand-offs */
+
+/* Deadline of a handed-off connection: what the worker says is left,
+ * never more than our own timeout. The worker's number counts from the
+ * first byte of the head only when HEAD_STARTED says so; bytes without
+ * that flag start the read timeout now. */
+static nw_msec nw_manager_handoff_deadline(nw_manager *m, const nw_frame *f, int reading)
+{
+    nw_msec limit = reading ? m->read_ms : m->keepalive_ms;
+    int given_applies = (f->flags & NW_FRAME_F_HEAD_STARTED) || !reading;
+    if (given_applies && f->deadline_ms >= 0 && f->deadline_ms < limit)
+        limit = f->deadline_ms;
+    return m->now + limit;
+}
+
+/* HANDOFF: a connection with whatever the worker read past its last request. */
+static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char *data)
+{
+    m->st.received++;
+    if (nw_manager_reserve(m, fd) < 0) {
+        close(fd);
+        return;
+    }
+    nw_manager_slot *s = &m->slots[fd];
+    memset(s, 0, sizeof *s);
+    s->requests = f->requests;
+    s->listener = f->listener;
+    size_t skip = nw_manager_blank_prefix(data, f->data_len);
+    size_t len = f->data_len - skip;
+    data += skip;
+    if (len > 0 && nw_manager_head_done(m, s, data, len, 0)) {
+        nw_manager_hand_over(m, fd, data, len);   /* pipelined: serve at once */
+        return;
+    }
+    if (!nw_manager_make_room(m)) {
+        m->st.closed_full++;
+        nw_manager_forget(m, fd);
+        return;
+    }
+    if ((len > 0 && nw_manager_keep(s, data, len) < 0) || nw_manager_watch(m, fd) < 0) {
+        nw_manager_forget(m, fd);   /* no memory, or not something epoll can watch */
+        return;
+    }
+    int reading = len > 0 || (f->flags & NW_FRAME_F_HEAD_STARTED);
+    nw_manager_enlist(m, fd, reading ? NW_MANAGER_READING : NW_MANAGER_IDLE,
+                      nw_manager_handoff_deadline(m, f, reading));
+}
+
+/* ------------------------------------------------------------ client input */
+
+/* Bytes on a connection with nothing buffered: the head may begin here. */
+static void nw_manager_first_bytes(nw_manager *m, int fd, const char *p, size_t n)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    size_t skip = nw_manager_blank_prefix(p, n);
+    p += skip;
+    n -= skip;
+    if (n == 0)
+        return;
+    if (s->kind == NW_MANAGER_IDLE) {   /* the read timeout runs from the first byte */
+        nw_manager_list_remove(m, &m->idle, fd);
+        nw_manager_enlist(m, fd, NW_MANAGER_READING, m->now + m->read_ms);
+    }
+    if (nw_manager_head_done(m, s, p, n, 0)) {
+        nw_manager_detach(m, fd);
+        nw_manager_hand_over(m, fd, p, n);
+    } else if (nw_manager_keep(s, p, n) < 0) {
+        nw_manager_drop_conn(m, fd);
+    }
+}
+
+static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    size_t old = s->head_len;
+    if (nw_manager_keep(s, p, n) < 0) {
+        nw_manager_drop_conn(m, fd);
+        return;
+    }
+    if (nw_manager_head_done(m, s, s->head, s->head_len, old)) {
+        nw_manager_detach(m, fd);
+        nw_manager_hand_over(m, fd, s->head, s->head_len);
+    }
+}
+
+static void nw_manager_client_readable(nw_manager *m, int fd)
+{
+    char buf[NW_READ_CHUNK];
+    size_t room = NW_FRAME_MAX_DATA - m->slots[fd].head_len;
+    if (room > sizeof buf)
+        room = sizeof buf;
+    ssize_t n = recv(fd, buf, room, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        m->st.closed_peer++;
+        nw_manager_drop_conn(m, fd);
+        return;
+    }
+    if (m->slots[fd].head_len == 0)
+        nw_manager_first_bytes(m, fd, buf, (size_t)n);
+    else
+        nw_manager_more_bytes(m, fd, buf, (size_t)n);
+}
+
+/* ------------------------------------------------------------ channels */
+
+/* nw_frame_recv has closed any fd that came with it. A receive that ran
+ * out of fds (RLIMIT_NOFILE) looks the same: the kernel truncates it. */
+static void nw_manager_bad_frame(nw_manager *m, const char *from)
+{
+    if (m->bad_frame_logged)
+        return;
+    m->bad_frame_logged = 1;
+    fprintf(stderr, "narwhal-manager: dropped a malformed or truncated frame "
+            "from %s (%s); further ones are dropped silently\n", from, strerror(errno));
+}
+
+static void nw_manager_worker_frame(nw_manager *m, int wfd, const nw_frame *f, int fd)
+{
+    if (f->type == NW_FRAME_HANDOFF && fd >= 0) {
+        nw_manager_take(m, fd, f, m->frame_data);
+        return;
+    }
+    if (fd >= 0)
+        close(fd);   /* an fd on a frame that carries none */
+    if (f->type == NW_FRAME_READY)
+        nw_manager_worker_ready(m, wfd);
+}
+
+static void nw_manager_worker_readable(nw_manager *m, int wfd)
+{
+    for (int i = 0; i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
+        nw_frame f;
+        int fd;
+        int r = nw_frame_recv(wfd, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd);
+        if (r > 0) {
+            nw_manager_worker_frame(m, wfd, &f, fd);
+            continue;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (r < 0 && errno == EBADMSG) {
+            nw_manager_bad_frame(m, "a worker");
+            continue;
+        }
+        nw_manager_drop_worker(m, wfd);   /* end of stream: the worker is gone */
+        return;
+    }
+}
+
+static void nw_manager_control_readable(nw_manager *m)
+{
+    for (int i = 0; i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
+        nw_frame f;
+        int fd;
+        int r = nw_frame_recv(m->control, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd);
+        if (r > 0) {
+            if (f.type == NW_FRAME_WORKER && fd >= 0)
+                nw_manager_add_worker(m, fd, f.requests);
+            else if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (r < 0 && errno == EBADMSG) {
+            nw_manager_bad_frame(m, "the master");
+            continue;
+        }
+        m->stop = 1;   /* end of stream or a broken socket: the master is gone */
+        return;
+    }
+}
+
+/* ------------------------------------------------------------ time */
+
+static void nw_manager_expire(nw_manager *m)
+{
+    while (m->idle.first != NW_MANAGER_NONE
+           && m->slots[m->idle.first].deadline <= m->now) {
+        nw_manager_drop_conn(m, m->idle.first);
+        m->st.closed_timeout++;
+    }
+    while (m->reading.first != NW_MANAGER_NONE
+           && m->slots[m->reading.first].deadline <= m->now) {
+        int fd = m->reading.first;
+        nw_manager_detach(m, fd);
+        nw_manager_send_408(fd);
+        nw_manager_forget(m, fd);
+        m->st.closed_timeout++;
+    }
+}
+
+/* Counts to the master once a second. A full control socket drops them:
+ * the next ones follow a second later, and the manager must never block. */
+static void nw_manager_send_stats(nw_manager *m)
+{
+    if (m->now < m->next_stats)
+        return;
+    m->next_stats = m->now + NW_MANAGER_STATS_MS;
+    m->st.idle = nw_manager_held(m);
+    m->st.queued = m->queue.len;
+    m->st.workers = m->nworkers;
+    m->st.free_workers = m->nfree;
+    nw_frame f;
+    nw_frame_init(&f, NW_FRAME_STATS);
+    f.data_len = sizeof m->st;
+    (void)nw_frame_send(m->control, &f, &m->st, -1);
+}
+
+/* epoll_wait timeout: until the earliest deadline or the next stats. */
+static int nw_manager_timeout(const nw_manager *m)
+{
+    nw_msec next = m->next_stats;
+    if (m->idle.first != NW_MANAGER_NONE && m->slots[m->idle.first].deadline < next)
+        next = m->slots[m->idle.first].deadline;
+    if (m->reading.first != NW_MANAGER_NONE && m->slots[m->reading.first].deadline < next)
+        next = m->slots[m->reading.first].deadline;
+    nw_msec left = next - nw_now_ms();
+    return left <= 0 ? 0 : (int)left;
+}
+
+/* ------------------------------------------------------------ the loop */
+
+static void nw_manager_event(nw_manager *m, int fd)
+{
+    if (fd == m->control) {
+        nw_manager_control_readable(m);
+    } else if (fd == m->sigfd) {
+        struct signalfd_siginfo si;
+        if (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+            m->stop = 1;
+    } else if ((size_t)fd < m->nslots) {
+        int kind = m->slots[fd].kind;
+        if (kind == NW_MANAGER_IDLE || kind == NW_MANAGER_READING)
+            nw_manager_client_readable(m, fd);
+        else if (kind == NW_MANAGER_WORKER)
+            nw_manager_worker_readable(m, fd);
+        /* anything else: a stale event for an fd closed in this batch */
+    }
+}
+
+static nw_msec nw_manager_ms(double seconds)
+{
+    if (!(seconds > 0))
+        return 0;
+    if (seconds > 0x7fffffff / 1000.0)
+        return 0x7fffffff;
+    return (nw_msec)(seconds * 1000.0 + 0.5);
+}
+
+static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int control)
+{
+    sigset_t set;
+    struct sigaction ign;
+    memset(m, 0, sizeof *m);
+    m->ep = m->sigfd = -1;
+    m->control = control;
+    m->idle.first = m->idle.last = NW_MANAGER_NONE;
+    m->reading = m->queue = m->idle;
+    m->keepalive_ms = nw_manager_ms(cfg->keepalive_timeout);
+    m->read_ms = nw_manager_ms(cfg->read_timeout);
+    m->max_conns = cfg->max_connections;
+    m->max_header = cfg->max_header_bytes;
+    m->max_line = cfg->max_request_line;
+    m->now = nw_now_ms();
+    m->next_stats = m->now + NW_MANAGER_STATS_MS;
+
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, NULL);
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+
+    if (!(m->frame_data = malloc(NW_FRAME_MAX_DATA)))
+        return -1;
+    if ((m->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        return -1;
+    if ((m->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+        return -1;
+    if (nw_manager_watch(m, m->sigfd) < 0 || nw_manager_watch(m, control) < 0)
+        return -1;
+    return 0;
+}
+
+/* Close everything: held connections, worker channels, our own fds. */
+static void nw_manager_close(nw_manager *m)
+{
+    for (size_t fd = 0; fd < m->nslots; fd++) {
+        if (m->slots[fd].kind != NW_MANAGER_FREE) {
+            nw_manager_clear(&m->slots[fd]);
+            close((int)fd);
+        }
+    }
+    free(m->slots);
+    free(m->free_stack);
+    free(m->frame_data);
+    if (m->ep >= 0)
+        close(m->ep);
+    if (m->sigfd >= 0)
+        close(m->sigfd);
+    if (m->control >= 0)
+        close(m->control);
+}
+
+int nw_manager_run(const nw_manager_config *cfg, int control_fd)
+{
+    nw_manager m;
+    struct epoll_event ev[NW_MANAGER_EVENTS];
+    int rc = 0;
+    if (nw_manager_open(&m, cfg, control_fd) < 0) {
+        fprintf(stderr, "narwhal-manager: cannot start: %s\n", strerror(errno));
+        nw_manager_close(&m);
+        return 1;
+    }
+    while (!m.stop) {
+        int n = epoll_wait(m.ep, ev, NW_MANAGER_EVENTS, nw_manager_timeout(&m));
+        if (n < 0 && errno != EINTR) {
+            fprintf(stderr, "narwhal-manager: epoll_wait: %s\n", strerror(errno));
+            rc = 1;
+            break;
+        }
+        m.now = nw_now_ms();
+        for (int i = 0; i < n && !m.stop; i++)
+            nw_manager_event(&m, ev[i].data.fd);
+        nw_manager_expire(&m);
+        nw_manager_send_stats(&m);
+    }
+    nw_manager_close(&m);
+    return rc;
+}

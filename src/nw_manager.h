@@ -1,0 +1,29 @@
+/* The connection manager: an epoll loop that holds idle keep-alive
+ * connections and connections whose request head is still arriving, and
+ * hands each one to a free worker once its head is complete.
+ * See docs/DESIGN.md ("The connection manager") and docs/PROTOCOL.md.
+ * Linux only. The executable around it is src/manager/narwhal-manager.c. */
+#ifndef NW_MANAGER_H
+#define NW_MANAGER_H
+
+#include <stddef.h>
+
+typedef struct {
+    double keepalive_timeout;   /* seconds an idle connection is kept */
+    double read_timeout;        /* seconds for a whole head, from its first byte */
+    size_t max_connections;     /* connections held at once; 0: no limit */
+    size_t max_header_bytes;    /* a buffered head longer than this goes to a worker (431) */
+    size_t max_request_line;    /* a first line longer than this, no LF yet: to a worker (414) */
+} nw_manager_config;
+
+/* Run the manager until the master closes control_fd (end of stream) or
+ * SIGTERM/SIGINT arrives, then close every connection and channel it holds,
+ * control_fd included, and return 0. Returns 1 (with a message on stderr)
+ * when it cannot start: no epoll, no signalfd, no memory.
+ *
+ * It blocks SIGTERM and SIGINT (they are read through a signalfd) and
+ * ignores SIGPIPE, and leaves both so on return: a second TERM arriving
+ * while the process exits must not turn a clean exit into a killed one. */
+int nw_manager_run(const nw_manager_config *cfg, int control_fd);
+
+#endif

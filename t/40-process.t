@@ -1,0 +1,401 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use File::Spec ();
+use Fcntl ();
+use IO::Socket::INET ();
+use POSIX ();
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(free_port spawn_server write_app tmpdir wait_until perl_cmd
+                   run_cmd http_get children_of pid_alive narwhal_cmd root
+                   raw_connect raw_request read_response worker_pids
+                   manager_fallback);
+
+# Real processes and signals: graceful stop, HUP, worker replacement and
+# recycling, TTIN/TTOU, USR1, Server::Starter, systemd socket activation,
+# back-off on failing workers, orphaned workers.
+
+my $ROOT = root();
+my $TMP  = tmpdir();
+my @NM = manager_fallback();    # --no-manager until the manager program is built
+diag 'narwhal-manager is not built: servers run with --no-manager' if @NM;
+my @XARGS = NarwhalTest::extra_args();    # NARWHAL_TEST_ARGS (spawn_server adds them itself)
+
+# pid=<worker pid> gen=<Server::Starter generation> fds=<LISTEN_FDS>;
+# /sleep?SECONDS sleeps that long even across signals; /die/WORD dies.
+my $APP = write_app(<<'APP');
+use strict;
+use Time::HiRes ();
+my $gen = $ENV{SERVER_STARTER_GENERATION} // '-';
+sub {
+    my $env = shift;
+    my $path = $env->{PATH_INFO};
+    if ($path eq '/sleep') {
+        my $end = Time::HiRes::time() + ($env->{QUERY_STRING} || 1);
+        while ((my $left = $end - Time::HiRes::time()) > 0) {
+            select(undef, undef, undef, $left);
+        }
+    }
+    die "app-error-$1\n" if $path =~ m{^/die/(\w+)};
+    return [200, ['Content-Type' => 'text/plain'],
+            ["pid=$$ gen=$gen fds=" . ($ENV{LISTEN_FDS} // 'none') . "\n"]];
+}
+APP
+
+my (@MASTERS, %WORKERS);    # everything started here, to check nothing is left
+
+sub server {
+    my (%a) = @_;
+    my $s = spawn_server(app => $APP, %a, args => [ @NM, @{ $a{args} || [] } ]);
+    push @MASTERS, $s->pid;
+    return $s;
+}
+
+sub workers {
+    my ($s, $master) = @_;
+    $master //= $s->pid;
+    $WORKERS{$_} = 1 for children_of($master);    # the manager too
+    my @w = worker_pids($master);
+    return @w;
+}
+
+sub wait_workers {
+    my ($s, $n, $timeout) = @_;
+    return wait_until(sub { my @w = workers($s); @w == $n ? \@w : undef }, $timeout // 5);
+}
+
+sub get_pid {
+    my ($port, $path, $http) = @_;
+    my $res = http_get($port, $path // '/', $http);
+    return $res->{status} == 200 && $res->{content} =~ /pid=(\d+)/ ? $1 : undef;
+}
+
+sub slurp { open(my $fh, '<', $_[0]) or return ''; local $/; return <$fh> // '' }
+
+sub refused {
+    my ($port) = @_;
+    my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 2);
+    return !$c;
+}
+
+# A client in its own process: keep-alive HTTP::Tiny GETs in a loop for
+# $seconds; one line per request in a file.
+sub start_client_loop {
+    my ($port, $seconds) = @_;
+    my $out = File::Spec->catfile($TMP, "loop-$port-" . int(rand 1e9));
+    my $pid = fork // die "fork: $!";
+    if (!$pid) {
+        require HTTP::Tiny;
+        my $http = HTTP::Tiny->new(timeout => 5, keep_alive => 1);
+        open(my $fh, '>', $out) or POSIX::_exit(1);
+        $fh->autoflush(1);
+        my $end = time + $seconds;
+        while (time < $end) {
+            my $r = $http->get("http://127.0.0.1:$port/");
+            if ($r->{status} == 200 && $r->{content} =~ /pid=(\d+) gen=(\S+)/) {
+                print $fh "ok $1 $2\n";
+            } else {
+                (my $c = $r->{content} // '') =~ s/\s+/ /g;
+                print $fh "fail $r->{status} $c\n";
+            }
+            sleep 0.005;
+        }
+        close $fh;
+        POSIX::_exit(0);
+    }
+    return { pid => $pid, out => $out, seconds => $seconds };
+}
+
+sub finish_client_loop {
+    my ($loop) = @_;
+    my $done = wait_until(sub { waitpid($loop->{pid}, POSIX::WNOHANG()) == $loop->{pid} },
+                          $loop->{seconds} + 15);
+    if (!$done) { kill KILL => $loop->{pid}; waitpid($loop->{pid}, 0) }
+    my %r = (ok => 0, fail => 0, pids => [], gens => [], errors => []);
+    my %seen;
+    for (split /\n/, slurp($loop->{out})) {
+        if (/^ok (\d+) (\S+)/) {
+            $r{ok}++;
+            push @{ $r{pids} }, $1 unless $seen{"p$1"}++;
+            push @{ $r{gens} }, $2 unless $seen{"g$2"}++;
+        } else {
+            $r{fail}++;
+            push @{ $r{errors} }, $_;
+        }
+    }
+    return \%r;
+}
+
+# (a) Graceful stop: a request in flight finishes, then the master exits 0;
+# new connections are refused once TERM has arrived.
+{
+    my $s = server(args => [ '--max-workers', '2' ]);
+    my $port = $s->port;
+    workers($s);
+    my $c = raw_connect($port) or die "connect: $!";
+    syswrite($c, "GET /sleep?1.5 HTTP/1.1\r\nHost: x\r\n\r\n");
+    sleep 0.3;
+    my $t0 = time;
+    kill TERM => $s->pid;
+    sleep 0.2;
+    ok(refused($port), 'after TERM: new connections are refused');
+    my $res = read_response($c, 5);
+    ok($res, 'the request in flight gets a response');
+    is($res && $res->{status}, 200, 'in flight: 200');
+    like($res && $res->{body}, qr/^pid=\d+ gen=/, 'in flight: the full body');
+    my $status = $s->wait_exit(6);
+    my $took = time - $t0;
+    is($status, 0, 'the master exits with status 0 after TERM');
+    cmp_ok($took, '>=', 0.9, 'the master waited for the request in flight');
+    cmp_ok($took, '<', 4, 'and exited soon after it (bounded)');
+}
+
+# (b) --graceful-timeout 1: requests that take too long are cut short.
+{
+    my $s = server(args => [ '--max-workers', '1', '--graceful-timeout', '1' ]);
+    my ($w) = @{ wait_workers($s, 1) || [] };
+    my $c = raw_connect($s->port) or die "connect: $!";
+    syswrite($c, "GET /sleep?10 HTTP/1.1\r\nHost: x\r\n\r\n");
+    sleep 0.3;
+    my $t0 = time;
+    kill TERM => $s->pid;
+    my $status = $s->wait_exit(8);
+    my $took = time - $t0;
+    ok(defined $status, '--graceful-timeout 1: the master exits');
+    cmp_ok($took, '>=', 0.8, 'not before the graceful timeout');
+    cmp_ok($took, '<=', 3, 'within about 1-3 s, not after the 10 s request');
+    ok(wait_until(sub { !pid_alive($w) }, 2), 'the busy worker was KILLed');
+}
+
+# (c) HUP twice under a steady keep-alive client: no failed request, new workers.
+{
+    my $s = server(args => [ '--max-workers', '2' ]);
+    my $port = $s->port;
+    my $before = wait_workers($s, 2) || [];
+    my $loop = start_client_loop($port, 3);
+    sleep 0.7;
+    kill HUP => $s->pid;
+    sleep 1;
+    kill HUP => $s->pid;
+    my $r = finish_client_loop($loop);
+    cmp_ok($r->{ok}, '>', 20, "HUP: the client made requests ($r->{ok})");
+    is($r->{fail}, 0, 'HUP: zero failed requests') or diag join "\n", @{ $r->{errors} }[0 .. 4];
+    cmp_ok(scalar @{ $r->{pids} }, '>=', 3, 'HUP: the client was served by new workers')
+        or diag "pids: @{ $r->{pids} }";
+    my %old = map { $_ => 1 } @$before;
+    ok(wait_until(sub { my @w = workers($s); @w == 2 && !grep { $old{$_} } @w }, 5),
+       'HUP: all workers replaced') or diag "before @$before, now @{[ workers($s) ]}";
+    is($s->stop, 0, 'HUP: stops with status 0');
+}
+
+# (d) A worker killed with KILL is replaced.
+{
+    my $s = server(args => [ '--max-workers', '2' ]);
+    my $port = $s->port;
+    my $before = wait_workers($s, 2) || [];
+    my $victim = $before->[0];
+    kill KILL => $victim;
+    my $after = wait_until(sub {
+        my @w = workers($s);
+        (@w == 2 && !grep { $_ == $victim } @w) ? \@w : undef;
+    }, 5);
+    ok($after, 'a killed worker is replaced') or diag "now: @{[ workers($s) ]}";
+    my %old = map { $_ => 1 } @$before;
+    ok($after && (grep { !$old{$_} } @$after), 'by a new process');
+    my $good = grep { defined get_pid($port) } 1 .. 10;
+    is($good, 10, 'requests keep working');
+    like($s->log_text, qr/worker $victim was killed by signal 9/, 'the master logs the death');
+    $s->stop;
+}
+
+# (e) Recycling: --max-reqs-per-child 5 with one worker.
+{
+    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5' ]);
+    my $port = $s->port;
+    my (%count, $bad);
+    for (1 .. 12) {
+        my $pid = get_pid($port);
+        defined $pid ? $count{$pid}++ : $bad++;
+    }
+    ok(!$bad, '--max-reqs-per-child 5: 12 requests succeed');
+    cmp_ok(scalar keys %count, '>=', 3, 'at least 3 workers served them')
+        or diag explain \%count;
+    ok(!grep({ $_ > 5 } values %count), 'none served more than 5');
+
+    # The same over one keep-alive connection.
+    require HTTP::Tiny;
+    my $http = HTTP::Tiny->new(timeout => 5, keep_alive => 1);
+    my %ka;
+    $bad = 0;
+    for (1 .. 12) {
+        my $pid = get_pid($port, '/', $http);
+        defined $pid ? $ka{$pid}++ : $bad++;
+    }
+    ok(!$bad, 'keep-alive: 12 requests succeed');
+    cmp_ok(scalar keys %ka, '>=', 3, 'keep-alive: at least 3 workers served them');
+    $s->stop;
+
+    $s = server(args => [ '--max-workers', '1', '--min-reqs-per-child', '2',
+                          '--max-reqs-per-child', '4' ]);
+    $port = $s->port;
+    my @seq = map { get_pid($port) // 'fail' } 1 .. 12;
+    ok(!grep({ $_ eq 'fail' } @seq), '--min-reqs-per-child accepted, requests succeed');
+    my %n;
+    $n{$_}++ for @seq;
+    ok(!grep({ $_ > 4 } values %n), 'with --min-reqs-per-child 2: at most 4 per worker')
+        or diag "@seq";
+    my @runs = grep { $_ ne $seq[-1] } keys %n;    # the last may be unfinished
+    ok(!grep({ $n{$_} < 2 } @runs), 'and at least 2 per worker') or diag "@seq";
+    $s->stop;
+}
+
+# (f) TTIN / TTOU change the number of workers.
+{
+    my $s = server(args => [ '--max-workers', '2' ]);
+    ok(wait_workers($s, 2), 'two workers to start with');
+    kill TTIN => $s->pid;
+    ok(wait_workers($s, 3), 'TTIN: three workers');
+    kill TTIN => $s->pid;
+    ok(wait_workers($s, 4), 'TTIN again: four workers');
+    kill TTOU => $s->pid;
+    ok(wait_workers($s, 3), 'TTOU: three workers') or diag "now: @{[ workers($s) ]}";
+    kill TTOU => $s->pid;
+    sleep 0.1;
+    kill TTOU => $s->pid;
+    ok(wait_workers($s, 1), 'TTOU twice more: one worker') or diag "now: @{[ workers($s) ]}";
+    kill TTOU => $s->pid;
+    sleep 1.2;
+    is(scalar(workers($s)), 1, 'TTOU never goes below one worker');
+    ok(defined get_pid($s->port), 'still serving');
+    $s->stop;
+}
+
+# (g) USR1 reopens the error log.
+{
+    my $log = File::Spec->catfile($TMP, 'usr1.log');
+    my $s = server(args => [ '--max-workers', '2', '--error-log', $log ]);
+    my $port = $s->port;
+    wait_workers($s, 2);
+    is(http_get($port, '/die/first')->{status}, 500, 'an app error: 500');
+    ok(wait_until(sub { slurp($log) =~ /app-error-first/ }, 3), 'logged in the error log');
+    rename $log, "$log.old" or die "rename: $!";
+    kill USR1 => $s->pid;
+    ok(wait_until(sub { -e $log }, 3), 'USR1: the master reopens the log file');
+    sleep 0.5;    # the workers reopen theirs when the master passes USR1 on
+    http_get($port, "/die/second$_") for 1 .. 4;    # reach both workers
+    ok(wait_until(sub { slurp($log) =~ /app-error-second/ }, 3),
+       'the new log file gets app errors') or diag 'new log: ' . slurp($log);
+    my @in_new = slurp($log) =~ /app-error-second(\d)/g;
+    is(scalar @in_new, 4, 'all four errors go to the new file');
+    unlike(slurp("$log.old"), qr/app-error-second/, 'the old file gets no new errors');
+    $s->stop;
+}
+
+# (h) Server::Starter hand-over (TCP), and a unix socket through it.
+SKIP: {
+    my $starter = '/usr/bin/start_server';
+    skip 'start_server is not installed', 10 unless -x $starter;
+    my $port = free_port();
+    my $pidf = File::Spec->catfile($TMP, "starter-$port.pid");
+    my $stat = File::Spec->catfile($TMP, "starter-$port.status");
+    my $s = spawn_server(port => $port, command => [
+        $starter, '--port', "127.0.0.1:$port", '--pid-file', $pidf, '--status-file', $stat,
+        '--', narwhal_cmd(), @NM, @XARGS, '--max-workers', '2', $APP ]);
+    my $first = http_get($port, '/');
+    is($first->{status}, 200, 'start_server: requests work');
+    like($first->{content}, qr/gen=1\b/, 'start_server: generation 1 answers');
+    my ($gen1_master) = children_of($s->pid);
+    push @MASTERS, $gen1_master if $gen1_master;
+    workers($s, $gen1_master) if $gen1_master;
+    ok(wait_until(sub { -s $stat }, 5), 'start_server wrote its status file');
+    my $loop = start_client_loop($port, 3.5);
+    sleep 0.5;
+    my $r = run_cmd([ $starter, '--restart', '--pid-file', $pidf, '--status-file', $stat ],
+                    timeout => 10);
+    is($r->{code}, 0, 'start_server --restart') or diag $r->{err};
+    my $res = finish_client_loop($loop);
+    cmp_ok($res->{ok}, '>', 20, "hand-over: the client made requests ($res->{ok})");
+    is($res->{fail}, 0, 'hand-over: zero failed requests') or diag join "\n", @{ $res->{errors} }[0 .. 4];
+    ok((grep { $_ eq '2' } @{ $res->{gens} }), 'hand-over: generation 2 served the client')
+        or diag "generations: @{ $res->{gens} }";
+    like(http_get($port, '/')->{content}, qr/gen=2\b/, 'after the hand-over: generation 2 answers');
+    ok(wait_until(sub { !pid_alive($gen1_master) }, 5), 'the old narwhal master exited')
+        if $gen1_master;
+    $s->stop;
+
+    my $path = File::Spec->catfile($TMP, 'starter.sock');
+    $s = spawn_server(unix => $path, no_listen => 1, command => [
+        $starter, '--path', $path, '--', narwhal_cmd(), @NM, @XARGS, '--max-workers', '1', $APP ]);
+    my $raw = raw_request($path, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 5);
+    like($raw, qr{^HTTP/1\.1 200 .*pid=\d+ gen=1}s, 'start_server --path: served on the unix socket');
+    $s->stop;
+}
+
+# (i) systemd socket activation: fd 3, LISTEN_FDS=1, LISTEN_PID=<its pid>.
+{
+    my $lsock = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                      Listen => 128, ReuseAddr => 1) or die "listen: $!";
+    my $port = $lsock->sockport;
+    my $s = server(port => $port, no_listen => 1, args => [ '--max-workers', '2' ],
+                   env => { LISTEN_FDS => 1 },
+                   child_setup => sub {
+                       my $fd = fileno($lsock);
+                       if ($fd != 3) { POSIX::dup2($fd, 3) or POSIX::_exit(126) }
+                       open(my $three, '<&=', 3) or POSIX::_exit(126);
+                       fcntl($three, Fcntl::F_SETFD(), 0);    # keep it across exec
+                       $ENV{LISTEN_PID} = $$;
+                   });
+    close $lsock;
+    my $res = http_get($port, '/');
+    is($res->{status}, 200, 'socket activation: requests on the passed socket work');
+    like($res->{content}, qr/fds=none/, 'LISTEN_FDS is not passed on to the app');
+    like($s->log_text, qr/listening on 127\.0\.0\.1:$port/, 'the master uses the passed socket');
+    ok(wait_workers($s, 2), 'with its workers');
+    is($s->stop, 0, 'socket activation: stops with status 0');
+}
+
+# (j) Workers that die at once: the master backs off instead of looping.
+{
+    my $marker = File::Spec->catfile($TMP, 'worker-fails');
+    my $loads  = File::Spec->catfile($TMP, 'worker-loads');
+    my $app = write_app(<<"APP");
+if (open(my \$fh, '>>', '$loads')) { print \$fh "\$\$\\n"; close \$fh }
+exit 3 if -e '$marker';
+sub { [200, ['Content-Type' => 'text/plain'], ["pid=\$\$\\n"]] };
+APP
+    my $s = server(app => $app, args => [ '--max-workers', '2', '--no-preload-app' ]);
+    ok(defined get_pid($s->port), 'delayed app: served');
+    open(my $m, '>', $marker) or die $!;
+    close $m;
+    my $before = () = slurp($loads) =~ /\n/g;
+    kill HUP => $s->pid;    # the new generation loads the app, which now exits
+    sleep 3;
+    my $forks = (() = slurp($loads) =~ /\n/g) - $before;
+    cmp_ok($forks, '>=', 2, "failing workers were started ($forks)");
+    cmp_ok($forks, '<', 15, "the master backs off: $forks worker starts in 3 s");
+    like($s->log_text, qr/exited with status 3/, 'the master logs the failing workers');
+    ok(pid_alive($s->pid), 'the master is still running');
+    unlink $marker;
+    kill HUP => $s->pid;
+    ok(wait_until(sub { defined get_pid($s->port) }, 5), 'HUP after the fix: serving again');
+    is($s->stop, 0, 'stops with status 0');
+}
+
+# Orphaned workers exit when their master is KILLed.
+{
+    my $s = server(args => [ '--max-workers', '2' ]);
+    my $w = wait_workers($s, 2) || [];
+    is(scalar @$w, 2, 'two workers');
+    kill KILL => $s->pid;
+    $s->wait_exit(3);
+    ok(wait_until(sub { !grep { pid_alive($_) } @$w }, 4),
+       'the workers exit within ~3 s of their master being KILLed');
+}
+
+# Nothing left behind.
+ok(wait_until(sub { !grep { pid_alive($_) } @MASTERS, keys %WORKERS }, 8),
+   'no master or worker left running')
+    or diag 'alive: ' . join ' ', grep { pid_alive($_) } @MASTERS, keys %WORKERS;
+
+done_testing;
