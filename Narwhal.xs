@@ -745,6 +745,12 @@ client_keep_alive(self)
     RETVAL
 
 void
+close_gently(self)
+    nw_xs_conn *self
+  CODE:
+    nw_conn_close_gently(self->c);
+
+void
 close(self)
     nw_xs_conn *self
   CODE:

@@ -349,6 +349,12 @@ static void linger_close(nw_conn *c)
     c->fd = -1;
 }
 
+void nw_conn_close_gently(nw_conn *c)
+{
+    if (c->fd >= 0)
+        linger_close(c);
+}
+
 void nw_conn_send_error(nw_conn *c, int status)
 {
     nw_buf b = { 0 };

@@ -81,6 +81,10 @@ int nw_conn_read_body(nw_conn *c);
 /* Forget the current request, keep pipelined bytes, arm the idle deadline. */
 void nw_conn_finish_request(nw_conn *c);
 
+/* FIN first, drain briefly, then close: a request crossing our close meets
+ * end-of-stream (which clients retry) rather than a reset. */
+void nw_conn_close_gently(nw_conn *c);
+
 /* Answer an error status with Connection: close, then close gently. */
 void nw_conn_send_error(nw_conn *c, int status);
 

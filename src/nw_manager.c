@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -731,6 +732,52 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     return 0;
 }
 
+/* On stop, held connections get a FIN (shutdown SHUT_WR) rather than a bare
+ * close: a request that crosses it then meets end-of-stream, which clients
+ * retry, instead of a reset, which they do not. What they send meanwhile is
+ * read and dropped until they close or the linger time is up. */
+#define NW_MANAGER_LINGER_MS 1000
+
+static int nw_manager_is_client(const nw_manager_slot *s)
+{
+    return s->kind == NW_MANAGER_IDLE || s->kind == NW_MANAGER_READING
+           || s->kind == NW_MANAGER_QUEUED;
+}
+
+static void nw_manager_linger(nw_manager *m)
+{
+    size_t n = 0;
+    struct pollfd *p = calloc(m->nslots ? m->nslots : 1, sizeof *p);
+    if (!p)
+        return;
+    for (size_t fd = 0; fd < m->nslots; fd++) {
+        if (!nw_manager_is_client(&m->slots[fd]))
+            continue;
+        shutdown((int)fd, SHUT_WR);
+        p[n].fd = (int)fd;
+        p[n++].events = POLLIN;
+    }
+    nw_msec deadline = nw_now_ms() + NW_MANAGER_LINGER_MS;
+    size_t open_left = n;
+    while (open_left > 0) {
+        nw_msec left = deadline - nw_now_ms();
+        if (left <= 0 || poll(p, n, (int)left) <= 0)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            char sink[4096];
+            if (p[i].fd < 0 || !p[i].revents)
+                continue;
+            if (read(p[i].fd, sink, sizeof sink) > 0)
+                continue;
+            nw_manager_clear(&m->slots[p[i].fd]);
+            close(p[i].fd);
+            p[i].fd = -1;
+            open_left--;
+        }
+    }
+    free(p);
+}
+
 /* Close everything: held connections, worker channels, our own fds. */
 static void nw_manager_close(nw_manager *m)
 {
@@ -774,6 +821,8 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd)
         nw_manager_expire(&m);
         nw_manager_send_stats(&m);
     }
+    if (m.stop)
+        nw_manager_linger(&m);
     nw_manager_close(&m);
     return rc;
 }

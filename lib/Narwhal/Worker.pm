@@ -128,6 +128,7 @@ sub serve_connection {
             if ($env == 0) {    # nothing (more) arrived in time
                 return if $managed && $acceptor->handoff($conn);
                 next unless $self->{stopping};
+                $conn->close_gently;
             }
             return;
         }

@@ -734,10 +734,11 @@ static void test_deadlines(void)
     sleep_ms(30);
     nw_msec tk = nw_now_ms();
     kill(m.pid, SIGTERM);
-    ok(mgr_reap(&m, 2000) && exited_zero(m.status), "SIGTERM: the manager exits 0");
     ok(read_to_eof(c, NULL, 0, 1000) >= 0 && nw_now_ms() - tk < 400,
-       "SIGTERM: the connections it held are closed at once");
-    close(c);
+       "SIGTERM: the connections it held get end-of-stream at once");
+    close(c);   /* the manager lingers until its clients close, 1 s at most */
+    ok(mgr_reap(&m, 2000) && exited_zero(m.status) && nw_now_ms() - tk < 900,
+       "SIGTERM: the manager exits 0 once they have closed");
     close(w1);
     close(m1);
     mgr_finish(&m, "SIGTERM");
