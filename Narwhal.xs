@@ -33,13 +33,14 @@ typedef struct {
     int count;
     int next;
     int epfd;
-    int channel;        /* to the connection manager; -1 without one */
-    int ready_sent;     /* READY sent since the last SERVE */
+    int from_manager;   /* to-workers, shared by all workers: SERVE frames; -1 without a manager */
+    int to_manager;     /* to-manager, shared: HANDOFF frames */
+    int took_served;    /* the last connection came from to-workers */
     char *frame_data;   /* NW_FRAME_MAX_DATA bytes for incoming frames */
     nw_conn_config cfg;
 } nw_xs_acceptor;
 
-#define CHANNEL_EVENT MAX_LISTENERS   /* epoll data for the manager channel */
+#define FROM_MANAGER_EVENT MAX_LISTENERS   /* epoll data for the to-workers queue */
 
 typedef struct {
     nw_conn *c;
@@ -164,8 +165,7 @@ static nw_xs_conn *conn_from_frame(pTHX_ nw_xs_acceptor *a, const nw_frame *f, i
         return NULL;
     }
     if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
-        plen = 0;
-    nw_io_set_nonblocking(fd);
+        plen = 0;   /* (the socket is non-blocking already: that flag travels with it) */
     nw_xs_conn *xc = conn_wrap(aTHX_ a, f->listener, fd, &peer, plen);
     if (!xc)
         return NULL;
@@ -177,22 +177,18 @@ static nw_xs_conn *conn_from_frame(pTHX_ nw_xs_acceptor *a, const nw_frame *f, i
     return xc;
 }
 
+/* The next connection on the shared to-workers queue, if any: whichever
+ * free worker looks first gets it. */
 static nw_xs_conn *take_served(pTHX_ nw_xs_acceptor *a)
 {
-    while (a->channel >= 0) {
+    while (a->from_manager >= 0) {
         nw_frame f;
         int fd;
-        int r = nw_frame_recv(a->channel, &f, a->frame_data, NW_FRAME_MAX_DATA, &fd);
-        if (r == 0) {            /* the master is gone: no more hand-offs */
-            close(a->channel);
-            a->channel = -1;
-            return NULL;
-        }
-        if (r < 0)
-            return NULL;         /* nothing waiting (or a bad frame, dropped) */
+        int r = nw_frame_recv(a->from_manager, &f, a->frame_data, NW_FRAME_MAX_DATA, &fd);
+        if (r <= 0)
+            return NULL;         /* nothing waiting (another worker took it), or a bad frame */
         if (fd < 0)
             continue;
-        a->ready_sent = 0;
         nw_xs_conn *xc = conn_from_frame(aTHX_ a, &f, fd);
         if (xc)
             return xc;
@@ -200,14 +196,24 @@ static nw_xs_conn *take_served(pTHX_ nw_xs_acceptor *a)
     return NULL;
 }
 
-static void announce_ready(nw_xs_acceptor *a)
+/* The listeners and the to-workers queue take turns, so that connections
+ * circulating through the manager cannot starve new ones in the listen
+ * queue, nor the other way round. */
+static nw_xs_conn *take_next(pTHX_ nw_xs_acceptor *a)
 {
-    nw_frame f;
-    if (a->channel < 0 || a->ready_sent)
-        return;
-    nw_frame_init(&f, NW_FRAME_READY);
-    if (nw_frame_send(a->channel, &f, NULL, -1) == 0)
-        a->ready_sent = 1;
+    nw_xs_conn *xc;
+    if (a->took_served) {
+        if ((xc = accept_ready(aTHX_ a)))
+            a->took_served = 0;
+        else if ((xc = take_served(aTHX_ a)))
+            a->took_served = 1;
+    } else {
+        if ((xc = take_served(aTHX_ a)))
+            a->took_served = 1;
+        else if ((xc = accept_ready(aTHX_ a)))
+            a->took_served = 0;
+    }
+    return xc;
 }
 
 /* "Content-Type" -> CONTENT_TYPE, others -> HTTP_UPPER_NAME. */
@@ -436,11 +442,12 @@ MODULE = Narwhal    PACKAGE = Narwhal::Acceptor
 PROTOTYPES: DISABLE
 
 nw_xs_acceptor *
-new(class, listeners, config, channel = -1)
+new(class, listeners, config, from_manager = -1, to_manager = -1)
     const char *class
     AV *listeners
     HV *config
-    int channel
+    int from_manager
+    int to_manager
   CODE:
     PERL_UNUSED_VAR(class);
     SSize_t n = av_len(listeners) + 1;
@@ -471,35 +478,28 @@ new(class, listeners, config, channel = -1)
             croak("epoll_ctl: %s", strerror(errno));
         RETVAL->count++;
     }
-    RETVAL->channel = channel;
-    if (channel >= 0) {
+    RETVAL->from_manager = from_manager;
+    RETVAL->to_manager = to_manager;
+    if (from_manager >= 0) {
         Newx(RETVAL->frame_data, NW_FRAME_MAX_DATA, char);
-        nw_io_set_nonblocking(channel);
-        struct epoll_event ev = { .events = EPOLLIN, .data.u32 = CHANNEL_EVENT };
-        if (epoll_ctl(RETVAL->epfd, EPOLL_CTL_ADD, channel, &ev) < 0)
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
+                                  .data.u32 = FROM_MANAGER_EVENT };
+        if (epoll_ctl(RETVAL->epfd, EPOLL_CTL_ADD, from_manager, &ev) < 0)
             croak("epoll_ctl: %s", strerror(errno));
     }
   OUTPUT:
     RETVAL
 
 SV *
-accept(self, timeout, announce = 1)
+accept(self, timeout)
     nw_xs_acceptor *self
     double timeout
-    int announce
   CODE:
-    nw_xs_conn *xc = take_served(aTHX_ self);
-    if (!xc)
-        xc = accept_ready(aTHX_ self);
+    nw_xs_conn *xc = take_next(aTHX_ self);
     if (!xc && timeout > 0) {
         struct epoll_event ev[MAX_LISTENERS + 1];
-        if (announce)
-            announce_ready(self);
-        int n = epoll_wait(self->epfd, ev, self->count + 1, (int)(timeout * 1000));
-        if (n > 0 && !(xc = take_served(aTHX_ self)))
-            xc = accept_ready(aTHX_ self);
-        if (n == 0)
-            self->ready_sent = 0;   /* idle a whole tick: say READY again (a new manager may not know) */
+        if (epoll_wait(self->epfd, ev, self->count + 1, (int)(timeout * 1000)) > 0)
+            xc = take_next(aTHX_ self);
     }
     RETVAL = &PL_sv_undef;
     if (xc) {
@@ -514,20 +514,7 @@ handoff(self, conn)
     nw_xs_acceptor *self
     nw_xs_conn *conn
   CODE:
-    RETVAL = self->channel >= 0 && nw_conn_handoff(conn->c, self->channel) == 0;
-  OUTPUT:
-    RETVAL
-
-SV *
-served(self)
-    nw_xs_acceptor *self
-  CODE:
-    nw_xs_conn *xc = take_served(aTHX_ self);
-    RETVAL = &PL_sv_undef;
-    if (xc) {
-        RETVAL = newSV(0);
-        sv_setref_pv(RETVAL, "Narwhal::Conn", (void *)xc);
-    }
+    RETVAL = self->to_manager >= 0 && nw_conn_handoff(conn->c, self->to_manager) == 0;
   OUTPUT:
     RETVAL
 
@@ -535,7 +522,7 @@ int
 has_manager(self)
     nw_xs_acceptor *self
   CODE:
-    RETVAL = self->channel >= 0;
+    RETVAL = self->from_manager >= 0 && self->to_manager >= 0;
   OUTPUT:
     RETVAL
 
@@ -772,19 +759,6 @@ DESTROY(self)
 
 MODULE = Narwhal    PACKAGE = Narwhal::Channel
 
-int
-send_worker(control, channel, pid)
-    int control
-    int channel
-    int pid
-  CODE:
-    nw_frame f;
-    nw_frame_init(&f, NW_FRAME_WORKER);
-    f.requests = (uint32_t)pid;
-    RETVAL = nw_frame_send(control, &f, NULL, channel) == 0;
-  OUTPUT:
-    RETVAL
-
 SV *
 recv_stats(control)
     int control
@@ -808,8 +782,7 @@ recv_stats(control)
         (void)hv_stores(hv, "closed_timeout", newSVuv(st.closed_timeout));
         (void)hv_stores(hv, "closed_full", newSVuv(st.closed_full));
         (void)hv_stores(hv, "closed_peer", newSVuv(st.closed_peer));
-        (void)hv_stores(hv, "workers", newSVuv(st.workers));
-        (void)hv_stores(hv, "free_workers", newSVuv(st.free_workers));
+        (void)hv_stores(hv, "outbox_full", newSVuv(st.outbox_full));
         RETVAL = newRV_noinc((SV *)hv);
     }
   OUTPUT:

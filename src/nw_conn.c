@@ -137,8 +137,10 @@ int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial)
             deadline = tick;
         if (nw_buf_reserve(&c->in, NW_READ_CHUNK) < 0)
             return head_error(c, 500);
-        ssize_t n = nw_io_read(c->fd, c->in.data + c->in.len,
-                               c->in.cap - c->in.len, deadline);
+        /* A tick under a millisecond is a brief look, not a deadline. */
+        ssize_t n = ticked && tick_s < 0.001
+            ? nw_io_read_brief(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, tick_s)
+            : nw_io_read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, deadline);
         if (n > 0) {
             c->in.len += (size_t)n;
             continue;

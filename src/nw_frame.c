@@ -97,7 +97,8 @@ int nw_frame_recv(int sock, nw_frame *f, void *data, size_t cap, int *fd_out)
     if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof *f
         || f->magic != NW_FRAME_MAGIC || f->data_len > cap
         || (size_t)n != sizeof *f + f->data_len
-        || f->type < NW_FRAME_HANDOFF || f->type > NW_FRAME_STATS)
+        || f->type < NW_FRAME_HANDOFF || f->type > NW_FRAME_LAST
+        || (f->type > NW_FRAME_SERVE && f->type < NW_FRAME_STATS))
         return bad_frame(fd_out);
     return 1;
 }

@@ -15,11 +15,10 @@
 
 enum nw_frame_type {
     NW_FRAME_HANDOFF = 1,   /* worker -> manager: a connection going idle, fd + unread bytes */
-    NW_FRAME_SERVE   = 2,   /* manager -> worker: a connection with a complete head, fd + bytes */
-    NW_FRAME_READY   = 3,   /* worker -> manager: waiting for work (no fd) */
-    NW_FRAME_WORKER  = 4,   /* master -> manager: fd is a worker's channel; requests = worker pid */
+    NW_FRAME_SERVE   = 2,   /* manager -> workers: a connection with a complete head, fd + bytes */
     NW_FRAME_STATS   = 5,   /* manager -> master: data is nw_manager_stats (no fd) */
 };
+#define NW_FRAME_LAST NW_FRAME_STATS
 
 #define NW_FRAME_F_HEAD_STARTED 1u  /* deadline_ms is a read deadline: part of a head arrived */
 
@@ -41,8 +40,8 @@ typedef struct {
     uint64_t closed_timeout;    /* closed by keep-alive or read timeout, total */
     uint64_t closed_full;       /* closed to stay under --max-connections, total */
     uint64_t closed_peer;       /* closed by the client while idle, total */
-    uint64_t workers;           /* worker channels known */
-    uint64_t free_workers;      /* workers waiting for work */
+    uint64_t outbox_full;       /* times to-workers had no room, total */
+    uint64_t reserved;
 } nw_manager_stats;
 
 void nw_frame_init(nw_frame *f, int type);

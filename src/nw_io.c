@@ -60,6 +60,29 @@ ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline)
     }
 }
 
+ssize_t nw_io_read_brief(int fd, char *buf, size_t len, double wait_s)
+{
+    for (int tries = 0; tries < 2; tries++) {
+        ssize_t n = read(fd, buf, len);
+        if (n > 0)
+            return n;
+        if (n == 0)
+            return NW_IO_CLOSED;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return NW_IO_CLOSED;
+        if (tries == 1 || wait_s <= 0)
+            break;
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        struct timespec ts = { (time_t)wait_s, (long)((wait_s - (time_t)wait_s) * 1e9) };
+        int r = ppoll(&p, 1, &ts, NULL);
+        if (r < 0)
+            return errno == EINTR ? NW_IO_INTERRUPTED : NW_IO_CLOSED;
+        if (r == 0)
+            break;
+    }
+    return NW_IO_TIMEOUT;
+}
+
 /* Drop the first n written bytes from the iovec list. */
 static int iov_advance(struct iovec **iov, int *iovcnt, size_t n)
 {

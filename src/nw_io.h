@@ -29,6 +29,10 @@ int nw_io_wait(int fd, short events, nw_msec deadline);
  * NW_IO_CLOSED, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. */
 ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline);
 
+/* A read that waits at most wait_s (sub-millisecond precision, no deadline):
+ * bytes, NW_IO_CLOSED, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. */
+ssize_t nw_io_read_brief(int fd, char *buf, size_t len, double wait_s);
+
 /* Write all of iov[0..iovcnt) (the array is modified), in batches of at most
  * NW_IOV_BATCH, each wait bounded by now + timeout_s. Returns NW_IO_OK,
  * NW_IO_CLOSED or NW_IO_TIMEOUT. Signals do not interrupt a write. */

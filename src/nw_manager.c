@@ -47,12 +47,10 @@ enum {
     NW_MANAGER_FREE = 0,    /* no record (or a connection being passed on) */
     NW_MANAGER_IDLE,        /* client, no head yet: epoll + idle list */
     NW_MANAGER_READING,     /* client, part of a head: epoll + reading list */
-    NW_MANAGER_QUEUED,      /* client, head complete: queue, not in epoll */
-    NW_MANAGER_WORKER,      /* a worker channel: epoll */
+    NW_MANAGER_QUEUED,      /* client, head complete, to-workers full: queue, not in epoll */
 };
 
 #define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
-#define NW_MANAGER_F_FREE       2u  /* worker: on the free stack */
 
 #define NW_MANAGER_NONE             (-1)
 #define NW_MANAGER_EVENTS           256
@@ -85,11 +83,12 @@ typedef struct {
     nw_msec keepalive_ms, read_ms;
     size_t  max_conns, max_header, max_line;
     int     ep, control, sigfd;
+    int     inbox;          /* to-manager: HANDOFF frames from every worker */
+    int     outbox;         /* to-workers: SERVE frames, taken by whichever worker is free */
+    int     outbox_watched; /* waiting for room on outbox (EPOLLOUT) */
     nw_manager_slot *slots;
     size_t  nslots;
     nw_manager_list idle, reading, queue;
-    int    *free_stack;     /* worker channels that sent READY; top = last */
-    size_t  nfree, free_cap, nworkers;
     nw_manager_stats st;    /* the running totals; gauges filled in when sent */
     nw_msec now, next_stats;
     char   *frame_data;     /* NW_FRAME_MAX_DATA bytes for incoming frames */
@@ -322,14 +321,11 @@ static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
     return !(s->flags & NW_MANAGER_F_LINE_SEEN) && len > m->max_line;
 }
 
-/* ------------------------------------------------------------ workers */
+/* ------------------------------------------------------------ serving */
 
-/* Send fd with its bytes to the worker that became free last (LIFO: its
- * code and data are the warmest). A worker whose channel is full (busy
- * after all: it accepts on its own too) or broken (gone; its end of stream
- * is on the way) leaves the free stack and the next is tried.
- * 1: a worker has it (the caller closes our copy); 0: no free worker;
- * -1: the frame is too big for any channel (the caller drops fd). */
+/* Put fd with its bytes on to-workers, where the next free worker takes it.
+ * 1: sent (the caller closes our copy); 0: to-workers is full (queue it);
+ * -1: the frame cannot be sent at all (the caller drops fd). */
 static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
 {
     nw_manager_slot *s = &m->slots[fd];
@@ -338,30 +334,37 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     f.listener = s->listener;
     f.requests = s->requests;
     f.data_len = (uint32_t)len;
-    while (m->nfree > 0) {
-        int w = m->free_stack[--m->nfree];
-        m->slots[w].flags &= (uint8_t)~NW_MANAGER_F_FREE;
-        if (nw_frame_send(w, &f, data, fd) == 0) {
-            m->st.handed_off++;
-            return 1;
-        }
-        if (errno == EMSGSIZE) {   /* the connection's fault, not the worker's */
-            m->slots[w].flags |= NW_MANAGER_F_FREE;
-            m->nfree++;
-            return -1;
-        }
+    if (nw_frame_send(m->outbox, &f, data, fd) == 0) {
+        m->st.handed_off++;
+        return 1;
     }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
+        return -1;
+    m->st.outbox_full++;
     return 0;
 }
 
-/* fd (detached) has a head to serve: to a worker now, or to the back of
- * the queue until a READY comes. */
+/* Watch to-workers for room while anything is queued, and only then. */
+static void nw_manager_watch_outbox(nw_manager *m, int on)
+{
+    if (on == m->outbox_watched)
+        return;
+    struct epoll_event ev = { .events = EPOLLOUT, .data.fd = m->outbox };
+    if (epoll_ctl(m->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, m->outbox, &ev) == 0)
+        m->outbox_watched = on;
+}
+
+/* fd (detached) has a head to serve: on to-workers now, or to the back of
+ * the queue until there is room. */
 static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t len)
 {
     nw_manager_slot *s = &m->slots[fd];
-    if (nw_manager_serve(m, fd, data, len) != 0) {
-        nw_manager_forget(m, fd);
-        return;
+    if (m->queue.first == NW_MANAGER_NONE) {   /* never overtake the queue */
+        int r = nw_manager_serve(m, fd, data, len);
+        if (r != 0) {
+            nw_manager_forget(m, fd);
+            return;
+        }
     }
     if (!nw_manager_make_room(m)) {
         m->st.closed_full++;
@@ -373,75 +376,20 @@ static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t
         return;
     }
     nw_manager_enlist(m, fd, NW_MANAGER_QUEUED, 0);
+    nw_manager_watch_outbox(m, 1);
 }
 
-/* Serve queued connections, oldest first, while workers are free. */
+/* Room on to-workers: send queued connections, oldest first. */
 static void nw_manager_drain_queue(nw_manager *m)
 {
-    while (m->queue.first != NW_MANAGER_NONE && m->nfree > 0) {
+    while (m->queue.first != NW_MANAGER_NONE) {
         int fd = m->queue.first;
         nw_manager_slot *s = &m->slots[fd];
         if (nw_manager_serve(m, fd, s->head, s->head_len) == 0)
             return;
         nw_manager_drop_conn(m, fd);
     }
-}
-
-static void nw_manager_worker_ready(nw_manager *m, int wfd)
-{
-    nw_manager_slot *w = &m->slots[wfd];
-    if (!(w->flags & NW_MANAGER_F_FREE) && m->nfree < m->free_cap) {
-        w->flags |= NW_MANAGER_F_FREE;
-        m->free_stack[m->nfree++] = wfd;
-    }
-    nw_manager_drain_queue(m);
-}
-
-static void nw_manager_add_worker(nw_manager *m, int wfd, uint32_t pid)
-{
-    if (m->nworkers >= m->free_cap) {
-        size_t cap = m->free_cap ? m->free_cap * 2 : 16;
-        int *p = realloc(m->free_stack, cap * sizeof *p);
-        if (!p) {
-            close(wfd);
-            return;
-        }
-        m->free_stack = p;
-        m->free_cap = cap;
-    }
-    if (nw_manager_reserve(m, wfd) < 0 || nw_manager_watch(m, wfd) < 0) {
-        fprintf(stderr, "narwhal-manager: cannot watch the channel of worker %u: %s\n",
-                (unsigned)pid, strerror(errno));
-        close(wfd);
-        return;
-    }
-    /* Room for the largest SERVE frame even where the default socket
-     * buffer is small (the kernel caps this at net.core.wmem_max). */
-    int sndbuf = 0, want = NW_FRAME_MAX_DATA + 4096;
-    socklen_t optlen = sizeof sndbuf;
-    if (getsockopt(wfd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf < 2 * want)
-        setsockopt(wfd, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
-    nw_manager_slot *s = &m->slots[wfd];
-    memset(s, 0, sizeof *s);
-    s->kind = NW_MANAGER_WORKER;
-    s->requests = pid;
-    m->nworkers++;
-}
-
-static void nw_manager_drop_worker(nw_manager *m, int wfd)
-{
-    for (size_t i = 0; i < m->nfree; i++) {
-        if (m->free_stack[i] == wfd) {
-            memmove(m->free_stack + i, m->free_stack + i + 1,
-                    (m->nfree - i - 1) * sizeof *m->free_stack);
-            m->nfree--;
-            break;
-        }
-    }
-    nw_manager_unwatch(m, wfd);
-    nw_manager_clear(&m->slots[wfd]);
-    close(wfd);
-    m->nworkers--;
+    nw_manager_watch_outbox(m, 0);
 }
 
 /* ------------------------------------------------------------ hand-offs */
@@ -562,36 +510,29 @@ static void nw_manager_bad_frame(nw_manager *m, const char *from)
             "from %s (%s); further ones are dropped silently\n", from, strerror(errno));
 }
 
-static void nw_manager_worker_frame(nw_manager *m, int wfd, const nw_frame *f, int fd)
+static void nw_manager_inbox_frame(nw_manager *m, const nw_frame *f, int fd)
 {
-    if (f->type == NW_FRAME_HANDOFF && fd >= 0) {
+    if (f->type == NW_FRAME_HANDOFF && fd >= 0)
         nw_manager_take(m, fd, f, m->frame_data);
-        return;
-    }
-    if (fd >= 0)
+    else if (fd >= 0)
         close(fd);   /* an fd on a frame that carries none */
-    if (f->type == NW_FRAME_READY)
-        nw_manager_worker_ready(m, wfd);
 }
 
-static void nw_manager_worker_readable(nw_manager *m, int wfd)
+static void nw_manager_inbox_readable(nw_manager *m)
 {
     for (int i = 0; i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
         nw_frame f;
         int fd;
-        int r = nw_frame_recv(wfd, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd);
+        int r = nw_frame_recv(m->inbox, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd);
         if (r > 0) {
-            nw_manager_worker_frame(m, wfd, &f, fd);
+            nw_manager_inbox_frame(m, &f, fd);
             continue;
         }
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
         if (r < 0 && errno == EBADMSG) {
             nw_manager_bad_frame(m, "a worker");
             continue;
         }
-        nw_manager_drop_worker(m, wfd);   /* end of stream: the worker is gone */
-        return;
+        return;   /* EAGAIN; end of stream cannot happen while the master holds the other end */
     }
 }
 
@@ -602,10 +543,8 @@ static void nw_manager_control_readable(nw_manager *m)
         int fd;
         int r = nw_frame_recv(m->control, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd);
         if (r > 0) {
-            if (f.type == NW_FRAME_WORKER && fd >= 0)
-                nw_manager_add_worker(m, fd, f.requests);
-            else if (fd >= 0)
-                close(fd);
+            if (fd >= 0)
+                close(fd);   /* the master sends nothing the manager acts on */
             continue;
         }
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -647,8 +586,6 @@ static void nw_manager_send_stats(nw_manager *m)
     m->next_stats = m->now + NW_MANAGER_STATS_MS;
     m->st.idle = nw_manager_held(m);
     m->st.queued = m->queue.len;
-    m->st.workers = m->nworkers;
-    m->st.free_workers = m->nfree;
     nw_frame f;
     nw_frame_init(&f, NW_FRAME_STATS);
     f.data_len = sizeof m->st;
@@ -677,12 +614,14 @@ static void nw_manager_event(nw_manager *m, int fd)
         struct signalfd_siginfo si;
         if (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
             m->stop = 1;
+    } else if (fd == m->inbox) {
+        nw_manager_inbox_readable(m);
+    } else if (fd == m->outbox) {
+        nw_manager_drain_queue(m);
     } else if ((size_t)fd < m->nslots) {
         int kind = m->slots[fd].kind;
         if (kind == NW_MANAGER_IDLE || kind == NW_MANAGER_READING)
             nw_manager_client_readable(m, fd);
-        else if (kind == NW_MANAGER_WORKER)
-            nw_manager_worker_readable(m, fd);
         /* anything else: a stale event for an fd closed in this batch */
     }
 }
@@ -696,13 +635,16 @@ static nw_msec nw_manager_ms(double seconds)
     return (nw_msec)(seconds * 1000.0 + 0.5);
 }
 
-static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int control)
+static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int control,
+                           int inbox, int outbox)
 {
     sigset_t set;
     struct sigaction ign;
     memset(m, 0, sizeof *m);
     m->ep = m->sigfd = -1;
     m->control = control;
+    m->inbox = inbox;
+    m->outbox = outbox;
     m->idle.first = m->idle.last = NW_MANAGER_NONE;
     m->reading = m->queue = m->idle;
     m->keepalive_ms = nw_manager_ms(cfg->keepalive_timeout);
@@ -727,8 +669,15 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
         return -1;
     if ((m->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
         return -1;
-    if (nw_manager_watch(m, m->sigfd) < 0 || nw_manager_watch(m, control) < 0)
+    if (nw_manager_watch(m, m->sigfd) < 0 || nw_manager_watch(m, control) < 0
+        || nw_manager_watch(m, inbox) < 0)
         return -1;
+    /* Room for the largest SERVE frame even where the default socket
+     * buffer is small (the kernel caps this at net.core.wmem_max). */
+    int sndbuf = 0, want = NW_FRAME_MAX_DATA + 4096;
+    socklen_t optlen = sizeof sndbuf;
+    if (getsockopt(outbox, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf < 2 * want)
+        setsockopt(outbox, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
     return 0;
 }
 
@@ -788,7 +737,6 @@ static void nw_manager_close(nw_manager *m)
         }
     }
     free(m->slots);
-    free(m->free_stack);
     free(m->frame_data);
     if (m->ep >= 0)
         close(m->ep);
@@ -796,14 +744,19 @@ static void nw_manager_close(nw_manager *m)
         close(m->sigfd);
     if (m->control >= 0)
         close(m->control);
+    if (m->inbox >= 0)
+        close(m->inbox);
+    if (m->outbox >= 0)
+        close(m->outbox);
 }
 
-int nw_manager_run(const nw_manager_config *cfg, int control_fd)
+int nw_manager_run(const nw_manager_config *cfg, int control_fd, int inbox_fd,
+                   int outbox_fd)
 {
     nw_manager m;
     struct epoll_event ev[NW_MANAGER_EVENTS];
     int rc = 0;
-    if (nw_manager_open(&m, cfg, control_fd) < 0) {
+    if (nw_manager_open(&m, cfg, control_fd, inbox_fd, outbox_fd) < 0) {
         fprintf(stderr, "narwhal-manager: cannot start: %s\n", strerror(errno));
         nw_manager_close(&m);
         return 1;

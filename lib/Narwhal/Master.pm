@@ -4,7 +4,7 @@ use warnings;
 use POSIX ();
 use Time::HiRes ();
 use Socket qw(AF_UNIX SOCK_SEQPACKET);
-use Fcntl qw(F_GETFD F_SETFD);
+use Fcntl qw(F_GETFL F_SETFL F_DUPFD O_NONBLOCK);
 use Narwhal ();
 use Narwhal::Listener ();
 use Narwhal::Worker ();
@@ -53,14 +53,32 @@ sub _wants_manager {
 }
 
 # The connection manager is a C program, exec'd so that it holds nothing of
-# Perl or the app. Its end of the control channel is its fd 3.
+# Perl or the app. Three socketpairs, made once and held by the master for
+# its whole life (so frames in flight outlive a manager): control (the
+# manager's fd 3), to-manager (fd 4; the workers share the other end) and
+# to-workers (fd 5; the workers share the other end). docs/PROTOCOL.md.
+sub _make_manager_sockets {
+    my $self = shift;
+    my %s;
+    for my $pair ([qw(control_master control_manager)], [qw(to_manager_worker to_manager_manager)],
+                  [qw(to_workers_manager to_workers_worker)]) {
+        socketpair($s{ $pair->[0] }, $s{ $pair->[1] }, AF_UNIX, SOCK_SEQPACKET, 0)
+            or die "socketpair: $!\n";
+    }
+    for my $end (qw(to_manager_worker to_workers_worker)) {
+        my $fl = fcntl($s{$end}, F_GETFL, 0) or die "fcntl: $!\n";
+        fcntl($s{$end}, F_SETFL, $fl | O_NONBLOCK) or die "fcntl: $!\n";
+    }
+    $self->{sockets} = \%s;
+}
+
 sub _start_manager {
     my $self = shift;
     my $o = $self->{options};
     my $bin = Narwhal::manager_path()
         or die "cannot find the narwhal-manager program (run make), or use --no-manager\n";
-    socketpair(my $ours, my $theirs, AF_UNIX, SOCK_SEQPACKET, 0)
-        or die "socketpair: $!\n";
+    $self->_make_manager_sockets unless $self->{sockets};
+    my $s = $self->{sockets};
     my @args = ('--keepalive-timeout' => $o->{keepalive_timeout},
                 '--read-timeout' => $o->{read_timeout},
                 '--max-connections' => $o->{max_connections},
@@ -68,26 +86,22 @@ sub _start_manager {
                 '--max-request-line' => $o->{max_request_line});
     my $pid = fork // die "fork: $!\n";
     if (!$pid) {
-        close $ours;
-        POSIX::close($_->{fd}) for grep { $_->{fd} != fileno($theirs) } @{ $self->{listeners} };
-        POSIX::dup2(fileno($theirs), 3) if fileno($theirs) != 3;
-        fcntl($theirs, F_SETFD, 0) if fileno($theirs) == 3;
+        # Move the three ends out of the way first, then onto 3, 4 and 5.
+        my @high = map { fcntl($s->{$_}, F_DUPFD, 10) }
+                   qw(control_manager to_manager_manager to_workers_manager);
+        POSIX::close($_->{fd}) for @{ $self->{listeners} };
+        POSIX::dup2($high[$_], 3 + $_) for 0 .. 2;
+        POSIX::close($_) for @high;
         { no warnings 'exec'; exec { $bin } 'narwhal manager', @args; }
         print STDERR "narwhal: cannot run $bin: $!\n";
         POSIX::_exit(127);
     }
-    close $theirs;
-    $self->{manager} = { pid => $pid, control => $ours, started => Time::HiRes::time() };
-    for my $wpid (keys %{ $self->{workers} }) {
-        my $ch = $self->{workers}{$wpid}{channel} or next;
-        Narwhal::Channel::send_worker(fileno($ours), fileno($ch), $wpid);
-    }
+    $self->{manager} = { pid => $pid, started => Time::HiRes::time() };
 }
 
 sub _manager_gone {
     my ($self, $status) = @_;
     my $m = delete $self->{manager};
-    close $m->{control};
     return if $self->{stop_deadline};
     my $how = $status & 127 ? "was killed by signal " . ($status & 127)
                             : "exited with status " . ($status >> 8);
@@ -107,7 +121,7 @@ sub _backoff {
 sub _tend_manager {
     my $self = shift;
     if (my $m = $self->{manager}) {
-        my $st = Narwhal::Channel::recv_stats(fileno $m->{control});
+        my $st = Narwhal::Channel::recv_stats(fileno $self->{sockets}{control_master});
         $self->{manager_stats} = $st if $st;
         return;
     }
@@ -320,11 +334,6 @@ my @FORK_BLOCKED = qw(TERM INT QUIT HUP TTIN TTOU USR1);
 
 sub _spawn {
     my $self = shift;
-    my ($manager_end, $worker_end);
-    if ($self->{manager}) {
-        socketpair($manager_end, $worker_end, AF_UNIX, SOCK_SEQPACKET, 0)
-            or do { print STDERR "narwhal: socketpair: $!\n"; return };
-    }
     my $block = POSIX::SigSet->new(map { POSIX->can("SIG$_")->() } @FORK_BLOCKED);
     my $saved = POSIX::SigSet->new;
     POSIX::sigprocmask(POSIX::SIG_BLOCK(), $block, $saved);
@@ -336,34 +345,31 @@ sub _spawn {
         return;
     }
     if ($pid) {
-        close $worker_end if $worker_end;
         $self->{workers}{$pid} = { generation => $self->{generation},
-                                   started => Time::HiRes::time(), channel => $manager_end };
-        Narwhal::Channel::send_worker(fileno($self->{manager}{control}), fileno($manager_end), $pid)
-            if $manager_end;
+                                   started => Time::HiRes::time() };
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         return;
     }
-    close $manager_end if $manager_end;
-    $self->_become_worker($saved, $worker_end);
+    $self->_become_worker($saved);
 }
 
 sub _become_worker {
-    my ($self, $saved_mask, $channel) = @_;
+    my ($self, $saved_mask) = @_;
     $0 = "narwhal worker";
     $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED, 'USR2', 'CHLD';
     POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved_mask) if $saved_mask;
-    close $_->{channel} for grep { $_->{channel} } values %{ $self->{workers} };
-    close $self->{manager}{control} if $self->{manager};
+    my $s = $self->{sockets} || {};
+    close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager to_manager_manager
+                                             to_workers_manager);
     eval {
         _drop_privileges($self->{ids});
         Narwhal::Worker->new(
-            options   => $self->{options},
-            listeners => $self->{listeners},
-            app       => $self->{app},
-            load_app  => $self->{load_app},
-            channel   => $channel ? fileno($channel) : -1,
-            channel_handle => $channel,
+            options      => $self->{options},
+            listeners    => $self->{listeners},
+            app          => $self->{app},
+            load_app     => $self->{load_app},
+            from_manager => $s->{to_workers_worker} ? fileno($s->{to_workers_worker}) : -1,
+            to_manager   => $s->{to_manager_worker} ? fileno($s->{to_manager_worker}) : -1,
         )->run;
         1;
     } or print STDERR "narwhal: worker $$: $@";
@@ -390,7 +396,6 @@ sub _reap {
             next;
         }
         my $w = delete $self->{workers}{$pid} or next;
-        close $w->{channel} if $w->{channel};
         $self->_worker_gone($pid, $w, $status);
     }
 }

@@ -37,7 +37,7 @@ sub run {
     $self->_load_app unless $self->{app};
     my $acceptor = $self->{acceptor} = Narwhal::Acceptor->new(
         [ map { { %$_, env => $self->_env_template($_) } } @{ $self->{listeners} } ],
-        $self->{options}, $self->{channel} // -1,
+        $self->{options}, $self->{from_manager} // -1, $self->{to_manager} // -1,
     );
     $self->{managed} = $acceptor->has_manager && $self->{keepalive};
     my $master = getppid();
@@ -49,10 +49,6 @@ sub run {
         }
         $self->serve_connection($conn);
         $self->{stopping} = 1 if $self->{limit} && $self->{served} >= $self->{limit};
-    }
-    # Requests the manager already handed us are in flight: serve them.
-    while (my $conn = $acceptor->served) {
-        $self->serve_connection($conn);
     }
     $self->_exit(0);
 }
@@ -123,7 +119,11 @@ sub serve_connection {
     my $quantum = $self->{options}{worker_quantum};
     my $turn = 0;
     while (1) {
-        my $env = $conn->read_request($wait, $managed);
+        my $env = $conn->read_request($managed ? 0 : $wait, $managed);
+        # Nothing there yet: give this client --keepalive-wait to send its
+        # next request, or only a brief look when others are waiting.
+        $env = $conn->read_request($acceptor->others_waiting ? $ENV{NW_BUSY_WAIT} // 0.0002 : $wait, 1)
+            if $managed && !ref $env && $env == 0;
         if (!ref $env) {
             if ($env == 0) {    # nothing (more) arrived in time
                 return if $managed && $acceptor->handoff($conn);

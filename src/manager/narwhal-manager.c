@@ -1,6 +1,7 @@
 /* narwhal-manager: the connection manager as its own executable. The
- * master fork+execs it before loading the app, with the control socket
- * (SOCK_SEQPACKET) as fd 3. See docs/DESIGN.md, "The connection manager".
+ * master fork+execs it before loading the app, with three SOCK_SEQPACKET
+ * sockets: fd 3 control, fd 4 to-manager (HANDOFF frames in), fd 5
+ * to-workers (SERVE frames out). See docs/DESIGN.md and docs/PROTOCOL.md.
  *
  *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
  *                   [--max-connections N] [--max-header-bytes N]
@@ -24,6 +25,8 @@
 #include <sys/socket.h>
 
 #define CONTROL_FD 3
+#define INBOX_FD        4   /* to-manager: HANDOFF frames from the workers */
+#define OUTBOX_FD       5   /* to-workers: SERVE frames for whichever worker is free */
 #define RESERVED_FDS 256    /* worker channels, epoll, signalfd, stdio */
 #define MAX_SECONDS 2000000.0  /* deadlines travel as int32 milliseconds */
 
@@ -33,7 +36,7 @@ static void usage(FILE *out)
         "usage: narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]\n"
         "                       [--max-connections N] [--max-header-bytes N]\n"
         "                       [--max-request-line N]\n"
-        "Runs Narwhal's connection manager; fd 3 must be the control socket\n"
+        "Runs Narwhal's connection manager; fds 3, 4 and 5 must be its sockets\n"
         "from the master (SOCK_SEQPACKET).\n");
 }
 
@@ -133,9 +136,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!control_fd_ok(CONTROL_FD)) {
-        fprintf(stderr, "narwhal-manager: fd %d is not the master's control socket "
-                "(SOCK_SEQPACKET); it is started by narwhal, not by hand\n", CONTROL_FD);
+    if (!control_fd_ok(CONTROL_FD) || !control_fd_ok(INBOX_FD) || !control_fd_ok(OUTBOX_FD)) {
+        fprintf(stderr, "narwhal-manager: fds %d, %d and %d must be the master's sockets "
+                "(SOCK_SEQPACKET); it is started by narwhal, not by hand\n",
+                CONTROL_FD, INBOX_FD, OUTBOX_FD);
         return 2;
     }
     size_t fd_limit = raise_fd_limit();
@@ -145,5 +149,5 @@ int main(int argc, char **argv)
      * whole process group must not kill the manager and its connections. */
     signal(SIGHUP, SIG_IGN);
     signal(SIGUSR1, SIG_IGN);
-    return nw_manager_run(&cfg, CONTROL_FD);
+    return nw_manager_run(&cfg, CONTROL_FD, INBOX_FD, OUTBOX_FD);
 }
