@@ -12,6 +12,7 @@ use Scalar::Util ();
 # turns what it returns into those calls.
 
 use constant WAIT_TICK     => 1.0;    # seconds between looks at the stop flag
+use constant BUSY_WAIT     => 0.0002; # a busy client's next request, when others wait
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
 
 sub new {
@@ -122,7 +123,7 @@ sub serve_connection {
         my $env = $conn->read_request($managed ? 0 : $wait, $managed);
         # Nothing there yet: give this client --keepalive-wait to send its
         # next request, or only a brief look when others are waiting.
-        $env = $conn->read_request($acceptor->others_waiting ? $ENV{NW_BUSY_WAIT} // 0.0002 : $wait, 1)
+        $env = $conn->read_request($acceptor->others_waiting ? BUSY_WAIT : $wait, 1)
             if $managed && !ref $env && $env == 0;
         if (!ref $env) {
             if ($env == 0) {    # nothing (more) arrived in time

@@ -1,8 +1,11 @@
 /* Tests of the connection manager (src/nw_manager.c, through the
  * narwhal-manager executable), printing TAP. This program plays the master
- * (the control socket on the manager's fd 3) and the workers (real
- * SOCK_SEQPACKET channels), with real TCP clients on 127.0.0.1.
- * Every wait is bounded. Build and run through t/05-manager-unit.t, or:
+ * (the control socket on the manager's fd 3, and a copy of every end it
+ * passes, as the master keeps them) and the workers (the shared workers'
+ * ends of to-manager, fd 4, where it writes HANDOFF frames, and of
+ * to-workers, fd 5, where it reads SERVE frames), with real TCP clients on
+ * 127.0.0.1. See docs/PROTOCOL.md. Every wait is bounded, and an alarm is
+ * the backstop. Build and run through t/05-manager-unit.t, or:
  *
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
  *      -Isrc -o /tmp/narwhal-manager src/manager/narwhal-manager.c \
@@ -41,10 +44,13 @@
 #define RESP_408 "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\n" \
                  "Content-Length: 20\r\nConnection: close\r\n\r\n408 Request Timeout\n"
 #define MANY 2000
+#define QMAX 2048       /* clients at most to fill to-workers */
+#define QPAD 8000       /* bytes of padding in each of their heads */
 
 static const char *g_bin;
 static int g_listen = -1;
 static struct sockaddr_in g_addr;
+static uint16_t g_listener_no = 1;   /* the listener index HANDOFF frames carry */
 
 static void sleep_ms(int ms)
 {
@@ -61,23 +67,49 @@ static void die(const char *what)
 
 /* ------------------------------------------------------------ the manager */
 
+/* The master's three socketpairs. Ours: ctl (control), tom (the workers'
+ * shared end of to-manager: HANDOFF frames go in), tow (the workers' shared
+ * end of to-workers: SERVE frames come out). The manager's ends (its fds 3,
+ * 4 and 5) are kept open here too, as the master keeps them, so frames in
+ * flight outlive a manager and a new one can be started on them. */
 typedef struct {
     pid_t pid;
-    int ctl;            /* our end of the control socket */
-    int status;         /* wait status once reaped */
+    int ctl, mctl;
+    int tom, mtom;
+    int tow, mtow;
+    int status;         /* wait status once reaped; -1 before */
     char errpath[64];   /* its stderr */
 } mgr_t;
 
-static void mgr_start(mgr_t *m, const char *const *opts)
+static void pair(int *ours, int *theirs)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         die("socketpair");
+    *ours = sv[0];
+    *theirs = sv[1];
+}
+
+static void mgr_open(mgr_t *m)
+{
+    memset(m, 0, sizeof *m);
+    pair(&m->ctl, &m->mctl);
+    pair(&m->tom, &m->mtom);
+    pair(&m->tow, &m->mtow);
+    m->pid = -1;
+    m->status = -1;
+}
+
+/* Fork and exec the manager on the sockets of m: mctl, mtom and mtow
+ * become its fds 3, 4 and 5, its stderr goes to a temp file. */
+static void mgr_exec(mgr_t *m, const char *const *opts)
+{
     snprintf(m->errpath, sizeof m->errpath, "/tmp/nw-manager-err-XXXXXX");
     int efd = mkostemp(m->errpath, O_CLOEXEC);
     if (efd < 0)
         die("mkostemp");
     fflush(stdout);
+    m->status = -1;
     m->pid = fork();
     if (m->pid < 0)
         die("fork");
@@ -88,24 +120,32 @@ static void mgr_start(mgr_t *m, const char *const *opts)
         while (opts && *opts && n < 31)
             argv[n++] = (char *)*opts++;
         argv[n] = NULL;
-        if (sv[1] == 3)
-            fcntl(3, F_SETFD, 0);
-        else
-            dup2(sv[1], 3);
+        /* Via fds above 5 first, so no dup2 overwrites a source; dup2
+         * leaves the new fds without FD_CLOEXEC, everything else has it. */
+        int a = fcntl(m->mctl, F_DUPFD_CLOEXEC, 10);
+        int b = fcntl(m->mtom, F_DUPFD_CLOEXEC, 10);
+        int c = fcntl(m->mtow, F_DUPFD_CLOEXEC, 10);
+        if (a < 0 || b < 0 || c < 0 || dup2(a, 3) != 3 || dup2(b, 4) != 4 || dup2(c, 5) != 5)
+            _exit(126);
         dup2(efd, 2);
         execv(g_bin, argv);
         _exit(127);
     }
-    close(sv[1]);
     close(efd);
-    m->ctl = sv[0];
-    m->status = -1;
+}
+
+static void mgr_start(mgr_t *m, const char *const *opts)
+{
+    mgr_open(m);
+    mgr_exec(m, opts);
 }
 
 /* Reap within timeout_ms. 1: exited (m->status set), 0: still running. */
 static int mgr_reap(mgr_t *m, int timeout_ms)
 {
     nw_msec end = nw_now_ms() + timeout_ms;
+    if (m->status >= 0)
+        return 1;
     for (;;) {
         int st;
         pid_t r = waitpid(m->pid, &st, WNOHANG);
@@ -124,15 +164,12 @@ static int exited_zero(int st)
     return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-/* Closes the control socket (unless closed), reaps the manager and checks
- * its exit status and that its stderr has no sanitizer report. */
-static void mgr_finish(mgr_t *m, const char *name)
+/* Reaps the manager (killing it after 5 s), checks its exit status and that
+ * its stderr has no sanitizer report. The sockets stay open. */
+static void mgr_check(mgr_t *m, const char *name)
 {
     char msg[160], log[8192];
-    if (m->ctl >= 0)
-        close(m->ctl);
-    m->ctl = -1;
-    if (m->status < 0 && !mgr_reap(m, 5000)) {
+    if (!mgr_reap(m, 5000)) {
         kill(m->pid, SIGKILL);
         mgr_reap(m, 5000);
     }
@@ -150,6 +187,31 @@ static void mgr_finish(mgr_t *m, const char *name)
         diag("manager stderr:\n%s", log);
 }
 
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+static void mgr_close(mgr_t *m)
+{
+    close_fd(&m->ctl);
+    close_fd(&m->mctl);
+    close_fd(&m->tom);
+    close_fd(&m->mtom);
+    close_fd(&m->tow);
+    close_fd(&m->mtow);
+}
+
+/* The master goes away: control EOF, then mgr_check, then every socket closed. */
+static void mgr_finish(mgr_t *m, const char *name)
+{
+    close_fd(&m->ctl);
+    mgr_check(m, name);
+    mgr_close(m);
+}
+
 /* ------------------------------------------------------------ frames */
 
 static int wait_fd(int fd, short events, int timeout_ms)
@@ -162,7 +224,7 @@ static int wait_fd(int fd, short events, int timeout_ms)
     return r > 0;
 }
 
-/* Send one frame, waiting (bounded) while the channel is full. */
+/* Send one frame, waiting (bounded) while the socket is full. */
 static int send_frame(int sock, int type, int fd, uint32_t requests, int32_t deadline,
                       uint32_t flags, const char *data, size_t len)
 {
@@ -171,7 +233,7 @@ static int send_frame(int sock, int type, int fd, uint32_t requests, int32_t dea
     f.requests = requests;
     f.deadline_ms = deadline;
     f.flags = flags;
-    f.listener = 1;
+    f.listener = g_listener_no;
     f.data_len = (uint32_t)len;
     nw_msec end = nw_now_ms() + 5000;
     for (;;) {
@@ -181,6 +243,25 @@ static int send_frame(int sock, int type, int fd, uint32_t requests, int32_t dea
             return -1;
         wait_fd(sock, POLLOUT, 100);
     }
+}
+
+/* One message of raw bytes, with fd as SCM_RIGHTS unless fd < 0. */
+static ssize_t send_raw(int sock, const void *bytes, size_t len, int fd)
+{
+    union { char b[CMSG_SPACE(sizeof(int))]; struct cmsghdr a; } cm;
+    struct iovec iov = { (void *)bytes, len };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    if (fd >= 0) {
+        memset(&cm, 0, sizeof cm);
+        msg.msg_control = cm.b;
+        msg.msg_controllen = sizeof cm.b;
+        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    }
+    return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* Receive one frame within timeout_ms: 1 frame, 0 end of stream, -1 none. */
@@ -199,37 +280,18 @@ static int recv_frame(int sock, nw_frame *f, char *buf, size_t cap, int *fd, int
     }
 }
 
-static int g_handoffs;   /* HANDOFF frames sent to the current manager */
+static int g_handoffs;   /* HANDOFF frames (with an fd) sent to the current manager */
 
-/* Hand a connection to the manager the way a worker does: frame, then
- * close our copy. */
-static void handoff(int wch, int server, uint32_t requests, int32_t deadline,
+/* Hand a connection to the manager the way a worker does: frame on the
+ * shared to-manager socket, then close our copy. */
+static void handoff(int tom, int server, uint32_t requests, int32_t deadline,
                     uint32_t flags, const char *data)
 {
-    if (send_frame(wch, NW_FRAME_HANDOFF, server, requests, deadline, flags,
+    if (send_frame(tom, NW_FRAME_HANDOFF, server, requests, deadline, flags,
                    data, data ? strlen(data) : 0) != 0)
         die("send HANDOFF");
     close(server);
     g_handoffs++;
-}
-
-static void ready(int wch)
-{
-    if (send_frame(wch, NW_FRAME_READY, -1, 0, -1, 0, NULL, 0) != 0)
-        die("send READY");
-}
-
-/* A worker channel registered with the manager: returns the worker's end.
- * Like the master, we keep a copy of the manager's end open (*mend). */
-static int add_worker(mgr_t *m, uint32_t pid, int *mend)
-{
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-        die("socketpair");
-    if (send_frame(m->ctl, NW_FRAME_WORKER, sv[1], pid, -1, 0, NULL, 0) != 0)
-        die("send WORKER");
-    *mend = sv[1];
-    return sv[0];
 }
 
 typedef struct {
@@ -240,15 +302,18 @@ typedef struct {
 
 static serve_t g_sv;
 
-/* A SERVE on wch within timeout_ms? Its fd is left in g_sv.fd. */
-static int got_serve(int wch, int timeout_ms)
+/* A SERVE (with an fd) on to-workers within timeout_ms? Its fd is left in
+ * g_sv.fd, its bytes in g_sv.data (NUL-terminated). Anything else read
+ * there is a failure (and says so). */
+static int got_serve(int tow, int timeout_ms)
 {
-    int r = recv_frame(wch, &g_sv.f, g_sv.data, NW_FRAME_MAX_DATA, &g_sv.fd, timeout_ms);
+    int r = recv_frame(tow, &g_sv.f, g_sv.data, NW_FRAME_MAX_DATA, &g_sv.fd, timeout_ms);
     if (r != 1)
         return 0;
     g_sv.data[g_sv.f.data_len] = 0;
     if (g_sv.f.type == NW_FRAME_SERVE && g_sv.fd >= 0)
         return 1;
+    diag("to-workers carried a frame of type %d, fd %d: not a SERVE", g_sv.f.type, g_sv.fd);
     if (g_sv.fd >= 0)
         close(g_sv.fd);
     g_sv.fd = -1;
@@ -257,9 +322,7 @@ static int got_serve(int wch, int timeout_ms)
 
 static void close_served(void)
 {
-    if (g_sv.fd >= 0)
-        close(g_sv.fd);
-    g_sv.fd = -1;
+    close_fd(&g_sv.fd);
 }
 
 /* Next STATS frame on the control socket before end: 1, or 0. */
@@ -292,12 +355,11 @@ static int stats_next(mgr_t *m, nw_manager_stats *st, nw_msec end)
 static void diag_stats(const nw_manager_stats *s)
 {
     diag("stats: idle %llu queued %llu handed_off %llu received %llu timeout %llu "
-         "full %llu peer %llu workers %llu free %llu",
+         "full %llu peer %llu",
          (unsigned long long)s->idle, (unsigned long long)s->queued,
          (unsigned long long)s->handed_off, (unsigned long long)s->received,
          (unsigned long long)s->closed_timeout, (unsigned long long)s->closed_full,
-         (unsigned long long)s->closed_peer, (unsigned long long)s->workers,
-         (unsigned long long)s->free_workers);
+         (unsigned long long)s->closed_peer);
 }
 
 /* ------------------------------------------------------------ TCP */
@@ -328,6 +390,16 @@ static void tcp_pair(int *client, int *server)
     *server = accept4(g_listen, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (*server < 0)
         die("accept");
+}
+
+/* The local (client) or the remote port of a TCP socket; -1 on error. */
+static int port_of(int fd, int peer)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    int r = peer ? getpeername(fd, (struct sockaddr *)&a, &len)
+                 : getsockname(fd, (struct sockaddr *)&a, &len);
+    return r == 0 && a.sin_family == AF_INET ? ntohs(a.sin_port) : -1;
 }
 
 static void put(int fd, const char *s)
@@ -392,6 +464,16 @@ static long cpu_ticks(pid_t pid)
     return (long)(ut + st);
 }
 
+/* One test: the manager uses (almost) no CPU for 300 ms. */
+static void quiet(mgr_t *m, const char *name)
+{
+    long t0 = cpu_ticks(m->pid);
+    sleep_ms(300);
+    long t1 = cpu_ticks(m->pid);
+    if (!ok(t0 >= 0 && t1 - t0 <= 5, name))
+        diag("cpu ticks over 300 ms: %ld", t1 - t0);
+}
+
 static long rss_kib(pid_t pid)
 {
     char path[64], line[256];
@@ -422,378 +504,6 @@ static long slab_kib(void)
     return kib;
 }
 
-/* ------------------------------------------------------------ tests */
-
-static void test_arguments(void)
-{
-    static const char *const bad[][3] = {
-        { "--read-timeout", "soon", NULL },
-        { "--max-connections", "-1", NULL },
-        { "--no-such-option", NULL, NULL },
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mgr_t m;
-        char name[96];
-        mgr_start(&m, bad[i]);
-        close(m.ctl);
-        snprintf(name, sizeof name, "bad option %s %s: exit status 2", bad[i][0],
-                 bad[i][1] ? bad[i][1] : "");
-        int reaped = mgr_reap(&m, 5000);
-        if (!reaped) {
-            kill(m.pid, SIGKILL);
-            mgr_reap(&m, 5000);
-        }
-        ok(reaped && WIFEXITED(m.status) && WEXITSTATUS(m.status) == 2, name);
-        unlink(m.errpath);
-    }
-}
-
-/* Hand-offs, serving, the queue, limits, malformed frames, worker loss,
- * counts, and exit when the master goes away. */
-static void test_serving(void)
-{
-    static const char *const opts[] = { "--keepalive-timeout", "10", "--read-timeout", "10",
-        "--max-header-bytes", "4096", "--max-request-line", "1024", "--max-connections", "100",
-        NULL };
-    mgr_t m;
-    nw_manager_stats st;
-    char buf[8192];
-    int c, s, c2, s2, m1, m2, served = 0;
-
-    g_handoffs = 0;
-    mgr_start(&m, opts);
-    int w1 = add_worker(&m, 1001, &m1);
-    int w2 = add_worker(&m, 1002, &m2);
-    ok(STATS_UNTIL(&m, st, st.workers == 2 && st.free_workers == 0, 3000),
-       "WORKER frames register two workers (STATS within a second or so)");
-
-    /* An idle connection, then its request. */
-    tcp_pair(&c, &s);
-    handoff(w1, s, 3, -1, 0, NULL);
-    ready(w1);
-    sleep_ms(50);
-    put(c, REQ_A);
-    ok(got_serve(w1, 3000), "idle hand-off + request: SERVE on the worker that sent READY");
-    served++;
-    is(g_sv.f.requests, 3, "SERVE carries the requests count of the HANDOFF");
-    is(g_sv.f.listener, 1, "SERVE carries the listener of the HANDOFF");
-    is(g_sv.f.deadline_ms, -1, "SERVE carries no deadline");
-    is_str(g_sv.data, g_sv.f.data_len, REQ_A, "SERVE carries the request bytes");
-    put(g_sv.fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-    close_served();
-    shutdown(c, SHUT_WR);
-    ok(read_to_eof(c, buf, sizeof buf, 2000) >= 0
-       && strstr(buf, "200 OK") && strstr(buf, "\r\n\r\nok"),
-       "the fd in SERVE is the client's connection");
-    close(c);
-    ok(!wait_fd(w2, POLLIN, 0), "nothing went to the worker that sent no READY");
-
-    /* A partial head in the HANDOFF, the rest later. */
-    tcp_pair(&c, &s);
-    ready(w1);
-    handoff(w1, s, 7, 5000, NW_FRAME_F_HEAD_STARTED, "GET /b HTTP/1.1\r\nHo");
-    ok(!got_serve(w1, 200), "partial head in HANDOFF: no SERVE yet");
-    put(c, "st: x\r\n\r\n");
-    ok(got_serve(w1, 3000), "partial head + the rest: SERVE");
-    served++;
-    is_str(g_sv.data, g_sv.f.data_len, "GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
-           "SERVE has the head's two parts joined");
-    is(g_sv.f.requests, 7, "... and the requests count");
-    close_served();
-    close(c);
-
-    /* Pipelined: the HANDOFF already holds a complete head. */
-    tcp_pair(&c, &s);
-    ready(w1);
-    handoff(w1, s, 1, -1, 0, "GET /c HTTP/1.1\r\nHost: x\r\n\r\nGET /d HTTP/1.1\r\n");
-    ok(got_serve(w1, 1000), "a complete head in HANDOFF is served at once");
-    served++;
-    is_str(g_sv.data, g_sv.f.data_len,
-           "GET /c HTTP/1.1\r\nHost: x\r\n\r\nGET /d HTTP/1.1\r\n",
-           "... with every byte, the pipelined rest too");
-    close_served();
-    close(c);
-
-    /* A head in pieces, after a blank line, the end split across reads. */
-    tcp_pair(&c, &s);
-    ready(w1);
-    handoff(w1, s, 2, -1, 0, NULL);
-    put(c, "\r\n");
-    ok(!got_serve(w1, 150), "a blank line alone is not a head");
-    put(c, "GET /e HTTP/1.1\r\n");
-    sleep_ms(40);
-    put(c, "Host: x\r\n\r");
-    ok(!got_serve(w1, 100), "no SERVE before the head's last byte");
-    put(c, "\n");
-    ok(got_serve(w1, 3000), "a head arriving in pieces: SERVE");
-    served++;
-    is_str(g_sv.data, g_sv.f.data_len, "GET /e HTTP/1.1\r\nHost: x\r\n\r\n",
-           "... with the pieces joined, the leading blank line dropped");
-    close_served();
-    close(c);
-
-    /* No free worker: queued (FIFO), served when READY comes. */
-    tcp_pair(&c, &s);
-    tcp_pair(&c2, &s2);
-    handoff(w1, s, 4, -1, 0, NULL);
-    handoff(w1, s2, 5, -1, 0, NULL);
-    put(c, "GET /q1 HTTP/1.1\r\n\r\n");
-    sleep_ms(50);
-    put(c2, "GET /q2 HTTP/1.1\r\n\r\n");
-    ok(!got_serve(w1, 300) && !got_serve(w2, 0), "no READY: heads are not sent");
-    ok(STATS_UNTIL(&m, st, st.queued == 2, 3000), "STATS counts two queued heads");
-    ready(w2);
-    ok(got_serve(w2, 2000), "READY: the queued connection is served at once");
-    served++;
-    is_str(g_sv.data, g_sv.f.data_len, "GET /q1 HTTP/1.1\r\n\r\n", "... the oldest first");
-    is(g_sv.f.requests, 4, "... with its own requests count");
-    close_served();
-    ok(!got_serve(w2, 100), "one READY, one SERVE");
-    ready(w2);
-    ready(w2);   /* twice: a worker is on the free stack once */
-    ok(got_serve(w2, 2000), "next READY: the second queued connection");
-    served++;
-    is_str(g_sv.data, g_sv.f.data_len, "GET /q2 HTTP/1.1\r\n\r\n", "... in order");
-    close_served();
-    close(c);
-    close(c2);
-    tcp_pair(&c, &s);
-    handoff(w1, s, 0, -1, 0, "GET /once HTTP/1.1\r\n\r\n");
-    ok(got_serve(w2, 2000), "the second READY left the worker free");
-    served++;
-    close_served();
-    close(c);
-    tcp_pair(&c, &s);
-    handoff(w1, s, 0, -1, 0, "GET /twice HTTP/1.1\r\n\r\n");
-    ok(!got_serve(w2, 150), "... but only once: two READYs in a row free a worker once");
-    ready(w1);
-    ok(got_serve(w1, 2000), "... and the head waits for the next READY");
-    served++;
-    is_str(g_sv.data, g_sv.f.data_len, "GET /twice HTTP/1.1\r\n\r\n", "... which gets it");
-    close_served();
-    close(c);
-
-    /* Over the limits: the worker gets it to answer 414 / 431. */
-    tcp_pair(&c, &s);
-    handoff(w1, s, 0, -1, 0, NULL);
-    memset(buf, 'a', 1500);
-    memcpy(buf, "GET /", 5);
-    buf[1500] = 0;
-    put(c, buf);
-    ok(!got_serve(w1, 100), "no free worker: the long line waits");
-    ready(w1);
-    ok(got_serve(w1, 3000) && g_sv.f.data_len > 1024 && !memchr(g_sv.data, '\n', g_sv.f.data_len),
-       "a request line over --max-request-line without LF goes to a worker (414)");
-    served++;
-    close_served();
-    close(c);
-    tcp_pair(&c, &s);
-    ready(w1);
-    handoff(w1, s, 0, -1, 0, NULL);
-    put(c, "GET / HTTP/1.1\r\n");
-    for (int i = 0; i < 60; i++)
-        put(c, "X-Filler: 0123456789012345678901234567890123456789012345678901234567890123456789\r\n");
-    ok(got_serve(w1, 3000) && g_sv.f.data_len > 4096,
-       "a head over --max-header-bytes goes to a worker (431)");
-    served++;
-    close_served();
-    close(c);
-
-    /* Malformed frames are dropped; the manager carries on. */
-    tcp_pair(&c, &s);
-    {
-        char junk[24] = "this is not a frame...";
-        union { char b[CMSG_SPACE(sizeof(int))]; struct cmsghdr a; } cm;
-        struct iovec iov = { junk, sizeof junk };
-        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-                              .msg_control = cm.b, .msg_controllen = sizeof cm.b };
-        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-        memset(&cm, 0, sizeof cm);
-        h->cmsg_level = SOL_SOCKET;
-        h->cmsg_type = SCM_RIGHTS;
-        h->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(h), &s, sizeof s);
-        ok(sendmsg(w1, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof junk, "sent a frame with bad magic and an fd");
-        close(s);
-        ok(send(m.ctl, junk, 10, 0) == 10, "sent a short frame on control");
-    }
-    ok(read_to_eof(c, NULL, 0, 2000) >= 0, "the fd of a malformed frame is closed");
-    close(c);
-    tcp_pair(&c, &s);
-    handoff(w1, s, 9, -1, 0, "GET /after HTTP/1.1\r\n\r\n");
-    ready(w1);
-    ok(got_serve(w1, 3000) && g_sv.f.requests == 9, "after malformed frames the manager still serves");
-    served++;
-    close_served();
-    close(c);
-
-    /* A worker channel ends (its worker died) while on the free stack. */
-    ready(w2);
-    sleep_ms(50);
-    close(w2);
-    ok(STATS_UNTIL(&m, st, st.workers == 1 && st.free_workers == 0, 3000),
-       "worker channel EOF: the worker is forgotten (STATS workers=1, free=0)");
-    {
-        long t0 = cpu_ticks(m.pid);
-        sleep_ms(300);
-        long t1 = cpu_ticks(m.pid);
-        ok(t0 >= 0 && t1 - t0 <= 5, "the manager is quiet after it (no spinning on a dead channel)");
-        if (t0 < 0 || t1 - t0 > 5)
-            diag("cpu ticks over 300 ms: %ld", t1 - t0);
-    }
-    tcp_pair(&c, &s);
-    handoff(w1, s, 0, -1, 0, "GET /w HTTP/1.1\r\n\r\n");
-    ready(w1);
-    ok(got_serve(w1, 3000), "a remaining worker serves");
-    served++;
-    close_served();
-    close(c);
-
-    /* Counts. */
-    int idle_c, gone_c;
-    tcp_pair(&idle_c, &s);
-    handoff(w1, s, 0, -1, 0, NULL);
-    tcp_pair(&gone_c, &s);
-    handoff(w1, s, 0, -1, 0, NULL);
-    sleep_ms(50);
-    close(gone_c);
-    ok(STATS_UNTIL(&m, st, st.closed_peer == 1 && st.idle == 1, 3000),
-       "STATS: a client that closes is counted, one connection held");
-    if (!ok(st.received == (uint64_t)g_handoffs && st.handed_off == (uint64_t)served
-            && st.closed_timeout == 0 && st.closed_full == 0 && st.queued == 0
-            && st.workers == 1, "STATS: received, handed_off and the rest add up"))
-        diag("handoffs sent %d, serves seen %d", g_handoffs, served);
-    diag_stats(&st);
-
-    /* The master goes away. */
-    close(m.ctl);
-    m.ctl = -1;
-    ok(mgr_reap(&m, 3000), "control EOF: the manager exits");
-    ok(read_to_eof(idle_c, NULL, 0, 1000) >= 0, "... closing the connections it held");
-    close(idle_c);
-    close(w1);
-    close(m1);
-    close(m2);
-    mgr_finish(&m, "control EOF");
-}
-
-/* Idle and read deadlines, 408, and SIGTERM. */
-static void test_deadlines(void)
-{
-    static const char *const opts[] = { "--keepalive-timeout", "0.5", "--read-timeout", "0.8",
-                                        NULL };
-    mgr_t m;
-    nw_manager_stats st;
-    char buf[1024];
-    int cx, cy, cz, c, s, m1;
-
-    mgr_start(&m, opts);
-    int w1 = add_worker(&m, 2001, &m1);
-
-    tcp_pair(&cx, &s);
-    nw_msec t0 = nw_now_ms();
-    handoff(w1, s, 0, -1, 0, NULL);
-    tcp_pair(&cy, &s);
-    handoff(w1, s, 0, 200, 0, NULL);
-    long ty = read_to_eof(cy, NULL, 0, 3000);
-    long tx = read_to_eof(cx, NULL, 0, 3000);
-    if (tx >= 0)
-        tx = (long)(nw_now_ms() - t0);
-    ok(ty >= 150 && ty <= 900, "HANDOFF with 200 ms left: closed after about 200 ms");
-    ok(tx >= 450 && tx <= 1500, "idle connection closed after --keepalive-timeout (0.5 s)");
-    diag("idle closes after %ld ms (200 ms left) and %ld ms (0.5 s timeout)", ty, tx);
-    close(cx);
-    close(cy);
-
-    /* A head started later than the hand-off gets the read timeout from its
-     * first byte, not the idle one; then a 408. */
-    tcp_pair(&cz, &s);
-    handoff(w1, s, 0, -1, 0, NULL);
-    sleep_ms(300);
-    put(cz, "GET /slow HTTP/1.1\r\n");
-    long tz = read_to_eof(cz, buf, sizeof buf, 3000);
-    ok(tz >= 700 && tz <= 1800, "slow head: closed after --read-timeout (0.8 s) from its first byte");
-    is_str(buf, strlen(buf), RESP_408, "slow head: the client gets a 408");
-    diag("slow head closed %ld ms after its first byte", tz);
-    close(cz);
-
-    /* HEAD_STARTED with 100 ms left of the read timeout. */
-    tcp_pair(&c, &s);
-    handoff(w1, s, 0, 100, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
-    long tc = read_to_eof(c, buf, sizeof buf, 3000);
-    ok(tc >= 50 && tc <= 900, "HANDOFF with HEAD_STARTED and 100 ms left: 408 after about 100 ms");
-    is_str(buf, strlen(buf), RESP_408, "... a full 408 response");
-    close(c);
-    ok(STATS_UNTIL(&m, st, st.closed_timeout == 4 && st.idle == 0, 3000),
-       "STATS: four closed by timeout, none held");
-    diag_stats(&st);
-
-    /* SIGTERM: close everything, exit 0, promptly. */
-    tcp_pair(&c, &s);
-    handoff(w1, s, 0, -1, 0, NULL);
-    sleep_ms(30);
-    nw_msec tk = nw_now_ms();
-    kill(m.pid, SIGTERM);
-    ok(read_to_eof(c, NULL, 0, 1000) >= 0 && nw_now_ms() - tk < 400,
-       "SIGTERM: the connections it held get end-of-stream at once");
-    close(c);   /* the manager lingers until its clients close, 1 s at most */
-    ok(mgr_reap(&m, 2000) && exited_zero(m.status) && nw_now_ms() - tk < 900,
-       "SIGTERM: the manager exits 0 once they have closed");
-    close(w1);
-    close(m1);
-    mgr_finish(&m, "SIGTERM");
-}
-
-/* --max-connections: the longest idle goes first; if none is idle, the new one. */
-static void test_full(void)
-{
-    static const char *const opts[] = { "--max-connections", "3", "--keepalive-timeout", "10",
-                                        "--max-header-bytes", "1000000", NULL };
-    mgr_t m;
-    nw_manager_stats st;
-    int c[5], s, m1;
-
-    mgr_start(&m, opts);
-    int w1 = add_worker(&m, 3001, &m1);
-
-    /* A head bigger than a frame can carry goes to a worker at the frame limit. */
-    tcp_pair(&c[0], &s);
-    handoff(w1, s, 0, -1, 0, NULL);
-    ready(w1);
-    {
-        static char big[NW_FRAME_MAX_DATA + 4096];
-        memset(big, 'x', sizeof big - 1);
-        memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
-        big[sizeof big - 1] = 0;
-        put(c[0], big);
-    }
-    ok(got_serve(w1, 3000) && g_sv.f.data_len == NW_FRAME_MAX_DATA,
-       "a head longer than a frame goes to a worker at the frame size limit");
-    close_served();
-    close(c[0]);
-    for (int i = 0; i < 4; i++) {
-        tcp_pair(&c[i], &s);
-        handoff(w1, s, 0, -1, 0, NULL);
-        sleep_ms(10);
-    }
-    ok(read_to_eof(c[0], NULL, 0, 2000) >= 0, "full: the longest-idle connection is closed");
-    ok(still_open(c[1]) && still_open(c[2]) && still_open(c[3]), "... and only that one");
-    for (int i = 1; i < 4; i++)
-        put(c[i], "GET / HTTP/1.1\r\n");   /* reading, no longer idle */
-    sleep_ms(100);
-    tcp_pair(&c[4], &s);
-    handoff(w1, s, 0, -1, 0, NULL);
-    ok(read_to_eof(c[4], NULL, 0, 2000) >= 0, "full and nothing idle: the new connection is closed");
-    ok(still_open(c[1]) && still_open(c[2]) && still_open(c[3]), "... and the others kept");
-    ok(STATS_UNTIL(&m, st, st.closed_full == 2 && st.idle == 3, 3000),
-       "STATS: two closed to stay under --max-connections, three held");
-    for (int i = 0; i < 5; i++)
-        close(c[i]);
-    close(w1);
-    close(m1);
-    mgr_finish(&m, "max-connections");
-}
-
 static int raise_nofile(size_t want)
 {
     struct rlimit rl;
@@ -808,13 +518,501 @@ static int raise_nofile(size_t want)
 }
 
 /* Hand off n idle connections; their client ends go to clients[]. */
-static void handoff_many(int w, int *clients, int n)
+static void handoff_many(int tom, int *clients, int n)
 {
     for (int i = 0; i < n; i++) {
         int s;
         tcp_pair(&clients[i], &s);
-        handoff(w, s, 0, -1, 0, NULL);
+        handoff(tom, s, 0, -1, 0, NULL);
     }
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_arguments(void)
+{
+    static const char *const bad[][3] = {
+        { "--read-timeout", "soon", NULL },
+        { "--max-connections", "-1", NULL },
+        { "--no-such-option", NULL, NULL },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mgr_t m;
+        char name[96];
+        mgr_start(&m, bad[i]);
+        close_fd(&m.ctl);
+        snprintf(name, sizeof name, "bad option %s %s: exit status 2", bad[i][0],
+                 bad[i][1] ? bad[i][1] : "");
+        int reaped = mgr_reap(&m, 5000);
+        if (!reaped) {
+            kill(m.pid, SIGKILL);
+            mgr_reap(&m, 5000);
+        }
+        ok(reaped && WIFEXITED(m.status) && WEXITSTATUS(m.status) == 2, name);
+        unlink(m.errpath);
+        mgr_close(&m);
+    }
+}
+
+/* Hand-offs and serving, limits, malformed frames, counts, and exit when
+ * the master goes away. */
+static void test_serving(void)
+{
+    static const char *const opts[] = { "--keepalive-timeout", "10", "--read-timeout", "10",
+        "--max-header-bytes", "4096", "--max-request-line", "1024", "--max-connections", "100",
+        NULL };
+    mgr_t m;
+    nw_manager_stats st;
+    char buf[8192];
+    int c, s, c2, s2, served = 0;
+
+    g_handoffs = 0;
+    mgr_open(&m);
+    /* A frame written before the manager runs waits in the socket. */
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 6, -1, 0, "GET /early HTTP/1.1\r\n\r\n");
+    mgr_exec(&m, opts);
+    ok(got_serve(m.tow, 3000), "a HANDOFF written before the manager started is read and served");
+    served++;
+    is_str(g_sv.data, g_sv.f.data_len, "GET /early HTTP/1.1\r\n\r\n", "... with its bytes");
+    close_served();
+    close(c);
+    ok(STATS_UNTIL(&m, st, 1, 3000), "STATS frames come on control (one within a second or so)");
+    quiet(&m, "an idle manager does not spin (CPU ticks over 300 ms)");
+
+    /* An idle connection, then its request. */
+    tcp_pair(&c, &s);
+    g_listener_no = 2;
+    handoff(m.tom, s, 3, -1, 0, NULL);
+    g_listener_no = 1;
+    ok(!got_serve(m.tow, 100), "an idle connection is held: no SERVE");
+    put(c, REQ_A);
+    ok(got_serve(m.tow, 3000), "idle hand-off + request: SERVE on to-workers");
+    served++;
+    is(g_sv.f.requests, 3, "SERVE carries the requests count of the HANDOFF");
+    is(g_sv.f.listener, 2, "SERVE carries the listener of the HANDOFF");
+    is_str(g_sv.data, g_sv.f.data_len, REQ_A, "SERVE carries the request bytes");
+    is(port_of(g_sv.fd, 1), port_of(c, 0), "the fd in SERVE is connected to the client");
+    put(g_sv.fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    close_served();
+    shutdown(c, SHUT_WR);
+    ok(read_to_eof(c, buf, sizeof buf, 2000) >= 0
+       && strstr(buf, "200 OK") && strstr(buf, "\r\n\r\nok"),
+       "the fd in SERVE is the client's connection (a response written to it arrives)");
+    close(c);
+    ok(!wait_fd(m.tow, POLLIN, 0), "one request, one SERVE");
+
+    /* A partial head in the HANDOFF, the rest later. */
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 7, 5000, NW_FRAME_F_HEAD_STARTED, "GET /b HTTP/1.1\r\nHo");
+    ok(!got_serve(m.tow, 200), "partial head in HANDOFF: no SERVE yet");
+    put(c, "st: x\r\n\r\n");
+    ok(got_serve(m.tow, 3000), "partial head + the rest: SERVE");
+    served++;
+    is_str(g_sv.data, g_sv.f.data_len, "GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
+           "SERVE has the head's two parts joined");
+    is(g_sv.f.requests, 7, "... and the requests count");
+    close_served();
+    close(c);
+
+    /* Pipelined: the HANDOFF already holds a complete head. */
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 1, -1, 0, "GET /c HTTP/1.1\r\nHost: x\r\n\r\nGET /d HTTP/1.1\r\n");
+    ok(got_serve(m.tow, 1000), "a complete head in HANDOFF is served at once");
+    served++;
+    is_str(g_sv.data, g_sv.f.data_len,
+           "GET /c HTTP/1.1\r\nHost: x\r\n\r\nGET /d HTTP/1.1\r\n",
+           "... with every byte, the pipelined rest too");
+    close_served();
+    close(c);
+
+    /* A head in pieces, after a blank line, the end split across reads. */
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 2, -1, 0, NULL);
+    put(c, "\r\n");
+    ok(!got_serve(m.tow, 150), "a blank line alone is not a head");
+    put(c, "GET /e HTTP/1.1\r\n");
+    sleep_ms(40);
+    put(c, "Host: x\r\n\r");
+    ok(!got_serve(m.tow, 100), "no SERVE before the head's last byte");
+    put(c, "\n");
+    ok(got_serve(m.tow, 3000), "a head arriving in pieces: SERVE");
+    served++;
+    is_str(g_sv.data, g_sv.f.data_len, "GET /e HTTP/1.1\r\nHost: x\r\n\r\n",
+           "... with the pieces joined, the leading blank line dropped");
+    close_served();
+    close(c);
+
+    /* Two connections: each SERVE in the order the heads completed. */
+    tcp_pair(&c, &s);
+    tcp_pair(&c2, &s2);
+    handoff(m.tom, s, 4, -1, 0, NULL);
+    handoff(m.tom, s2, 5, -1, 0, NULL);
+    sleep_ms(50);
+    put(c2, "GET /q2 HTTP/1.1\r\n\r\n");
+    sleep_ms(50);
+    put(c, "GET /q1 HTTP/1.1\r\n\r\n");
+    ok(got_serve(m.tow, 2000) && g_sv.f.requests == 5
+       && port_of(g_sv.fd, 1) == port_of(c2, 0), "two connections: the first complete head first");
+    served++;
+    is_str(g_sv.data, g_sv.f.data_len, "GET /q2 HTTP/1.1\r\n\r\n", "... with its bytes");
+    close_served();
+    ok(got_serve(m.tow, 2000) && g_sv.f.requests == 4
+       && port_of(g_sv.fd, 1) == port_of(c, 0), "... then the other");
+    served++;
+    is_str(g_sv.data, g_sv.f.data_len, "GET /q1 HTTP/1.1\r\n\r\n", "... with its bytes");
+    close_served();
+    close(c);
+    close(c2);
+
+    /* Over the limits: a worker gets it, to answer 414 / 431. */
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    memset(buf, 'a', 1500);
+    memcpy(buf, "GET /", 5);
+    buf[1500] = 0;
+    put(c, buf);
+    ok(got_serve(m.tow, 3000) && g_sv.f.data_len > 1024 && !memchr(g_sv.data, '\n', g_sv.f.data_len),
+       "a request line over --max-request-line without LF goes to a worker (414)");
+    served++;
+    close_served();
+    close(c);
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    put(c, "GET / HTTP/1.1\r\n");
+    for (int i = 0; i < 60; i++)
+        put(c, "X-Filler: 0123456789012345678901234567890123456789012345678901234567890123456789\r\n");
+    ok(got_serve(m.tow, 3000) && g_sv.f.data_len > 4096,
+       "a head over --max-header-bytes goes to a worker (431)");
+    served++;
+    close_served();
+    close(c);
+
+    /* Malformed frames are dropped, any fd with them closed; the manager
+     * carries on. */
+    {
+        char junk[24] = "this is not a frame...";
+        nw_frame old;
+        int c3, s3;
+        tcp_pair(&c, &s);
+        ok(send_raw(m.tom, junk, sizeof junk, s) == (ssize_t)sizeof junk,
+           "sent a frame with bad magic and an fd on to-manager");
+        close(s);
+        tcp_pair(&c2, &s2);
+        nw_frame_init(&old, 4);   /* the old WORKER frame: no longer a type */
+        ok(send_raw(m.tom, &old, sizeof old, s2) == (ssize_t)sizeof old,
+           "sent a frame of an unknown type with an fd on to-manager");
+        close(s2);
+        tcp_pair(&c3, &s3);
+        ok(send_raw(m.ctl, &old, sizeof old, s3) == (ssize_t)sizeof old,
+           "sent a frame of an unknown type with an fd on control");
+        close(s3);
+        ok(send_raw(m.ctl, junk, 10, -1) == 10, "sent a short frame on control");
+        ok(read_to_eof(c, NULL, 0, 2000) >= 0, "the fd of a frame with bad magic is closed");
+        ok(read_to_eof(c2, NULL, 0, 2000) >= 0, "the fd of a frame of unknown type is closed");
+        ok(read_to_eof(c3, NULL, 0, 2000) >= 0, "the fd of a frame on control is closed");
+        close(c);
+        close(c2);
+        close(c3);
+    }
+    ok(mgr_reap(&m, 0) == 0, "a short frame on control does not stop the manager");
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 9, -1, 0, "GET /after HTTP/1.1\r\n\r\n");
+    ok(got_serve(m.tow, 3000) && g_sv.f.requests == 9, "after malformed frames the manager still serves");
+    served++;
+    close_served();
+    close(c);
+    quiet(&m, "... and is quiet after them");
+
+    /* Counts. */
+    int idle_c, gone_c;
+    tcp_pair(&idle_c, &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    tcp_pair(&gone_c, &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    sleep_ms(50);
+    close(gone_c);
+    ok(STATS_UNTIL(&m, st, st.closed_peer == 1 && st.idle == 1, 3000),
+       "STATS: a client that closes is counted, one connection held");
+    if (!ok(st.received == (uint64_t)g_handoffs && st.handed_off == (uint64_t)served
+            && st.closed_timeout == 0 && st.closed_full == 0 && st.queued == 0,
+            "STATS: received, handed_off and the rest add up"))
+        diag("handoffs sent %d, serves seen %d", g_handoffs, served);
+    diag_stats(&st);
+
+    /* The master goes away. */
+    close_fd(&m.ctl);
+    ok(mgr_reap(&m, 3000), "control EOF: the manager exits");
+    ok(read_to_eof(idle_c, NULL, 0, 1000) >= 0, "... closing the connections it held");
+    close(idle_c);
+    mgr_finish(&m, "control EOF");
+}
+
+/* to-workers full: heads wait in the manager's FIFO, which it sends in
+ * order when there is room, and no head overtakes a queued one. */
+static void test_queue(void)
+{
+    static const char *const opts[] = { "--keepalive-timeout", "20", "--read-timeout", "20",
+        "--max-header-bytes", "1000000", "--max-connections", "100000", NULL };
+    static int cl[QMAX + 16], port[QMAX + 16];
+    static char head[QPAD + 128];
+    mgr_t m;
+    nw_manager_stats st;
+    int sndbuf = 0, s;
+    socklen_t optlen = sizeof sndbuf;
+
+    if (!raise_nofile(2 * QMAX + 400)) {
+        ok(1, "# SKIP RLIMIT_NOFILE too low for the to-workers-full test");
+        return;
+    }
+    g_handoffs = 0;
+    mgr_start(&m, opts);
+    STATS_UNTIL(&m, st, 1, 3000);   /* it has set its sockets up */
+    if (getsockopt(m.mtow, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) != 0)
+        die("SO_SNDBUF of to-workers");
+    /* A send fails only once the bytes in flight reach SO_SNDBUF, and each
+     * frame takes more than QPAD of it: n1 heads overflow it by 16 or more. */
+    int n1 = sndbuf / QPAD + 17;
+    if (n1 > QMAX)
+        n1 = QMAX;
+    diag("to-workers SO_SNDBUF %d: %d clients with %d-byte heads to fill it", sndbuf, n1, QPAD);
+
+    /* Idle hand-offs, each followed by a big request from its client. */
+    for (int i = 0; i < n1; i++) {
+        tcp_pair(&cl[i], &s);
+        port[i] = port_of(cl[i], 0);
+        handoff(m.tom, s, (uint32_t)i, -1, 0, NULL);
+        int len = snprintf(head, sizeof head, "GET /q%d HTTP/1.1\r\nX-Pad: ", i);
+        memset(head + len, 'p', QPAD);
+        memcpy(head + len + QPAD, "\r\n\r\n", 5);
+        put(cl[i], head);
+    }
+    ok(STATS_UNTIL(&m, st, st.received == (uint64_t)n1 && st.queued > 0
+                           && st.queued + st.handed_off == (uint64_t)n1, 5000),
+       "to-workers full: the manager keeps the heads in its queue (STATS queued > 0)");
+    diag_stats(&st);
+    quiet(&m, "... and waits for room without spinning");
+
+    /* More while it is full: complete heads in the HANDOFF, then idle ones
+     * whose requests come later. They queue behind the others. */
+    int n2 = n1 + 8;
+    for (int i = n1; i < n2; i++) {
+        tcp_pair(&cl[i], &s);
+        port[i] = port_of(cl[i], 0);
+        snprintf(head, sizeof head, "GET /q%d HTTP/1.1\r\n\r\n", i);
+        handoff(m.tom, s, (uint32_t)i, -1, 0, i < n1 + 4 ? head : NULL);
+        if (i >= n1 + 4)
+            put(cl[i], head);
+    }
+    ok(STATS_UNTIL(&m, st, st.received == (uint64_t)n2 && st.queued >= 8
+                           && st.queued + st.handed_off == (uint64_t)n2, 5000),
+       "... new heads join the queue");
+
+    /* Take one: now a send would fit, but the socket is not yet writable
+     * for epoll (a quarter of SO_SNDBUF), and a new head must not overtake
+     * the queue anyway. */
+    int expect = 0, arrived = 0, in_order = 1, right_fd = 1, n3 = n2 + 1;
+    if (got_serve(m.tow, 3000)) {
+        int idx = -1;
+        sscanf(g_sv.data, "GET /q%d ", &idx);
+        in_order &= idx == expect;
+        right_fd &= idx >= 0 && idx < n2 && (int)g_sv.f.requests == idx
+                    && port_of(g_sv.fd, 1) == port[idx];
+        arrived++;
+        expect++;
+        close_served();
+    }
+    sleep_ms(50);
+    tcp_pair(&cl[n2], &s);
+    port[n2] = port_of(cl[n2], 0);
+    snprintf(head, sizeof head, "GET /q%d HTTP/1.1\r\n\r\n", n2);
+    handoff(m.tom, s, (uint32_t)n2, -1, 0, head);
+    ok(STATS_UNTIL(&m, st, st.received == (uint64_t)n3
+                           && st.queued + st.handed_off == (uint64_t)n3, 5000),
+       "one taken, one more complete head handed off");
+
+    /* Read everything, as free workers would. */
+    nw_msec t0 = nw_now_ms();
+    while (arrived < n3 && got_serve(m.tow, 3000)) {
+        int idx = -1;
+        sscanf(g_sv.data, "GET /q%d ", &idx);
+        if (idx != expect && in_order) {
+            diag("SERVE number %d is head %d", arrived, idx);
+            in_order = 0;
+        }
+        if (!(idx >= 0 && idx < n3 && (int)g_sv.f.requests == idx
+              && port_of(g_sv.fd, 1) == port[idx]) && right_fd) {
+            diag("SERVE number %d (head %d, requests %u): not its client's connection",
+                 arrived, idx, (unsigned)g_sv.f.requests);
+            right_fd = 0;
+        }
+        arrived++;
+        expect++;
+        close_served();
+    }
+    diag("read %d SERVE frames in %lld ms", arrived, (long long)(nw_now_ms() - t0));
+    is(arrived, n3, "every connection arrives on to-workers");
+    ok(in_order, "... in FIFO order (the one handed off last, last)");
+    ok(right_fd, "... each with its own client's connection and requests count");
+    ok(!got_serve(m.tow, 100), "... and nothing more");
+    ok(STATS_UNTIL(&m, st, st.queued == 0 && st.handed_off == (uint64_t)n3 && st.idle == 0, 3000),
+       "STATS: queue empty, every head handed off");
+    diag_stats(&st);
+    quiet(&m, "with the queue empty the manager is quiet (not spinning on a writable to-workers)");
+
+    /* And it serves as before. */
+    tcp_pair(&cl[n3], &s);
+    handoff(m.tom, s, 1, -1, 0, NULL);
+    put(cl[n3], REQ_A);
+    ok(got_serve(m.tow, 3000) && g_sv.f.requests == 1, "after the queue drained a head goes straight out");
+    close_served();
+    for (int i = 0; i <= n3; i++)
+        close(cl[i]);
+    mgr_finish(&m, "to-workers full");
+}
+
+/* Idle and read deadlines, 408, SIGTERM, and a new manager on the same sockets. */
+static void test_deadlines(void)
+{
+    static const char *const opts[] = { "--keepalive-timeout", "0.5", "--read-timeout", "0.8",
+                                        NULL };
+    mgr_t m;
+    nw_manager_stats st;
+    char buf[1024];
+    int cx, cy, cz, c, c2, s;
+
+    mgr_start(&m, opts);
+
+    tcp_pair(&cx, &s);
+    nw_msec t0 = nw_now_ms();
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    tcp_pair(&cy, &s);
+    handoff(m.tom, s, 0, 200, 0, NULL);
+    long ty = read_to_eof(cy, NULL, 0, 3000);
+    long tx = read_to_eof(cx, NULL, 0, 3000);
+    if (tx >= 0)
+        tx = (long)(nw_now_ms() - t0);
+    ok(ty >= 150 && ty <= 900, "HANDOFF with 200 ms left: closed after about 200 ms (before an older one)");
+    ok(tx >= 450 && tx <= 1500, "idle connection closed after --keepalive-timeout (0.5 s)");
+    diag("idle closes after %ld ms (200 ms left) and %ld ms (0.5 s timeout)", ty, tx);
+    close(cx);
+    close(cy);
+
+    /* A head started later than the hand-off gets the read timeout from its
+     * first byte, not the idle one; then a 408. */
+    tcp_pair(&cz, &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    sleep_ms(300);
+    put(cz, "GET /slow HTTP/1.1\r\n");
+    long tz = read_to_eof(cz, buf, sizeof buf, 3000);
+    ok(tz >= 700 && tz <= 1800, "slow head: closed after --read-timeout (0.8 s) from its first byte");
+    is_str(buf, strlen(buf), RESP_408, "slow head: the client gets a 408");
+    diag("slow head closed %ld ms after its first byte", tz);
+    close(cz);
+
+    /* HEAD_STARTED with 100 ms left of the read timeout. */
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 0, 100, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
+    long tc = read_to_eof(c, buf, sizeof buf, 3000);
+    ok(tc >= 50 && tc <= 900, "HANDOFF with HEAD_STARTED and 100 ms left: 408 after about 100 ms");
+    is_str(buf, strlen(buf), RESP_408, "... a full 408 response");
+    close(c);
+    ok(STATS_UNTIL(&m, st, st.closed_timeout == 4 && st.idle == 0, 3000),
+       "STATS: four closed by timeout, none held");
+    diag_stats(&st);
+
+    /* SIGTERM: FIN to everything held, linger at most 1 s, exit 0. */
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    tcp_pair(&c2, &s);
+    handoff(m.tom, s, 0, 5000, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
+    sleep_ms(30);
+    nw_msec tk = nw_now_ms();
+    kill(m.pid, SIGTERM);
+    ok(read_to_eof(c, NULL, 0, 1000) >= 0 && read_to_eof(c2, NULL, 0, 1000) >= 0
+       && nw_now_ms() - tk < 400,
+       "SIGTERM: the connections it held (idle and reading) get end-of-stream at once");
+    close(c);   /* c2 stays open: the manager lingers for it, 1 s at most */
+    ok(mgr_reap(&m, 3000) && nw_now_ms() - tk < 1600,
+       "SIGTERM: the manager exits within about 1 s while a client stays open");
+    diag("exited %lld ms after SIGTERM", (long long)(nw_now_ms() - tk));
+    close(c2);
+    mgr_check(&m, "SIGTERM, a client left open");
+
+    /* A HANDOFF while no manager runs; a new one on the same sockets. */
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 8, -1, 0, "GET /between HTTP/1.1\r\n\r\n");
+    mgr_exec(&m, opts);
+    ok(got_serve(m.tow, 3000) && g_sv.f.requests == 8,
+       "a new manager on the same sockets serves what the old one had not read");
+    is_str(g_sv.data, g_sv.f.data_len, "GET /between HTTP/1.1\r\n\r\n", "... with its bytes");
+    close_served();
+    close(c);
+
+    tcp_pair(&c, &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    sleep_ms(30);
+    tk = nw_now_ms();
+    kill(m.pid, SIGTERM);
+    ok(read_to_eof(c, NULL, 0, 1000) >= 0 && nw_now_ms() - tk < 400,
+       "SIGTERM: the connection it held gets end-of-stream at once");
+    close(c);
+    ok(mgr_reap(&m, 2000) && exited_zero(m.status) && nw_now_ms() - tk < 900,
+       "SIGTERM: the manager exits 0 once its clients have closed");
+    mgr_check(&m, "SIGTERM");
+    mgr_close(&m);
+}
+
+/* --max-connections: the longest idle goes first; if none is idle, the new one. */
+static void test_full(void)
+{
+    static const char *const opts[] = { "--max-connections", "3", "--keepalive-timeout", "10",
+                                        "--max-header-bytes", "1000000", NULL };
+    mgr_t m;
+    nw_manager_stats st;
+    int c[5], s;
+
+    mgr_start(&m, opts);
+
+    /* A head bigger than a frame can carry goes to a worker at the frame limit. */
+    tcp_pair(&c[0], &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    {
+        static char big[NW_FRAME_MAX_DATA + 4096];
+        memset(big, 'x', sizeof big - 1);
+        memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
+        big[sizeof big - 1] = 0;
+        put(c[0], big);
+    }
+    ok(got_serve(m.tow, 3000) && g_sv.f.data_len == NW_FRAME_MAX_DATA,
+       "a head longer than a frame (128 KiB) goes to a worker at the frame size limit");
+    close_served();
+    close(c[0]);
+
+    /* A HANDOFF without an fd holds nothing. */
+    ok(send_frame(m.tom, NW_FRAME_HANDOFF, -1, 0, -1, 0, NULL, 0) == 0,
+       "sent a HANDOFF without an fd");
+    for (int i = 0; i < 4; i++) {
+        tcp_pair(&c[i], &s);
+        handoff(m.tom, s, 0, -1, 0, NULL);
+        sleep_ms(10);
+    }
+    ok(read_to_eof(c[0], NULL, 0, 2000) >= 0, "full: the longest-idle connection is closed");
+    ok(still_open(c[1]) && still_open(c[2]) && still_open(c[3]), "... and only that one");
+    for (int i = 1; i < 4; i++)
+        put(c[i], "GET / HTTP/1.1\r\n");   /* reading, no longer idle */
+    sleep_ms(100);
+    tcp_pair(&c[4], &s);
+    handoff(m.tom, s, 0, -1, 0, NULL);
+    ok(read_to_eof(c[4], NULL, 0, 2000) >= 0, "full and nothing idle: the new connection is closed");
+    ok(still_open(c[1]) && still_open(c[2]) && still_open(c[3]), "... and the others kept");
+    ok(STATS_UNTIL(&m, st, st.closed_full == 2 && st.idle == 3, 3000),
+       "STATS: two closed to stay under --max-connections, three held");
+    diag_stats(&st);
+    ok(!wait_fd(m.tow, POLLIN, 0), "nothing went to the workers");
+    for (int i = 0; i < 5; i++)
+        close(c[i]);
+    mgr_finish(&m, "max-connections");
 }
 
 /* Many idle connections at once, all closed by their deadline. */
@@ -825,16 +1023,14 @@ static void test_many(void)
     static struct pollfd pf[MANY];
     mgr_t m;
     nw_manager_stats st;
-    int m1;
 
     if (!raise_nofile(MANY + 200)) {
         ok(1, "# SKIP RLIMIT_NOFILE too low for the many-connections test");
         return;
     }
     mgr_start(&m, opts);
-    int w1 = add_worker(&m, 4001, &m1);
     nw_msec t0 = nw_now_ms();
-    handoff_many(w1, cl, MANY);
+    handoff_many(m.tom, cl, MANY);
     nw_msec t1 = nw_now_ms();
     diag("%d hand-offs took %lld ms", MANY, (long long)(t1 - t0));
     int open_now = 0;
@@ -871,8 +1067,7 @@ static void test_many(void)
             close(pf[i].fd);
     ok(STATS_UNTIL(&m, st, st.closed_timeout == MANY && st.idle == 0 && st.received == MANY, 3000),
        "STATS: 2000 received, 2000 closed by timeout");
-    close(w1);
-    close(m1);
+    ok(!wait_fd(m.tow, POLLIN, 0), "nothing went to the workers");
     mgr_finish(&m, "many idle connections");
 }
 
@@ -882,19 +1077,18 @@ static int measure(int n)
     static const char *const opts[] = { "--keepalive-timeout", "3600", NULL };
     mgr_t m;
     nw_manager_stats st;
-    int m1;
-    int *cl = calloc((size_t)n, sizeof *cl);
+    int *cl = n > 8 ? calloc((size_t)n, sizeof *cl) : NULL;
 
     if (!cl || !raise_nofile((size_t)n + 200)) {
-        fprintf(stderr, "need %d fds\n", n + 200);
+        fprintf(stderr, "need more than 8 connections and %d fds\n", n + 200);
+        free(cl);
         return 2;
     }
     mgr_start(&m, opts);
-    int w1 = add_worker(&m, 5001, &m1);
-    handoff_many(w1, cl, 8);   /* warm up: first frames, first slab */
+    handoff_many(m.tom, cl, 8);   /* warm up: first frames, first slab */
     STATS_UNTIL(&m, st, st.idle == 8, 3000);
     long before = rss_kib(m.pid), slab_before = slab_kib();
-    handoff_many(w1, cl + 8, n - 8);
+    handoff_many(m.tom, cl + 8, n - 8);
     if (!STATS_UNTIL(&m, st, st.idle == (uint64_t)n, 10000)) {
         fprintf(stderr, "the manager did not report %d idle connections\n", n);
         return 2;
@@ -908,11 +1102,10 @@ static int measure(int n)
            (slab_after - slab_before) * 1024.0 / (n - 8));
     for (int i = 0; i < n; i++)
         close(cl[i]);
-    close(w1);
-    close(m1);
-    close(m.ctl);
+    close_fd(&m.ctl);
     mgr_reap(&m, 5000);
     unlink(m.errpath);
+    mgr_close(&m);
     free(cl);
     return 0;
 }
@@ -933,6 +1126,7 @@ int main(int argc, char **argv)
 
     test_arguments();
     test_serving();
+    test_queue();
     test_deadlines();
     test_full();
     test_many();
