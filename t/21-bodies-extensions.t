@@ -107,7 +107,9 @@ SKIP: {
     close $probe;
     my $v6 = spawn_server(app => $app, no_listen => 1, unix => "$dir/v6.sock",
                           args => ['--listen' => "[::1]:$p6", '--max-workers' => 1]);
-    my $s = IO::Socket::IP->new(PeerHost => '::1', PeerPort => $p6) or die "connect ::1: $!";
+    # The unix socket said "up"; the IPv6 listener is opened just after it.
+    my $s = wait_until(sub { IO::Socket::IP->new(PeerHost => '::1', PeerPort => $p6) }, 5)
+        or die "connect ::1: $!";
     syswrite($s, "GET /addr HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     my $r = read_response($s, 5);
     is($r->{body}, "::1|::1|$p6", 'IPv6: REMOTE_ADDR, SERVER_NAME, SERVER_PORT');
