@@ -118,6 +118,7 @@ sub serve_connection {
     my $managed = $self->{managed};
     my $wait = $managed ? $self->{options}{keepalive_wait} : WAIT_TICK;
     my $quantum = $self->{options}{worker_quantum};
+    my $max_keepalive = $self->{options}{max_keepalive_reqs};
     my $turn = 0;
     while (1) {
         my $env = $conn->read_request($managed ? 0 : $wait, $managed);
@@ -136,11 +137,12 @@ sub serve_connection {
         $env->{'psgix.cleanup.handlers'} = [];
         _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
         my $may_keep = $self->{keepalive} && !$self->{stopping}
-            && $conn->requests < $self->{options}{max_keepalive_reqs}
+            && $conn->requests < $max_keepalive
             && (!$self->{limit} || $self->{served} + 1 < $self->{limit});
         my $kept = $self->respond($conn, $env, $may_keep);
         $self->{served}++;
-        $self->_after_response($env);
+        $self->_after_response($env)
+            if @{ $env->{'psgix.cleanup.handlers'} } || $env->{'psgix.harakiri.commit'};
         return unless $kept && !$self->{stopping};
         $conn->finish_request;
         if ($managed && ++$turn >= $quantum) {
@@ -183,6 +185,10 @@ sub respond {
         return _internal_error($conn);
     }
     if (ref $res eq 'ARRAY') {
+        if (@$res == 3 && ref $res->[2] eq 'ARRAY') {    # the common case, straight to C
+            my $kept = $conn->write_response(@$res, $may_keep);
+            return $kept if $kept >= 0;
+        }
         my $kept = eval { $self->_write_response($conn, $res, $may_keep) };
         return $kept if defined $kept;
         _log_error($env, $@);
