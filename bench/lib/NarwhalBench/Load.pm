@@ -6,11 +6,12 @@ use warnings;
 use Exporter 'import';
 use POSIX ();
 use Time::HiRes qw(time sleep);
-use NarwhalBench::Util qw(session_memory session_cpu unaccepted_conns);
+use NarwhalBench::Util qw(session_memory session_cpu unaccepted_conns machine_busy own_cpu);
 
 our @EXPORT_OK = qw(run_load settle kill_client wrk_cmd kaclient_cmd);
 
 our $CLIENT_PID;            # the load generator running now, for cleanup
+our $NCPU = do { my ($n) = NarwhalBench::Util::capture('nproc') =~ /(\d+)/; $n || 1 };
 
 sub kill_client {
     return unless $CLIENT_PID;
@@ -40,12 +41,13 @@ sub kaclient_cmd {
 
 # Run the client, sampling server memory (max) and, for wrk runs, which
 # connections sit unaccepted in the listen queue at 40%, 65% and 90% of the
-# run: one unaccepted at all three was never served ("unanswered"; wrk
+# run: one unaccepted at all of them was never served ("unanswered"; wrk
 # itself cannot tell). Three samples keep the sampler's own CPU use ~1%.
 # Returns (output, samples).
 sub run_sampled {
     my ($cmd, $inst, $expect_s, $want_queue) = @_;
     my $out_file = "$inst->{log}.client";
+    my @cpu0 = (machine_busy(), own_cpu(), session_cpu($inst->{pid}), time);
     my $pid = fork // die "fork: $!\n";
     if (!$pid) {
         open STDOUT, '>', $out_file or POSIX::_exit(126);
@@ -74,13 +76,28 @@ sub run_sampled {
     }
     my $status = $?;
     undef $CLIENT_PID;
+    $smp{other_cpu_pct} = other_cpu(\@cpu0, $inst);
     max_memory(\%smp, $inst);
-    $smp{starved} = scalar keys %$starved if $q_samples == 3;
+    # a short run may end before the last sample: two still make a verdict
+    $smp{starved} = scalar keys %$starved if $q_samples >= 2;
     open my $fh, '<', $out_file or die "$out_file: $!\n";
     local $/;
     my $out = <$fh> // '';
     $smp{client_status} = $status >> 8;
     return ($out, \%smp);
+}
+
+# Share of the machine's CPUs that processes other than the server, the load
+# client and this harness used during the run: other work disturbing the
+# measurement (another build or test suite, say).
+sub other_cpu {
+    my ($before, $inst) = @_;
+    my ($busy0, $own0, $kids0, $server0, $t0) = @$before;
+    my ($own1, $kids1) = own_cpu();
+    my $other = (machine_busy() - $busy0) - ($own1 - $own0) - ($kids1 - $kids0)
+              - (session_cpu($inst->{pid}) - $server0);
+    my $capacity = (time - $t0) * $NCPU;
+    return $capacity > 0 && $other > 0 ? 100 * $other / $capacity : 0;
 }
 
 sub max_memory {
@@ -161,7 +178,7 @@ sub run_load {
     my ($out, $smp) = run_sampled($cmd, $inst, $expect, $is_wrk);
     my $r = $is_wrk ? parse_wrk($out) : parse_kaclient($out, $sc);
     $r->{unanswered} = $smp->{starved} if $is_wrk;
-    $r->{$_} = $smp->{$_} for qw(rss_mb pss_mb procs);
+    $r->{$_} = $smp->{$_} for qw(rss_mb pss_mb procs other_cpu_pct);
     $r->{client_cmd} = join ' ', map { /[\s&?'"]/ ? "'$_'" : $_ } @$cmd;
     return $r;
 }

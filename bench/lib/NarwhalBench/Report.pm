@@ -25,7 +25,7 @@ sub summarise {
         my @v = grep { defined && /^-?[\d.]+(?:e[-+]?\d+)?$/i } map { $_->{$k} } @ok;
         next unless @v;
         if ($k =~ /^(errors|err_\w+|timeouts|reconnects|incomplete)$/) { $s{$k} = sum(@v) }
-        elsif ($k =~ /^(unanswered|starved|rss_mb|pss_mb|procs|idle_unanswered|idle_closed_by_server)$/) { $s{$k} = max(@v) }
+        elsif ($k =~ /^(unanswered|starved|rss_mb|pss_mb|procs|idle_unanswered|idle_closed_by_server|other_cpu_pct)$/) { $s{$k} = max(@v) }
         else { $s{$k} = median(@v) }
     }
     my @rps = map { $_->{rps} } grep { defined $_->{rps} } @ok;
@@ -70,7 +70,7 @@ set ytics nomirror scale 0
 set grid xtics lc rgb "#e4e4e4" lt 1
 set xrange [0:$top]
 set yrange [$n - 0.45:-0.55]
-set format x "%.0s%c"
+set format x "${\ ($top < 10_000 ? '%.0f' : '%.0s%c') }"
 set xlabel ${\ gp_str($xlabel)}
 set lmargin 24
 \$bars << EOD
@@ -258,14 +258,22 @@ sub callgrind_section {
 sub summary_markdown {
     my ($run, $report) = @_;
     return "Benchmarks ($run->{date}, commit $run->{commit}, $run->{machine}{nproc} CPUs, "
-         . "$run->{params}{rounds} rounds; full report: [$report]($report), "
+         . "$run->{params}{rounds} round(s)" . ($run->{quick} ? ', quick run' : '')
+         . "; full report: [$report]($report), "
          . "how to read it: [bench/README.md](bench/README.md)):\n\n"
          . summary_table($run, $report) . "\n" . targets_table($run);
+}
+
+# The most CPU other processes took during any run of a scenario, in % of the machine.
+sub background_load {
+    my ($scr) = @_;
+    return max(0, map { $_->{other_cpu_pct} // 0 } values %{ $scr->{summary} });
 }
 
 sub results_markdown {
     my ($run, $chart_name) = @_;
     my $p = $run->{params};
+    my $worst_bg = max(0, map { background_load($_) } @{ $run->{scenarios} });
     my $md = "# Narwhal benchmark results: $run->{date}, commit $run->{commit}"
            . ($run->{dirty} ? ' (uncommitted changes)' : '') . "\n\n";
     $md .= ($run->{quick} ? "**Quick run** (`bench/run --quick`): short runs, numbers are indicative only. " : '')
@@ -276,6 +284,8 @@ sub results_markdown {
          . "Load and servers share the same $run->{machine}{nproc} CPUs. "
          . "How to read this: [bench/README.md](../README.md). Wall time: "
          . sprintf('%.1f min', $run->{wall_s} / 60) . ".\n\n";
+    $md .= sprintf("**Warning**: other processes used up to %.0f%% of the CPUs during some runs: "
+                   . "those numbers are disturbed (see each scenario).\n\n", $worst_bg) if $worst_bg > 10;
     $md .= "## Summary\n\n" . summary_table($run)
          . "\n⚠ = errors, timeouts, unanswered connections or failed rounds: see the scenario's table.\n\n";
     $md .= "## Targets\n\nNarwhal's goals (reported, not pass/fail tests); n/a when Narwhal did not run.\n\n"
@@ -285,6 +295,8 @@ sub results_markdown {
         $md .= "## $sc->{name}\n\n$sc->{what}\n\n";
         $md .= "Client: `$scr->{client_cmd}` ($scr->{n_rounds} round(s))\n\n" if $scr->{client_cmd};
         $md .= "![$sc->{name}](" . $chart_name->($sc->{name}) . ")\n\n" if $scr->{chart};
+        my $bg = background_load($scr);
+        $md .= sprintf("⚠ Other processes used up to %.0f%% of the CPUs during these runs.\n\n", $bg) if $bg > 5;
         $md .= scenario_table($run, $scr) . "\n";
     }
     $md .= callgrind_section($run);

@@ -12,6 +12,7 @@ our @EXPORT_OK = qw(
     spawn reap_nowait kill_session machine_info fmt_num which
     raise_nofile build_client
     session_pids session_cpu session_memory unaccepted_conns
+    machine_busy own_cpu
 );
 
 sub say_err { print STDERR @_, "\n" }
@@ -145,16 +146,32 @@ sub session_pids {
     return @pids;
 }
 
-# CPU time (seconds, user+system) used so far by the live processes of a session.
+# CPU time (seconds, user+system) used so far by the processes of a session,
+# including exited workers their parent has reaped (cutime, cstime).
 sub session_cpu {
     my ($sid) = @_;
     my $ticks = 0;
     for my $p (session_pids($sid)) {
         my $stat = _read("/proc/$p/stat") or next;
         my @f = split ' ', substr($stat, rindex($stat, ')') + 2);
-        $ticks += $f[11] + $f[12];      # utime, stime
+        $ticks += $f[11] + $f[12] + $f[13] + $f[14];   # utime stime cutime cstime
     }
     return $ticks / POSIX::sysconf(POSIX::_SC_CLK_TCK());
+}
+
+# CPU seconds the whole machine has spent running processes (user, nice,
+# system; not interrupts, not steal) since boot.
+sub machine_busy {
+    my ($line) = _read('/proc/stat') =~ /^cpu\s+(.*)$/m;
+    my ($user, $nice, $system) = split ' ', $line // '';
+    return (($user // 0) + ($nice // 0) + ($system // 0)) / POSIX::sysconf(POSIX::_SC_CLK_TCK());
+}
+
+# CPU seconds used by this process and its reaped children (the load client).
+sub own_cpu {
+    my ($real, $user, $sys, $cuser, $csys) = POSIX::times();
+    my $tck = POSIX::sysconf(POSIX::_SC_CLK_TCK());
+    return (($user + $sys) / $tck, ($cuser + $csys) / $tck);
 }
 
 # Memory of a session: sum of RSS and of PSS (proportional set size: shared
