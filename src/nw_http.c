@@ -803,3 +803,13 @@ size_t nw_percent_decode(const char *in, size_t len, char *out)
     }
     return o;
 }
+
+int nw_http_is_token(const char *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(nw_ctype[(unsigned char)p[i]] & NW_C_TCHAR))
+            return 0;
+    return 1;
+}

@@ -91,6 +91,9 @@ long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
  * Returns the decoded length. */
 size_t nw_percent_decode(const char *in, size_t len, char *out);
 
+/* 1 when p[0..n) is a non-empty token (RFC 9110 5.6.2), e.g. a field name. */
+int nw_http_is_token(const char *p, size_t n);
+
 /* Case-insensitive compare of a header name with a lower-case literal. */
 int nw_header_is(const nw_header *h, const char *lower_name, size_t lower_len);
 

@@ -1,4 +1,5 @@
 #include "nw_response.h"
+#include "nw_http.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -81,20 +82,10 @@ const char *nw_date_header(size_t *len)
     return date_line;
 }
 
-static int is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return 1;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 int nw_header_valid(const char *name, size_t nlen, const char *val, size_t vlen)
 {
-    if (nlen == 0)
+    if (!nw_http_is_token(name, nlen))
         return 0;
-    for (size_t i = 0; i < nlen; i++)
-        if (!is_tchar((unsigned char)name[i]))
-            return 0;
     for (size_t i = 0; i < vlen; i++) {
         unsigned char c = (unsigned char)val[i];
         if (c == '\r' || c == '\n' || c == '\0')
