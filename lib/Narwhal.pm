@@ -134,7 +134,7 @@ without a hand-off per request.
 =item --worker-quantum N
 
 Requests a worker serves in a row on one connection before it yields it to
-the manager when other connections are waiting (default 8).
+the manager when other connections are waiting (default 5).
 
 =item --backlog N
 

@@ -90,7 +90,7 @@ Connections:
       --no-manager           keep idle connections in workers (no manager)
       --max-connections N    connections the manager holds (10000)
       --keepalive-wait SECS  wait for a client's next request (0.001)
-      --worker-quantum N     requests in a row before yielding (8)
+      --worker-quantum N     requests in a row before yielding (5)
 Limits:
       --max-request-body BYTES  larger bodies get 413 (0 = no limit)
       --body-in-memory BYTES    larger bodies go to a temp file (1048576)

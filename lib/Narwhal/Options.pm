@@ -27,7 +27,7 @@ use constant DEFAULTS => {
     manager            => 1,
     max_connections    => 10000,
     keepalive_wait     => 0.001,
-    worker_quantum     => 8,
+    worker_quantum     => 5,
 };
 
 # name => [ Getopt::Long type and aliases, validation kind ]
