@@ -1,9 +1,9 @@
 # Fuzzing the HTTP parser (src/nw_http.c). Run from this directory:
-#   make fuzz              build ./fuzz_http with clang and libFuzzer
-#   make run FUZZ_TIME=300   fuzz for that long (one job); new inputs go to
+#   make -f fuzz.mk fuzz            build ./fuzz_http with clang and libFuzzer
+#   make -f fuzz.mk run FUZZ_TIME=300  fuzz for that long (one job); new inputs go to
 #                          work/, crashes to findings/
-#   make replay            build ./replay with gcc and replay corpus/
-#   make clean
+#   make -f fuzz.mk replay          build ./replay with gcc and replay corpus/
+#   make -f fuzz.mk clean
 CLANG   ?= clang
 GCC     ?= gcc
 FUZZ_TIME ?= 300
