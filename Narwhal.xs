@@ -18,6 +18,7 @@
 
 #include "src/nw_conn.h"
 #include "src/nw_frame.h"
+#include "src/nw_park.h"
 
 #define MAX_LISTENERS 64
 #define SMALL_PIECES  16   /* body pieces handled without a heap array */
@@ -38,9 +39,15 @@ typedef struct {
     int took_served;    /* the last connection came from to-workers */
     char *frame_data;   /* NW_FRAME_MAX_DATA bytes for incoming frames */
     nw_conn_config cfg;
+    nw_park park;       /* just-served connections waiting here briefly (items: SV *) */
+    int took_parked;    /* the last connection was a parked one */
+    nw_msec park_ms;    /* how long a connection may stay parked (--keepalive-wait) */
+    nw_msec no_park_until; /* parking paused after a slow request */
 } nw_xs_acceptor;
 
 #define FROM_MANAGER_EVENT MAX_LISTENERS   /* epoll data for the to-workers queue */
+#define PARKED_EVENT (MAX_LISTENERS + 1)   /* epoll data for parked slot i: PARKED_EVENT + i */
+#define EVENTS_MAX (MAX_LISTENERS + 1 + NW_MAX_PARKED)
 
 typedef struct {
     nw_conn *c;
@@ -48,6 +55,8 @@ typedef struct {
     SV *remote_addr;
     SV *remote_port;
     SV *io;             /* psgix.io, made the first time an app looks */
+    nw_msec started;    /* when the current request's head was complete */
+    int watched;        /* its fd is in the acceptor's epoll set (see park) */
 } nw_xs_conn;
 
 /* $env keys whose hashes are computed once. */
@@ -214,6 +223,129 @@ static nw_xs_conn *take_next(pTHX_ nw_xs_acceptor *a)
             a->took_served = 0;
     }
     return xc;
+}
+
+/* Parking (src/nw_park.c): a connection whose next request is not there
+ * yet stays in this worker's epoll set for up to park_ms, so the worker
+ * serves whatever is ready meanwhile (another parked connection, the
+ * to-workers queue, a new client) instead of paying a hand-off per request.
+ * Past park_ms it goes to the manager, which holds idle connections for as
+ * long as they like. The set holds a reference to each Narwhal::Conn. */
+static nw_xs_conn *xs_conn_of(SV *sv)
+{
+    dTHX;
+    return INT2PTR(nw_xs_conn *, SvIV(SvRV(sv)));
+}
+
+/* Give a connection that left the set to the manager, or close it gently
+ * when that cannot be done; then drop the set's reference. */
+static void park_to_manager(pTHX_ nw_xs_acceptor *a, SV *sv)
+{
+    nw_conn *c = xs_conn_of(sv)->c;
+    xs_conn_of(sv)->watched = 0;
+    if (c->fd >= 0 && (a->to_manager < 0
+        || nw_conn_handoff_patiently(c, a->to_manager, NW_HANDOFF_PATIENCE_MS) < 0))
+        nw_conn_close_gently(c);
+    SvREFCNT_dec(sv);
+}
+
+/* Hand the parked connections whose time is up (all, with everything) to
+ * the manager. Returns the nearest deadline left, or 0. */
+static nw_msec park_expire(pTHX_ nw_xs_acceptor *a, nw_msec now, int everything)
+{
+    SV *sv;
+    while ((sv = nw_park_take_expired(&a->park, now, everything)))
+        park_to_manager(aTHX_ a, sv);
+    return nw_park_nearest(&a->park);
+}
+
+/* Wait up to timeout_ms for events and note which parked connections
+ * became readable. Returns epoll_wait's count. */
+static int poll_events(nw_xs_acceptor *a, int timeout_ms)
+{
+    struct epoll_event ev[EVENTS_MAX];
+    int n = epoll_wait(a->epfd, ev, EVENTS_MAX, timeout_ms);
+    for (int k = 0; k < n; k++)
+        nw_park_event(&a->park, ev[k].data.u32);
+    return n;
+}
+
+/* Close every parked connection the way a stopping server should: a FIN to
+ * all at once, then read and drop what they still send until each closes
+ * too or NW_PARK_CLOSE_LINGER_MS passes, so that none is reset. */
+static void park_close_all(pTHX_ nw_xs_acceptor *a)
+{
+    nw_msec until = nw_now_ms() + NW_PARK_CLOSE_LINGER_MS, now;
+    SV *sv;
+    for (int i = 0; i < NW_MAX_PARKED; i++)
+        if (nw_park_fd(&a->park, i) >= 0)
+            shutdown(nw_park_fd(&a->park, i), SHUT_WR);
+    while (a->park.count > 0 && (now = nw_now_ms()) < until) {
+        if (poll_events(a, (int)(until - now)) < 0 && errno != EINTR)
+            break;
+        SV *again[NW_MAX_PARKED];
+        int n = 0;
+        while ((sv = nw_park_take_ready(&a->park))) {
+            char drop[4096];
+            ssize_t r = read(xs_conn_of(sv)->c->fd, drop, sizeof drop);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+                SvREFCNT_dec(sv);               /* closes the socket */
+            else
+                again[n++] = sv;
+        }
+        for (int k = 0; k < n; k++) {
+            nw_xs_conn *xc = xs_conn_of(again[k]);
+            if (nw_park_add(&a->park, xc->c->fd, again[k], until, &xc->watched) < 0)
+                SvREFCNT_dec(again[k]);
+        }
+    }
+    while ((sv = nw_park_take_expired(&a->park, 0, 1)))
+        SvREFCNT_dec(sv);
+}
+
+/* Park conn_sv's connection. Returns 1 when parked, 0 when the caller
+ * should hand it off instead (parking paused or full, or bytes of the next
+ * request already read). A request that took NW_PARK_SLOW_REQUEST_MS or
+ * more pauses parking: with a slow app, a connection parked here could
+ * wait behind this worker's next slow request while another worker is free. */
+static int park(pTHX_ nw_xs_acceptor *a, SV *conn_sv, nw_xs_conn *xc)
+{
+    nw_msec now = nw_now_ms();
+    if (xc->started && now - xc->started >= NW_PARK_SLOW_REQUEST_MS)
+        a->no_park_until = now + NW_PARK_PAUSE_MS;
+    xc->started = 0;
+    if (a->park_ms <= 0 || now < a->no_park_until || xc->c->in.len > 0 || xc->c->fd < 0)
+        return 0;
+    SV *sv = newSVsv(conn_sv);
+    if (nw_park_add(&a->park, xc->c->fd, sv, now + a->park_ms, &xc->watched) < 0) {
+        SvREFCNT_dec(sv);
+        return 0;
+    }
+    return 1;
+}
+
+static SV *conn_sv(pTHX_ nw_xs_conn *xc)
+{
+    SV *sv = newSV(0);
+    sv_setref_pv(sv, "Narwhal::Conn", (void *)xc);
+    return sv;
+}
+
+/* The next connection to serve: parked ones that are readable take turns
+ * with the rest (the to-workers queue and the listeners). */
+static SV *next_ready(pTHX_ nw_xs_acceptor *a)
+{
+    nw_xs_conn *xc;
+    if (a->park.ready_count && !a->took_parked) {
+        a->took_parked = 1;
+        return (SV *)nw_park_take_ready(&a->park);
+    }
+    if ((xc = take_next(aTHX_ a))) {
+        a->took_parked = 0;
+        return conn_sv(aTHX_ xc);
+    }
+    a->took_parked = 1;
+    return (SV *)nw_park_take_ready(&a->park);
 }
 
 /* "Content-Type" -> CONTENT_TYPE, others -> HTTP_UPPER_NAME. */
@@ -480,6 +612,8 @@ new(class, listeners, config, from_manager = -1, to_manager = -1)
     }
     RETVAL->from_manager = from_manager;
     RETVAL->to_manager = to_manager;
+    nw_park_init(&RETVAL->park, RETVAL->epfd, PARKED_EVENT);
+    RETVAL->park_ms = (nw_msec)(hv_num(aTHX_ config, "keepalive_wait", 0) * 1000 + 0.5);
     if (from_manager >= 0) {
         Newx(RETVAL->frame_data, NW_FRAME_MAX_DATA, char);
         struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
@@ -495,26 +629,52 @@ accept(self, timeout)
     nw_xs_acceptor *self
     double timeout
   CODE:
-    nw_xs_conn *xc = take_next(aTHX_ self);
-    if (!xc && timeout > 0) {
-        struct epoll_event ev[MAX_LISTENERS + 1];
-        if (epoll_wait(self->epfd, ev, self->count + 1, (int)(timeout * 1000)) > 0)
-            xc = take_next(aTHX_ self);
+    nw_msec now = nw_now_ms(), until = now + (nw_msec)(timeout * 1000);
+    SV *got = NULL;
+    if (self->park.count && !self->park.ready_count)
+        poll_events(self, 0);
+    while (!(got = next_ready(aTHX_ self))) {
+        nw_msec nearest = park_expire(aTHX_ self, now, 0);
+        if (now >= until)
+            break;
+        nw_msec wake = nearest && nearest < until ? nearest : until;
+        if (poll_events(self, (int)(wake - now)) < 0 && errno == EINTR)
+            break;          /* a signal: let the worker look at its flags */
+        now = nw_now_ms();
     }
-    RETVAL = &PL_sv_undef;
-    if (xc) {
-        RETVAL = newSV(0);
-        sv_setref_pv(RETVAL, "Narwhal::Conn", (void *)xc);
-    }
+    RETVAL = got ? got : &PL_sv_undef;
   OUTPUT:
     RETVAL
+
+int
+park(self, conn)
+    nw_xs_acceptor *self
+    SV *conn
+  CODE:
+    nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
+    RETVAL = park(aTHX_ self, conn, xc)
+          || (self->to_manager >= 0
+              && nw_conn_handoff_patiently(xc->c, self->to_manager, NW_HANDOFF_PATIENCE_MS) == 0);
+  OUTPUT:
+    RETVAL
+
+void
+release_parked(self, to_manager)
+    nw_xs_acceptor *self
+    int to_manager
+  CODE:
+    if (to_manager)
+        park_expire(aTHX_ self, nw_now_ms(), 1);
+    else
+        park_close_all(aTHX_ self);
 
 int
 handoff(self, conn)
     nw_xs_acceptor *self
     nw_xs_conn *conn
   CODE:
-    RETVAL = self->to_manager >= 0 && nw_conn_handoff(conn->c, self->to_manager) == 0;
+    RETVAL = self->to_manager >= 0
+          && nw_conn_handoff_patiently(conn->c, self->to_manager, NW_HANDOFF_PATIENCE_MS) == 0;
   OUTPUT:
     RETVAL
 
@@ -530,8 +690,8 @@ int
 others_waiting(self)
     nw_xs_acceptor *self
   CODE:
-    struct epoll_event ev[MAX_LISTENERS + 1];
-    RETVAL = epoll_wait(self->epfd, ev, self->count + 1, 0) > 0;
+    struct epoll_event ev[EVENTS_MAX];
+    RETVAL = self->park.ready_count || epoll_wait(self->epfd, ev, EVENTS_MAX, 0) > 0;
   OUTPUT:
     RETVAL
 
@@ -541,6 +701,9 @@ DESTROY(self)
   CODE:
     for (int i = 0; i < self->count; i++)
         SvREFCNT_dec((SV *)self->listeners[i].env_template);
+    SV *sv;
+    while ((sv = nw_park_take_expired(&self->park, 0, 1)))
+        SvREFCNT_dec(sv);
     close(self->epfd);
     Safefree(self->frame_data);
     Safefree(self);
@@ -559,6 +722,7 @@ read_request(self, tick, tick_partial = 0)
         HV *env = build_env(aTHX_ self);
         r = nw_conn_read_body(c);
         if (r == NW_REQ_READY) {
+            self->started = nw_now_ms();
             env_body(aTHX_ env, c);
             env_lazy_io(aTHX_ env, ST(0));
             RETVAL = newRV_noinc((SV *)env);

@@ -514,8 +514,10 @@ int nw_conn_handoff(nw_conn *c, int channel)
 {
     nw_frame f;
     nw_msec now = nw_now_ms();
-    if (c->fd < 0 || c->in.len > NW_FRAME_MAX_DATA)
+    if (c->fd < 0 || c->in.len > NW_FRAME_MAX_DATA) {
+        errno = EINVAL;
         return -1;
+    }
     nw_frame_init(&f, NW_FRAME_HANDOFF);
     f.listener = (uint16_t)c->listener;
     f.requests = c->requests;
@@ -533,4 +535,20 @@ int nw_conn_handoff(nw_conn *c, int channel)
     close(c->fd);
     c->fd = -1;
     return 0;
+}
+
+int nw_conn_handoff_patiently(nw_conn *c, int channel, int wait_ms)
+{
+    nw_msec until = nw_now_ms() + wait_ms;
+    for (;;) {
+        if (nw_conn_handoff(c, channel) == 0)
+            return 0;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -1;
+        nw_msec now = nw_now_ms();
+        if (now >= until)
+            return -1;
+        struct pollfd p = { .fd = channel, .events = POLLOUT };
+        poll(&p, 1, (int)(until - now));
+    }
 }

@@ -29,4 +29,12 @@
 #define NW_DEFAULT_KEEPALIVE_TIMEOUT  5       /* idle time between requests */
 #define NW_DEFAULT_MAX_KEEPALIVE_REQS 1000    /* requests on one connection */
 
+/* Parking: a worker holds connections it just served, waiting for their
+ * next request alongside new work, before handing them to the manager. */
+#define NW_MAX_PARKED                 256     /* parked connections per worker */
+#define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer pauses parking */
+#define NW_PARK_PAUSE_MS              1000    /* for this long */
+#define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
+#define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
+
 #endif

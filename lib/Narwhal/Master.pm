@@ -292,7 +292,14 @@ sub _restart_workers {
     $self->{failures} = 0;
     $self->{next_spawn} = 0;
     $self->_spawn_missing;
-    kill TERM => @old;
+    $self->_retire(@old);
+}
+
+# Workers that leave while the server goes on get USR2: they finish what
+# they are serving and give their idle connections to the manager.
+sub _retire {
+    my ($self, @pids) = @_;
+    kill(($self->{manager} ? 'USR2' : 'TERM') => @pids) if @pids;
 }
 
 sub _shrink {
@@ -304,7 +311,7 @@ sub _shrink {
     my @current = sort { $self->{workers}{$b}{started} <=> $self->{workers}{$a}{started} }
                   grep { $self->{workers}{$_}{generation} == $self->{generation} }
                   keys %{ $self->{workers} };
-    kill TERM => @current[0 .. $n - 1] if @current >= $n;
+    $self->_retire(@current[0 .. $n - 1]) if @current >= $n;
 }
 
 sub _current_count {

@@ -26,7 +26,7 @@ use constant DEFAULTS => {
     max_headers        => 100,
     manager            => 1,
     max_connections    => 10000,
-    keepalive_wait     => 0.001,
+    keepalive_wait     => 0.05,
     worker_quantum     => 5,
 };
 

@@ -12,7 +12,6 @@ use Scalar::Util ();
 # turns what it returns into those calls.
 
 use constant WAIT_TICK     => 1.0;    # seconds between looks at the stop flag
-use constant BUSY_WAIT     => 0.0002; # a busy client's next request, when others wait
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
 
 sub new {
@@ -45,12 +44,15 @@ sub run {
     while (!$self->{stopping}) {
         my $conn = $acceptor->accept(WAIT_TICK);
         if (!$conn) {
-            $self->{stopping} = 1 if getppid() != $master;   # orphaned: leave
+            $self->{stopping} = $self->{closing} = 1 if getppid() != $master;   # orphaned: leave
             next;
         }
         $self->serve_connection($conn);
-        $self->{stopping} = 1 if $self->{limit} && $self->{served} >= $self->{limit};
+        $self->{stopping} = 1 if $self->_recycling;
     }
+    # Parked connections: a recycled or retired worker gives them to the
+    # manager; when the server stops they are closed.
+    $acceptor->release_parked(!$self->{closing});
     $self->_exit(0);
 }
 
@@ -60,9 +62,13 @@ sub _signals {
     # new clients are refused rather than queued and then reset.
     my $stop = sub {
         $self->{stopping} = 1;
+        $self->{closing} = 1 unless $_[0] eq 'USR2';
         close $_->{handle} for grep { $_->{handle} } @{ $self->{listeners} };
     };
-    $SIG{$_} = $stop for qw(TERM INT QUIT);
+    # TERM, INT, QUIT: the server stops, idle connections are closed.
+    # USR2 (from the master on HUP and TTOU): this worker retires while the
+    # server goes on, so its idle connections go to the manager.
+    $SIG{$_} = $stop for qw(TERM INT QUIT USR2);
     $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
     $SIG{USR1} = sub { Narwhal::reopen_error_log($self->{options}) };
     $SIG{CHLD} = 'DEFAULT';
@@ -108,48 +114,61 @@ sub _env_template {
 }
 
 # Serve requests on one connection until it closes or may not be reused.
-# With a manager, a connection whose next request does not arrive within
-# --keepalive-wait goes to it, and after --worker-quantum requests the worker
-# yields when other connections are waiting.
+# With a manager, a connection whose next request is not there yet is parked
+# (the acceptor watches it alongside new work for --keepalive-wait, then
+# hands it to the manager), and after --worker-quantum requests in a row the
+# worker parks it anyway when other connections are waiting.
 sub serve_connection {
     my ($self, $conn) = @_;
     local $self->{conn} = $conn;
     my $acceptor = $self->{acceptor};
     my $managed = $self->{managed};
-    my $wait = $managed ? $self->{options}{keepalive_wait} : WAIT_TICK;
     my $quantum = $self->{options}{worker_quantum};
     my $max_keepalive = $self->{options}{max_keepalive_reqs};
     my $turn = 0;
+    my $tick = $managed ? 0 : WAIT_TICK;
     while (1) {
-        my $env = $conn->read_request($managed ? 0 : $wait, $managed);
-        # Nothing there yet: give this client --keepalive-wait to send its
-        # next request, or only a brief look when others are waiting.
-        $env = $conn->read_request($acceptor->others_waiting ? BUSY_WAIT : $wait, 1)
-            if $managed && !ref $env && $env == 0;
+        my $env = $conn->read_request($tick, $managed);
         if (!ref $env) {
-            if ($env == 0) {    # nothing (more) arrived in time
-                return if $managed && $acceptor->handoff($conn);
+            if ($env == 0) {    # nothing (more) arrived yet
+                return if $managed && $acceptor->park($conn);
+                $tick = WAIT_TICK;    # the manager is not taking it: wait here
                 next unless $self->{stopping};
                 $conn->close_gently;
             }
             return;
         }
+        $tick = 0 if $managed;
         $env->{'psgix.cleanup.handlers'} = [];
         _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
-        my $may_keep = $self->{keepalive} && !$self->{stopping}
-            && $conn->requests < $max_keepalive
-            && (!$self->{limit} || $self->{served} + 1 < $self->{limit});
+        # With a manager, a worker that is about to leave (recycled, retired)
+        # still keeps the connection alive: the manager takes it over.
+        my $may_keep = $self->{keepalive} && $conn->requests < $max_keepalive
+            && ($managed ? !$self->{closing}
+                         : !$self->{stopping} && !($self->{limit} && $self->{served} + 1 >= $self->{limit}));
         my $kept = $self->respond($conn, $env, $may_keep);
         $self->{served}++;
         $self->_after_response($env)
             if @{ $env->{'psgix.cleanup.handlers'} } || $env->{'psgix.harakiri.commit'};
-        return unless $kept && !$self->{stopping};
+        return unless $kept;
         $conn->finish_request;
+        return $self->_let_go($conn) if $self->{stopping} || $self->_recycling;
         if ($managed && ++$turn >= $quantum) {
             $turn = 0;
-            return if $acceptor->others_waiting && $acceptor->handoff($conn);
+            return if $acceptor->others_waiting && $acceptor->park($conn);
         }
     }
+}
+
+sub _recycling { $_[0]{limit} && $_[0]{served} >= $_[0]{limit} }
+
+# This worker is about to exit with a kept-alive connection. When it is
+# recycled or retired the manager takes the connection over, so replacing a
+# worker costs its clients nothing; when the server stops it is closed.
+sub _let_go {
+    my ($self, $conn) = @_;
+    return if $self->{managed} && !$self->{closing} && $self->{acceptor}->handoff($conn);
+    $conn->close_gently;
 }
 
 # psgix.io, made on first use (see Narwhal.xs): a dup of the client socket.
