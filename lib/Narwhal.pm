@@ -127,14 +127,18 @@ longest-idle one is closed.
 
 =item --keepalive-wait SECONDS
 
-How long a worker waits for the next request on a keep-alive connection
-before handing it to the manager (default 0.001). A busy client is served
-without a hand-off per request.
+How long a worker keeps a connection it has just served parked, watching
+for its next request while it serves other clients, before handing it to
+the manager (default 0.05). A client that comes back within this time is
+served by the same worker with no hand-off; 0 hands every quiet connection
+to the manager at once. Parking pauses for a second after a request that
+took 50 ms or more, so that with a slow app a quiet connection is never
+stuck behind a busy worker.
 
 =item --worker-quantum N
 
-Requests a worker serves in a row on one connection before it yields it to
-the manager when other connections are waiting (default 5).
+Requests a worker serves in a row on one connection before it parks it and
+looks at the other connections that are waiting (default 5).
 
 =item --backlog N
 

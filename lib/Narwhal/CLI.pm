@@ -89,7 +89,7 @@ Connections:
       --disable-keepalive    close after every response
       --no-manager           keep idle connections in workers (no manager)
       --max-connections N    connections the manager holds (10000)
-      --keepalive-wait SECS  wait for a client's next request (0.001)
+      --keepalive-wait SECS  keep a served connection parked in the worker (0.05)
       --worker-quantum N     requests in a row before yielding (5)
 Limits:
       --max-request-body BYTES  larger bodies get 413 (0 = no limit)

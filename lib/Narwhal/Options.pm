@@ -152,6 +152,7 @@ sub _check_relations {
     die "--max-header-bytes must be at most 131072\n" if $o->{max_header_bytes} > 131072;
     die "--max-connections must be at least 1\n" if $o->{max_connections} < 1;
     die "--worker-quantum must be at least 1\n" if $o->{worker_quantum} < 1;
+    die "--keepalive-wait must be 0 or more\n" if $o->{keepalive_wait} < 0;
     die "--max-header-bytes must be at least --max-request-line\n"
         if $o->{max_header_bytes} < $o->{max_request_line};
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"

@@ -1,0 +1,130 @@
+use strict;
+use warnings;
+use Test::More;
+use Time::HiRes ();
+use lib 't/lib';
+use NarwhalTest qw(spawn_server raw_connect read_response read_until_close wait_until);
+
+# Parking: a worker keeps a connection it just served in its own epoll set
+# for --keepalive-wait, serving other work meanwhile, then hands it to the
+# manager. Where a connection lives is observable: one parked in a worker
+# dies with that worker, one held by the manager outlives it.
+
+plan skip_all => 'the manager is switched off for this run'
+    if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+
+my $app = <<'APP';
+sub {
+    my $env = shift;
+    select undef, undef, undef, $1 if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
+    [200, ['Content-Type' => 'text/plain'],
+     ["pid=$$ port=$env->{REMOTE_PORT} path=$env->{PATH_INFO}"]];
+}
+APP
+
+my $H = "Host: t\r\n";
+
+sub request_on {
+    my ($s, $path) = @_;
+    syswrite($s, "GET $path HTTP/1.1\r\n$H\r\n") or return undef;
+    return read_response($s, 5);
+}
+
+sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] }
+
+sub server {
+    my (@args) = @_;
+    return spawn_server(app => $app, args => [ '--max-workers' => 1, '--keepalive-timeout' => 30,
+                                               @args ]);
+}
+
+# Kill the only worker and wait for its replacement to answer.
+sub replace_worker {
+    my ($srv, $pid) = @_;
+    kill KILL => $pid;
+    wait_until(sub { !kill(0, $pid) }, 5);
+    return wait_until(sub {
+        my $s = raw_connect($srv->port) or return 0;
+        my $r = request_on($s, '/probe');
+        return $r && pid_of($r) != $pid;
+    }, 10);
+}
+
+subtest 'a parked connection does not hold the worker' => sub {
+    my $srv = server('--keepalive-wait' => 5);
+    my $a = raw_connect($srv->port);
+    my $r1 = request_on($a, '/a1');
+    ok($r1 && $r1->{status} == 200, 'first client served; its connection is now parked');
+    my $t0 = Time::HiRes::time();
+    my @others = map { my $s = raw_connect($srv->port); request_on($s, "/other$_") } 1 .. 5;
+    is(scalar(grep { $_ && $_->{status} == 200 } @others), 5, 'the only worker serves other clients');
+    ok(Time::HiRes::time() - $t0 < 1, 'at once');
+    my $r2 = request_on($a, '/a2');
+    like($r2 && $r2->{body}, qr{path=/a2}, 'the parked connection is served again');
+    is(pid_of($r2), pid_of($r1), 'by the worker that parked it');
+};
+
+subtest 'parked in the worker, then held by the manager' => sub {
+    my $srv = server('--keepalive-wait' => 0.3);
+    my $a = raw_connect($srv->port);
+    my $r = request_on($a, '/parked');
+    Time::HiRes::sleep(0.1);    # parked by now, and still well within --keepalive-wait
+    ok(replace_worker($srv, pid_of($r)), 'worker killed while the connection was parked');
+    my $gone = request_on($a, '/not-there');
+    ok(!($gone && $gone->{status}), 'a connection parked in a worker dies with it');
+
+    my $b = raw_connect($srv->port);
+    $r = request_on($b, '/quiet');
+    Time::HiRes::sleep(0.8);    # past --keepalive-wait: handed to the manager
+    ok(replace_worker($srv, pid_of($r)), 'worker killed after --keepalive-wait');
+    my $r2 = request_on($b, '/after');
+    like($r2 && $r2->{body}, qr{path=/after}, 'the connection was with the manager and lives on');
+    isnt(pid_of($r2), pid_of($r), 'served by the new worker');
+};
+
+subtest 'a slow request pauses parking' => sub {
+    my $srv = server('--keepalive-wait' => 5);
+    my $a = raw_connect($srv->port);
+    my $r = request_on($a, '/sleep/0.2');    # slower than NW_PARK_SLOW_REQUEST_MS
+    Time::HiRes::sleep(0.1);
+    ok(replace_worker($srv, pid_of($r)), 'worker killed right after a slow request');
+    my $r2 = request_on($a, '/after-slow');
+    like($r2 && $r2->{body}, qr{path=/after-slow},
+         'the connection went to the manager at once instead of being parked');
+};
+
+subtest 'recycling a worker keeps its connections open' => sub {
+    my $srv = server('--max-reqs-per-child' => 3, '--keepalive-wait' => 0.5);
+    my $s = raw_connect($srv->port);
+    my @res = map { request_on($s, "/r$_") } 1 .. 8;
+    is(scalar(grep { $_ && $_->{status} == 200 } @res), 8, '8 requests on one connection');
+    is(scalar(grep { ($_->{headers}{connection} // '') =~ /close/i } grep { $_ } @res), 0,
+       'none of them closes it');
+    my %pids = map { (pid_of($_) // 0) => 1 } @res;
+    ok(keys(%pids) >= 3, 'although the worker was replaced (' . join(',', sort keys %pids) . ')');
+    my %ports = map { (($_ && $_->{body} =~ /port=(\d+)/)[0] // 0) => 1 } @res;
+    is(scalar(keys %ports), 1, 'same client port throughout: one connection');
+};
+
+subtest 'HUP: parked connections go to the manager, not away' => sub {
+    my $srv = server('--keepalive-wait' => 5);
+    my $a = raw_connect($srv->port);
+    my $r1 = request_on($a, '/before');
+    kill HUP => $srv->pid;
+    ok(wait_until(sub { !kill(0, pid_of($r1)) }, 5), 'the old worker retired');
+    my $r2 = request_on($a, '/after-hup');
+    like($r2 && $r2->{body}, qr{path=/after-hup}, 'the connection it had parked is served');
+    isnt(pid_of($r2), pid_of($r1), 'by the new generation');
+};
+
+subtest 'TERM closes parked connections at once' => sub {
+    my $srv = server('--keepalive-wait' => 5);
+    my @a = map { raw_connect($srv->port) } 1 .. 3;
+    request_on($_, '/x') for @a;
+    my $t0 = Time::HiRes::time();
+    kill TERM => $srv->pid;
+    is(read_until_close($_, 4), '', 'parked connection closed') for @a;
+    ok(Time::HiRes::time() - $t0 < 2, 'without waiting for --keepalive-wait or the timeout');
+};
+
+done_testing;
