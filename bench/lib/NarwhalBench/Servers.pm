@@ -41,6 +41,14 @@ sub catalog {
               return [ $^X, "-I$root/blib/lib", "-I$root/blib/arch", "$root/bin/narwhal",
                        '--listen', "127.0.0.1:$port", '--max-workers', $WORKERS, $app ];
           } },
+        { id => 'narwhal_nomgr', label => 'Narwhal --no-manager', kind => 'narwhal',
+          explicit_only => 1,    # run only when named in --servers
+          note => 'Narwhal without its connection manager (keep-alive in the workers)',
+          cmd => sub {
+              my ($port, $app) = @_;
+              return [ $^X, "-I$root/blib/lib", "-I$root/blib/arch", "$root/bin/narwhal",
+                       '--listen', "127.0.0.1:$port", '--max-workers', $WORKERS, '--no-manager', $app ];
+          } },
         { id => 'starman', label => 'Starman', module => 'Starman', program => 'starman',
           cmd => sub {
               my ($port, $app) = @_;
