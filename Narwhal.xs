@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -237,25 +238,43 @@ static nw_xs_conn *xs_conn_of(SV *sv)
     return INT2PTR(nw_xs_conn *, SvIV(SvRV(sv)));
 }
 
-/* Give a connection that left the set to the manager, or close it gently
- * when that cannot be done; then drop the set's reference. */
-static void park_to_manager(pTHX_ nw_xs_acceptor *a, SV *sv)
+/* Take a connection out of this worker's epoll set before it leaves the
+ * worker: the registration is keyed by (file, fd) and the file lives on in
+ * the manager, so a stale one would refuse the same connection if it came
+ * back under the same fd number. */
+static void unwatch(nw_xs_acceptor *a, nw_xs_conn *xc)
 {
-    nw_conn *c = xs_conn_of(sv)->c;
-    xs_conn_of(sv)->watched = 0;
-    if (c->fd >= 0 && (a->to_manager < 0
-        || nw_conn_handoff_patiently(c, a->to_manager, NW_HANDOFF_PATIENCE_MS) < 0))
-        nw_conn_close_gently(c);
-    SvREFCNT_dec(sv);
+    if (xc->watched && xc->c->fd >= 0)
+        epoll_ctl(a->epfd, EPOLL_CTL_DEL, xc->c->fd, NULL);
+    xc->watched = 0;
+}
+
+/* Hand a connection to the manager, waiting up to wait_ms for room in the
+ * queue. Returns 0, or -1 (still ours). */
+static int hand_off(nw_xs_acceptor *a, nw_xs_conn *xc, int wait_ms)
+{
+    if (a->to_manager < 0 || xc->c->fd < 0)
+        return -1;
+    unwatch(a, xc);
+    return nw_conn_handoff_patiently(xc->c, a->to_manager, wait_ms);
 }
 
 /* Hand the parked connections whose time is up (all, with everything) to
- * the manager. Returns the nearest deadline left, or 0. */
+ * the manager. If the manager does not take one within the patience, the
+ * rest of this round are not waited for: they are closed (a parked
+ * connection has nothing unread, so a plain close is a clean FIN).
+ * Returns the nearest deadline left, or 0. */
 static nw_msec park_expire(pTHX_ nw_xs_acceptor *a, nw_msec now, int everything)
 {
     SV *sv;
-    while ((sv = nw_park_take_expired(&a->park, now, everything)))
-        park_to_manager(aTHX_ a, sv);
+    int patience = NW_HANDOFF_PATIENCE_MS;
+    while ((sv = nw_park_take_expired(&a->park, now, everything))) {
+        nw_xs_conn *xc = xs_conn_of(sv);
+        xc->watched = 0;     /* nw_park_take_expired took it out of epoll */
+        if (xc->c->fd >= 0 && hand_off(a, xc, patience) < 0)
+            patience = 0;    /* SvREFCNT_dec below closes it */
+        SvREFCNT_dec(sv);
+    }
     return nw_park_nearest(&a->park);
 }
 
@@ -272,35 +291,44 @@ static int poll_events(nw_xs_acceptor *a, int timeout_ms)
 
 /* Close every parked connection the way a stopping server should: a FIN to
  * all at once, then read and drop what they still send until each closes
- * too or NW_PARK_CLOSE_LINGER_MS passes, so that none is reset. */
+ * too or NW_PARK_CLOSE_LINGER_MS passes, so that none is reset. Waits with
+ * poll on the parked fds alone: the epoll set also holds listeners whose
+ * fds may be closed already and that would keep reporting readiness. */
 static void park_close_all(pTHX_ nw_xs_acceptor *a)
 {
     nw_msec until = nw_now_ms() + NW_PARK_CLOSE_LINGER_MS, now;
-    SV *sv;
-    for (int i = 0; i < NW_MAX_PARKED; i++)
-        if (nw_park_fd(&a->park, i) >= 0)
-            shutdown(nw_park_fd(&a->park, i), SHUT_WR);
-    while (a->park.count > 0 && (now = nw_now_ms()) < until) {
-        if (poll_events(a, (int)(until - now)) < 0 && errno != EINTR)
-            break;
-        SV *again[NW_MAX_PARKED];
-        int n = 0;
-        while ((sv = nw_park_take_ready(&a->park))) {
-            char drop[4096];
-            ssize_t r = read(xs_conn_of(sv)->c->fd, drop, sizeof drop);
-            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-                SvREFCNT_dec(sv);               /* closes the socket */
-            else
-                again[n++] = sv;
+    SV *held[NW_MAX_PARKED], *sv;
+    struct pollfd pf[NW_MAX_PARKED];
+    int n = 0;
+    while ((sv = nw_park_take_expired(&a->park, 0, 1))) {
+        nw_xs_conn *xc = xs_conn_of(sv);
+        xc->watched = 0;
+        if (xc->c->fd < 0) {
+            SvREFCNT_dec(sv);
+            continue;
         }
+        shutdown(xc->c->fd, SHUT_WR);
+        pf[n].fd = xc->c->fd;
+        pf[n].events = POLLIN;
+        held[n++] = sv;
+    }
+    int open_count = n;
+    while (open_count > 0 && (now = nw_now_ms()) < until) {
+        if (poll(pf, (nfds_t)n, (int)(until - now)) <= 0)
+            continue;
         for (int k = 0; k < n; k++) {
-            nw_xs_conn *xc = xs_conn_of(again[k]);
-            if (nw_park_add(&a->park, xc->c->fd, again[k], until, &xc->watched) < 0)
-                SvREFCNT_dec(again[k]);
+            if (pf[k].fd < 0 || !pf[k].revents)
+                continue;
+            char drop[4096];
+            ssize_t r = read(pf[k].fd, drop, sizeof drop);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+                pf[k].fd = -1;          /* poll skips it from now on */
+                open_count--;
+            }
         }
     }
-    while ((sv = nw_park_take_expired(&a->park, 0, 1)))
-        SvREFCNT_dec(sv);
+    for (int k = 0; k < n; k++)
+        SvREFCNT_dec(held[k]);          /* closes the socket */
 }
 
 /* Park conn_sv's connection. Returns 1 when parked, 0 when the caller
@@ -631,8 +659,11 @@ accept(self, timeout)
   CODE:
     nw_msec now = nw_now_ms(), until = now + (nw_msec)(timeout * 1000);
     SV *got = NULL;
-    if (self->park.count && !self->park.ready_count)
-        poll_events(self, 0);
+    if (self->park.count) {
+        park_expire(aTHX_ self, now, 0);    /* even when there is work to do */
+        if (!self->park.ready_count)
+            poll_events(self, 0);
+    }
     while (!(got = next_ready(aTHX_ self))) {
         nw_msec nearest = park_expire(aTHX_ self, now, 0);
         if (now >= until)
@@ -652,9 +683,7 @@ park(self, conn)
     SV *conn
   CODE:
     nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
-    RETVAL = park(aTHX_ self, conn, xc)
-          || (self->to_manager >= 0
-              && nw_conn_handoff_patiently(xc->c, self->to_manager, NW_HANDOFF_PATIENCE_MS) == 0);
+    RETVAL = park(aTHX_ self, conn, xc) || hand_off(self, xc, NW_HANDOFF_PATIENCE_MS) == 0;
   OUTPUT:
     RETVAL
 
@@ -673,8 +702,7 @@ handoff(self, conn)
     nw_xs_acceptor *self
     nw_xs_conn *conn
   CODE:
-    RETVAL = self->to_manager >= 0
-          && nw_conn_handoff_patiently(conn->c, self->to_manager, NW_HANDOFF_PATIENCE_MS) == 0;
+    RETVAL = hand_off(self, conn, NW_HANDOFF_PATIENCE_MS) == 0;
   OUTPUT:
     RETVAL
 
@@ -690,8 +718,9 @@ int
 others_waiting(self)
     nw_xs_acceptor *self
   CODE:
-    struct epoll_event ev[EVENTS_MAX];
-    RETVAL = self->park.ready_count || epoll_wait(self->epfd, ev, EVENTS_MAX, 0) > 0;
+    /* through poll_events: a parked connection's one-shot event must be
+     * noted, or it would be lost */
+    RETVAL = self->park.ready_count || poll_events(self, 0) > 0 || self->park.ready_count;
   OUTPUT:
     RETVAL
 

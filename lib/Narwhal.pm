@@ -82,7 +82,11 @@ Worker processes (default 4).
 =item --max-reqs-per-child, --max-requests N
 
 Requests (not connections) a worker serves before it is replaced (default
-1000; 0 means never).
+10000; 0 means never). A worker that is replaced hands its kept-alive
+connections to the manager, so its clients do not notice; that costs one
+hand-off per connection it holds (up to a few hundred under heavy
+keep-alive load), which is why the default is higher than the 1000 of
+other prefork servers.
 
 =item --min-reqs-per-child N
 

@@ -76,7 +76,8 @@ int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial);
 int nw_conn_handoff(nw_conn *c, int channel);
 
 /* nw_conn_handoff, waiting up to wait_ms while the queue to the manager is
- * full (it holds only net.unix.max_dgram_qlen frames, 10 by default). */
+ * full (its socket's send buffer; a burst of hand-offs can fill it while
+ * the manager is busy). */
 int nw_conn_handoff_patiently(nw_conn *c, int channel, int wait_ms);
 
 /* Read the whole body (answering 100-continue first when asked). */

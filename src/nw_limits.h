@@ -33,7 +33,7 @@
  * next request alongside new work, before handing them to the manager. */
 #define NW_MAX_PARKED                 256     /* parked connections per worker */
 #define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer pauses parking */
-#define NW_PARK_PAUSE_MS              1000    /* for this long */
+#define NW_PARK_PAUSE_MS              5000    /* for this long */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
 

@@ -2,6 +2,7 @@
  * except finding a readable slot, which is one memchr over the ready flags. */
 #include "nw_park.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/epoll.h>
 
@@ -23,8 +24,14 @@ int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int *registered)
     int i = p->free_slot[p->nfree - 1];
     struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
                               .data.u32 = p->event_base + (uint32_t)i };
-    if (epoll_ctl(p->epfd, *registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0)
-        return -1;
+    int op = *registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(p->epfd, op, fd, &ev) < 0) {
+        /* The caller's idea of the registration can be stale (a dup of the
+         * socket kept the file registered): try the other way once. */
+        int other = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (!(errno == EEXIST || errno == ENOENT) || epoll_ctl(p->epfd, other, fd, &ev) < 0)
+            return -1;
+    }
     *registered = 1;
     p->nfree--;
     p->item[i] = item;

@@ -82,6 +82,23 @@ subtest 'parked in the worker, then held by the manager' => sub {
     isnt(pid_of($r2), pid_of($r), 'served by the new worker');
 };
 
+subtest 'a parked connection whose request arrives during another is not forgotten' => sub {
+    # The quantum check looks for waiting work right after a response; it
+    # must note the parked connection's (one-shot) event, not swallow it.
+    my $srv = server('--keepalive-wait' => 3, '--worker-quantum' => 1);
+    my $b = raw_connect($srv->port);
+    request_on($b, '/b1');                      # b is parked now
+    my $a = raw_connect($srv->port);
+    syswrite($a, "GET /sleep/0.03 HTTP/1.1\r\n$H\r\n");
+    Time::HiRes::sleep(0.01);
+    my $t0 = Time::HiRes::time();
+    my $rb = request_on($b, '/b2');             # arrives while a's request runs
+    my $took = Time::HiRes::time() - $t0;
+    like($rb && $rb->{body}, qr{path=/b2}, 'the parked connection is served');
+    ok($took < 1, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
+    ok(read_response($a, 5), 'the other request finished too');
+};
+
 subtest 'a slow request pauses parking' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);

@@ -73,7 +73,7 @@ Listening (repeatable; default 0.0.0.0:5000):
       --backlog N            listen queue length (1024)
 Workers:
       --max-workers N        worker processes (4); alias --workers
-      --max-reqs-per-child N requests before a worker is replaced (1000);
+      --max-reqs-per-child N requests before a worker is replaced (10000);
                              alias --max-requests; 0 = never
       --min-reqs-per-child N replace each worker at a random count in [N, max]
       --spawn-interval SECS  space worker starts out

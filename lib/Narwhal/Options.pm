@@ -8,7 +8,7 @@ use warnings;
 
 use constant DEFAULTS => {
     max_workers        => 4,
-    max_reqs_per_child => 1000,
+    max_reqs_per_child => 10000,
     min_reqs_per_child => undef,
     spawn_interval     => 0,
     timeout            => 300,

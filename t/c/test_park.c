@@ -285,12 +285,14 @@ static void test_one_shot(void)
     is(poll_events(0), 0, "taken #2 written again: no event (disarmed)");
     ok(nw_park_take_ready(&g_park) == NULL, "taken #2 written again: nothing ready");
 
+    /* A stale "not registered" (ADD meets EEXIST) falls back to MOD. */
     int reg0 = 0;
-    is(nw_park_add(&g_park, b.fd, &b, now + 2000, &reg0), -1,
-       "re-park #2 with registered=0 (ADD): refused, it is in the set already");
-    is(reg0, 0, "... *registered left at 0");
-    is(g_park.count, 2, "... count unchanged");
-    is(slot_of(b.fd), -1, "... not parked");
+    is(nw_park_add(&g_park, b.fd, &b, now + 2000, &reg0), 0,
+       "re-park #2 with a stale registered=0: ADD fails, MOD re-arms it");
+    is(reg0, 1, "... *registered is now 1");
+    is(g_park.count, 3, "... count 3");
+    is(poll_events(1), 1, "re-armed with data pending: reported again");
+    ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
 
     is(park(&b, now + 2000), 0, "re-park #2 with registered=1 (MOD)");
     is(g_park.count, 3, "re-parked: count 3");
@@ -300,6 +302,18 @@ static void test_one_shot(void)
     drain(b.fd);
     is(poll_events(0), 0, "after the second take: quiet");
     is(g_park.count, 2, "after the second take: count 2");
+
+    /* A stale "registered" (MOD meets ENOENT) falls back to ADD. */
+    conn z;
+    conn_open(&z);
+    int reg1 = 1;
+    is(nw_park_add(&g_park, z.fd, &z, now + 2000, &reg1), 0,
+       "park a new fd with a stale registered=1: MOD fails, ADD watches it");
+    poke(&z);
+    is(poll_events(1), 1, "... and it is reported");
+    ok(nw_park_take_ready(&g_park) == &z, "... take_ready returns it");
+    epoll_ctl(g_epfd, EPOLL_CTL_DEL, z.fd, NULL);
+    conn_close(&z);
 }
 
 static void test_round_robin(void)
