@@ -720,7 +720,7 @@ others_waiting(self)
   CODE:
     /* through poll_events: a parked connection's one-shot event must be
      * noted, or it would be lost */
-    RETVAL = self->park.ready_count || poll_events(self, 0) > 0 || self->park.ready_count;
+    RETVAL = self->park.ready_count || poll_events(self, 0) > 0;
   OUTPUT:
     RETVAL
 

@@ -186,10 +186,12 @@ Malformed requests get 400 (501 for a transfer coding other than chunked,
 
 Master: TERM, INT and QUIT stop gracefully (listeners closed, requests in
 flight finish, then exit; KILL after C<--graceful-timeout>). HUP starts a
-new generation of workers and stops the old one gracefully. TTIN and TTOU
-add or remove a worker. USR1 reopens the error log (and tells the workers).
+new generation of workers and retires the old one (USR2: finish, then hand
+idle connections to the manager). TTIN and TTOU add or retire a worker. USR1 reopens the error log (and tells the workers).
 USR2 writes the connection manager's counts to the error log.
-Workers: TERM, INT, QUIT finish the current request and exit. See
+Workers: TERM, INT, QUIT finish the current request, close their idle
+connections and exit; USR2 does the same but hands the idle connections to
+the manager. See
 F<docs/SIGNALS.md>.
 
 =head1 PSGI ENVIRONMENT

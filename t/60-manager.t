@@ -3,7 +3,7 @@ use warnings;
 use Test::More;
 use Time::HiRes ();
 use lib 't/lib';
-use NarwhalTest qw(spawn_server raw_connect read_response read_until_close wait_until);
+use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until);
 
 # The connection manager end to end: idle keep-alive connections live in
 # the manager, not in a worker; slow heads are held there and time out with
@@ -13,14 +13,7 @@ use NarwhalTest qw(spawn_server raw_connect read_response read_until_close wait_
 plan skip_all => 'the manager is switched off for this run'
     if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
-my $app = <<'APP';
-sub {
-    my $env = shift;
-    select undef, undef, undef, $1 if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
-    [200, ['Content-Type' => 'text/plain'],
-     ["pid=$$ port=$env->{REMOTE_PORT} addr=$env->{REMOTE_ADDR} path=$env->{PATH_INFO}"]];
-}
-APP
+my $app = echo_app();
 
 my $H = "Host: t\r\n";
 my $srv = spawn_server(app => $app, args => [

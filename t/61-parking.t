@@ -3,7 +3,7 @@ use warnings;
 use Test::More;
 use Time::HiRes ();
 use lib 't/lib';
-use NarwhalTest qw(spawn_server raw_connect read_response read_until_close wait_until);
+use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until);
 
 # Parking: a worker keeps a connection it just served in its own epoll set
 # for --keepalive-wait, serving other work meanwhile, then hands it to the
@@ -13,14 +13,7 @@ use NarwhalTest qw(spawn_server raw_connect read_response read_until_close wait_
 plan skip_all => 'the manager is switched off for this run'
     if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
-my $app = <<'APP';
-sub {
-    my $env = shift;
-    select undef, undef, undef, $1 if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
-    [200, ['Content-Type' => 'text/plain'],
-     ["pid=$$ port=$env->{REMOTE_PORT} path=$env->{PATH_INFO}"]];
-}
-APP
+my $app = echo_app();
 
 my $H = "Host: t\r\n";
 

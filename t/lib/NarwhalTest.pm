@@ -14,7 +14,7 @@ use Time::HiRes ();
 # Test helpers: free ports from the OS, a spawned server behind a guard,
 # raw-socket requests and a small response parser. Every wait is bounded.
 
-our @EXPORT_OK = qw(free_port spawn_server write_app raw_connect raw_request
+our @EXPORT_OK = qw(echo_app free_port spawn_server write_app raw_connect raw_request
                     read_until_close read_response parse_response tmpdir
                     wait_until root perl_cmd run_cmd http_get children_of
                     pid_alive narwhal_cmd worker_pids manager_built
@@ -102,6 +102,20 @@ sub spawn_server {
 }
 
 # NARWHAL_TEST_ARGS="--no-manager" runs the suite in another mode.
+# An app that reports who served the request (worker pid, client port and
+# address, path) and sleeps for /sleep/SECONDS: where a connection went is
+# visible in its answers.
+sub echo_app {
+    return <<'APP';
+sub {
+    my $env = shift;
+    select undef, undef, undef, $1 if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
+    [200, ['Content-Type' => 'text/plain'],
+     ["pid=$$ port=$env->{REMOTE_PORT} addr=$env->{REMOTE_ADDR} path=$env->{PATH_INFO}"]];
+}
+APP
+}
+
 sub extra_args { split ' ', $ENV{NARWHAL_TEST_ARGS} // '' }
 
 sub raw_connect {
