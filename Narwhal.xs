@@ -24,10 +24,12 @@
 #define MAX_LISTENERS 64
 #define SMALL_PIECES  16   /* body pieces handled without a heap array */
 
+typedef struct env_recycler env_recycler;
+
 typedef struct {
     int fd;
     int is_tcp;
-    HV *env_template;
+    env_recycler *env;  /* its $env template and spare */
 } nw_listener;
 
 typedef struct {
@@ -44,6 +46,9 @@ typedef struct {
     int took_parked;    /* the last connection was a parked one */
     nw_msec park_ms;    /* how long a connection may stay parked (--keepalive-wait) */
     nw_msec no_park_until; /* parking paused after a slow request */
+    uint64_t listener_ready;  /* bit i: listener i may have a client (epoll said so, or not tried yet) */
+    int queue_ready;          /* the to-workers queue may hold a connection */
+    nw_msec last_poll;        /* when epoll was last asked */
 } nw_xs_acceptor;
 
 #define FROM_MANAGER_EVENT MAX_LISTENERS   /* epoll data for the to-workers queue */
@@ -52,7 +57,7 @@ typedef struct {
 
 typedef struct {
     nw_conn *c;
-    HV *env_template;
+    env_recycler *env;  /* its listener's */
     SV *remote_addr;
     SV *remote_port;
     SV *io;             /* psgix.io, made the first time an app looks */
@@ -64,7 +69,8 @@ typedef struct {
 enum {
     K_REQUEST_METHOD, K_REQUEST_URI, K_PATH_INFO, K_QUERY_STRING,
     K_SERVER_PROTOCOL, K_REMOTE_ADDR, K_REMOTE_PORT, K_CONTENT_LENGTH,
-    K_CONTENT_TYPE, K_PSGI_INPUT, K_HTTP_TRANSFER_ENCODING, K_COUNT
+    K_CONTENT_TYPE, K_PSGI_INPUT, K_HTTP_TRANSFER_ENCODING, K_CLEANUP_HANDLERS,
+    K_PSGIX_IO, K_COUNT
 };
 static struct { const char *name; I32 len; U32 hash; } keys[K_COUNT] = {
     { "REQUEST_METHOD", 14, 0 }, { "REQUEST_URI", 11, 0 },
@@ -72,9 +78,11 @@ static struct { const char *name; I32 len; U32 hash; } keys[K_COUNT] = {
     { "SERVER_PROTOCOL", 15, 0 }, { "REMOTE_ADDR", 11, 0 },
     { "REMOTE_PORT", 11, 0 }, { "CONTENT_LENGTH", 14, 0 },
     { "CONTENT_TYPE", 12, 0 }, { "psgi.input", 10, 0 },
-    { "HTTP_TRANSFER_ENCODING", 22, 0 },
+    { "HTTP_TRANSFER_ENCODING", 22, 0 }, { "psgix.cleanup.handlers", 22, 0 },
+    { "psgix.io", 8, 0 },
 };
 static HV *input_stash;
+static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
 
 static void env_put(pTHX_ HV *env, int k, SV *val)
 {
@@ -105,6 +113,354 @@ static void config_from_hash(pTHX_ HV *hv, nw_conn_config *cfg)
     cfg->read_timeout = hv_num(aTHX_ hv, "read_timeout", NW_DEFAULT_READ_TIMEOUT);
     cfg->keepalive_timeout = hv_num(aTHX_ hv, "keepalive_timeout",
                                     NW_DEFAULT_KEEPALIVE_TIMEOUT);
+}
+
+/* psgix.io costs a dup and PerlIO's probes (nine system calls), so it is
+ * made only when the app reads $env->{'psgix.io'}: the value carries get
+ * magic that asks Narwhal::Worker::_io_handle for the handle once per
+ * connection. */
+static SV *make_io_handle(pTHX_ SV *conn_rv)
+{
+    dSP;
+    SV *ret = NULL;
+    ENTER;
+    SAVETMPS;
+    PUSHMARK(SP);
+    XPUSHs(conn_rv);
+    PUTBACK;
+    if (call_pv("Narwhal::Worker::_io_handle", G_SCALAR) == 1) {
+        SPAGAIN;
+        ret = newSVsv(POPs);
+        PUTBACK;
+    }
+    FREETMPS;
+    LEAVE;
+    return ret ? ret : newSV(0);
+}
+
+static int io_magic_get(pTHX_ SV *sv, MAGIC *mg)
+{
+    if (!mg->mg_obj)
+        return 0;
+    nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(mg->mg_obj)));
+    if (!xc->io)
+        xc->io = make_io_handle(aTHX_ mg->mg_obj);
+    sv_setsv_nomg(sv, xc->io);
+    return 0;
+}
+
+static MGVTBL io_magic_vtbl = { io_magic_get, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+
+static SV *env_lazy_io(pTHX_ SV *self_rv)
+{
+    SV *val = newSV(0);
+    SV *rv = newRV_inc(SvRV(self_rv));
+    sv_magicext(val, rv, PERL_MAGIC_ext, &io_magic_vtbl, NULL, 0);
+    SvREFCNT_dec(rv);
+    return val;
+}
+
+/* A spare $env's psgix.io: pointed at this request's connection. */
+static void env_lazy_io_again(pTHX_ SV *val, SV *self_rv)
+{
+    MAGIC *mg = mg_findext(val, PERL_MAGIC_ext, &io_magic_vtbl);
+    if (!mg) {
+        SV *rv = newRV_inc(SvRV(self_rv));
+        sv_magicext(val, rv, PERL_MAGIC_ext, &io_magic_vtbl, NULL, 0);
+        SvREFCNT_dec(rv);
+        return;
+    }
+    SvREFCNT_dec(mg->mg_obj);
+    mg->mg_obj = newRV_inc(SvRV(self_rv));
+    mg->mg_flags |= MGf_REFCOUNTED;
+}
+
+/* At the end of a request: keep psgix.io's scalar for the next one if it
+ * has nothing but its own magic, letting go of the connection and handle
+ * (a spare $env must not keep a finished connection open). */
+static int env_lazy_io_release(pTHX_ SV *val)
+{
+    MAGIC *mg = SvMAGIC(val);
+    if (SvREFCNT(val) != 1 || SvREADONLY(val) || SvTYPE(val) != SVt_PVMG || !mg
+        || mg->mg_moremagic || mg->mg_type != PERL_MAGIC_ext || mg->mg_virtual != &io_magic_vtbl)
+        return 0;
+    SvREFCNT_dec(mg->mg_obj);
+    mg->mg_obj = NULL;
+    if (SvROK(val))
+        sv_setsv(val, &PL_sv_undef);
+    return 1;
+}
+
+/* The spare $env (see "The $env" in docs/DESIGN.md): at the end of a
+ * request the hash is cleaned back to its template, when nothing else holds
+ * it, and the next request on the listener fills it in instead of copying
+ * the template again. */
+#define ENV_OWNED_MAX   64    /* keys Narwhal owns in one listener's $env */
+#define ENV_OWNED_SLOTS 128   /* the open-addressing table over them (a power of 2) */
+#define ENV_DOOMED_MAX  256   /* keys one clean may delete; more and the hash is let go */
+#define ENV_KEY_MAX     256   /* longest key a clean deletes from a stack copy */
+#define ENV_STALE_MAX   32    /* header entries a clean keeps for the next request to reuse */
+#define ENV_STALE_BYTES 1024  /* the largest header value buffer kept so */
+
+typedef struct {
+    const char *name;
+    I32 len;
+    U32 hash;
+    SV *value;          /* the template's value; NULL for a per-request key */
+    int fixed;          /* for a per-request key, its K_ index; else -1 */
+    HEK *hek;           /* its shared key (held by key_holder): compared by address */
+} env_key;
+
+struct env_recycler {
+    int refcnt;                 /* the acceptor and each connection of the listener */
+    HV *template;
+    HV *spare;                  /* a cleaned $env for the next request, or NULL */
+    HV *key_holder;             /* holds the shared keys of key[] */
+    SV *fixed_sv[K_COUNT];      /* in spare: the scalar of each per-request key */
+    int nkeys;
+    env_key key[ENV_OWNED_MAX];
+    unsigned char slot[ENV_OWNED_SLOTS];   /* index into key + 1; 0: empty */
+    HE *stale[ENV_STALE_MAX];   /* in spare: last request's header entries (plain strings) */
+    int nstale;
+};
+
+/* The keys whose values read_request writes into a spare $env. */
+static const int env_fixed_keys[] = {
+    K_REQUEST_METHOD, K_REQUEST_URI, K_PATH_INFO, K_QUERY_STRING,
+    K_SERVER_PROTOCOL, K_REMOTE_ADDR, K_REMOTE_PORT, K_CLEANUP_HANDLERS, K_PSGIX_IO,
+};
+
+static int env_find_key(const env_recycler *r, U32 hash, const char *name, I32 len)
+{
+    for (unsigned s = hash & (ENV_OWNED_SLOTS - 1);; s = (s + 1) & (ENV_OWNED_SLOTS - 1)) {
+        int j = r->slot[s] - 1;
+        if (j < 0)
+            return -1;
+        const env_key *k = &r->key[j];
+        if (k->hash == hash && k->len == len && memEQ(k->name, name, len))
+            return j;
+    }
+}
+
+/* Which owned key hek is, or -1. Keys are shared strings, so the owned one
+ * is almost always found by its address. */
+static int env_owned_index(const env_recycler *r, const HEK *hek)
+{
+    U32 hash = HEK_HASH(hek);
+    for (unsigned s = hash & (ENV_OWNED_SLOTS - 1);; s = (s + 1) & (ENV_OWNED_SLOTS - 1)) {
+        int j = r->slot[s] - 1;
+        if (j < 0)
+            return -1;
+        const env_key *k = &r->key[j];
+        if (k->hek == hek)
+            return j;
+        if (k->hash == hash && k->len == HEK_LEN(hek) && !HEK_UTF8(hek)
+            && memEQ(k->name, HEK_KEY(hek), k->len))
+            return j;
+    }
+}
+
+static void env_own(env_recycler *r, const char *name, I32 len, U32 hash,
+                    SV *value, int fixed)
+{
+    if (r->nkeys == ENV_OWNED_MAX || env_find_key(r, hash, name, len) >= 0)
+        return;
+    int j = r->nkeys++;
+    r->key[j] = (env_key){ name, len, hash, value, fixed, NULL };
+    unsigned s = hash & (ENV_OWNED_SLOTS - 1);
+    while (r->slot[s])
+        s = (s + 1) & (ENV_OWNED_SLOTS - 1);
+    r->slot[s] = (unsigned char)(j + 1);
+}
+
+static env_recycler *env_recycler_new(pTHX_ HV *template)
+{
+    env_recycler *r;
+    Newxz(r, 1, env_recycler);
+    r->refcnt = 1;
+    r->template = (HV *)SvREFCNT_inc_simple_NN((SV *)template);
+    for (size_t i = 0; i < sizeof env_fixed_keys / sizeof env_fixed_keys[0]; i++) {
+        int k = env_fixed_keys[i];
+        env_own(r, keys[k].name, keys[k].len, keys[k].hash, NULL, k);
+    }
+    HE *he;
+    hv_iterinit(template);
+    while ((he = hv_iternext(template)))
+        if (HeKLEN(he) >= 0 && !HeKUTF8(he))
+            env_own(r, HeKEY(he), HeKLEN(he), HeHASH(he), HeVAL(he), -1);
+    r->key_holder = newHV();
+    for (int j = 0; j < r->nkeys; j++) {
+        env_key *k = &r->key[j];
+        HE *held = (HE *)hv_common(r->key_holder, NULL, k->name, (STRLEN)k->len, 0,
+                                   HV_FETCH_ISSTORE, newSV(0), k->hash);
+        k->hek = held ? HeKEY_hek(held) : NULL;
+    }
+    return r;
+}
+
+static void env_recycler_unref(pTHX_ env_recycler *r)
+{
+    if (!r || --r->refcnt > 0)
+        return;
+    SvREFCNT_dec((SV *)r->spare);
+    SvREFCNT_dec((SV *)r->key_holder);
+    SvREFCNT_dec((SV *)r->template);
+    Safefree(r);
+}
+
+/* A value Narwhal may write into: nobody else holds it and nothing is
+ * attached to it. */
+static int env_value_reusable(pTHX_ SV *v)
+{
+    return SvREFCNT(v) == 1 && !SvMAGICAL(v) && !SvREADONLY(v) && !SvWEAKREF(v)
+        && (SvTYPE(v) <= SVt_PVMG || (isGV_with_GP(v) && SvFAKE(v)));
+}
+
+#define ENV_VALUE_FLAGS (SVf_IOK | SVf_NOK | SVf_POK | SVf_ROK | SVp_IOK | SVp_NOK \
+                         | SVp_POK | SVf_UTF8 | SVf_IVisUV)
+
+/* Whether v still holds the template value t (then it is left as it is). */
+static int env_same_value(pTHX_ SV *v, SV *t)
+{
+    if (isGV_with_GP(t))
+        return isGV_with_GP(v) && GvGP(v) == GvGP(t);
+    if (isGV_with_GP(v) || ((SvFLAGS(v) ^ SvFLAGS(t)) & ENV_VALUE_FLAGS))
+        return 0;
+    if (SvROK(t))
+        return SvRV(v) == SvRV(t);
+    if (SvPOK(t) && (SvCUR(v) != SvCUR(t) || memNE(SvPVX(v), SvPVX(t), SvCUR(t))))
+        return 0;
+    if (SvIOK(t) && SvIVX(v) != SvIVX(t))
+        return 0;
+    if (SvNOK(t) && SvNVX(v) != SvNVX(t))
+        return 0;
+    return 1;
+}
+
+/* Put owned key j's value back the way a fresh $env has it. */
+static void env_clean_value(pTHX_ env_recycler *r, int j, SV *v)
+{
+    const env_key *k = &r->key[j];
+    if (k->value) {
+        if (!env_same_value(aTHX_ v, k->value))
+            sv_setsv(v, k->value);
+        return;
+    }
+    if (k->fixed == K_CLEANUP_HANDLERS && SvROK(v)) {
+        AV *av = (AV *)SvRV(v);
+        if (SvTYPE(av) == SVt_PVAV && SvREFCNT(av) == 1 && !SvMAGICAL(av) && !SvOBJECT(av))
+            av_clear(av);               /* the handlers go now, as they always did */
+        else
+            sv_setsv(v, &PL_sv_undef);
+    } else if (SvROK(v)) {
+        sv_setsv(v, &PL_sv_undef);      /* what it referred to goes now */
+    }
+    r->fixed_sv[k->fixed] = v;
+}
+
+static int env_may_recycle(pTHX_ HV *env)
+{
+    return SvREFCNT(env) == 1 && !SvMAGICAL(env) && !SvREADONLY(env) && !SvOBJECT(env)
+        && HvARRAY(env) && !(SvOOK(env) && HvAUX(env)->xhv_backreferences);
+}
+
+/* A header's entry ("HTTP_*", CONTENT_LENGTH, CONTENT_TYPE) holding a
+ * plain string: kept in a clean $env for the next request, which writes
+ * its own value into it if it has that header and deletes it if not. */
+static int env_stale_header(pTHX_ env_recycler *r, HE *he)
+{
+    SV *v = HeVAL(he);
+    I32 len = HeKLEN(he);
+    const char *key = HeKEY(he);
+    if (r->nstale == ENV_STALE_MAX || len > ENV_KEY_MAX || !env_value_reusable(aTHX_ v) || SvROK(v)
+        || isGV_with_GP(v) || SvLEN(v) > ENV_STALE_BYTES || HeKUTF8(he))
+        return 0;
+    if (!((len > 5 && memEQ(key, "HTTP_", 5))
+          || (len == 14 && memEQ(key, "CONTENT_LENGTH", 14))
+          || (len == 12 && memEQ(key, "CONTENT_TYPE", 12))))
+        return 0;
+    r->stale[r->nstale++] = he;
+    return 1;
+}
+
+static void env_delete_entry(pTHX_ HV *env, HE *he)
+{
+    char key[ENV_KEY_MAX];
+    I32 len = HeKLEN(he);
+    U32 hash = HeHASH(he);
+    int flags = HeKUTF8(he) ? HVhek_UTF8 : 0;
+    memcpy(key, HeKEY(he), (size_t)len);
+    (void)hv_common(env, NULL, key, (STRLEN)len, flags, G_DISCARD | HV_DELETE, NULL, hash);
+}
+
+/* The end of a request: clean env and keep it as the spare, if it is
+ * Narwhal's alone. Deletes what the request added, puts the template's
+ * values back, re-adds owned keys the app deleted. */
+static void env_recycle(pTHX_ env_recycler *r, HV *env)
+{
+    if (r->spare || !env_may_recycle(aTHX_ env))
+        return;
+    r->nstale = 0;
+    unsigned char seen[ENV_OWNED_MAX];
+    HE *doomed[ENV_DOOMED_MAX];
+    int nd = 0;
+    memset(seen, 0, (size_t)r->nkeys);
+    HE **array = HvARRAY(env);
+    for (STRLEN b = 0; b <= HvMAX(env); b++) {
+        for (HE *he = array[b]; he; he = HeNEXT(he)) {
+            SV *v = HeVAL(he);
+            int j = HeKLEN(he) >= 0 ? env_owned_index(r, HeKEY_hek(he)) : -1;
+            if (j >= 0 && r->key[j].fixed == K_PSGIX_IO) {
+                if (env_lazy_io_release(aTHX_ v)) {
+                    r->fixed_sv[K_PSGIX_IO] = v;
+                    seen[j] = 1;
+                } else if (nd < ENV_DOOMED_MAX) {
+                    doomed[nd++] = he;
+                } else {
+                    return;
+                }
+            } else if (j >= 0 && env_value_reusable(aTHX_ v)) {
+                env_clean_value(aTHX_ r, j, v);
+                seen[j] = 1;
+            } else if (j < 0 && HeKLEN(he) >= 0 && env_stale_header(aTHX_ r, he)) {
+                continue;
+            } else if (nd < ENV_DOOMED_MAX && HeKLEN(he) >= 0 && HeKLEN(he) <= ENV_KEY_MAX) {
+                doomed[nd++] = he;
+            } else {
+                return;     /* more than a clean is for: the hash is freed as usual */
+            }
+        }
+    }
+    for (int i = 0; i < nd; i++)
+        env_delete_entry(aTHX_ env, doomed[i]);
+    for (int j = 0; j < r->nkeys; j++) {
+        if (seen[j])
+            continue;
+        const env_key *k = &r->key[j];
+        SV *v = k->value ? newSVsv(k->value) : newSV(0);
+        (void)hv_common(env, NULL, k->name, (STRLEN)k->len, 0, HV_FETCH_ISSTORE, v, k->hash);
+        if (k->fixed >= 0)
+            r->fixed_sv[k->fixed] = v;
+    }
+    if (SvOOK(env))
+        hv_iterinit(env);       /* no each() left half-way */
+    r->spare = (HV *)SvREFCNT_inc_simple_NN((SV *)env);
+}
+
+/* Write bytes into a reused scalar: a plain byte string whatever it was. */
+static char *env_bytes(pTHX_ SV *sv, STRLEN len)
+{
+    sv_setpvn(sv, "", 0);
+    SvUTF8_off(sv);
+    return SvGROW(sv, len + 1);
+}
+
+static void env_set(pTHX_ SV *sv, const char *p, STRLEN len)
+{
+    char *d = env_bytes(aTHX_ sv, len);
+    memcpy(d, p, len);
+    d[len] = '\0';
+    SvCUR_set(sv, len);
 }
 
 /* REMOTE_ADDR / REMOTE_PORT; IPv4-mapped IPv6 shows as plain IPv4. */
@@ -142,16 +498,22 @@ static nw_xs_conn *conn_wrap(pTHX_ nw_xs_acceptor *a, int index, int fd,
     nw_xs_conn *xc;
     Newxz(xc, 1, nw_xs_conn);
     xc->c = c;
-    xc->env_template = (HV *)SvREFCNT_inc_simple_NN((SV *)l->env_template);
+    xc->env = l->env;
+    xc->env->refcnt++;
     peer_to_sv(aTHX_ xc, peer, plen);
     return xc;
 }
 
-/* Try each listener once, starting after the last one that gave a client. */
+/* Try each listener that may have a client once, starting after the last
+ * one that gave a client. A listener that has none is not tried again
+ * until epoll reports it readable: an accept4 that fails costs as much as
+ * one that succeeds. */
 static nw_xs_conn *accept_ready(pTHX_ nw_xs_acceptor *a)
 {
     for (int i = 0; i < a->count; i++) {
         int idx = (a->next + i) % a->count;
+        if (!(a->listener_ready & ((uint64_t)1 << idx)))
+            continue;
         nw_listener *l = &a->listeners[idx];
         struct sockaddr_storage peer;
         unsigned plen = sizeof peer;
@@ -160,6 +522,7 @@ static nw_xs_conn *accept_ready(pTHX_ nw_xs_acceptor *a)
             a->next = idx + 1;
             return conn_wrap(aTHX_ a, idx, fd, &peer, plen);
         }
+        a->listener_ready &= ~((uint64_t)1 << idx);
     }
     return NULL;
 }
@@ -191,12 +554,14 @@ static nw_xs_conn *conn_from_frame(pTHX_ nw_xs_acceptor *a, const nw_frame *f, i
  * free worker looks first gets it. */
 static nw_xs_conn *take_served(pTHX_ nw_xs_acceptor *a)
 {
-    while (a->from_manager >= 0) {
+    while (a->from_manager >= 0 && a->queue_ready) {
         nw_frame f;
         int fd;
         int r = nw_frame_recv(a->from_manager, &f, a->frame_data, NW_FRAME_MAX_DATA, &fd);
-        if (r <= 0)
-            return NULL;         /* nothing waiting (another worker took it), or a bad frame */
+        if (r <= 0) {
+            a->queue_ready = 0;  /* nothing waiting (another worker took it), or a bad frame */
+            return NULL;
+        }
         if (fd < 0)
             continue;
         nw_xs_conn *xc = conn_from_frame(aTHX_ a, &f, fd);
@@ -284,9 +649,23 @@ static int poll_events(nw_xs_acceptor *a, int timeout_ms)
 {
     struct epoll_event ev[EVENTS_MAX];
     int n = epoll_wait(a->epfd, ev, EVENTS_MAX, timeout_ms);
-    for (int k = 0; k < n; k++)
-        nw_park_event(&a->park, ev[k].data.u32);
+    for (int k = 0; k < n; k++) {
+        uint32_t data = ev[k].data.u32;
+        if (data < MAX_LISTENERS)
+            a->listener_ready |= (uint64_t)1 << data;
+        else if (data == FROM_MANAGER_EVENT)
+            a->queue_ready = 1;
+        else
+            nw_park_event(&a->park, data);
+    }
+    a->last_poll = nw_now_ms();
     return n;
+}
+
+/* Whether a listener or the to-workers queue may have something. */
+static int sources_ready(const nw_xs_acceptor *a)
+{
+    return a->listener_ready || a->queue_ready;
 }
 
 /* Close every parked connection the way a stopping server should: a FIN to
@@ -368,6 +747,11 @@ static SV *next_ready(pTHX_ nw_xs_acceptor *a)
         a->took_parked = 1;
         return (SV *)nw_park_take_ready(&a->park);
     }
+    /* The listeners' and the queue's turn, but epoll has not reported
+     * them lately: ask it again (one call for all of them), at most once
+     * per millisecond while parked connections keep the worker busy. */
+    if (!sources_ready(a) && a->park.ready_count && nw_now_ms() != a->last_poll)
+        poll_events(a, 0);
     if ((xc = take_next(aTHX_ a))) {
         a->took_parked = 0;
         return conn_sv(aTHX_ xc);
@@ -394,7 +778,9 @@ static size_t env_key_for(const nw_header *h, char *out)
     return n;
 }
 
-static void env_headers(pTHX_ HV *env, const nw_request *req)
+/* The request's headers into $env. In a spare $env, an entry left from the
+ * last request (stale) takes this request's value, or goes. */
+static void env_headers(pTHX_ HV *env, const nw_request *req, env_recycler *stale)
 {
     char small[256];
     for (size_t i = 0; i < req->num_headers; i++) {
@@ -404,7 +790,13 @@ static void env_headers(pTHX_ HV *env, const nw_request *req)
             Newx(key, h->name_len + 5, char);
         size_t klen = env_key_for(h, key);
         SV **old = hv_fetch(env, key, (I32)klen, 0);
-        if (old) {
+        int s = stale && old ? stale->nstale - 1 : -1;
+        while (s >= 0 && &HeVAL(stale->stale[s]) != old)
+            s--;
+        if (s >= 0) {
+            env_set(aTHX_ *old, h->value, h->value_len);
+            stale->stale[s] = stale->stale[--stale->nstale];
+        } else if (old) {
             sv_catpvs(*old, ", ");
             sv_catpvn(*old, h->value, h->value_len);
         } else {
@@ -412,6 +804,10 @@ static void env_headers(pTHX_ HV *env, const nw_request *req)
         }
         if (key != small)
             Safefree(key);
+    }
+    if (stale) {
+        while (stale->nstale > 0)
+            env_delete_entry(aTHX_ env, stale->stale[--stale->nstale]);
     }
 }
 
@@ -442,10 +838,45 @@ static void env_server_from_host(pTHX_ HV *env, const nw_request *r)
     }
 }
 
-static HV *build_env(pTHX_ nw_xs_conn *xc)
+/* The per-request values, written into the spare $env's own scalars. */
+static HV *env_from_spare(pTHX_ nw_xs_conn *xc, SV *self_rv)
+{
+    env_recycler *rec = xc->env;
+    HV *env = rec->spare;
+    if (!env)
+        return NULL;
+    rec->spare = NULL;
+    if (SvREFCNT(env) != 1) {       /* somebody took hold of it after all */
+        rec->nstale = 0;
+        SvREFCNT_dec((SV *)env);
+        return NULL;
+    }
+    const nw_request *r = &xc->c->req;
+    SV **f = rec->fixed_sv;
+    env_set(aTHX_ f[K_REQUEST_METHOD], r->method, r->method_len);
+    env_set(aTHX_ f[K_REQUEST_URI], r->target, r->target_len);
+    char *path = env_bytes(aTHX_ f[K_PATH_INFO], r->path_len);
+    size_t path_len = nw_percent_decode(r->path, r->path_len, path);
+    path[path_len] = '\0';
+    SvCUR_set(f[K_PATH_INFO], path_len);
+    env_set(aTHX_ f[K_QUERY_STRING], r->query ? r->query : "", r->query ? r->query_len : 0);
+    env_set(aTHX_ f[K_SERVER_PROTOCOL], r->minor_version ? "HTTP/1.1" : "HTTP/1.0", 8);
+    sv_setsv(f[K_REMOTE_ADDR], xc->remote_addr);
+    sv_setsv(f[K_REMOTE_PORT], xc->remote_port);
+    SV *handlers = f[K_CLEANUP_HANDLERS];
+    if (!SvROK(handlers) || SvTYPE(SvRV(handlers)) != SVt_PVAV) {
+        SV *rv = newRV_noinc((SV *)newAV());
+        sv_setsv(handlers, rv);
+        SvREFCNT_dec(rv);
+    }
+    env_lazy_io_again(aTHX_ f[K_PSGIX_IO], self_rv);
+    return env;
+}
+
+static HV *env_fresh(pTHX_ nw_xs_conn *xc, SV *self_rv)
 {
     const nw_request *r = &xc->c->req;
-    HV *env = newHVhv(xc->env_template);
+    HV *env = newHVhv(xc->env->template);
     env_put(aTHX_ env, K_REQUEST_METHOD, newSVpvn(r->method, r->method_len));
     env_put(aTHX_ env, K_REQUEST_URI, newSVpvn(r->target, r->target_len));
     SV *path = newSV(r->path_len + 1);
@@ -459,53 +890,21 @@ static HV *build_env(pTHX_ nw_xs_conn *xc)
             r->minor_version ? newSVpvs("HTTP/1.1") : newSVpvs("HTTP/1.0"));
     env_put(aTHX_ env, K_REMOTE_ADDR, newSVsv(xc->remote_addr));
     env_put(aTHX_ env, K_REMOTE_PORT, newSVsv(xc->remote_port));
-    env_headers(aTHX_ env, r);
-    if (!xc->c->is_tcp)
-        env_server_from_host(aTHX_ env, r);
+    env_put(aTHX_ env, K_CLEANUP_HANDLERS, newRV_noinc((SV *)newAV()));
+    env_put(aTHX_ env, K_PSGIX_IO, env_lazy_io(aTHX_ self_rv));
     return env;
 }
 
-/* psgix.io costs a dup and PerlIO's probes (nine system calls), so it is
- * made only when the app reads $env->{'psgix.io'}: the value carries get
- * magic that asks Narwhal::Worker::_io_handle for the handle once per
- * connection. */
-static SV *make_io_handle(pTHX_ SV *conn_rv)
+static HV *build_env(pTHX_ nw_xs_conn *xc, SV *self_rv)
 {
-    dSP;
-    SV *ret = NULL;
-    ENTER;
-    SAVETMPS;
-    PUSHMARK(SP);
-    XPUSHs(conn_rv);
-    PUTBACK;
-    if (call_pv("Narwhal::Worker::_io_handle", G_SCALAR) == 1) {
-        SPAGAIN;
-        ret = newSVsv(POPs);
-        PUTBACK;
-    }
-    FREETMPS;
-    LEAVE;
-    return ret ? ret : newSV(0);
-}
-
-static int io_magic_get(pTHX_ SV *sv, MAGIC *mg)
-{
-    nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(mg->mg_obj)));
-    if (!xc->io)
-        xc->io = make_io_handle(aTHX_ mg->mg_obj);
-    sv_setsv_nomg(sv, xc->io);
-    return 0;
-}
-
-static MGVTBL io_magic_vtbl = { io_magic_get, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
-
-static void env_lazy_io(pTHX_ HV *env, SV *self_rv)
-{
-    SV *val = newSV(0);
-    SV *rv = newRV_inc(SvRV(self_rv));
-    sv_magicext(val, rv, PERL_MAGIC_ext, &io_magic_vtbl, NULL, 0);
-    SvREFCNT_dec(rv);
-    (void)hv_stores(env, "psgix.io", val);
+    HV *env = env_from_spare(aTHX_ xc, self_rv);
+    env_recycler *stale = env ? xc->env : NULL;
+    if (!env)
+        env = env_fresh(aTHX_ xc, self_rv);
+    env_headers(aTHX_ env, &xc->c->req, stale);
+    if (!xc->c->is_tcp)
+        env_server_from_host(aTHX_ env, &xc->c->req);
+    return env;
 }
 
 /* psgi.input for a body held in memory: a Narwhal::Input [buffer, pos]. */
@@ -630,7 +1029,7 @@ new(class, listeners, config, from_manager = -1, to_manager = -1)
         nw_listener *nl = &RETVAL->listeners[i];
         nl->fd = (int)SvIV(*fd);
         nl->is_tcp = tcp && SvTRUE(*tcp);
-        nl->env_template = (HV *)SvREFCNT_inc_simple_NN(SvRV(*env));
+        nl->env = env_recycler_new(aTHX_ (HV *)SvRV(*env));
         nw_io_set_nonblocking(nl->fd);
         struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
                                   .data.u32 = (uint32_t)i };
@@ -638,6 +1037,8 @@ new(class, listeners, config, from_manager = -1, to_manager = -1)
             croak("epoll_ctl: %s", strerror(errno));
         RETVAL->count++;
     }
+    RETVAL->listener_ready = n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1;   /* not tried yet */
+    RETVAL->queue_ready = 1;
     RETVAL->from_manager = from_manager;
     RETVAL->to_manager = to_manager;
     nw_park_init(&RETVAL->park, RETVAL->epfd, PARKED_EVENT);
@@ -661,8 +1062,8 @@ accept(self, timeout)
     SV *got = NULL;
     if (self->park.count) {
         park_expire(aTHX_ self, now, 0);    /* even when there is work to do */
-        if (!self->park.ready_count)
-            poll_events(self, 0);
+        if (!self->park.ready_count && sources_ready(self))
+            poll_events(self, 0);    /* so that parked connections get their turn */
     }
     while (!(got = next_ready(aTHX_ self))) {
         nw_msec nearest = park_expire(aTHX_ self, now, 0);
@@ -698,6 +1099,20 @@ release_parked(self, to_manager)
         park_close_all(aTHX_ self);
 
 int
+park_idle(self, conn)
+    nw_xs_acceptor *self
+    SV *conn
+  CODE:
+    /* After a response: unless bytes of the next request are here already,
+     * park the connection (or hand it off) without first trying a read
+     * that, with a client waiting for the response, would find nothing. */
+    nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
+    RETVAL = xc->c->in.len == 0
+        && (park(aTHX_ self, conn, xc) || hand_off(self, xc, NW_HANDOFF_PATIENCE_MS) == 0);
+  OUTPUT:
+    RETVAL
+
+int
 handoff(self, conn)
     nw_xs_acceptor *self
     nw_xs_conn *conn
@@ -729,7 +1144,7 @@ DESTROY(self)
     nw_xs_acceptor *self
   CODE:
     for (int i = 0; i < self->count; i++)
-        SvREFCNT_dec((SV *)self->listeners[i].env_template);
+        env_recycler_unref(aTHX_ self->listeners[i].env);
     SV *sv;
     while ((sv = nw_park_take_expired(&self->park, 0, 1)))
         SvREFCNT_dec(sv);
@@ -748,12 +1163,11 @@ read_request(self, tick, tick_partial = 0)
     nw_conn *c = self->c;
     int r = c->fd < 0 ? NW_REQ_CLOSED : nw_conn_read_head(c, tick, tick_partial);
     if (r == NW_REQ_READY) {
-        HV *env = build_env(aTHX_ self);
+        HV *env = build_env(aTHX_ self, ST(0));
         r = nw_conn_read_body(c);
         if (r == NW_REQ_READY) {
             self->started = nw_now_ms();
             env_body(aTHX_ env, c);
-            env_lazy_io(aTHX_ env, ST(0));
             RETVAL = newRV_noinc((SV *)env);
         } else {
             SvREFCNT_dec((SV *)env);
@@ -879,10 +1293,21 @@ informational(self, status, headers)
     RETVAL
 
 void
-finish_request(self)
+finish_request(self, env = NULL)
     nw_xs_conn *self
+    SV *env
   CODE:
     nw_conn_finish_request(self->c);
+    if (env && SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
+        env_recycle(aTHX_ self->env, (HV *)SvRV(env));
+
+void
+recycle_env(self, env)
+    nw_xs_conn *self
+    SV *env
+  CODE:
+    if (SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
+        env_recycle(aTHX_ self->env, (HV *)SvRV(env));
 
 void
 send_error(self, status)
@@ -944,7 +1369,7 @@ DESTROY(self)
     nw_xs_conn *self
   CODE:
     nw_conn_destroy(self->c);
-    SvREFCNT_dec((SV *)self->env_template);
+    env_recycler_unref(aTHX_ self->env);
     SvREFCNT_dec(self->remote_addr);
     SvREFCNT_dec(self->remote_port);
     SvREFCNT_dec(self->io);
@@ -987,3 +1412,5 @@ BOOT:
     for (int i = 0; i < K_COUNT; i++)
         PERL_HASH(keys[i].hash, keys[i].name, keys[i].len);
     input_stash = gv_stashpvs("Narwhal::Input", GV_ADD);
+    conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
+    acceptor_stash = gv_stashpvs("Narwhal::Acceptor", GV_ADD);

@@ -40,15 +40,16 @@ sub run {
         $self->{options}, $self->{from_manager} // -1, $self->{to_manager} // -1,
     );
     $self->{managed} = $acceptor->has_manager && $self->{keepalive};
+    my $serve = $self->{serve} = $self->_make_serve;
     my $master = getppid();
     while (!$self->{stopping}) {
-        my $conn = $acceptor->accept(WAIT_TICK);
+        my $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
         if (!$conn) {
             $self->{stopping} = $self->{closing} = 1 if getppid() != $master;   # orphaned: leave
             next;
         }
-        $self->serve_connection($conn);
-        $self->{stopping} = 1 if $self->_recycling;
+        $serve->($conn);
+        $self->{stopping} = 1 if $self->{limit} && $self->{served} >= $self->{limit};
     }
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
@@ -118,49 +119,75 @@ sub _env_template {
 # (the acceptor watches it alongside new work for --keepalive-wait, then
 # hands it to the manager), and after --worker-quantum requests in a row the
 # worker parks it anyway when other connections are waiting.
-sub serve_connection {
-    my ($self, $conn) = @_;
-    local $self->{conn} = $conn;
+sub serve_connection { $_[0]{serve}->($_[1]) }
+
+# The request loop, as a closure over what does not change between
+# requests: it runs once per request, so it calls the C side as plain
+# functions and keeps its state in lexicals rather than in $self.
+sub _make_serve {
+    my ($self) = @_;
     my $acceptor = $self->{acceptor};
+    my $app = $self->{app};
     my $managed = $self->{managed};
+    my $keepalive = $self->{keepalive};
     my $quantum = $self->{options}{worker_quantum};
     my $max_keepalive = $self->{options}{max_keepalive_reqs};
-    my $turn = 0;
-    my $tick = $managed ? 0 : WAIT_TICK;
-    while (1) {
-        my $env = $conn->read_request($tick, $managed);
-        if (!ref $env) {
-            if ($env == 0) {    # nothing (more) arrived yet
-                return if $managed && $acceptor->park($conn);
-                $tick = WAIT_TICK;    # the manager is not taking it: wait here
-                next unless $self->{stopping};
-                $conn->close_gently;
+    my $limit = $self->{limit};
+    return sub {
+        my ($conn) = @_;
+        local $self->{conn} = $conn;
+        my $turn = 0;
+        my $tick = $managed ? 0 : WAIT_TICK;
+        while (1) {
+            my $env = Narwhal::Conn::read_request($conn, $tick, $managed);
+            if (!ref $env) {
+                if ($env == 0) {    # nothing (more) arrived yet
+                    return if $managed && $acceptor->park($conn);
+                    $tick = WAIT_TICK;    # the manager is not taking it: wait here
+                    next unless $self->{stopping};
+                    $conn->close_gently;
+                }
+                return;
             }
-            return;
+            $tick = 0 if $managed;
+            _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
+            # With a manager, a worker that is about to leave (recycled,
+            # retired) still keeps the connection alive: the manager takes it over.
+            my $may_keep = $keepalive && Narwhal::Conn::requests($conn) < $max_keepalive
+                && ($managed ? !$self->{closing}
+                             : !$self->{stopping} && !($limit && $self->{served} + 1 >= $limit));
+            my $res = eval { $app->($env) };
+            my $kept;
+            if (ref $res eq 'ARRAY' && @$res == 3 && ref $res->[2] eq 'ARRAY') {
+                # the common case, straight to C
+                $kept = Narwhal::Conn::write_response($conn, @$res, $may_keep);
+                $kept = $self->respond($conn, $env, $res, $may_keep) if $kept < 0;
+            } else {
+                $kept = $self->respond($conn, $env, $res, $may_keep, $@);
+            }
+            $self->{served}++;
+            $self->_after_response($env)
+                if @{ $env->{'psgix.cleanup.handlers'} } || $env->{'psgix.harakiri.commit'};
+            # $env goes back to the C side to be cleaned for the next
+            # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
+            if (!$kept) {
+                Narwhal::Conn::recycle_env($conn, $env);
+                return;
+            }
+            Narwhal::Conn::finish_request($conn, $env);
+            return $self->_let_go($conn)
+                if $self->{stopping} || ($limit && $self->{served} >= $limit);
+            next unless $managed;
+            # A client that waits for each response has not sent its next
+            # request yet: park the connection now rather than try a read first.
+            return if Narwhal::Acceptor::park_idle($acceptor, $conn);
+            if (++$turn >= $quantum) {    # pipelined requests: serve a few, then let others in
+                $turn = 0;
+                return if $acceptor->others_waiting && $acceptor->park($conn);
+            }
         }
-        $tick = 0 if $managed;
-        $env->{'psgix.cleanup.handlers'} = [];
-        _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
-        # With a manager, a worker that is about to leave (recycled, retired)
-        # still keeps the connection alive: the manager takes it over.
-        my $may_keep = $self->{keepalive} && $conn->requests < $max_keepalive
-            && ($managed ? !$self->{closing}
-                         : !$self->{stopping} && !($self->{limit} && $self->{served} + 1 >= $self->{limit}));
-        my $kept = $self->respond($conn, $env, $may_keep);
-        $self->{served}++;
-        $self->_after_response($env)
-            if @{ $env->{'psgix.cleanup.handlers'} } || $env->{'psgix.harakiri.commit'};
-        return unless $kept;
-        $conn->finish_request;
-        return $self->_let_go($conn) if $self->{stopping} || $self->_recycling;
-        if ($managed && ++$turn >= $quantum) {
-            $turn = 0;
-            return if $acceptor->others_waiting && $acceptor->park($conn);
-        }
-    }
+    };
 }
-
-sub _recycling { $_[0]{limit} && $_[0]{served} >= $_[0]{limit} }
 
 # This worker is about to exit with a kept-alive connection. When it is
 # recycled or retired the manager takes the connection over, so replacing a
@@ -194,20 +221,16 @@ sub _after_response {
     $self->{stopping} = 1 if $env->{'psgix.harakiri.commit'};
 }
 
-# Run the app and write what it returns. Returns true when the connection
-# may serve another request.
+# Write what the app returned (anything but the common case, which the
+# request loop writes itself), or a 500 when it died ($err) or returned
+# nonsense. Returns true when the connection may serve another request.
 sub respond {
-    my ($self, $conn, $env, $may_keep) = @_;
-    my $res = eval { $self->{app}->($env) };
+    my ($self, $conn, $env, $res, $may_keep, $err) = @_;
     if (!defined $res) {
-        _log_error($env, $@ || "the app returned undef\n");
+        _log_error($env, $err || "the app returned undef\n");
         return _internal_error($conn);
     }
     if (ref $res eq 'ARRAY') {
-        if (@$res == 3 && ref $res->[2] eq 'ARRAY') {    # the common case, straight to C
-            my $kept = $conn->write_response(@$res, $may_keep);
-            return $kept if $kept >= 0;
-        }
         my $kept = eval { $self->_write_response($conn, $res, $may_keep) };
         return $kept if defined $kept;
         _log_error($env, $@);
