@@ -100,8 +100,13 @@ int nw_head_status(nw_buf *b, int minor, int status)
     const char *reason = nw_status_reason(status, &rlen);
     if (nw_buf_reserve(b, rlen + 32) < 0)
         return -1;
-    b->len += (size_t)snprintf(b->data + b->len, 32, "HTTP/1.%d %03d ",
-                               minor ? 1 : 0, status);
+    char *p = b->data + b->len;
+    memcpy(p, minor ? "HTTP/1.1 " : "HTTP/1.0 ", 9);
+    p[9] = (char)('0' + status / 100 % 10);     /* status is 100-999 */
+    p[10] = (char)('0' + status / 10 % 10);
+    p[11] = (char)('0' + status % 10);
+    p[12] = ' ';
+    b->len += 13;
     memcpy(b->data + b->len, reason, rlen);
     b->len += rlen;
     b->data[b->len++] = '\r';
@@ -207,6 +212,22 @@ static enum nw_out_framing choose_framing(const nw_app_headers *seen, int minor,
     return minor ? NW_OUT_CHUNKED : NW_OUT_CLOSE;
 }
 
+/* n >= 0 in decimal, without printf's generality (this runs per response).
+ * Returns the length written (at most 20). */
+static size_t format_decimal(char *out, int64_t n)
+{
+    char tmp[24];
+    size_t len = 0;
+    uint64_t u = n < 0 ? 0 : (uint64_t)n;
+    do {
+        tmp[len++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    for (size_t i = 0; i < len; i++)
+        out[i] = tmp[len - 1 - i];
+    return len;
+}
+
 int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
                    int minor, int status, int is_head,
                    int64_t known_length, int *keep_alive)
@@ -222,9 +243,9 @@ int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
             return -1;
     }
     if (f == NW_OUT_LENGTH && !seen->has_content_length) {
-        int n = snprintf(num, sizeof num, "Content-Length: %lld\r\n",
-                         (long long)known_length);
-        if (nw_buf_append(b, num, (size_t)n) < 0)
+        if (nw_buf_append(b, "Content-Length: ", 16) < 0
+            || nw_buf_append(b, num, format_decimal(num, known_length)) < 0
+            || nw_buf_append(b, "\r\n", 2) < 0)
             return -1;
     }
     if (f == NW_OUT_CHUNKED && !is_head
