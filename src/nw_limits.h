@@ -31,7 +31,7 @@
 
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */
-#define NW_MAX_PARKED                 256     /* parked connections per worker */
+#define NW_MAX_PARKED 1024
 #define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer pauses parking */
 #define NW_PARK_PAUSE_MS              5000    /* for this long */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
