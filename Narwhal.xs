@@ -627,9 +627,8 @@ static int hand_off(nw_xs_acceptor *a, nw_xs_conn *xc, int wait_ms)
 /* Hand the parked connections whose time is up (all, with everything) to
  * the manager. If the manager does not take one within the patience, the
  * rest of this round are not waited for: they are closed (a parked
- * connection has nothing unread, so a plain close is a clean FIN).
- * Returns the nearest deadline left, or 0. */
-static nw_msec park_expire(pTHX_ nw_xs_acceptor *a, nw_msec now, int everything)
+ * connection has nothing unread, so a plain close is a clean FIN). */
+static void park_expire(pTHX_ nw_xs_acceptor *a, nw_msec now, int everything)
 {
     SV *sv;
     int patience = NW_HANDOFF_PATIENCE_MS;
@@ -640,7 +639,6 @@ static nw_msec park_expire(pTHX_ nw_xs_acceptor *a, nw_msec now, int everything)
             patience = 0;    /* SvREFCNT_dec below closes it */
         SvREFCNT_dec(sv);
     }
-    return nw_park_nearest(&a->park);
 }
 
 /* Wait up to timeout_ms for events and note which parked connections
@@ -1066,7 +1064,8 @@ accept(self, timeout)
             poll_events(self, 0);    /* so that parked connections get their turn */
     }
     while (!(got = next_ready(aTHX_ self))) {
-        nw_msec nearest = park_expire(aTHX_ self, now, 0);
+        park_expire(aTHX_ self, now, 0);
+        nw_msec nearest = nw_park_nearest(&self->park);
         if (now >= until)
             break;
         nw_msec wake = nearest && nearest < until ? nearest : until;
