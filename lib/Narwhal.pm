@@ -207,6 +207,17 @@ clients. A delayed response whose responder is never called is taken as the
 app having taken over C<psgix.io>: the server writes nothing and closes its
 side.
 
+Each request gets a hash that looks exactly like a fresh one. To save the
+cost of building and freeing it, a worker reuses the hash of the request
+before when nothing else refers to it any more: at the end of a request it
+deletes what the request added (so whatever an app or middleware stored in
+C<$env> is freed then, as it would be with a new hash) and puts back the
+values the app changed. A hash the app keeps (stored somewhere, captured by
+a streaming response, weakly referenced) is never reused. So the only
+difference an app could see is that C<refaddr($env)> repeats between
+requests, which Perl's own memory reuse already does with fresh hashes: do
+not key caches on it.
+
 =head1 LICENSE
 
 Same terms as Perl itself.
