@@ -184,9 +184,11 @@ static int env_lazy_io_release(pTHX_ SV *val)
     if (SvREFCNT(val) != 1 || SvREADONLY(val) || SvTYPE(val) != SVt_PVMG || !mg
         || mg->mg_moremagic || mg->mg_type != PERL_MAGIC_ext || mg->mg_virtual != &io_magic_vtbl)
         return 0;
+    if (SvOBJECT(val))
+        return 0;
     SvREFCNT_dec(mg->mg_obj);
     mg->mg_obj = NULL;
-    if (SvROK(val))
+    if (SvOK(val))
         sv_setsv(val, &PL_sv_undef);
     return 1;
 }
@@ -313,7 +315,7 @@ static void env_recycler_unref(pTHX_ env_recycler *r)
 static int env_value_reusable(pTHX_ SV *v)
 {
     return SvREFCNT(v) == 1 && !SvMAGICAL(v) && !SvREADONLY(v) && !SvWEAKREF(v)
-        && (SvTYPE(v) <= SVt_PVMG || (isGV_with_GP(v) && SvFAKE(v)));
+        && !SvOBJECT(v) && (SvTYPE(v) <= SVt_PVMG || (isGV_with_GP(v) && SvFAKE(v)));
 }
 
 #define ENV_VALUE_FLAGS (SVf_IOK | SVf_NOK | SVf_POK | SVf_ROK | SVp_IOK | SVp_NOK \

@@ -28,7 +28,8 @@ sub describe {
 }
 sub dump_env {
     my (\$env) = \@_;
-    return join "\\n", map { "\$_=" . describe(\$env->{\$_}) } grep { \$_ ne 'REMOTE_PORT' } sort keys %\$env;
+    return join "\\n", map { "\$_=" . describe(\$env->{\$_}) . (Scalar::Util::blessed(\\\$env->{\$_}) ? ' (blessed)' : '') }
+        grep { \$_ ne 'REMOTE_PORT' } sort keys %\$env;
 }
 my %routes = (
     '/dump' => sub { [200, [], [dump_env(\$_[0])]] },
@@ -46,6 +47,9 @@ my %routes = (
         \$env->{REMOTE_ADDR} = 42;
         \$env->{HTTP_HOST} .= '-changed';
         \$env->{HTTP_X_ADDED} = 'by the app';
+        bless \\\$env->{SERVER_PROTOCOL}, 'Tagged';
+        bless \\\$env->{SCRIPT_NAME}, 'Tagged';
+        bless \\\$env->{HTTP_X_B}, 'Tagged';
         \$env->{'my.guard'} = Guard->new(\$marker);
         \$env->{'my.string'} = 'x' x 5000;
         my \$io = \$env->{'psgix.io'};
