@@ -163,7 +163,7 @@ static SV *env_lazy_io(pTHX_ SV *self_rv)
 /* A spare $env's psgix.io: pointed at this request's connection. */
 static void env_lazy_io_again(pTHX_ SV *val, SV *self_rv)
 {
-    MAGIC *mg = mg_findext(val, PERL_MAGIC_ext, &io_magic_vtbl);
+    MAGIC *mg = SvTYPE(val) >= SVt_PVMG ? mg_findext(val, PERL_MAGIC_ext, &io_magic_vtbl) : NULL;
     if (!mg) {
         SV *rv = newRV_inc(SvRV(self_rv));
         sv_magicext(val, rv, PERL_MAGIC_ext, &io_magic_vtbl, NULL, 0);
@@ -203,6 +203,7 @@ static int env_lazy_io_release(pTHX_ SV *val)
 #define ENV_KEY_MAX     256   /* longest key a clean deletes from a stack copy */
 #define ENV_STALE_MAX   32    /* header entries a clean keeps for the next request to reuse */
 #define ENV_STALE_BYTES 1024  /* the largest header value buffer kept so */
+#define ENV_BIG_BYTES   65536 /* a larger string buffer is freed, not kept */
 
 typedef struct {
     const char *name;
@@ -256,7 +257,7 @@ static int env_owned_index(const env_recycler *r, const HEK *hek)
         const env_key *k = &r->key[j];
         if (k->hek == hek)
             return j;
-        if (k->hash == hash && k->len == HEK_LEN(hek) && !HEK_UTF8(hek)
+        if (k->hash == hash && k->len == HEK_LEN(hek) && !HEK_UTF8(hek) && !HEK_WASUTF8(hek)
             && memEQ(k->name, HEK_KEY(hek), k->len))
             return j;
     }
@@ -315,7 +316,8 @@ static void env_recycler_unref(pTHX_ env_recycler *r)
 static int env_value_reusable(pTHX_ SV *v)
 {
     return SvREFCNT(v) == 1 && !SvMAGICAL(v) && !SvREADONLY(v) && !SvWEAKREF(v)
-        && !SvOBJECT(v) && (SvTYPE(v) <= SVt_PVMG || (isGV_with_GP(v) && SvFAKE(v)));
+        && !SvOBJECT(v) && (SvTYPE(v) <= SVt_PVMG || (isGV_with_GP(v) && SvFAKE(v)))
+        && !(SvTYPE(v) >= SVt_PV && !isGV_with_GP(v) && SvLEN(v) > ENV_BIG_BYTES);
 }
 
 #define ENV_VALUE_FLAGS (SVf_IOK | SVf_NOK | SVf_POK | SVf_ROK | SVp_IOK | SVp_NOK \
@@ -326,7 +328,8 @@ static int env_same_value(pTHX_ SV *v, SV *t)
 {
     if (isGV_with_GP(t))
         return isGV_with_GP(v) && GvGP(v) == GvGP(t);
-    if (isGV_with_GP(v) || ((SvFLAGS(v) ^ SvFLAGS(t)) & ENV_VALUE_FLAGS))
+    if (isGV_with_GP(v) || ((SvFLAGS(v) ^ SvFLAGS(t)) & ENV_VALUE_FLAGS)
+        || SvIsBOOL(v) != SvIsBOOL(t))
         return 0;
     if (SvROK(t))
         return SvRV(v) == SvRV(t);
@@ -350,12 +353,13 @@ static void env_clean_value(pTHX_ env_recycler *r, int j, SV *v)
     }
     if (k->fixed == K_CLEANUP_HANDLERS && SvROK(v)) {
         AV *av = (AV *)SvRV(v);
-        if (SvTYPE(av) == SVt_PVAV && SvREFCNT(av) == 1 && !SvMAGICAL(av) && !SvOBJECT(av))
+        if (SvTYPE(av) == SVt_PVAV && SvREFCNT(av) == 1 && !SvMAGICAL(av) && !SvOBJECT(av)
+            && !SvREADONLY(av))
             av_clear(av);               /* the handlers go now, as they always did */
         else
             sv_setsv(v, &PL_sv_undef);
-    } else if (SvROK(v)) {
-        sv_setsv(v, &PL_sv_undef);      /* what it referred to goes now */
+    } else if (SvROK(v) || isGV_with_GP(v)) {
+        sv_setsv(v, &PL_sv_undef);      /* what it referred to goes now (a glob's too) */
     }
     r->fixed_sv[k->fixed] = v;
 }
@@ -375,7 +379,8 @@ static int env_stale_header(pTHX_ env_recycler *r, HE *he)
     I32 len = HeKLEN(he);
     const char *key = HeKEY(he);
     if (r->nstale == ENV_STALE_MAX || len > ENV_KEY_MAX || !env_value_reusable(aTHX_ v) || SvROK(v)
-        || isGV_with_GP(v) || SvLEN(v) > ENV_STALE_BYTES || HeKUTF8(he))
+        || isGV_with_GP(v) || SvTYPE(v) < SVt_PV || SvLEN(v) > ENV_STALE_BYTES
+        || HeKUTF8(he) || HeKWASUTF8(he))
         return 0;
     if (!((len > 5 && memEQ(key, "HTTP_", 5))
           || (len == 14 && memEQ(key, "CONTENT_LENGTH", 14))

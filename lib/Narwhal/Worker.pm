@@ -165,9 +165,9 @@ sub _make_serve {
             } else {
                 $kept = $self->respond($conn, $env, $res, $may_keep, $@);
             }
+            undef $res;    # the response goes first, as it always did (and stops holding $env)
             $self->{served}++;
-            $self->_after_response($env)
-                if @{ $env->{'psgix.cleanup.handlers'} } || $env->{'psgix.harakiri.commit'};
+            $self->_after_response($env) if _after_response_needed($env);
             # $env goes back to the C side to be cleaned for the next
             # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
             if (!$kept) {
@@ -213,12 +213,22 @@ sub _open_spilled_body {
     $env->{'psgi.input'} = $fh;
 }
 
+# Cleanup handlers to run or harakiri asked for. Careful with an $env the
+# app has locked (Hash::Util) or whose handlers it deleted.
+sub _after_response_needed {
+    my ($env) = @_;
+    my $handlers = $env->{'psgix.cleanup.handlers'};
+    return (ref $handlers eq 'ARRAY' && @$handlers)
+        || (exists $env->{'psgix.harakiri.commit'} && $env->{'psgix.harakiri.commit'});
+}
+
 sub _after_response {
     my ($self, $env) = @_;
-    for my $handler (@{ $env->{'psgix.cleanup.handlers'} }) {
+    my $handlers = $env->{'psgix.cleanup.handlers'};
+    for my $handler (ref $handlers eq 'ARRAY' ? @$handlers : ()) {
         eval { $handler->($env); 1 } or _log_error($env, "cleanup handler died: $@");
     }
-    $self->{stopping} = 1 if $env->{'psgix.harakiri.commit'};
+    $self->{stopping} = 1 if exists $env->{'psgix.harakiri.commit'} && $env->{'psgix.harakiri.commit'};
 }
 
 # Write what the app returned (anything but the common case, which the
