@@ -167,7 +167,10 @@ sub _make_serve {
             }
             undef $res;    # the response goes first, as it always did (and stops holding $env)
             $self->{served}++;
-            $self->_after_response($env) if _after_response_needed($env);
+            # (with care: the app may have locked $env or deleted the handlers)
+            my $handlers = $env->{'psgix.cleanup.handlers'};
+            $self->_after_response($env)
+                if (ref $handlers eq 'ARRAY' && @$handlers) || exists $env->{'psgix.harakiri.commit'};
             # $env goes back to the C side to be cleaned for the next
             # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
             if (!$kept) {
@@ -211,15 +214,6 @@ sub _open_spilled_body {
     open(my $fh, '+<&=', $fd) or die "cannot open the request body: $!\n";
     binmode $fh;
     $env->{'psgi.input'} = $fh;
-}
-
-# Cleanup handlers to run or harakiri asked for. Careful with an $env the
-# app has locked (Hash::Util) or whose handlers it deleted.
-sub _after_response_needed {
-    my ($env) = @_;
-    my $handlers = $env->{'psgix.cleanup.handlers'};
-    return (ref $handlers eq 'ARRAY' && @$handlers)
-        || (exists $env->{'psgix.harakiri.commit'} && $env->{'psgix.harakiri.commit'});
 }
 
 sub _after_response {
