@@ -167,10 +167,12 @@ sub _make_serve {
             }
             undef $res;    # the response goes first, as it always did (and stops holding $env)
             $self->{served}++;
-            # (with care: the app may have locked $env or deleted the handlers)
-            my $handlers = $env->{'psgix.cleanup.handlers'};
+            # (with care: the app may have locked $env or deleted the
+            # handlers; and no reference to the handlers' array may outlive
+            # this, or the $env clean could not empty it for reuse)
             $self->_after_response($env)
-                if (ref $handlers eq 'ARRAY' && @$handlers) || exists $env->{'psgix.harakiri.commit'};
+                if do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h }
+                   || exists $env->{'psgix.harakiri.commit'};
             # $env goes back to the C side to be cleaned for the next
             # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
             if (!$kept) {
