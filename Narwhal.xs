@@ -180,9 +180,10 @@ static void env_lazy_io_again(pTHX_ SV *val, SV *self_rv)
  * (a spare $env must not keep a finished connection open). */
 static int env_lazy_io_release(pTHX_ SV *val)
 {
+    if (SvREFCNT(val) != 1 || SvREADONLY(val) || SvTYPE(val) != SVt_PVMG)
+        return 0;           /* (only a PVMG has a magic chain to look at) */
     MAGIC *mg = SvMAGIC(val);
-    if (SvREFCNT(val) != 1 || SvREADONLY(val) || SvTYPE(val) != SVt_PVMG || !mg
-        || mg->mg_moremagic || mg->mg_type != PERL_MAGIC_ext || mg->mg_virtual != &io_magic_vtbl)
+    if (!mg || mg->mg_moremagic || mg->mg_type != PERL_MAGIC_ext || mg->mg_virtual != &io_magic_vtbl)
         return 0;
     if (SvOBJECT(val))
         return 0;

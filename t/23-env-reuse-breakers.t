@@ -38,6 +38,9 @@ my %r = (
     blessed     => sub { my \$e = shift; [200, [], [join ',', map { Scalar::Util::blessed(\\\$e->{\$_}) // '-' } qw(SCRIPT_NAME QUERY_STRING)]] },
     # the socket's glob left in a per-request key
     io_glob     => sub { my \$io = \$_[0]{'psgix.io'}; \$_[0]{QUERY_STRING} = *\$io; [200, [], ['ok']] },
+    # psgix.io's slot aliased to undef itself (an SV without a body)
+    alias_io    => sub { use feature 'refaliasing'; no warnings 'experimental::refaliasing';
+                         \\\$_[0]{'psgix.io'} = \\undef; [200, [], ['ok']] },
     locked      => sub { require Hash::Util; Hash::Util::lock_hashref(\$_[0]); [200, [], ['ok']] },
     no_handlers => sub { delete \$_[0]{'psgix.cleanup.handlers'}; [200, [], ['ok']] },
     ro_handlers => sub { Internals::SvREADONLY(\@{ \$_[0]{'psgix.cleanup.handlers'} }, 1); [200, [], ['ok']] },
@@ -72,6 +75,7 @@ for my $case (['undef_hdr', 'an absent header key set to undef (env_stale_header
               ['del_io', 'psgix.io deleted (env_lazy_io_again: mg_findext on a new SV)'],
               ['keep_io_ref', 'a reference to psgix.io kept (same)'],
               ['ro_handlers', 'a read-only psgix.cleanup.handlers array (av_clear croaks)'],
+              ['alias_io', 'psgix.io aliased to undef (env_lazy_io_release: SvMAGIC of an SV without a body)'],
               ['locked', 'the app locked $env (Hash::Util::lock_hash)'],
               ['no_handlers', 'the app deleted psgix.cleanup.handlers']) {
     my ($path, $what) = @$case;
