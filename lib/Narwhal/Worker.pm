@@ -167,12 +167,13 @@ sub _make_serve {
             }
             undef $res;    # the response goes first, as it always did (and stops holding $env)
             $self->{served}++;
-            # (with care: the app may have locked $env or deleted the
-            # handlers; and no reference to the handlers' array may outlive
-            # this, or the $env clean could not empty it for reuse)
+            # Inside an eval: the app may have locked $env, tied its values
+            # or deleted the handlers, and none of that may stop the worker.
+            # No reference to the handlers' array may outlive this, or the
+            # $env clean could not empty it for reuse.
             $self->_after_response($env)
-                if do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h }
-                   || exists $env->{'psgix.harakiri.commit'};
+                if eval { (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
+                          || exists $env->{'psgix.harakiri.commit'} };
             # $env goes back to the C side to be cleaned for the next
             # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
             if (!$kept) {
@@ -220,11 +221,12 @@ sub _open_spilled_body {
 
 sub _after_response {
     my ($self, $env) = @_;
-    my $handlers = $env->{'psgix.cleanup.handlers'};
+    my $handlers = eval { $env->{'psgix.cleanup.handlers'} };
     for my $handler (ref $handlers eq 'ARRAY' ? @$handlers : ()) {
         eval { $handler->($env); 1 } or _log_error($env, "cleanup handler died: $@");
     }
-    $self->{stopping} = 1 if exists $env->{'psgix.harakiri.commit'} && $env->{'psgix.harakiri.commit'};
+    $self->{stopping} = 1
+        if eval { exists $env->{'psgix.harakiri.commit'} && $env->{'psgix.harakiri.commit'} };
 }
 
 # Write what the app returned (anything but the common case, which the
@@ -344,7 +346,7 @@ sub _log_error {
     my ($env, $err) = @_;
     $err = "unknown error\n" unless defined $err && length $err;
     $err .= "\n" unless $err =~ /\n\z/;
-    my $where = ($env->{REQUEST_METHOD} || '?') . ' ' . ($env->{REQUEST_URI} || '?');
+    my $where = eval { ($env->{REQUEST_METHOD} || '?') . ' ' . ($env->{REQUEST_URI} || '?') } // '? ?';
     print STDERR "narwhal: worker $$: $where: $err";
 }
 
