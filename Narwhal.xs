@@ -151,6 +151,9 @@ static int io_magic_get(pTHX_ SV *sv, MAGIC *mg)
 
 static MGVTBL io_magic_vtbl = { io_magic_get, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 
+#define ENV_BIG_BYTES   65536 /* a larger string buffer in $env is freed, not kept */
+#define ENV_BUCKETS_MAX 256   /* a $env grown past this many buckets is not reused */
+
 static SV *env_lazy_io(pTHX_ SV *self_rv)
 {
     SV *val = newSV(0);
@@ -180,7 +183,8 @@ static void env_lazy_io_again(pTHX_ SV *val, SV *self_rv)
  * (a spare $env must not keep a finished connection open). */
 static int env_lazy_io_release(pTHX_ SV *val)
 {
-    if (SvREFCNT(val) != 1 || SvREADONLY(val) || SvTYPE(val) != SVt_PVMG)
+    if (SvREFCNT(val) != 1 || SvREADONLY(val) || SvTYPE(val) != SVt_PVMG
+        || SvLEN(val) > ENV_BIG_BYTES)
         return 0;           /* (only a PVMG has a magic chain to look at) */
     MAGIC *mg = SvMAGIC(val);
     if (!mg || mg->mg_moremagic || mg->mg_type != PERL_MAGIC_ext || mg->mg_virtual != &io_magic_vtbl)
@@ -204,7 +208,6 @@ static int env_lazy_io_release(pTHX_ SV *val)
 #define ENV_KEY_MAX     256   /* longest key a clean deletes from a stack copy */
 #define ENV_STALE_MAX   32    /* header entries a clean keeps for the next request to reuse */
 #define ENV_STALE_BYTES 1024  /* the largest header value buffer kept so */
-#define ENV_BIG_BYTES   65536 /* a larger string buffer is freed, not kept */
 
 typedef struct {
     const char *name;
@@ -368,7 +371,8 @@ static void env_clean_value(pTHX_ env_recycler *r, int j, SV *v)
 static int env_may_recycle(pTHX_ HV *env)
 {
     return SvREFCNT(env) == 1 && !SvMAGICAL(env) && !SvREADONLY(env) && !SvOBJECT(env)
-        && HvARRAY(env) && !(SvOOK(env) && HvAUX(env)->xhv_backreferences);
+        && HvARRAY(env) && HvMAX(env) < ENV_BUCKETS_MAX    /* a clean walks every bucket */
+        && !(SvOOK(env) && HvAUX(env)->xhv_backreferences);
 }
 
 /* A header's entry ("HTTP_*", CONTENT_LENGTH, CONTENT_TYPE) holding a

@@ -17,8 +17,10 @@ my $log = "$dir/events.log";
 my $app = <<"APP";
 use strict; use warnings;
 use Scalar::Util ();
+use Hash::Util ();
 my \$log = '$log';
 sub Probe::note_ { open my \$f, '>>', \$log or die; print \$f "\$_[0]\\n"; close \$f }
+package DiesOnFetch { sub TIESCALAR { bless [], shift } sub FETCH { die "fetch died\n" } sub STORE {} }
 package Tag { sub DESTROY { Probe::note_("DESTROY \${\$_[0]}") } }
 package Body { sub new { my \$n = 0; bless \\\$n, shift } sub getline { \${\$_[0]}++ ? undef : 'body' }
                sub close {} sub DESTROY { Probe::note_('body DESTROY') } }
@@ -41,6 +43,16 @@ my %r = (
     # psgix.io's slot aliased to undef itself (an SV without a body)
     alias_io    => sub { use feature 'refaliasing'; no warnings 'experimental::refaliasing';
                          \\\$_[0]{'psgix.io'} = \\undef; [200, [], ['ok']] },
+    # all at once: a locked \$env without its handlers, a tied value that dies
+    locked_bare => sub { require Hash::Util; delete \$_[0]{'psgix.cleanup.handlers'};
+                         delete \$_[0]{REQUEST_METHOD}; Hash::Util::lock_keys(%{ \$_[0] }); [200, [], ['ok']] },
+    locked_die  => sub { delete \$_[0]{REQUEST_METHOD}; Hash::Util::lock_keys(%{ \$_[0] }); die "after locking\n" },
+    tied_dies   => sub { tie \$_[0]{'psgix.cleanup.handlers'}, 'DiesOnFetch'; [200, [], ['ok']] },
+    empties     => sub { push \@{ \$_[0]{'psgix.cleanup.handlers'} }, sub { \@{ \$_[0]{'psgix.cleanup.handlers'} } = () },
+                         sub { Probe::note_('second handler ran') }; [200, [], ['ok']] },
+    big_io      => sub { my \$n = 100_000_000 + length(\$_[0]{QUERY_STRING}); \$_[0]{'psgix.io'} = 'x' x \$n; [200, [], ['ok']] },
+    many_keys   => sub { keys(%{ \$_[0] }) = 2**16; [200, [], ['ok']] },
+    buckets     => sub { [200, [], [scalar(%{ \$_[0] }) ? Hash::Util::bucket_ratio(%{ \$_[0] }) : '']] },
     locked      => sub { require Hash::Util; Hash::Util::lock_hashref(\$_[0]); [200, [], ['ok']] },
     no_handlers => sub { delete \$_[0]{'psgix.cleanup.handlers'}; [200, [], ['ok']] },
     ro_handlers => sub { Internals::SvREADONLY(\@{ \$_[0]{'psgix.cleanup.handlers'} }, 1); [200, [], ['ok']] },
@@ -76,12 +88,22 @@ for my $case (['undef_hdr', 'an absent header key set to undef (env_stale_header
               ['keep_io_ref', 'a reference to psgix.io kept (same)'],
               ['ro_handlers', 'a read-only psgix.cleanup.handlers array (av_clear croaks)'],
               ['alias_io', 'psgix.io aliased to undef (env_lazy_io_release: SvMAGIC of an SV without a body)'],
+              ['locked_bare', 'a locked $env without its handlers or REQUEST_METHOD'],
+              ['tied_dies', 'the handlers slot tied to something that dies on FETCH'],
               ['locked', 'the app locked $env (Hash::Util::lock_hash)'],
               ['no_handlers', 'the app deleted psgix.cleanup.handlers']) {
     my ($path, $what) = @$case;
     my $c = raw_connect($port) or die;
     is(ask($c, "/$path"), 'ok', "$path answered");
     is(ask($c, '/ok'), 'ok', "the next request is answered too: $what");
+}
+
+{   # the error log reads REQUEST_METHOD from a locked $env that lacks it
+    my $c = raw_connect($port) or die;
+    like(ask($c, '/locked_die') // '', qr/Internal Server Error/, 'an app that locks $env and dies gets a 500');
+    my $c2 = raw_connect($port) or die;
+    is(ask($c2, '/ok'), 'ok', 'and the worker goes on');
+    unlike($srv->log_text, qr/exited with status|killed by signal/, 'no worker died in all of the above');
 }
 
 # 2. Values blessed in place
@@ -114,6 +136,21 @@ cmp_ok($after - $base, '<', 50_000, "large strings the app left in \$env are fre
 events();
 ask($c, '/order');
 like(events_when(qr/body DESTROY.*cleanup|cleanup.*body DESTROY/s), qr/body DESTROY.*cleanup/s, 'the response body is freed before the cleanup handlers run');
+
+# 5c. What would make every later request slow or the worker big
+$base = ask($c, '/rss');
+ask($c, '/big_io');
+$after = ask($c, '/rss');
+cmp_ok($after - $base, '<', 50_000, "a large string left in psgix.io is freed (RSS $base -> $after kB)");
+ask($c, '/many_keys');
+my ($used, $buckets) = split m{/}, ask($c, '/buckets') // '';
+cmp_ok($buckets // 1e9, '<=', 256, "a hash grown to 65536 buckets is not reused ($buckets buckets after)");
+
+# 5b. A handler that empties the handlers' array: the others still run
+events();
+is(ask($c, '/empties'), 'ok', 'a cleanup handler empties the array of handlers');
+like(events_when(qr/second handler ran/), qr/second handler ran/, 'the handlers after it still run');
+is(ask($c, '/ok'), 'ok', 'and the worker goes on');
 
 # 6. Small tells
 ask($c, '/not_bool');

@@ -171,9 +171,12 @@ sub _make_serve {
             # or deleted the handlers, and none of that may stop the worker.
             # No reference to the handlers' array may outlive this, or the
             # $env clean could not empty it for reuse.
-            $self->_after_response($env)
-                if eval { (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
-                          || exists $env->{'psgix.harakiri.commit'} };
+            eval {
+                $self->_after_response($env)
+                    if (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
+                       || exists $env->{'psgix.harakiri.commit'};
+                1;
+            } or _log_error($env, "after the response: $@");
             # $env goes back to the C side to be cleaned for the next
             # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
             if (!$kept) {
@@ -222,7 +225,8 @@ sub _open_spilled_body {
 sub _after_response {
     my ($self, $env) = @_;
     my $handlers = eval { $env->{'psgix.cleanup.handlers'} };
-    for my $handler (ref $handlers eq 'ARRAY' ? @$handlers : ()) {
+    my @handlers = ref $handlers eq 'ARRAY' ? @$handlers : ();    # a copy: a handler may empty the array
+    for my $handler (@handlers) {
         eval { $handler->($env); 1 } or _log_error($env, "cleanup handler died: $@");
     }
     $self->{stopping} = 1
