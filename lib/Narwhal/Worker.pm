@@ -40,7 +40,7 @@ sub run {
         $self->{options}, $self->{from_manager} // -1, $self->{to_manager} // -1,
     );
     $self->{managed} = $acceptor->has_manager && $self->{keepalive};
-    my $serve = $self->{serve} = $self->_make_serve;
+    my $serve = $self->_make_serve;
     my $master = getppid();
     while (!$self->{stopping}) {
         my $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
@@ -114,14 +114,12 @@ sub _env_template {
     };
 }
 
-# Serve requests on one connection until it closes or may not be reused.
-# With a manager, a connection whose next request is not there yet is parked
-# (the acceptor watches it alongside new work for --keepalive-wait, then
-# hands it to the manager), and after --worker-quantum requests in a row the
-# worker parks it anyway when other connections are waiting.
-sub serve_connection { $_[0]{serve}->($_[1]) }
-
-# The request loop, as a closure over what does not change between
+# The request loop: serve requests on one connection until it closes or
+# may not be reused. With a manager, a connection whose next request is not
+# there yet is parked (the acceptor watches it alongside new work for
+# --keepalive-wait, then hands it to the manager), and after
+# --worker-quantum requests in a row the worker parks it anyway when other
+# connections are waiting. A closure over what does not change between
 # requests: it runs once per request, so it calls the C side as plain
 # functions and keeps its state in lexicals rather than in $self.
 sub _make_serve {
