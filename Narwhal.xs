@@ -62,7 +62,7 @@ typedef struct {
     SV *remote_port;
     SV *io;             /* psgix.io, made the first time an app looks */
     nw_msec started;    /* when the current request's head was complete */
-    int watched;        /* its fd is in the acceptor's epoll set (see park) */
+    nw_park_watch watch; /* its registration in the acceptor's epoll set (see park) */
 } nw_xs_conn;
 
 /* $env keys whose hashes are computed once. */
@@ -625,9 +625,9 @@ static nw_xs_conn *xs_conn_of(SV *sv)
  * back under the same fd number. */
 static void unwatch(nw_xs_acceptor *a, nw_xs_conn *xc)
 {
-    if (xc->watched && xc->c->fd >= 0)
+    if (xc->watch.registered && xc->c->fd >= 0)
         epoll_ctl(a->epfd, EPOLL_CTL_DEL, xc->c->fd, NULL);
-    xc->watched = 0;
+    xc->watch.registered = 0;
 }
 
 /* Hand a connection to the manager, waiting up to wait_ms for room in the
@@ -650,7 +650,7 @@ static void park_expire(pTHX_ nw_xs_acceptor *a, nw_msec now, int everything)
     int patience = NW_HANDOFF_PATIENCE_MS;
     while ((sv = nw_park_take_expired(&a->park, now, everything))) {
         nw_xs_conn *xc = xs_conn_of(sv);
-        xc->watched = 0;     /* nw_park_take_expired took it out of epoll */
+        xc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
         if (xc->c->fd >= 0 && hand_off(a, xc, patience) < 0)
             patience = 0;    /* SvREFCNT_dec below closes it */
         SvREFCNT_dec(sv);
@@ -664,7 +664,7 @@ static int poll_events(nw_xs_acceptor *a, int timeout_ms)
     struct epoll_event ev[EVENTS_MAX];
     int n = epoll_wait(a->epfd, ev, EVENTS_MAX, timeout_ms);
     for (int k = 0; k < n; k++) {
-        uint32_t data = ev[k].data.u32;
+        uint64_t data = ev[k].data.u64;
         if (data < MAX_LISTENERS)
             a->listener_ready |= (uint64_t)1 << data;
         else if (data == FROM_MANAGER_EVENT)
@@ -695,7 +695,7 @@ static void park_close_all(pTHX_ nw_xs_acceptor *a)
     int n = 0;
     while ((sv = nw_park_take_expired(&a->park, 0, 1))) {
         nw_xs_conn *xc = xs_conn_of(sv);
-        xc->watched = 0;
+        xc->watch.registered = 0;
         if (xc->c->fd < 0) {
             SvREFCNT_dec(sv);
             continue;
@@ -738,7 +738,9 @@ static int park(pTHX_ nw_xs_acceptor *a, SV *conn_sv, nw_xs_conn *xc)
     if (a->park_ms <= 0 || now < a->no_park_until || xc->c->in.len > 0 || xc->c->fd < 0)
         return 0;
     SV *sv = newSVsv(conn_sv);
-    if (nw_park_add(&a->park, xc->c->fd, sv, now + a->park_ms, &xc->watched) < 0) {
+    /* psgix.io may have read from the socket behind our back */
+    int drained = xc->c->drained && !xc->io;
+    if (nw_park_add(&a->park, xc->c->fd, sv, now + a->park_ms, drained, &xc->watch) < 0) {
         SvREFCNT_dec(sv);
         return 0;
     }
@@ -1046,7 +1048,7 @@ new(class, listeners, config, from_manager = -1, to_manager = -1)
         nl->env = env_recycler_new(aTHX_ (HV *)SvRV(*env));
         nw_io_set_nonblocking(nl->fd);
         struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
-                                  .data.u32 = (uint32_t)i };
+                                  .data.u64 = (uint64_t)i };
         if (epoll_ctl(RETVAL->epfd, EPOLL_CTL_ADD, nl->fd, &ev) < 0)
             croak("epoll_ctl: %s", strerror(errno));
         RETVAL->count++;
@@ -1060,7 +1062,7 @@ new(class, listeners, config, from_manager = -1, to_manager = -1)
     if (from_manager >= 0) {
         Newx(RETVAL->frame_data, NW_FRAME_MAX_DATA, char);
         struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
-                                  .data.u32 = FROM_MANAGER_EVENT };
+                                  .data.u64 = FROM_MANAGER_EVENT };
         if (epoll_ctl(RETVAL->epfd, EPOLL_CTL_ADD, from_manager, &ev) < 0)
             croak("epoll_ctl: %s", strerror(errno));
     }

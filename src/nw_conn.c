@@ -16,6 +16,22 @@
 #define LINGER_SECONDS   0.5       /* after an error reply, drain this long... */
 #define LINGER_MAX_BYTES 65536     /* ...or this much, so the reply is not reset */
 
+/* Every read of the socket goes through these two, which keep c->drained:
+ * a short read, or a brief look that found nothing, left the socket empty. */
+static ssize_t conn_read(nw_conn *c, char *buf, size_t len, nw_msec deadline)
+{
+    ssize_t n = nw_io_read(c->fd, buf, len, deadline);
+    c->drained = n > 0 && (size_t)n < len;
+    return n;
+}
+
+static ssize_t conn_read_brief(nw_conn *c, char *buf, size_t len, double wait_s)
+{
+    ssize_t n = nw_io_read_brief(c->fd, buf, len, wait_s);
+    c->drained = n == NW_IO_TIMEOUT || (n > 0 && (size_t)n < len);
+    return n;
+}
+
 nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
 {
     nw_conn *c = calloc(1, sizeof *c);
@@ -139,8 +155,8 @@ int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial)
             return head_error(c, 500);
         /* A tick under a millisecond is a brief look, not a deadline. */
         ssize_t n = ticked && tick_s < 0.001
-            ? nw_io_read_brief(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, tick_s)
-            : nw_io_read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, deadline);
+            ? conn_read_brief(c, c->in.data + c->in.len, c->in.cap - c->in.len, tick_s)
+            : conn_read(c, c->in.data + c->in.len, c->in.cap - c->in.len, deadline);
         if (n > 0) {
             c->in.len += (size_t)n;
             continue;
@@ -232,7 +248,7 @@ static int read_length_body(nw_conn *c)
         size_t want = left < sizeof buf ? (size_t)left : sizeof buf;
         ssize_t n;
         do {
-            n = nw_io_read(c->fd, buf, want, nw_deadline_in(c->cfg.timeout));
+            n = conn_read(c, buf, want, nw_deadline_in(c->cfg.timeout));
         } while (n == NW_IO_INTERRUPTED);
         if (n <= 0)
             return io_failure(c, n);
@@ -274,7 +290,7 @@ static int read_chunked_body(nw_conn *c)
             return head_error(c, 500);
         ssize_t n;
         do {
-            n = nw_io_read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len,
+            n = conn_read(c, c->in.data + c->in.len, c->in.cap - c->in.len,
                            nw_deadline_in(c->cfg.timeout));
         } while (n == NW_IO_INTERRUPTED);
         if (n <= 0)
@@ -340,7 +356,7 @@ static void linger_close(nw_conn *c)
     nw_msec deadline = nw_deadline_in(LINGER_SECONDS);
     shutdown(c->fd, SHUT_WR);
     while (drained < LINGER_MAX_BYTES) {
-        ssize_t n = nw_io_read(c->fd, buf, sizeof buf, deadline);
+        ssize_t n = conn_read(c, buf, sizeof buf, deadline);
         if (n == NW_IO_INTERRUPTED)
             continue;
         if (n <= 0)

@@ -58,6 +58,9 @@ typedef struct {
     int responded;              /* a response head was decided for this request */
     int keep_alive;             /* the connection stays open after this response */
     int broken;                 /* a write failed: stop writing, close */
+    int drained;                /* the last read left the socket empty (it was
+                                 * short): whatever comes next raises an edge-
+                                 * triggered event (see nw_park.h) */
     struct iovec *iov;
     int iov_cap;
 } nw_conn;

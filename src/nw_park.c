@@ -1,5 +1,11 @@
 /* A worker's parked connections (see nw_park.h). Every operation is O(1)
- * except finding a readable slot, which is one memchr over the ready flags. */
+ * except finding a readable slot, which is one memchr over the ready flags.
+ *
+ * Watches are edge-triggered and left in place while a connection is being
+ * served. An event's data names a slot and that slot's generation: one for
+ * a generation the slot has moved past is stale and dropped; one for a
+ * free slot whose connection is away being served is kept as pending, and
+ * the connection finds it when it comes back to the slot. */
 #include "nw_park.h"
 
 #include <errno.h>
@@ -12,32 +18,68 @@ void nw_park_init(nw_park *p, int epfd, uint32_t event_base)
     p->epfd = epfd;
     p->event_base = event_base;
     p->head = p->tail = -1;
-    for (int i = 0; i < NW_MAX_PARKED; i++)
+    for (int i = 0; i < NW_MAX_PARKED; i++) {
         p->free_slot[i] = NW_MAX_PARKED - 1 - i;
+        p->free_pos[NW_MAX_PARKED - 1 - i] = i;
+    }
     p->nfree = NW_MAX_PARKED;
 }
 
-int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int *registered)
+/* Take free slot i off the free stack (swap with the top). */
+static void claim_slot(nw_park *p, int i)
+{
+    int pos = p->free_pos[i], top = p->free_slot[p->nfree - 1];
+    p->free_slot[pos] = top;
+    p->free_pos[top] = pos;
+    p->nfree--;
+}
+
+/* Register fd for slot i under a new generation: ADD, or MOD when it is
+ * registered already (under its old slot). Returns 0 or -1. */
+static int watch_slot(nw_park *p, int i, int fd, int registered)
+{
+    p->gen[i]++;
+    p->pending[i] = 0;
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLET,
+                              .data.u64 = (uint64_t)p->gen[i] << 32 | (p->event_base + (uint32_t)i) };
+    int op = registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(p->epfd, op, fd, &ev) == 0)
+        return 0;
+    /* The caller's idea of the registration can be stale (a dup of the
+     * socket kept the file registered): try the other way once. */
+    int other = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (!(errno == EEXIST || errno == ENOENT) || epoll_ctl(p->epfd, other, fd, &ev) < 0)
+        return -1;
+    return 0;
+}
+
+int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int drained, nw_park_watch *w)
 {
     if (p->nfree == 0 || !item)
         return -1;
-    int i = p->free_slot[p->nfree - 1];
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
-                              .data.u32 = p->event_base + (uint32_t)i };
-    int op = *registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(p->epfd, op, fd, &ev) < 0) {
-        /* The caller's idea of the registration can be stale (a dup of the
-         * socket kept the file registered): try the other way once. */
-        int other = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-        if (!(errno == EEXIST || errno == ENOENT) || epoll_ctl(p->epfd, other, fd, &ev) < 0)
+    int i = w->slot;
+    int own = w->registered && i >= 0 && i < NW_MAX_PARKED && !p->item[i] && p->gen[i] == w->gen;
+    if (own && drained) {
+        /* Back in its slot, watched all along: what arrived while it was
+         * away is pending. */
+        p->ready[i] = p->pending[i];
+    } else {
+        if (!own)
+            i = p->free_slot[p->nfree - 1];
+        if (watch_slot(p, i, fd, w->registered) < 0)
             return -1;
+        w->registered = 1;
+        w->slot = i;
+        w->gen = p->gen[i];
+        p->ready[i] = 0;
     }
-    *registered = 1;
-    p->nfree--;
+    p->pending[i] = 0;
+    claim_slot(p, i);
     p->item[i] = item;
     p->fd[i] = fd;
     p->until[i] = until;
-    p->ready[i] = 0;
+    if (p->ready[i])
+        p->ready_count++;
     p->next[i] = -1;
     p->prev[i] = p->tail;
     if (p->tail >= 0)
@@ -49,12 +91,17 @@ int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int *registered)
     return 0;
 }
 
-int nw_park_event(nw_park *p, uint32_t data)
+int nw_park_event(nw_park *p, uint64_t data)
 {
-    if (data < p->event_base || data >= p->event_base + NW_MAX_PARKED)
+    uint32_t low = (uint32_t)data, gen = (uint32_t)(data >> 32);
+    if (low < p->event_base || low >= p->event_base + NW_MAX_PARKED)
         return 0;
-    int i = (int)(data - p->event_base);
-    if (p->item[i] && !p->ready[i]) {
+    int i = (int)(low - p->event_base);
+    if (gen != p->gen[i])
+        return 1;                   /* a connection that has moved on */
+    if (!p->item[i])
+        p->pending[i] = 1;          /* away being served: for when it is back */
+    else if (!p->ready[i]) {
         p->ready[i] = 1;
         p->ready_count++;
     }
@@ -66,8 +113,10 @@ int nw_park_event(nw_park *p, uint32_t data)
 static void *take_slot(nw_park *p, int i, int unwatch)
 {
     void *item = p->item[i];
-    if (unwatch)
+    if (unwatch) {
         epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->fd[i], NULL);
+        p->gen[i]++;                /* nothing may come back to this slot */
+    }
     if (p->prev[i] >= 0)
         p->next[p->prev[i]] = p->next[i];
     else
@@ -79,8 +128,10 @@ static void *take_slot(nw_park *p, int i, int unwatch)
     if (p->ready[i])
         p->ready_count--;
     p->ready[i] = 0;
+    p->pending[i] = 0;
     p->item[i] = NULL;
     p->fd[i] = -1;
+    p->free_pos[i] = p->nfree;
     p->free_slot[p->nfree++] = i;
     p->count--;
     return item;

@@ -14,9 +14,19 @@
 #include "nw_io.h"
 #include "nw_limits.h"
 
+/* What the caller keeps per connection about its registration in the set:
+ * whether its fd is in the epoll set, and the slot and generation that the
+ * registration's event data names. Zero it for a connection new to the
+ * worker; nw_park_add fills it in. */
+typedef struct {
+    int registered;
+    int slot;
+    uint32_t gen;
+} nw_park_watch;
+
 typedef struct {
     int epfd;                           /* the worker's epoll set (not owned) */
-    uint32_t event_base;                /* epoll data for slot i: event_base + i */
+    uint32_t event_base;                /* epoll data for slot i: event_base + i, gen[i] above */
     int count;                          /* slots in use */
     int ready_count;                    /* of those, readable */
     int cursor;                         /* where the next search for a ready one starts */
@@ -26,29 +36,40 @@ typedef struct {
     int fd[NW_MAX_PARKED];
     nw_msec until[NW_MAX_PARKED];
     int next[NW_MAX_PARKED], prev[NW_MAX_PARKED];
-    int free_slot[NW_MAX_PARKED];
+    int free_slot[NW_MAX_PARKED];       /* a stack of the free slots */
+    int free_pos[NW_MAX_PARKED];        /* where a free slot is in that stack */
+    uint32_t gen[NW_MAX_PARKED];        /* bumped when a slot gets a new registration */
     unsigned char ready[NW_MAX_PARKED]; /* 1: readable (its next request is arriving) */
+    unsigned char pending[NW_MAX_PARKED]; /* free slot: its last connection got an event */
 } nw_park;
 
 void nw_park_init(nw_park *p, int epfd, uint32_t event_base);
 
 /* Park fd (with the caller's item) until the deadline. The fd is watched
- * one-shot: *registered says whether it is in the epoll set already (from
- * an earlier park; re-arming it is then one epoll_ctl) and is set to 1.
- * Returns 0, or -1 when the set is full or epoll refuses the fd. */
-int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int *registered);
+ * edge-triggered and stays registered when it is taken back to be served.
+ * A connection that comes back to the slot it left (the common case: a
+ * worker parks only the connection it has just served, and the free slots
+ * are a stack) costs no system call at all, provided the caller's last
+ * read left the socket empty (drained): then every byte since has raised
+ * an event, and one that arrived while the connection was away is
+ * remembered for it (pending). Otherwise, or in another slot, it costs one
+ * epoll_ctl (ADD, or MOD, which also reports data already there). *w is
+ * the caller's record of the registration and is updated. Returns 0, or
+ * -1 when the set is full or epoll refuses the fd. */
+int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int drained, nw_park_watch *w);
 
-/* Note an epoll event. Returns 1 when it was a parked connection's. */
-int nw_park_event(nw_park *p, uint32_t data);
+/* Note an epoll event (its 64-bit data). Returns 1 when it was for a
+ * parked connection's slot, current or stale. */
+int nw_park_event(nw_park *p, uint64_t data);
 
 /* Take a readable connection out of the set (round robin over the slots).
- * Its one-shot watch has fired, so it stays registered but silent.
- * Returns its item, or NULL when none is readable. */
+ * It stays registered: its slot is free but keeps its generation, so the
+ * connection can come back to it. Returns its item, or NULL. */
 void *nw_park_take_ready(nw_park *p);
 
 /* Take the oldest connection whose deadline has passed and that is not
  * readable, or any connection at all with everything. Its fd leaves the
- * epoll set (the caller forgets that it was registered). NULL when none. */
+ * epoll set (the caller sets its watch's registered to 0). NULL when none. */
 void *nw_park_take_expired(nw_park *p, nw_msec now, int everything);
 
 /* The nearest deadline of a connection that is not readable, or 0. */

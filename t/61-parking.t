@@ -94,6 +94,51 @@ subtest 'a parked connection whose request arrives during another is not forgott
     ok(read_response($a, 5), 'the other request finished too');
 };
 
+# Parked connections are watched edge-triggered, and the watch stays in
+# place while the connection is served: bytes that arrive meanwhile, or
+# that the last read did not reach, must still bring it back at once.
+subtest 'the next request sent while its connection is being served' => sub {
+    my $srv = server('--keepalive-wait' => 3);
+    my $c = raw_connect($srv->port);
+    request_on($c, '/c1');                      # parked, then taken again below
+    # not 50 ms or more, which would pause parking
+    syswrite($c, "GET /sleep/0.04 HTTP/1.1\r\n$H\r\n");
+    Time::HiRes::sleep(0.01);                   # the app is sleeping on it now
+    my $t0 = Time::HiRes::time();
+    syswrite($c, "GET /c3 HTTP/1.1\r\n$H\r\n");
+    my $r2 = read_response($c, 5);
+    my $r3 = read_response($c, 5);
+    my $took = Time::HiRes::time() - $t0;
+    like($r2 && $r2->{body}, qr{path=/sleep}, 'the slow request answered');
+    like($r3 && $r3->{body}, qr{path=/c3}, 'the one sent during it answered');
+    ok($took < 1.5, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
+};
+
+subtest 'a request left in the socket behind a body' => sub {
+    my $srv = server('--keepalive-wait' => 3);
+    my $c = raw_connect($srv->port);
+    request_on($c, '/d1');                      # c is parked
+    # While the worker is busy with another client, c gets a POST whose
+    # body is bigger than the first read and the next request, all at
+    # once: the body's last read asks for exactly what is left of it and
+    # fills up, the next request stays in the socket, and no byte arrives
+    # after the worker took c.
+    my $a = raw_connect($srv->port);
+    syswrite($a, "GET /sleep/0.03 HTTP/1.1\r\n$H\r\n");
+    Time::HiRes::sleep(0.005);
+    my $body = 'x' x 40_000;
+    my $t0 = Time::HiRes::time();
+    syswrite($c, "POST /d2 HTTP/1.1\r\n${H}Content-Length: " . length($body) . "\r\n\r\n$body"
+               . "GET /d3 HTTP/1.1\r\n$H\r\n");
+    my $r2 = read_response($c, 5);
+    my $r3 = read_response($c, 5);
+    my $took = Time::HiRes::time() - $t0;
+    like($r2 && $r2->{body}, qr{path=/d2}, 'the POST answered');
+    like($r3 && $r3->{body}, qr{path=/d3}, 'the request behind it answered');
+    ok($took < 1.5, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
+    ok(read_response($a, 5), 'the other client answered too');
+};
+
 subtest 'a slow request pauses parking' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);

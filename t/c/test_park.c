@@ -33,10 +33,11 @@
 #define QUIET_MS    20      /* how long "no event" is waited for */
 #define EVENT_MS    500     /* how long an expected event is waited for, at most */
 
-/* A connection: fd is the parked end, peer the client's; reg is the
- * caller's "registered in the epoll set" flag that nw_park_add() keeps. */
+/* A connection: fd is the parked end, peer the client's; w is the caller's
+ * record of its registration in the epoll set, which nw_park_add() keeps. */
 typedef struct {
-    int fd, peer, reg;
+    int fd, peer;
+    nw_park_watch w;
 } conn;
 
 static int g_epfd = -1;
@@ -63,7 +64,7 @@ static void conn_open(conn *c)
         die("socketpair");
     c->fd = sv[0];
     c->peer = sv[1];
-    c->reg = 0;
+    memset(&c->w, 0, sizeof c->w);
 }
 
 static void conn_close(conn *c)
@@ -73,7 +74,7 @@ static void conn_close(conn *c)
     if (c->peer >= 0)
         close(c->peer);
     c->fd = c->peer = -1;
-    c->reg = 0;
+    c->w.registered = 0;
 }
 
 /* Make c's parked end readable: one byte from the peer. */
@@ -101,8 +102,9 @@ static int poll_once(int timeout_ms)
         die("epoll_wait");
     int claimed = 0;
     for (int k = 0; k < n; k++) {
-        uint32_t data = ev[k].data.u32;
-        int r = nw_park_event(&g_park, data);
+        uint64_t data64 = ev[k].data.u64;
+        uint32_t data = (uint32_t)data64;
+        int r = nw_park_event(&g_park, data64);
         if (data == OTHER_DATA) {
             g_other_events++;
             if (r != 0)
@@ -141,20 +143,34 @@ static int slot_of(int fd)
     return -1;
 }
 
-/* Park c until the deadline; the result of nw_park_add. */
+/* The epoll data of slot i's current registration. */
+static uint64_t slot_data(int i)
+{
+    return (uint64_t)g_park.gen[i] << 32 | (BASE + (uint32_t)i);
+}
+
+/* Park c until the deadline, its socket maybe not drained (so the watch is
+ * always (re-)registered, which reports data already there); the result
+ * of nw_park_add. */
 static int park(conn *c, nw_msec until)
 {
-    return nw_park_add(&g_park, c->fd, c, until, &c->reg);
+    return nw_park_add(&g_park, c->fd, c, until, 0, &c->w);
+}
+
+/* The same, for a connection whose socket the caller has drained. */
+static int park_drained(conn *c, nw_msec until)
+{
+    return nw_park_add(&g_park, c->fd, c, until, 1, &c->w);
 }
 
 /* Take every parked connection out (everything=1); each one's fd leaves the
- * epoll set, so its reg flag is cleared. Returns how many there were. */
+ * epoll set, so its watch is cleared. Returns how many there were. */
 static int empty_set(void)
 {
     int n = 0;
     conn *c;
     while ((c = nw_park_take_expired(&g_park, 0, 1)) != NULL) {
-        c->reg = 0;
+        c->w.registered = 0;
         n++;
     }
     return n;
@@ -204,6 +220,10 @@ static void test_event_filter(void)
     is(nw_park_event(&g_park, BASE + NW_MAX_PARKED), 0, "event: base + NW_MAX_PARKED is not ours");
     is(nw_park_event(&g_park, 0xffffffffu), 0, "event: 0xffffffff is not ours");
     is(nw_park_event(&g_park, BASE + 5), 1, "event: a free slot's data is ours");
+    is(nw_park_event(&g_park, (uint64_t)77 << 32 | (BASE + 5)), 1,
+       "event: ... with any generation");
+    is(nw_park_event(&g_park, (uint64_t)77 << 32 | OTHER_DATA), 0,
+       "event: data 7 with high bits set is still not ours");
     is(g_park.ready_count, 0, "event: ... but a free slot does not become ready");
     is(g_park.count, 0, "event: ... nor in use");
 
@@ -217,7 +237,7 @@ static void test_event_filter(void)
     is(g_other_events, 0, "unrelated fd drained: quiet again");
 }
 
-/* 1 and 2: add/take_ready, and one-shot watching. */
+/* 1 and 2: add/take_ready, and edge-triggered watching. */
 static conn a, b, c;
 static nw_msec g_c_until;       /* #3's deadline (it stays parked for a while) */
 
@@ -229,13 +249,15 @@ static void test_add_take_ready(void)
     conn_open(&b);
     conn_open(&c);
 
-    int reg = 0;
-    is(nw_park_add(&g_park, a.fd, NULL, now + 1000, &reg), -1, "add: a NULL item is refused");
-    is(reg, 0, "add: ... and *registered is left alone");
+    nw_park_watch w0 = { 0, 0, 0 };
+    is(nw_park_add(&g_park, a.fd, NULL, now + 1000, 1, &w0), -1, "add: a NULL item is refused");
+    is(w0.registered, 0, "add: ... and the watch is left alone");
     is(g_park.count, 0, "add: ... and nothing is parked");
 
     is(park(&a, now + 1000), 0, "add #1");
-    is(a.reg, 1, "add #1: registered set to 1");
+    is(a.w.registered, 1, "add #1: registered set to 1");
+    is(a.w.slot, slot_of(a.fd), "add #1: the watch names its slot");
+    ok(a.w.gen == g_park.gen[a.w.slot] && a.w.gen != 0, "add #1: ... and the slot's new generation");
     is(park(&b, now + 1001), 0, "add #2");
     g_c_until = now + 1002;
     is(park(&c, g_c_until), 0, "add #3");
@@ -259,7 +281,7 @@ static void test_add_take_ready(void)
 
     /* a repeated event does not count twice */
     int slot_b = slot_of(b.fd);
-    is(nw_park_event(&g_park, BASE + (uint32_t)slot_b), 1, "#2 event again: claimed");
+    is(nw_park_event(&g_park, slot_data(slot_b)), 1, "#2 event again: claimed");
     is(g_park.ready_count, 1, "#2 event again: ready_count still 1");
 
     ok(nw_park_take_ready(&g_park) == &b, "take_ready returns #2");
@@ -269,45 +291,104 @@ static void test_add_take_ready(void)
     is(nw_park_fd(&g_park, slot_b), -1, "after take: nw_park_fd of that slot is -1");
     ok(slot_of(a.fd) >= 0 && slot_of(c.fd) >= 0, "after take: #1 and #3 stay parked");
     ok(nw_park_take_ready(&g_park) == NULL, "after take: take_ready is NULL again");
-    /* a stale event for the slot just freed (from the same epoll batch, say) */
-    is(nw_park_event(&g_park, BASE + (uint32_t)slot_b), 1, "stale event for the freed slot: claimed");
-    is(g_park.ready_count, 0, "stale event: ready_count still 0");
-    ok(nw_park_take_ready(&g_park) == NULL, "stale event: take_ready still NULL");
-    is(g_park.count, 2, "stale event: count still 2");
-    is(b.reg, 1, "after take: #2 is still registered (one-shot, not removed)");
+    /* an event for an earlier generation of the slot */
+    is(nw_park_event(&g_park, (uint64_t)(g_park.gen[slot_b] - 1) << 32 | (BASE + (uint32_t)slot_b)),
+       1, "old-generation event for the freed slot: claimed");
+    is(g_park.pending[slot_b], 0, "old-generation event: not pending");
+    /* an event for the slot just freed (the connection is away) */
+    is(nw_park_event(&g_park, slot_data(slot_b)), 1, "event for the freed slot: claimed");
+    is(g_park.pending[slot_b], 1, "event for the freed slot: pending for its connection");
+    is(g_park.ready_count, 0, "event for the freed slot: ready_count still 0");
+    ok(nw_park_take_ready(&g_park) == NULL, "event for the freed slot: take_ready still NULL");
+    is(g_park.count, 2, "event for the freed slot: count still 2");
+    is(b.w.registered, 1, "after take: #2 is still registered (left in place)");
+    is(b.w.slot, slot_b, "after take: #2's watch still names its slot");
 }
 
-static void test_one_shot(void)
+static void test_edge(void)
 {
-    diag("one-shot: a taken connection is silent until re-armed");
+    diag("edge-triggered: a connection away being served keeps its watch");
     nw_msec now = nw_now_ms();
-    poke(&b);                       /* more data on top of the unread byte */
-    is(poll_events(0), 0, "taken #2 written again: no event (disarmed)");
-    ok(nw_park_take_ready(&g_park) == NULL, "taken #2 written again: nothing ready");
+    int slot_b = b.w.slot;
+    uint32_t gen_b = b.w.gen;
 
-    /* A stale "not registered" (ADD meets EEXIST) falls back to MOD. */
-    int reg0 = 0;
-    is(nw_park_add(&g_park, b.fd, &b, now + 2000, &reg0), 0,
-       "re-park #2 with a stale registered=0: ADD fails, MOD re-arms it");
-    is(reg0, 1, "... *registered is now 1");
-    is(g_park.count, 3, "... count 3");
-    is(poll_events(1), 1, "re-armed with data pending: reported again");
+    /* #2 is away (taken) with one byte unread and an event pending */
+    is(park_drained(&b, now + 2000), 0, "back to its slot (drained)");
+    is(slot_of(b.fd), slot_b, "... the same slot");
+    is(g_park.gen[slot_b], gen_b, "... under the same generation (no re-registration)");
+    is(g_park.ready_count, 1, "... and ready at once: the pending event");
+    ok(nw_park_take_ready(&g_park) == &b, "take_ready returns #2");
+    drain(b.fd);
+
+    is(park_drained(&b, now + 2000), 0, "back again, nothing pending");
+    is(g_park.gen[slot_b], gen_b, "... still the same generation");
+    is(g_park.ready_count, 0, "... not ready");
+    is(poll_events(0), 0, "... and quiet");
+    poke(&b);
+    is(poll_events(1), 1, "written: an event (the watch was never re-armed)");
+    ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
+    poke(&b);
+    is(poll_events(1), 1, "written while away: an event");
+    is(g_park.pending[slot_b], 1, "... kept as pending");
+    ok(nw_park_take_ready(&g_park) == NULL, "... nothing ready meanwhile");
+    is(park_drained(&b, now + 2000), 0, "back in its slot");
+    ok(nw_park_take_ready(&g_park) == &b, "... ready at once (the pending event)");
+    drain(b.fd);
+
+    /* Not drained: data already there raises no edge of its own, so the
+     * watch is re-armed (MOD) in its slot, which reports it. */
+    poke(&b);
+    poll_events(1);
+    g_park.pending[slot_b] = 0;     /* as if the event had come before the read */
+    is(park(&b, now + 2000), 0, "back, not drained, data unread");
+    is(slot_of(b.fd), slot_b, "... the same slot");
+    ok(g_park.gen[slot_b] == gen_b + 1 && b.w.gen == gen_b + 1, "... re-registered: a new generation");
+    is(poll_events(1), 1, "... and the unread data is reported");
     ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
 
-    is(park(&b, now + 2000), 0, "re-park #2 with registered=1 (MOD)");
-    is(g_park.count, 3, "re-parked: count 3");
-    is(poll_events(1), 1, "re-armed with data pending: reported again");
-    is(g_park.ready_count, 1, "re-armed: ready_count 1");
-    ok(nw_park_take_ready(&g_park) == &b, "re-armed: take_ready returns #2");
+    /* Its slot taken by another meanwhile: a new slot, re-registered with
+     * MOD, which reports the unread byte; the old registration's events
+     * are stale and touch nobody. */
+    uint64_t old_data = slot_data(slot_b);
+    conn y;
+    conn_open(&y);
+    is(park_drained(&y, now + 2000), 0, "another connection parked while #2 is away");
+    is(slot_of(y.fd), slot_b, "... it gets #2's slot (the top of the free stack)");
+    ok(g_park.gen[slot_b] != b.w.gen, "... under a new generation");
+    is(park_drained(&b, now + 2000), 0, "#2 back (drained): its slot is taken");
+    ok(slot_of(b.fd) >= 0 && slot_of(b.fd) != slot_b, "... so it goes to another slot");
+    ok(b.w.slot == slot_of(b.fd) && b.w.gen == g_park.gen[b.w.slot], "... and its watch says so");
+    is(poll_events(1), 1, "... MOD reports its unread byte");
+    ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
+    is(nw_park_event(&g_park, old_data), 1, "an event with #2's old data: claimed");
+    is(g_park.ready_count, 0, "... but the slot's new owner is not made ready");
+    ok(nw_park_take_ready(&g_park) == NULL, "... nothing ready");
+    poke(&y);
+    is(poll_events(1), 1, "the new owner written: its event");
+    ok(nw_park_take_ready(&g_park) == &y, "... take_ready returns it");
+    epoll_ctl(g_epfd, EPOLL_CTL_DEL, y.fd, NULL);
+    conn_close(&y);
     drain(b.fd);
-    is(poll_events(0), 0, "after the second take: quiet");
-    is(g_park.count, 2, "after the second take: count 2");
+
+    /* A stale "not registered" (ADD meets EEXIST) falls back to MOD. */
+    nw_park_watch w0 = { 0, 0, 0 };
+    poke(&b);
+    is(nw_park_add(&g_park, b.fd, &b, now + 2000, 1, &w0), 0,
+       "re-park #2 with a stale registered=0: ADD fails, MOD re-arms it");
+    is(w0.registered, 1, "... registered is now 1");
+    is(g_park.count, 3, "... count 3");
+    is(poll_events(1), 1, "re-armed with data pending: reported");
+    ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
+    b.w = w0;
+    drain(b.fd);
+    is(poll_events(0), 0, "after the take: quiet");
+    is(g_park.count, 2, "after the take: count 2");
 
     /* A stale "registered" (MOD meets ENOENT) falls back to ADD. */
     conn z;
     conn_open(&z);
-    int reg1 = 1;
-    is(nw_park_add(&g_park, z.fd, &z, now + 2000, &reg1), 0,
+    nw_park_watch w1 = { 1, -1, 0 };
+    is(nw_park_add(&g_park, z.fd, &z, now + 2000, 1, &w1), 0,
        "park a new fd with a stale registered=1: MOD fails, ADD watches it");
     poke(&z);
     is(poll_events(1), 1, "... and it is reported");
@@ -323,7 +404,7 @@ static void test_round_robin(void)
     conn d, e;
     conn_open(&d);
     conn_open(&e);
-    /* a and c are parked; b (registered, disarmed) is re-parked with MOD */
+    /* a and c are parked; b (registered, away) is re-parked with MOD */
     is(park(&b, now + 3000), 0, "rr: re-park #2 (MOD)");
     is(park(&d, now + 3001), 0, "rr: park #4");
     is(park(&e, now + 3002), 0, "rr: park #5");
@@ -400,7 +481,7 @@ static void test_expiry(void)
     ok(nw_park_take_expired(&g_park, t + 5, 0) == NULL, "expiry: none expired at t+5");
     ok(nw_park_take_expired(&g_park, t + 9, 0) == NULL, "expiry: none expired at t+9");
     ok(nw_park_take_expired(&g_park, t + 25, 0) == &x[0], "expiry: t+25 gives #1");
-    x[0].reg = 0;
+    x[0].w.registered = 0;
     ok(nw_park_take_expired(&g_park, t + 25, 0) == NULL,
        "expiry: t+25 again: NULL (#2 expired but readable, #3 not expired)");
     is(g_park.count, 4, "expiry: count 4");
@@ -408,11 +489,11 @@ static void test_expiry(void)
 
     ok(nw_park_take_expired(&g_park, t + 30, 0) == &x[2],
        "expiry: a deadline equal to now has passed (#3 at t+30)");
-    x[2].reg = 0;
+    x[2].w.registered = 0;
     ok(nw_park_take_expired(&g_park, t + 1000, 0) == &x[3], "expiry: t+1000 gives #4");
-    x[3].reg = 0;
+    x[3].w.registered = 0;
     ok(nw_park_take_expired(&g_park, t + 1000, 0) == &x[4], "expiry: then #5");
-    x[4].reg = 0;
+    x[4].w.registered = 0;
     ok(nw_park_take_expired(&g_park, t + 1000, 0) == NULL,
        "expiry: then NULL (only readable #2 left)");
     is(g_park.count, 1, "expiry: count 1");
@@ -425,10 +506,10 @@ static void test_expiry(void)
     poke(&x[3]);
     is(poll_events(0), 0, "expiry: written after expiring: no events");
     is(g_other_events, 0, "expiry: ... none at all");
-    int reg = 0;
-    is(nw_park_add(&g_park, x[0].fd, &x[0], t + 2000, &reg), 0,
+    nw_park_watch w0 = { 0, 0, 0 };
+    is(nw_park_add(&g_park, x[0].fd, &x[0], t + 2000, 1, &w0), 0,
        "expiry: re-park #1 with registered=0 (ADD) works: it had been removed");
-    x[0].reg = reg;
+    x[0].w = w0;
     is(park(&x[2], t + 2001), 0, "expiry: re-park #3 with ADD works too");
     is(poll_events(2), 2, "expiry: both re-added, data pending: two events");
 
@@ -489,7 +570,7 @@ static void test_everything(void)
             seen[got - x]++;
         else
             strays++;
-        got->reg = 0;
+        got->w.registered = 0;
     }
     is(n, N, "everything: returns as many as parked");
     is(strays, 0, "everything: only parked items");
@@ -539,11 +620,11 @@ static void test_full(void)
 
     conn_open(&extra);
     is(park(&extra, t + 5000), -1, "full: one more add is refused");
-    is(extra.reg, 0, "full: ... *registered (0) left alone");
-    int reg1 = 1;
-    is(nw_park_add(&g_park, extra.fd, &extra, t + 5000, &reg1), -1,
+    is(extra.w.registered, 0, "full: ... the watch (not registered) left alone");
+    nw_park_watch w1 = { 1, 3, 99 };
+    is(nw_park_add(&g_park, extra.fd, &extra, t + 5000, 1, &w1), -1,
        "full: refused with registered=1 too");
-    is(reg1, 1, "full: ... *registered (1) left alone");
+    ok(w1.registered == 1 && w1.slot == 3 && w1.gen == 99, "full: ... the watch (registered) left alone");
     is(g_park.count, NW_MAX_PARKED, "full: count unchanged");
     is(slot_of(extra.fd), -1, "full: the extra fd is not parked");
 
@@ -554,12 +635,12 @@ static void test_full(void)
     ok(nw_park_take_ready(&g_park) == &m[100], "full: take_ready gives it");
     drain(m[100].fd);
     is(park(&extra, t + 5000), 0, "full: after a take, the extra one can be ADDed");
-    is(extra.reg, 1, "full: ... registered set");
+    is(extra.w.registered, 1, "full: ... registered set");
     is(slot_of(extra.fd), slot, "full: ... into the slot just freed");
     is(park(&m[100], t + 5001), -1, "full again: the taken one cannot come back");
 
     ok(nw_park_take_expired(&g_park, t + 1000, 0) == &m[0], "full: the oldest expires");
-    m[0].reg = 0;
+    m[0].w.registered = 0;
     is(park(&m[100], t + 5001), 0, "full: after an expiry, re-park (MOD) works");
     is(g_park.count, NW_MAX_PARKED, "full: count NW_MAX_PARKED again");
 
@@ -567,7 +648,7 @@ static void test_full(void)
     poke(&m[5]);
     is(poll_events(1), 1, "full: one more readable");
     ok(nw_park_take_expired(&g_park, t + 1000 + 10, 0) == &m[1], "full: expiry order: #2");
-    m[1].reg = 0;
+    m[1].w.registered = 0;
     int in_order = 1;
     for (int k = 2; k <= 10; k++) {
         if (k == 5)
@@ -575,7 +656,7 @@ static void test_full(void)
         conn *got = nw_park_take_expired(&g_park, t + 1000 + 10, 0);
         in_order &= got == &m[k];
         if (got)
-            got->reg = 0;
+            got->w.registered = 0;
     }
     ok(in_order, "full: then #3..#11 in order, readable #6 skipped");
     ok(nw_park_take_expired(&g_park, t + 1000 + 10, 0) == NULL, "full: then none expired");
@@ -637,7 +718,7 @@ int main(void)
     test_empty();
     test_event_filter();
     test_add_take_ready();
-    test_one_shot();
+    test_edge();
     test_round_robin();
     test_expiry();
     test_nearest();
