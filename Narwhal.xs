@@ -82,6 +82,7 @@ static struct { const char *name; I32 len; U32 hash; } keys[K_COUNT] = {
     { "psgix.io", 8, 0 },
 };
 static HV *input_stash;
+static U32 harakiri_commit_hash;
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
 
 static void env_put(pTHX_ HV *env, int k, SV *val)
@@ -113,6 +114,7 @@ static void config_from_hash(pTHX_ HV *hv, nw_conn_config *cfg)
     cfg->read_timeout = hv_num(aTHX_ hv, "read_timeout", NW_DEFAULT_READ_TIMEOUT);
     cfg->keepalive_timeout = hv_num(aTHX_ hv, "keepalive_timeout",
                                     NW_DEFAULT_KEEPALIVE_TIMEOUT);
+    cfg->max_keepalive_reqs = hv_num(aTHX_ hv, "max_keepalive_reqs", 0);
 }
 
 /* psgix.io costs a dup and PerlIO's probes (nine system calls), so it is
@@ -323,18 +325,26 @@ static void env_recycler_unref(pTHX_ env_recycler *r)
 
 /* A value Narwhal may write into: nobody else holds it and nothing is
  * attached to it. */
-static int env_value_reusable(pTHX_ SV *v)
+__attribute__((always_inline)) static inline int env_value_reusable(pTHX_ SV *v)
 {
-    return SvREFCNT(v) == 1 && !SvMAGICAL(v) && !SvREADONLY(v) && !SvWEAKREF(v)
-        && !SvOBJECT(v) && (SvTYPE(v) <= SVt_PVMG || (isGV_with_GP(v) && SvFAKE(v)))
-        && !(SvTYPE(v) >= SVt_PV && !isGV_with_GP(v) && SvLEN(v) > ENV_BIG_BYTES);
+    /* the same test as a few flag masks (it runs ~25 times a request):
+     * refcount 1, not magical, read-only, blessed or a weak reference; a
+     * scalar up to PVMG with at most ENV_BIG_BYTES of buffer, or a fake glob */
+    U32 f = SvFLAGS(v);
+    if (SvREFCNT(v) != 1
+        || (f & (SVs_GMG | SVs_SMG | SVs_RMG | SVf_READONLY | SVf_PROTECT | SVs_OBJECT))
+        || (f & (SVf_ROK | SVprv_WEAKREF)) == (SVf_ROK | SVprv_WEAKREF))
+        return 0;
+    if ((f & SVTYPEMASK) <= SVt_PVMG)
+        return (f & SVTYPEMASK) < SVt_PV || SvLEN(v) <= ENV_BIG_BYTES;
+    return isGV_with_GP(v) && SvFAKE(v);
 }
 
 #define ENV_VALUE_FLAGS (SVf_IOK | SVf_NOK | SVf_POK | SVf_ROK | SVp_IOK | SVp_NOK \
                          | SVp_POK | SVf_UTF8 | SVf_IVisUV)
 
 /* Whether v still holds the template value t (then it is left as it is). */
-static int env_same_value(pTHX_ SV *v, SV *t)
+__attribute__((always_inline)) static inline int env_same_value(pTHX_ SV *v, SV *t)
 {
     if (isGV_with_GP(t))
         return isGV_with_GP(v) && GvGP(v) == GvGP(t);
@@ -343,7 +353,8 @@ static int env_same_value(pTHX_ SV *v, SV *t)
         return 0;
     if (SvROK(t))
         return SvRV(v) == SvRV(t);
-    if (SvPOK(t) && (SvCUR(v) != SvCUR(t) || memNE(SvPVX(v), SvPVX(t), SvCUR(t))))
+    if (SvPOK(t) && (SvCUR(v) != SvCUR(t)    /* a shared (COW) buffer is equal */
+                     || (SvPVX(v) != SvPVX(t) && memNE(SvPVX(v), SvPVX(t), SvCUR(t)))))
         return 0;
     if (SvIOK(t) && SvIVX(v) != SvIVX(t))
         return 0;
@@ -466,6 +477,13 @@ static void env_recycle(pTHX_ env_recycler *r, HV *env)
 /* Write bytes into a reused scalar: a plain byte string whatever it was. */
 static char *env_bytes(pTHX_ SV *sv, STRLEN len)
 {
+    /* a plain string scalar with room (the usual spare value):
+     * no sv_setpvn round trip */
+    if (SvTYPE(sv) >= SVt_PV && SvTYPE(sv) <= SVt_PVMG && SvLEN(sv) > len
+        && !(SvFLAGS(sv) & (SVf_THINKFIRST | SVs_GMG | SVs_SMG | SVs_RMG | SVf_OOK))) {
+        (void)SvPOK_only(sv);       /* also clears UTF8, IOK, NOK */
+        return SvPVX(sv);
+    }
     sv_setpvn(sv, "", 0);
     SvUTF8_off(sv);
     return SvGROW(sv, len + 1);
@@ -805,10 +823,14 @@ static void env_headers(pTHX_ HV *env, const nw_request *req, env_recycler *stal
         if (!key)
             Newx(key, h->name_len + 5, char);
         size_t klen = env_key_for(h, key);
-        SV **old = hv_fetch(env, key, (I32)klen, 0);
-        int s = stale && old ? stale->nstale - 1 : -1;
-        while (s >= 0 && &HeVAL(stale->stale[s]) != old)
+        /* last request's entry for this header, found by its
+         * key's bytes (what hv_fetch would find: keys are unique and the
+         * stale ones are plain byte keys), saving the hash and lookup */
+        int s = stale ? stale->nstale - 1 : -1;
+        while (s >= 0 && !(HeKLEN(stale->stale[s]) == (I32)klen
+                           && memEQ(HeKEY(stale->stale[s]), key, klen)))
             s--;
+        SV **old = s >= 0 ? &HeVAL(stale->stale[s]) : hv_fetch(env, key, (I32)klen, 0);
         if (s >= 0) {
             env_set(aTHX_ *old, h->value, h->value_len);
             stale->stale[s] = stale->stale[--stale->nstale];
@@ -877,8 +899,11 @@ static HV *env_from_spare(pTHX_ nw_xs_conn *xc, SV *self_rv)
     SvCUR_set(f[K_PATH_INFO], path_len);
     env_set(aTHX_ f[K_QUERY_STRING], r->query ? r->query : "", r->query ? r->query_len : 0);
     env_set(aTHX_ f[K_SERVER_PROTOCOL], r->minor_version ? "HTTP/1.1" : "HTTP/1.0", 8);
-    sv_setsv(f[K_REMOTE_ADDR], xc->remote_addr);
-    sv_setsv(f[K_REMOTE_PORT], xc->remote_port);
+    /* usually the same connection as last time: no copy */
+    if (!env_same_value(aTHX_ f[K_REMOTE_ADDR], xc->remote_addr))
+        sv_setsv(f[K_REMOTE_ADDR], xc->remote_addr);
+    if (!env_same_value(aTHX_ f[K_REMOTE_PORT], xc->remote_port))
+        sv_setsv(f[K_REMOTE_PORT], xc->remote_port);
     SV *handlers = f[K_CLEANUP_HANDLERS];
     if (!SvROK(handlers) || SvTYPE(SvRV(handlers)) != SVt_PVAV) {
         SV *rv = newRV_noinc((SV *)newAV());
@@ -978,7 +1003,10 @@ static int start_head(pTHX_ nw_conn *c, int status, SV *headers_rv,
         c->out.len = 0;
         return -1;
     }
-    int ka = may_keep_alive && c->framing.keep_alive;
+    /* --max-keepalive-reqs is checked here rather than by the
+     * worker calling Narwhal::Conn::requests before every response */
+    int ka = may_keep_alive && c->framing.keep_alive
+             && (c->cfg.max_keepalive_reqs <= 0 || c->requests < c->cfg.max_keepalive_reqs);
     int f = nw_head_finish(&c->out, &seen, c->req.minor_version, status,
                            c->is_head_method, known_length, &ka);
     if (f < 0) {
@@ -1010,6 +1038,58 @@ static int pieces_from_av(pTHX_ AV *body, struct iovec *v, int64_t *total)
         k++;
     }
     return k;
+}
+
+/* An array body's response in one writev: head, then the pieces. */
+static int write_array_response(pTHX_ nw_xs_conn *self, int status, SV *headers, AV *body,
+                                int may_keep_alive)
+{
+    struct iovec small[SMALL_PIECES], *v = small;
+    SSize_t n = av_len(body) + 1;
+    int64_t total;
+    int ret = -1;
+    if (n > SMALL_PIECES)
+        Newx(v, n, struct iovec);
+    int k = pieces_from_av(aTHX_ body, v, &total);
+    if (start_head(aTHX_ self->c, status, headers, total, may_keep_alive) >= 0) {
+        nw_conn_write_body(self->c, v, k);
+        ret = nw_conn_end_body(self->c);
+    }
+    if (v != small)
+        Safefree(v);
+    return ret;
+}
+
+/* Whether the end of a request must go through the worker's
+ * _after_response (cleanup handlers, psgix.harakiri.commit), or might: 1
+ * unless env is a plain hash whose handlers are a plain empty array (or
+ * not an array) and which has no psgix.harakiri.commit. Anything unusual
+ * (tied, locked, magical values) answers 1, and the worker then decides
+ * in Perl, inside its eval, as it always did. */
+static int env_needs_after(pTHX_ SV *env_rv)
+{
+    if (!SvROK(env_rv) || SvTYPE(SvRV(env_rv)) != SVt_PVHV)
+        return 1;
+    HV *env = (HV *)SvRV(env_rv);
+    if (SvMAGICAL(env) || SvREADONLY(env))
+        return 1;
+    if (hv_common(env, NULL, "psgix.harakiri.commit", 21, 0, HV_FETCH_ISEXISTS, NULL,
+                  harakiri_commit_hash))
+        return 1;
+    SV **h = (SV **)hv_common(env, NULL, keys[K_CLEANUP_HANDLERS].name,
+                              (STRLEN)keys[K_CLEANUP_HANDLERS].len, 0, HV_FETCH_JUST_SV, NULL,
+                              keys[K_CLEANUP_HANDLERS].hash);
+    if (!h)
+        return 0;
+    SV *hv = *h;
+    if (SvMAGICAL(hv))
+        return 1;
+    if (!SvROK(hv))
+        return 0;
+    AV *av = (AV *)SvRV(hv);
+    if (SvTYPE(av) != SVt_PVAV || SvOBJECT(av))
+        return 0;                   /* ref $h ne 'ARRAY' */
+    return SvMAGICAL(av) || AvFILLp(av) >= 0;
 }
 
 MODULE = Narwhal    PACKAGE = Narwhal::Acceptor
@@ -1222,19 +1302,28 @@ write_response(self, status, headers, body, may_keep_alive)
     AV *body
     int may_keep_alive
   CODE:
-    struct iovec small[SMALL_PIECES], *v = small;
-    SSize_t n = av_len(body) + 1;
-    int64_t total;
-    if (n > SMALL_PIECES)
-        Newx(v, n, struct iovec);
-    int k = pieces_from_av(aTHX_ body, v, &total);
-    RETVAL = -1;
-    if (start_head(aTHX_ self->c, status, headers, total, may_keep_alive) >= 0) {
-        nw_conn_write_body(self->c, v, k);
-        RETVAL = nw_conn_end_body(self->c);
-    }
-    if (v != small)
-        Safefree(v);
+    RETVAL = write_array_response(aTHX_ self, status, headers, body, may_keep_alive);
+  OUTPUT:
+    RETVAL
+
+int
+write_common_response(self, res, may_keep_alive)
+    nw_xs_conn *self
+    SV *res
+    int may_keep_alive
+  CODE:
+    /* The worker's common case in one call: res is
+     * [status, headers, [pieces]] (plain arrays). Returns -2, having done
+     * nothing, for any other shape (the worker's respond() handles it),
+     * else what write_response returns. */
+    AV *av, *body;
+    SV **e;
+    RETVAL = -2;
+    if (SvROK(res) && SvTYPE(av = (AV *)SvRV(res)) == SVt_PVAV && !SvOBJECT(av)
+        && !SvMAGICAL(av) && AvFILLp(av) == 2 && (e = AvARRAY(av)) && e[0] && e[1] && e[2]
+        && !SvGMAGICAL(e[2]) && SvROK(e[2])
+        && SvTYPE(body = (AV *)SvRV(e[2])) == SVt_PVAV && !SvOBJECT(body))
+        RETVAL = write_array_response(aTHX_ self, (int)SvIV(e[0]), e[1], body, may_keep_alive);
   OUTPUT:
     RETVAL
 
@@ -1318,6 +1407,14 @@ finish_request(self, env = NULL)
     if (env && SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
         env_recycle(aTHX_ self->env, (HV *)SvRV(env));
 
+int
+needs_after(env)
+    SV *env
+  CODE:
+    RETVAL = env_needs_after(aTHX_ env);
+  OUTPUT:
+    RETVAL
+
 void
 recycle_env(self, env)
     nw_xs_conn *self
@@ -1347,14 +1444,6 @@ fd(self)
     nw_xs_conn *self
   CODE:
     RETVAL = self->c->fd;
-  OUTPUT:
-    RETVAL
-
-unsigned
-requests(self)
-    nw_xs_conn *self
-  CODE:
-    RETVAL = self->c->requests;
   OUTPUT:
     RETVAL
 
@@ -1431,3 +1520,4 @@ BOOT:
     input_stash = gv_stashpvs("Narwhal::Input", GV_ADD);
     conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
     acceptor_stash = gv_stashpvs("Narwhal::Acceptor", GV_ADD);
+    PERL_HASH(harakiri_commit_hash, "psgix.harakiri.commit", 21);

@@ -19,6 +19,7 @@ typedef struct {
     double timeout;             /* one read or write making no progress */
     double read_timeout;        /* a whole request head, from its first byte */
     double keepalive_timeout;   /* between requests */
+    double max_keepalive_reqs;  /* no keep-alive once this many requests were read; 0: no limit */
 } nw_conn_config;
 
 /* Results of nw_conn_read_head and nw_conn_read_body. */

@@ -40,16 +40,24 @@ sub run {
         $self->{options}, $self->{from_manager} // -1, $self->{to_manager} // -1,
     );
     $self->{managed} = $acceptor->has_manager && $self->{keepalive};
-    my $serve = $self->_make_serve;
     my $master = getppid();
-    while (!$self->{stopping}) {
+    my $serve = $self->_make_serve($master);
+    # $self->{conn} (for psgix.informational) and the flags tested on every
+    # request are used through references to their hash slots: cheaper
+    # than hash lookups, and the signal handlers, which set
+    # $self->{stopping} and $self->{closing}, write the same scalars.
+    my $conn_slot = \$self->{conn};
+    my ($stopping, $served, $limit) = (\$self->{stopping}, \$self->{served}, $self->{limit});
+    while (!$$stopping) {
         my $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
         if (!$conn) {
             $self->{stopping} = $self->{closing} = 1 if getppid() != $master;   # orphaned: leave
             next;
         }
+        $$conn_slot = $conn;
         $serve->($conn);
-        $self->{stopping} = 1 if $self->{limit} && $self->{served} >= $self->{limit};
+        $$conn_slot = undef;
+        $$stopping = 1 if $limit && $$served >= $limit;
     }
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
@@ -123,17 +131,17 @@ sub _env_template {
 # requests: it runs once per request, so it calls the C side as plain
 # functions and keeps its state in lexicals rather than in $self.
 sub _make_serve {
-    my ($self) = @_;
+    my ($self, $master) = @_;
     my $acceptor = $self->{acceptor};
     my $app = $self->{app};
     my $managed = $self->{managed};
     my $keepalive = $self->{keepalive};
     my $quantum = $self->{options}{worker_quantum};
-    my $max_keepalive = $self->{options}{max_keepalive_reqs};
     my $limit = $self->{limit};
+    my ($stopping, $closing, $served) = (\$self->{stopping}, \$self->{closing}, \$self->{served});
+    my $conn_slot = \$self->{conn};
     return sub {
         my ($conn) = @_;
-        local $self->{conn} = $conn;
         my $turn = 0;
         my $tick = $managed ? 0 : WAIT_TICK;
         while (1) {
@@ -142,7 +150,7 @@ sub _make_serve {
                 if ($env == 0) {    # nothing (more) arrived yet
                     return if $managed && $acceptor->park($conn);
                     $tick = WAIT_TICK;    # the manager is not taking it: wait here
-                    next unless $self->{stopping};
+                    next unless $$stopping;
                     $conn->close_gently;
                 }
                 return;
@@ -151,30 +159,30 @@ sub _make_serve {
             _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
             # With a manager, a worker that is about to leave (recycled,
             # retired) still keeps the connection alive: the manager takes it over.
-            my $may_keep = $keepalive && Narwhal::Conn::requests($conn) < $max_keepalive
-                && ($managed ? !$self->{closing}
-                             : !$self->{stopping} && !($limit && $self->{served} + 1 >= $limit));
+            # (--max-keepalive-reqs is applied by the C side.)
+            my $may_keep = $keepalive
+                && ($managed ? !$$closing
+                             : !$$stopping && !($limit && $$served + 1 >= $limit));
             my $res = eval { $app->($env) };
-            my $kept;
-            if (ref $res eq 'ARRAY' && @$res == 3 && ref $res->[2] eq 'ARRAY') {
-                # the common case, straight to C
-                $kept = Narwhal::Conn::write_response($conn, @$res, $may_keep);
-                $kept = $self->respond($conn, $env, $res, $may_keep) if $kept < 0;
-            } else {
-                $kept = $self->respond($conn, $env, $res, $may_keep, $@);
-            }
+            # The common case, [status, headers, [pieces]], goes straight to
+            # C, which checks the shape; any other shape (-2) or invalid
+            # headers (-1) go through respond.
+            my $kept = Narwhal::Conn::write_common_response($conn, $res, $may_keep);
+            $kept = $self->respond($conn, $env, $res, $may_keep, $@) if $kept < 0;
             undef $res;    # the response goes first, as it always did (and stops holding $env)
-            $self->{served}++;
+            $$served++;
             # Inside an eval: the app may have locked $env, tied its values
             # or deleted the handlers, and none of that may stop the worker.
             # No reference to the handlers' array may outlive this, or the
-            # $env clean could not empty it for reuse.
+            # $env clean could not empty it for reuse. C answers first
+            # whether there may be anything to do: nothing, usually.
             eval {
                 $self->_after_response($env)
                     if (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
                        || exists $env->{'psgix.harakiri.commit'};
                 1;
-            } or _log_error($env, "after the response: $@");
+            } or _log_error($env, "after the response: $@")
+                if Narwhal::Conn::needs_after($env);
             # $env goes back to the C side to be cleaned for the next
             # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
             if (!$kept) {
@@ -183,11 +191,26 @@ sub _make_serve {
             }
             Narwhal::Conn::finish_request($conn, $env);
             return $self->_let_go($conn)
-                if $self->{stopping} || ($limit && $self->{served} >= $limit);
+                if $$stopping || ($limit && $$served >= $limit);
             next unless $managed;
             # A client that waits for each response has not sent its next
             # request yet: park the connection now rather than try a read first.
-            return if Narwhal::Acceptor::park_idle($acceptor, $conn);
+            if (Narwhal::Acceptor::park_idle($acceptor, $conn)) {
+                # Take the next connection here, as run's loop would (the
+                # worker is not stopping and is under its limit, checked
+                # just above), rather than return to it: no sub call per
+                # request. The parked connection is let go first.
+                $$conn_slot = $conn = undef;
+                $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
+                if (!$conn) {
+                    $$stopping = $$closing = 1 if getppid() != $master;   # orphaned: leave
+                    return;
+                }
+                $$conn_slot = $conn;
+                $turn = 0;
+                $tick = 0;    # as for any connection when managed
+                next;
+            }
             if (++$turn >= $quantum) {    # pipelined requests: serve a few, then let others in
                 $turn = 0;
                 return if $acceptor->others_waiting && $acceptor->park($conn);
