@@ -283,8 +283,10 @@ sub walk {
         if ($rt eq 'SCALAR' || $rt eq 'REF' || $rt eq 'VSTRING' || $rt eq 'LVALUE' || $rt eq 'GLOB') {
             my $b = B::svref_2object($r);
             if ($b->FLAGS & (B::SVs_GMG | B::SVs_SMG | B::SVs_RMG) && $b->can('MAGIC')) {
-                for my $mg ($b->MAGIC) {      # a tie's object, also on a glob-valued scalar
-                    next unless $mg->TYPE eq 'q';
+                # a tie's object, also on a glob-valued scalar ('q'); a kept element of
+                # a tied hash or array ('p', \$h{k}) holds its aggregate's tie object
+                for my $mg ($b->MAGIC) {
+                    next unless $mg->TYPE eq 'q' || $mg->TYPE eq 'p';
                     my $o = eval { $mg->OBJ->object_2svref };
                     push @todo, $o if $o;
                 }
