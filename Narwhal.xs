@@ -63,6 +63,7 @@ typedef struct {
     SV *io;             /* psgix.io, made the first time an app looks */
     nw_msec started;    /* when the current request's head was complete */
     nw_park_watch watch; /* its registration in the acceptor's epoll set (see park) */
+    int peer_closed;    /* its peer's FIN was reported while parked (see park) */
 } nw_xs_conn;
 
 /* $env keys whose hashes are computed once. */
@@ -676,22 +677,28 @@ static void park_expire(pTHX_ nw_xs_acceptor *a, nw_msec now, int everything)
 }
 
 /* Wait up to timeout_ms for events and note which parked connections
- * became readable. Returns epoll_wait's count. */
+ * became readable. Returns how many events were work for this worker (a
+ * listener, the queue, a parked connection now readable; not an event for
+ * a connection away being served), or -1 with errno. */
 static int poll_events(nw_xs_acceptor *a, int timeout_ms)
 {
     struct epoll_event ev[EVENTS_MAX];
     int n = epoll_wait(a->epfd, ev, EVENTS_MAX, timeout_ms);
+    int ready_before = a->park.ready_count, sources = 0;
     for (int k = 0; k < n; k++) {
         uint64_t data = ev[k].data.u64;
-        if (data < MAX_LISTENERS)
+        if (data < MAX_LISTENERS) {
             a->listener_ready |= (uint64_t)1 << data;
-        else if (data == FROM_MANAGER_EVENT)
+            sources++;
+        } else if (data == FROM_MANAGER_EVENT) {
             a->queue_ready = 1;
-        else
-            nw_park_event(&a->park, data);
+            sources++;
+        } else {
+            nw_park_event(&a->park, data, ev[k].events);
+        }
     }
     a->last_poll = nw_now_ms();
-    return n;
+    return n < 0 ? -1 : sources + (a->park.ready_count - ready_before);
 }
 
 /* Whether a listener or the to-workers queue may have something. */
@@ -756,13 +763,25 @@ static int park(pTHX_ nw_xs_acceptor *a, SV *conn_sv, nw_xs_conn *xc)
     if (a->park_ms <= 0 || now < a->no_park_until || xc->c->in.len > 0 || xc->c->fd < 0)
         return 0;
     SV *sv = newSVsv(conn_sv);
-    /* psgix.io may have read from the socket behind our back */
-    int drained = xc->c->drained && !xc->io;
+    /* Not drained if psgix.io may have read from the socket behind our
+     * back, or if a FIN came with the last bytes (it raised no edge of
+     * its own): then the watch is re-armed, which reports it. */
+    int drained = xc->c->drained && !xc->peer_closed && !xc->io;
     if (nw_park_add(&a->park, xc->c->fd, sv, now + a->park_ms, drained, &xc->watch) < 0) {
         SvREFCNT_dec(sv);
         return 0;
     }
     return 1;
+}
+
+/* A readable parked connection, or NULL. */
+static SV *take_parked(nw_xs_acceptor *a)
+{
+    int hangup;
+    SV *sv = (SV *)nw_park_take_ready(&a->park, &hangup);
+    if (sv && hangup)
+        xs_conn_of(sv)->peer_closed = 1;
+    return sv;
 }
 
 static SV *conn_sv(pTHX_ nw_xs_conn *xc)
@@ -779,7 +798,7 @@ static SV *next_ready(pTHX_ nw_xs_acceptor *a)
     nw_xs_conn *xc;
     if (a->park.ready_count && !a->took_parked) {
         a->took_parked = 1;
-        return (SV *)nw_park_take_ready(&a->park);
+        return take_parked(a);
     }
     /* The listeners' and the queue's turn, but epoll has not reported
      * them lately: ask it again (one call for all of them), at most once
@@ -791,7 +810,7 @@ static SV *next_ready(pTHX_ nw_xs_acceptor *a)
         return conn_sv(aTHX_ xc);
     }
     a->took_parked = 1;
-    return (SV *)nw_park_take_ready(&a->park);
+    return take_parked(a);
 }
 
 /* "Content-Type" -> CONTENT_TYPE, others -> HTTP_UPPER_NAME. */
@@ -1230,8 +1249,9 @@ int
 others_waiting(self)
     nw_xs_acceptor *self
   CODE:
-    /* through poll_events: a parked connection's one-shot event must be
-     * noted, or it would be lost */
+    /* through poll_events, which notes the parked connections' events
+     * (they would be lost otherwise) and does not count this
+     * connection's own */
     RETVAL = self->park.ready_count || poll_events(self, 0) > 0;
   OUTPUT:
     RETVAL

@@ -40,6 +40,7 @@ static int watch_slot(nw_park *p, int i, int fd, int registered)
 {
     p->gen[i]++;
     p->pending[i] = 0;
+    p->hangup[i] = 0;
     struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLET,
                               .data.u64 = (uint64_t)p->gen[i] << 32 | (p->event_base + (uint32_t)i) };
     int op = registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
@@ -91,7 +92,7 @@ int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int drained, nw_p
     return 0;
 }
 
-int nw_park_event(nw_park *p, uint64_t data)
+int nw_park_event(nw_park *p, uint64_t data, uint32_t events)
 {
     uint32_t low = (uint32_t)data, gen = (uint32_t)(data >> 32);
     if (low < p->event_base || low >= p->event_base + NW_MAX_PARKED)
@@ -99,6 +100,8 @@ int nw_park_event(nw_park *p, uint64_t data)
     int i = (int)(low - p->event_base);
     if (gen != p->gen[i])
         return 1;                   /* a connection that has moved on */
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        p->hangup[i] = 1;
     if (!p->item[i])
         p->pending[i] = 1;          /* away being served: for when it is back */
     else if (!p->ready[i]) {
@@ -129,6 +132,7 @@ static void *take_slot(nw_park *p, int i, int unwatch)
         p->ready_count--;
     p->ready[i] = 0;
     p->pending[i] = 0;
+    p->hangup[i] = 0;
     p->item[i] = NULL;
     p->fd[i] = -1;
     p->free_pos[i] = p->nfree;
@@ -137,8 +141,9 @@ static void *take_slot(nw_park *p, int i, int unwatch)
     return item;
 }
 
-void *nw_park_take_ready(nw_park *p)
+void *nw_park_take_ready(nw_park *p, int *hangup)
 {
+    *hangup = 0;
     if (p->ready_count == 0)
         return NULL;
     const unsigned char *r = memchr(p->ready + p->cursor, 1, NW_MAX_PARKED - p->cursor);
@@ -148,6 +153,7 @@ void *nw_park_take_ready(nw_park *p)
         return NULL;
     int i = (int)(r - p->ready);
     p->cursor = (i + 1) % NW_MAX_PARKED;
+    *hangup = p->hangup[i];
     return take_slot(p, i, 0);
 }
 

@@ -41,6 +41,8 @@ typedef struct {
     uint32_t gen[NW_MAX_PARKED];        /* bumped when a slot gets a new registration */
     unsigned char ready[NW_MAX_PARKED]; /* 1: readable (its next request is arriving) */
     unsigned char pending[NW_MAX_PARKED]; /* free slot: its last connection got an event */
+    unsigned char hangup[NW_MAX_PARKED];  /* the peer's FIN (or an error) was among the
+                                           * events since the connection was taken */
 } nw_park;
 
 void nw_park_init(nw_park *p, int epfd, uint32_t event_base);
@@ -58,14 +60,17 @@ void nw_park_init(nw_park *p, int epfd, uint32_t event_base);
  * -1 when the set is full or epoll refuses the fd. */
 int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int drained, nw_park_watch *w);
 
-/* Note an epoll event (its 64-bit data). Returns 1 when it was for a
- * parked connection's slot, current or stale. */
-int nw_park_event(nw_park *p, uint64_t data);
+/* Note an epoll event (its 64-bit data and its event bits). Returns 1
+ * when it was for a parked connection's slot, current or stale. */
+int nw_park_event(nw_park *p, uint64_t data, uint32_t events);
 
 /* Take a readable connection out of the set (round robin over the slots).
  * It stays registered: its slot is free but keeps its generation, so the
- * connection can come back to it. Returns its item, or NULL. */
-void *nw_park_take_ready(nw_park *p);
+ * connection can come back to it. *hangup is set to whether the peer's FIN
+ * (or an error) was reported: a FIN that came with the last bytes raised
+ * no edge of its own, so the caller must not count that connection as
+ * drained after reading them. Returns its item, or NULL. */
+void *nw_park_take_ready(nw_park *p, int *hangup);
 
 /* Take the oldest connection whose deadline has passed and that is not
  * readable, or any connection at all with everything. Its fd leaves the

@@ -2,6 +2,7 @@ use strict;
 use warnings;
 use Test::More;
 use Time::HiRes ();
+use IO::Select ();
 use lib 't/lib';
 use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until);
 
@@ -137,6 +138,84 @@ subtest 'a request left in the socket behind a body' => sub {
     like($r3 && $r3->{body}, qr{path=/d3}, 'the request behind it answered');
     ok($took < 1.5, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
     ok(read_response($a, 5), 'the other client answered too');
+};
+
+subtest 'a FIN that comes with the last request' => sub {
+    # The client sends its last request and shuts down its side at once
+    # (nc -N does): one edge for both, and the read that takes the request
+    # is short. The FIN must still be seen at once, not after the wait.
+    my $srv = server('--keepalive-wait' => 3);
+    my $c = raw_connect($srv->port);
+    request_on($c, '/c1');                          # c is parked
+    my $d = raw_connect($srv->port);
+    syswrite($d, "GET /sleep/0.03 HTTP/1.1\r\n$H\r\n");   # keeps the only worker busy
+    Time::HiRes::sleep(0.01);
+    syswrite($c, "GET /c2 HTTP/1.1\r\n$H\r\n");
+    shutdown($c, 1);                                # request and FIN together
+    my $r = read_response($c, 5);
+    like($r && $r->{body}, qr{path=/c2}, 'the last request answered');
+    my $t0 = Time::HiRes::time();
+    is(read_until_close($c, 10), '', 'then the server closes');
+    my $took = Time::HiRes::time() - $t0;
+    ok($took < 1, sprintf('promptly after the client closed (%.3fs), not after --keepalive-wait', $took));
+    ok(read_response($d, 5), 'the other client answered');
+};
+
+subtest 'a lone pipelining client is not counted as others waiting' => sub {
+    # After --worker-quantum pipelined requests the worker lets others in
+    # only when others wait; the served connection's own new bytes are not
+    # others. A hand-off would show in the manager's counts.
+    my $srv = server('--keepalive-wait' => 3, '--worker-quantum' => 2);
+    my $c = raw_connect($srv->port);
+    request_on($c, '/c1');
+    Time::HiRes::sleep(0.05);
+    syswrite($c, "GET /sleep/0.03 HTTP/1.1\r\n$H\r\nGET /a HTTP/1.1\r\n$H\r\nGET /b HTTP/1.1\r\n$H\r\n");
+    Time::HiRes::sleep(0.01);
+    syswrite($c, "GET /d HTTP/1.1\r\n$H\r\n");     # arrives while /sleep runs
+    my @r = map { read_response($c, 5) } 1 .. 4;
+    is(scalar(grep { $_ && $_->{status} == 200 } @r), 4, 'all four answered');
+    Time::HiRes::sleep(1.5);    # a fresh manager count
+    my $before = length $srv->log_text;
+    kill USR2 => $srv->pid;
+    my $line;
+    wait_until(sub { ($line) = substr($srv->log_text, $before) =~ /(manager .*received=\d+.*)/; $line }, 5);
+    my ($received) = ($line // '') =~ /received=(\d+)/;
+    is($received, 0, 'never handed to the manager') or diag($line // 'no manager counts');
+};
+
+subtest 'a connection let go is gone while the worker serves others' => sub {
+    # The worker goes on from one connection to the next; nothing may keep
+    # a connection it handed off alive meanwhile: here, the socket dup that
+    # psgix.io made must close when the manager closes the connection.
+    my $io_app = <<'APP';
+sub {
+    my $env = shift;
+    my $io = $env->{'psgix.io'} if $env->{PATH_INFO} eq '/io';   # just a look
+    [200, ['Content-Type' => 'text/plain'], ["path=$env->{PATH_INFO}"]];
+}
+APP
+    my $srv = spawn_server(app => $io_app, args => [ '--max-workers' => 1, '--keepalive-timeout' => 1,
+                                                     '--keepalive-wait' => 0.2 ]);
+    my $x = raw_connect($srv->port);
+    syswrite($x, "GET /io HTTP/1.1\r\n$H\r\n");
+    ok(read_response($x, 5), 'a request that looked at psgix.io');
+    my $y = raw_connect($srv->port);
+    my $t0 = Time::HiRes::time();
+    my ($closed_at, $served) = (undef, 0);
+    my $sel = IO::Select->new($x);
+    while (Time::HiRes::time() - $t0 < 3.5) {     # another client keeps the worker busy
+        syswrite($y, "GET /y HTTP/1.1\r\n$H\r\n");
+        $served++ if read_response($y, 5);
+        if (!defined $closed_at && $sel->can_read(0.1)) {
+            my $n = sysread($x, my $buf, 4096);
+            $closed_at = Time::HiRes::time() - $t0 if defined $n && $n == 0;
+        }
+        last if defined $closed_at;
+    }
+    ok($served > 3, "the other client was served ($served requests)");
+    ok(defined $closed_at && $closed_at < 2.5,
+       sprintf('closed by the keep-alive timeout (%s)',
+               defined $closed_at ? sprintf('%.2fs', $closed_at) : 'still open after 3.5s'));
 };
 
 subtest 'a slow request pauses parking' => sub {

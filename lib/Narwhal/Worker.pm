@@ -141,7 +141,11 @@ sub _make_serve {
     my ($stopping, $closing, $served) = (\$self->{stopping}, \$self->{closing}, \$self->{served});
     my $conn_slot = \$self->{conn};
     return sub {
-        my ($conn) = @_;
+        # The caller's copy must not keep the connection alive while this
+        # goes on to serve others: a connection handed off or closed here
+        # must really go (its socket, psgix.io's dup of it).
+        my $conn = $_[0];
+        $_[0] = undef;
         my $turn = 0;
         my $tick = $managed ? 0 : WAIT_TICK;
         while (1) {
@@ -201,6 +205,7 @@ sub _make_serve {
                 # just above), rather than return to it: no sub call per
                 # request. The parked connection is let go first.
                 $$conn_slot = $conn = undef;
+                return if $$stopping;    # a signal meanwhile
                 $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
                 if (!$conn) {
                     $$stopping = $$closing = 1 if getppid() != $master;   # orphaned: leave

@@ -104,7 +104,7 @@ static int poll_once(int timeout_ms)
     for (int k = 0; k < n; k++) {
         uint64_t data64 = ev[k].data.u64;
         uint32_t data = (uint32_t)data64;
-        int r = nw_park_event(&g_park, data64);
+        int r = nw_park_event(&g_park, data64, ev[k].events);
         if (data == OTHER_DATA) {
             g_other_events++;
             if (r != 0)
@@ -132,6 +132,13 @@ static int poll_events(int want)
         poll_once(10);
     poll_once(want ? 0 : QUIET_MS);
     return g_park_events;
+}
+
+/* nw_park_take_ready, its hangup flag kept in g_hangup. */
+static int g_hangup;
+static void *take_ready(void)
+{
+    return nw_park_take_ready(&g_park, &g_hangup);
 }
 
 /* The slot fd is parked in, or -1 (a scan through nw_park_fd). */
@@ -196,7 +203,7 @@ static void test_empty(void)
     diag("an empty set");
     is(g_park.count, 0, "empty: count 0");
     is(g_park.ready_count, 0, "empty: ready_count 0");
-    ok(nw_park_take_ready(&g_park) == NULL, "empty: take_ready is NULL");
+    ok(take_ready() == NULL, "empty: take_ready is NULL");
     ok(nw_park_take_expired(&g_park, nw_now_ms() + 100000, 0) == NULL,
        "empty: take_expired is NULL");
     ok(nw_park_take_expired(&g_park, 0, 1) == NULL,
@@ -215,14 +222,14 @@ static void test_empty(void)
 static void test_event_filter(void)
 {
     diag("nw_park_event on data that is not a parked connection's");
-    is(nw_park_event(&g_park, OTHER_DATA), 0, "event: data 7 (below the base) is not ours");
-    is(nw_park_event(&g_park, BASE - 1), 0, "event: base - 1 is not ours");
-    is(nw_park_event(&g_park, BASE + NW_MAX_PARKED), 0, "event: base + NW_MAX_PARKED is not ours");
-    is(nw_park_event(&g_park, 0xffffffffu), 0, "event: 0xffffffff is not ours");
-    is(nw_park_event(&g_park, BASE + 5), 1, "event: a free slot's data is ours");
-    is(nw_park_event(&g_park, (uint64_t)77 << 32 | (BASE + 5)), 1,
+    is(nw_park_event(&g_park, OTHER_DATA, EPOLLIN), 0, "event: data 7 (below the base) is not ours");
+    is(nw_park_event(&g_park, BASE - 1, EPOLLIN), 0, "event: base - 1 is not ours");
+    is(nw_park_event(&g_park, BASE + NW_MAX_PARKED, EPOLLIN), 0, "event: base + NW_MAX_PARKED is not ours");
+    is(nw_park_event(&g_park, 0xffffffffu, EPOLLIN), 0, "event: 0xffffffff is not ours");
+    is(nw_park_event(&g_park, BASE + 5, EPOLLIN), 1, "event: a free slot's data is ours");
+    is(nw_park_event(&g_park, (uint64_t)77 << 32 | (BASE + 5), EPOLLIN), 1,
        "event: ... with any generation");
-    is(nw_park_event(&g_park, (uint64_t)77 << 32 | OTHER_DATA), 0,
+    is(nw_park_event(&g_park, (uint64_t)77 << 32 | OTHER_DATA, EPOLLIN), 0,
        "event: data 7 with high bits set is still not ours");
     is(g_park.ready_count, 0, "event: ... but a free slot does not become ready");
     is(g_park.count, 0, "event: ... nor in use");
@@ -270,7 +277,7 @@ static void test_add_take_ready(void)
     is(nw_park_nearest(&g_park), now + 1000, "three parked: nearest is #1's deadline");
 
     is(poll_events(0), 0, "nothing written: no events");
-    ok(nw_park_take_ready(&g_park) == NULL, "nothing written: take_ready is NULL");
+    ok(take_ready() == NULL, "nothing written: take_ready is NULL");
 
     poke(&b);
     is(poll_events(1), 1, "#2 readable: one event");
@@ -281,25 +288,27 @@ static void test_add_take_ready(void)
 
     /* a repeated event does not count twice */
     int slot_b = slot_of(b.fd);
-    is(nw_park_event(&g_park, slot_data(slot_b)), 1, "#2 event again: claimed");
+    is(nw_park_event(&g_park, slot_data(slot_b), EPOLLIN), 1, "#2 event again: claimed");
     is(g_park.ready_count, 1, "#2 event again: ready_count still 1");
 
-    ok(nw_park_take_ready(&g_park) == &b, "take_ready returns #2");
+    ok(take_ready() == &b, "take_ready returns #2");
+    is(g_hangup, 0, "... data only: no hangup");
     is(g_park.count, 2, "after take: count 2");
     is(g_park.ready_count, 0, "after take: ready_count 0");
     is(slot_of(b.fd), -1, "after take: #2's slot is free");
     is(nw_park_fd(&g_park, slot_b), -1, "after take: nw_park_fd of that slot is -1");
     ok(slot_of(a.fd) >= 0 && slot_of(c.fd) >= 0, "after take: #1 and #3 stay parked");
-    ok(nw_park_take_ready(&g_park) == NULL, "after take: take_ready is NULL again");
+    ok(take_ready() == NULL, "after take: take_ready is NULL again");
     /* an event for an earlier generation of the slot */
-    is(nw_park_event(&g_park, (uint64_t)(g_park.gen[slot_b] - 1) << 32 | (BASE + (uint32_t)slot_b)),
+    is(nw_park_event(&g_park, (uint64_t)(g_park.gen[slot_b] - 1) << 32 | (BASE + (uint32_t)slot_b),
+                     EPOLLIN),
        1, "old-generation event for the freed slot: claimed");
     is(g_park.pending[slot_b], 0, "old-generation event: not pending");
     /* an event for the slot just freed (the connection is away) */
-    is(nw_park_event(&g_park, slot_data(slot_b)), 1, "event for the freed slot: claimed");
+    is(nw_park_event(&g_park, slot_data(slot_b), EPOLLIN), 1, "event for the freed slot: claimed");
     is(g_park.pending[slot_b], 1, "event for the freed slot: pending for its connection");
     is(g_park.ready_count, 0, "event for the freed slot: ready_count still 0");
-    ok(nw_park_take_ready(&g_park) == NULL, "event for the freed slot: take_ready still NULL");
+    ok(take_ready() == NULL, "event for the freed slot: take_ready still NULL");
     is(g_park.count, 2, "event for the freed slot: count still 2");
     is(b.w.registered, 1, "after take: #2 is still registered (left in place)");
     is(b.w.slot, slot_b, "after take: #2's watch still names its slot");
@@ -317,7 +326,7 @@ static void test_edge(void)
     is(slot_of(b.fd), slot_b, "... the same slot");
     is(g_park.gen[slot_b], gen_b, "... under the same generation (no re-registration)");
     is(g_park.ready_count, 1, "... and ready at once: the pending event");
-    ok(nw_park_take_ready(&g_park) == &b, "take_ready returns #2");
+    ok(take_ready() == &b, "take_ready returns #2");
     drain(b.fd);
 
     is(park_drained(&b, now + 2000), 0, "back again, nothing pending");
@@ -326,13 +335,13 @@ static void test_edge(void)
     is(poll_events(0), 0, "... and quiet");
     poke(&b);
     is(poll_events(1), 1, "written: an event (the watch was never re-armed)");
-    ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
+    ok(take_ready() == &b, "... take_ready returns #2");
     poke(&b);
     is(poll_events(1), 1, "written while away: an event");
     is(g_park.pending[slot_b], 1, "... kept as pending");
-    ok(nw_park_take_ready(&g_park) == NULL, "... nothing ready meanwhile");
+    ok(take_ready() == NULL, "... nothing ready meanwhile");
     is(park_drained(&b, now + 2000), 0, "back in its slot");
-    ok(nw_park_take_ready(&g_park) == &b, "... ready at once (the pending event)");
+    ok(take_ready() == &b, "... ready at once (the pending event)");
     drain(b.fd);
 
     /* Not drained: data already there raises no edge of its own, so the
@@ -344,7 +353,7 @@ static void test_edge(void)
     is(slot_of(b.fd), slot_b, "... the same slot");
     ok(g_park.gen[slot_b] == gen_b + 1 && b.w.gen == gen_b + 1, "... re-registered: a new generation");
     is(poll_events(1), 1, "... and the unread data is reported");
-    ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
+    ok(take_ready() == &b, "... take_ready returns #2");
 
     /* Its slot taken by another meanwhile: a new slot, re-registered with
      * MOD, which reports the unread byte; the old registration's events
@@ -359,13 +368,13 @@ static void test_edge(void)
     ok(slot_of(b.fd) >= 0 && slot_of(b.fd) != slot_b, "... so it goes to another slot");
     ok(b.w.slot == slot_of(b.fd) && b.w.gen == g_park.gen[b.w.slot], "... and its watch says so");
     is(poll_events(1), 1, "... MOD reports its unread byte");
-    ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
-    is(nw_park_event(&g_park, old_data), 1, "an event with #2's old data: claimed");
+    ok(take_ready() == &b, "... take_ready returns #2");
+    is(nw_park_event(&g_park, old_data, EPOLLIN), 1, "an event with #2's old data: claimed");
     is(g_park.ready_count, 0, "... but the slot's new owner is not made ready");
-    ok(nw_park_take_ready(&g_park) == NULL, "... nothing ready");
+    ok(take_ready() == NULL, "... nothing ready");
     poke(&y);
     is(poll_events(1), 1, "the new owner written: its event");
-    ok(nw_park_take_ready(&g_park) == &y, "... take_ready returns it");
+    ok(take_ready() == &y, "... take_ready returns it");
     epoll_ctl(g_epfd, EPOLL_CTL_DEL, y.fd, NULL);
     conn_close(&y);
     drain(b.fd);
@@ -378,7 +387,7 @@ static void test_edge(void)
     is(w0.registered, 1, "... registered is now 1");
     is(g_park.count, 3, "... count 3");
     is(poll_events(1), 1, "re-armed with data pending: reported");
-    ok(nw_park_take_ready(&g_park) == &b, "... take_ready returns #2");
+    ok(take_ready() == &b, "... take_ready returns #2");
     b.w = w0;
     drain(b.fd);
     is(poll_events(0), 0, "after the take: quiet");
@@ -392,7 +401,7 @@ static void test_edge(void)
        "park a new fd with a stale registered=1: MOD fails, ADD watches it");
     poke(&z);
     is(poll_events(1), 1, "... and it is reported");
-    ok(nw_park_take_ready(&g_park) == &z, "... take_ready returns it");
+    ok(take_ready() == &z, "... take_ready returns it");
     epoll_ctl(g_epfd, EPOLL_CTL_DEL, z.fd, NULL);
     conn_close(&z);
 }
@@ -419,7 +428,7 @@ static void test_round_robin(void)
 
     int seen[4] = { 0, 0, 0, 0 }, nulls = 0, strays = 0;
     for (int k = 0; k < 4; k++) {
-        conn *got = nw_park_take_ready(&g_park);
+        conn *got = take_ready();
         int hit = 0;
         for (int j = 0; j < 4; j++)
             if (got == want[j]) {
@@ -433,7 +442,7 @@ static void test_round_robin(void)
     is(strays, 0, "rr: only readable ones taken");
     ok(seen[0] == 1 && seen[1] == 1 && seen[2] == 1 && seen[3] == 1,
        "rr: each readable one taken exactly once");
-    ok(nw_park_take_ready(&g_park) == NULL, "rr: then NULL");
+    ok(take_ready() == NULL, "rr: then NULL");
     is(g_park.count, 1, "rr: count 1 (#3 left)");
     is(g_park.ready_count, 0, "rr: ready_count 0");
     is(slot_of(c.fd) >= 0, 1, "rr: #3 still parked");
@@ -448,15 +457,15 @@ static void test_round_robin(void)
     poke(&a);
     poke(&b);
     is(poll_events(2), 2, "starve: both readable");
-    conn *first = nw_park_take_ready(&g_park);
+    conn *first = take_ready();
     ok(first == &a || first == &b, "starve: one of them taken");
     conn *other = first == &a ? &b : &a;
     is(park(first, now + 4002), 0, "starve: the taken one re-parked at once");
     is(poll_events(1), 1, "starve: ... and readable again (data pending)");
     is(g_park.ready_count, 2, "starve: two ready");
-    ok(nw_park_take_ready(&g_park) == other, "starve: the other one comes next");
-    ok(nw_park_take_ready(&g_park) == first, "starve: then the first again");
-    ok(nw_park_take_ready(&g_park) == NULL, "starve: then NULL");
+    ok(take_ready() == other, "starve: the other one comes next");
+    ok(take_ready() == first, "starve: then the first again");
+    ok(take_ready() == NULL, "starve: then NULL");
     drain(a.fd);
     drain(b.fd);
 
@@ -513,10 +522,10 @@ static void test_expiry(void)
     is(park(&x[2], t + 2001), 0, "expiry: re-park #3 with ADD works too");
     is(poll_events(2), 2, "expiry: both re-added, data pending: two events");
 
-    ok(nw_park_take_ready(&g_park) != NULL, "expiry: take_ready gives one");
-    ok(nw_park_take_ready(&g_park) != NULL, "expiry: and another");
-    ok(nw_park_take_ready(&g_park) != NULL, "expiry: and the third (#2)");
-    ok(nw_park_take_ready(&g_park) == NULL, "expiry: then none");
+    ok(take_ready() != NULL, "expiry: take_ready gives one");
+    ok(take_ready() != NULL, "expiry: and another");
+    ok(take_ready() != NULL, "expiry: and the third (#2)");
+    ok(take_ready() == NULL, "expiry: then none");
     is(g_park.count, 0, "expiry: empty");
     for (int k = 0; k < 5; k++)
         conn_close(&x[k]);
@@ -540,7 +549,7 @@ static void test_nearest(void)
     poke(&q);
     is(poll_events(1), 1, "nearest: both readable");
     is(nw_park_nearest(&g_park), 0, "nearest: all ready: 0");
-    ok(nw_park_take_ready(&g_park) != NULL && nw_park_take_ready(&g_park) != NULL,
+    ok(take_ready() != NULL && take_ready() != NULL,
        "nearest: both taken");
     is(nw_park_nearest(&g_park), 0, "nearest: empty again: 0");
     conn_close(&p);
@@ -581,7 +590,7 @@ static void test_everything(void)
     is(g_park.count, 0, "everything: count 0");
     is(g_park.ready_count, 0, "everything: ready_count 0");
     is(nw_park_nearest(&g_park), 0, "everything: nearest 0");
-    ok(nw_park_take_ready(&g_park) == NULL, "everything: take_ready NULL");
+    ok(take_ready() == NULL, "everything: take_ready NULL");
 
     for (int k = 0; k < N; k++)
         poke(&x[k]);
@@ -632,7 +641,7 @@ static void test_full(void)
     poke(&m[100]);
     is(poll_events(1), 1, "full: one readable");
     int slot = slot_of(m[100].fd);
-    ok(nw_park_take_ready(&g_park) == &m[100], "full: take_ready gives it");
+    ok(take_ready() == &m[100], "full: take_ready gives it");
     drain(m[100].fd);
     is(park(&extra, t + 5000), 0, "full: after a take, the extra one can be ADDed");
     is(extra.w.registered, 1, "full: ... registered set");
@@ -660,7 +669,7 @@ static void test_full(void)
     }
     ok(in_order, "full: then #3..#11 in order, readable #6 skipped");
     ok(nw_park_take_expired(&g_park, t + 1000 + 10, 0) == NULL, "full: then none expired");
-    ok(nw_park_take_ready(&g_park) == &m[5], "full: readable #6 by take_ready");
+    ok(take_ready() == &m[5], "full: readable #6 by take_ready");
 
     int rest = g_park.count;
     is(empty_set(), rest, "full: everything takes the rest");
@@ -686,17 +695,38 @@ static void test_eof(void)
     p.peer = -1;
     is(poll_events(1), 1, "eof: peer closed: an event");
     is(g_park.ready_count, 1, "eof: ready_count 1");
-    ok(nw_park_take_ready(&g_park) == &p, "eof: take_ready gives it");
+    ok(take_ready() == &p, "eof: take_ready gives it");
+    is(g_hangup, 1, "eof: ... with hangup");
 
+    poke(&q);
     shutdown(q.peer, SHUT_WR);
-    is(poll_events(1), 1, "eof: peer half-closed (SHUT_WR): an event");
-    ok(nw_park_take_ready(&g_park) == &q, "eof: take_ready gives it");
+    is(poll_events(1), 1, "eof: a byte, then the peer half-closed (SHUT_WR): an event");
+    ok(take_ready() == &q, "eof: take_ready gives it");
+    is(g_hangup, 1, "eof: ... with hangup (the FIN came with the byte: one edge)");
+
+    /* A FIN while the connection is away: pending, and reported when it
+     * comes back to its slot. */
+    conn s;
+    conn_open(&s);
+    is(park_drained(&s, t + 1003), 0, "eof: park one more");
+    poke(&s);
+    is(poll_events(1), 1, "eof: it is written");
+    ok(take_ready() == &s, "eof: taken");
+    is(g_hangup, 0, "eof: ... no hangup yet");
+    drain(s.fd);
+    close(s.peer);
+    s.peer = -1;
+    is(poll_events(1), 1, "eof: its peer closes while it is away: an event");
+    is(park_drained(&s, t + 1004), 0, "eof: back in its slot");
+    ok(take_ready() == &s, "eof: ... ready at once");
+    is(g_hangup, 1, "eof: ... with hangup");
+    conn_close(&s);
 
     close(r.peer);
     r.peer = -1;
     is(park(&r, t + 1002), 0, "eof: park one whose peer is gone already");
     is(poll_events(1), 1, "eof: ... reported at once");
-    ok(nw_park_take_ready(&g_park) == &r, "eof: ... and taken");
+    ok(take_ready() == &r, "eof: ... and taken");
     is(g_park.count, 0, "eof: empty");
     conn_close(&p);
     conn_close(&q);
