@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -49,6 +51,18 @@ typedef struct {
     uint64_t listener_ready;  /* bit i: listener i may have a client (epoll said so, or not tried yet) */
     int queue_ready;          /* the to-workers queue may hold a connection */
     nw_msec last_poll;        /* when epoll was last asked */
+
+    /* The park watcher: see "Fairness and slow apps" in docs/DESIGN.md.
+     * The main thread holds park_lock whenever it is inside the acceptor. */
+    int has_watcher;
+    pthread_t watcher;
+    pthread_mutex_t park_lock;
+    pthread_cond_t park_wake;
+    int watcher_idle;         /* waiting for the first parked connection */
+    int watcher_stop;
+    nw_msec out_since;        /* the main thread went out to serve then; 0: inside */
+    SV *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to drop */
+    int nevicted;
 } nw_xs_acceptor;
 
 #define FROM_MANAGER_EVENT MAX_LISTENERS   /* epoll data for the to-workers queue */
@@ -659,6 +673,135 @@ static int hand_off(nw_xs_acceptor *a, nw_xs_conn *xc, int wait_ms)
     return nw_conn_handoff_patiently(xc->c, a->to_manager, wait_ms);
 }
 
+/* The park watcher (a thread; see "Fairness and slow apps" in
+ * docs/DESIGN.md). It never calls Perl: it reads the connection objects'
+ * C side only, and leaves their Perl side to the main thread. */
+
+/* Hand every parked connection to the manager, without waiting for room
+ * in its queue. Returns 0, or -1 when the queue was full (the rest stay
+ * parked: none is ever closed here, readable ones hold a request). */
+static int evict_parked(nw_xs_acceptor *a)
+{
+    SV *sv;
+    nw_msec now = nw_now_ms();
+    while ((sv = (SV *)nw_park_take_expired(&a->park, now, 1))) {
+        nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIVX(SvRV(sv)));
+        xc->watch.registered = 0;     /* it left the epoll set */
+        if (xc->c->fd >= 0 && nw_conn_handoff(xc->c, a->to_manager) < 0) {
+            nw_park_add(&a->park, xc->c->fd, sv, now + a->park_ms, 0, &xc->watch);
+            return -1;
+        }
+        a->evicted[a->nevicted++] = sv;
+    }
+    return 0;
+}
+
+/* Wait on park_wake until the monotonic millisecond `until`. */
+static void watcher_sleep(nw_xs_acceptor *a, nw_msec until)
+{
+    struct timespec ts = { (time_t)(until / 1000), (long)(until % 1000) * 1000000L };
+    pthread_cond_timedwait(&a->park_wake, &a->park_lock, &ts);
+}
+
+static void *park_watcher(void *arg)
+{
+    nw_xs_acceptor *a = arg;
+    pthread_mutex_lock(&a->park_lock);
+    while (!a->watcher_stop) {
+        if (a->park.count == 0) {
+            a->watcher_idle = 1;
+            pthread_cond_wait(&a->park_wake, &a->park_lock);
+            a->watcher_idle = 0;
+            continue;
+        }
+        nw_msec now = nw_now_ms();
+        if (!a->out_since)
+            watcher_sleep(a, now + NW_PARK_SLOW_REQUEST_MS);
+        else if (now - a->out_since < NW_PARK_SLOW_REQUEST_MS)
+            watcher_sleep(a, a->out_since + NW_PARK_SLOW_REQUEST_MS);
+        else if (evict_parked(a) < 0)
+            watcher_sleep(a, now + NW_PARK_EVICT_RETRY_MS);
+    }
+    pthread_mutex_unlock(&a->park_lock);
+    return NULL;
+}
+
+static nw_xs_acceptor *watched_acceptor;   /* this process's, for fork */
+
+/* In a child forked by the app there is no watcher thread, and its lock
+ * may have been held by it: start afresh, without. */
+static void watcher_after_fork(void)
+{
+    nw_xs_acceptor *a = watched_acceptor;
+    if (a && a->has_watcher) {
+        a->has_watcher = 0;
+        pthread_mutex_init(&a->park_lock, NULL);
+        pthread_cond_init(&a->park_wake, NULL);
+    }
+}
+
+/* Start the watcher with every signal blocked in it, so that Perl's
+ * handlers run only in the main thread. */
+static void watcher_start(nw_xs_acceptor *a)
+{
+    static int atfork_done;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->park_wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&a->park_lock, NULL);
+    pthread_mutex_lock(&a->park_lock);          /* the main thread is inside */
+    if (!atfork_done && pthread_atfork(NULL, NULL, watcher_after_fork) == 0)
+        atfork_done = 1;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    a->has_watcher = atfork_done && pthread_create(&a->watcher, NULL, park_watcher, a) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (a->has_watcher)
+        watched_acceptor = a;
+    else
+        pthread_mutex_unlock(&a->park_lock);
+}
+
+static void watcher_stop(nw_xs_acceptor *a)
+{
+    if (!a->has_watcher)
+        return;
+    a->watcher_stop = 1;
+    pthread_cond_signal(&a->park_wake);
+    pthread_mutex_unlock(&a->park_lock);
+    pthread_join(a->watcher, NULL);
+    a->has_watcher = 0;
+    watched_acceptor = NULL;
+}
+
+/* Every Narwhal::Acceptor method that touches the parked set runs
+ * between these two. */
+static void acceptor_enter(pTHX_ nw_xs_acceptor *a)
+{
+    if (!a->has_watcher)
+        return;
+    pthread_mutex_lock(&a->park_lock);
+    a->out_since = 0;
+    while (a->nevicted > 0) {
+        SV *sv = a->evicted[--a->nevicted];
+        xs_conn_of(sv)->watch.registered = 0;
+        SvREFCNT_dec(sv);         /* its socket went to the manager */
+    }
+}
+
+static void acceptor_leave(nw_xs_acceptor *a)
+{
+    if (!a->has_watcher)
+        return;
+    a->out_since = nw_now_ms();
+    if (a->watcher_idle && a->park.count)
+        pthread_cond_signal(&a->park_wake);
+    pthread_mutex_unlock(&a->park_lock);
+}
+
 /* Hand the parked connections whose time is up (all, with everything) to
  * the manager. If the manager does not take one within the patience, the
  * rest of this round are not waited for: they are closed (a parked
@@ -1165,6 +1308,10 @@ new(class, listeners, config, from_manager = -1, to_manager = -1)
         if (epoll_ctl(RETVAL->epfd, EPOLL_CTL_ADD, from_manager, &ev) < 0)
             croak("epoll_ctl: %s", strerror(errno));
     }
+    if (to_manager >= 0 && RETVAL->park_ms > 0) {
+        watcher_start(RETVAL);
+        acceptor_leave(RETVAL);
+    }
   OUTPUT:
     RETVAL
 
@@ -1173,6 +1320,7 @@ accept(self, timeout)
     nw_xs_acceptor *self
     double timeout
   CODE:
+    acceptor_enter(aTHX_ self);
     nw_msec now = nw_now_ms(), until = now + (nw_msec)(timeout * 1000);
     SV *got = NULL;
     if (self->park.count) {
@@ -1191,6 +1339,7 @@ accept(self, timeout)
         now = nw_now_ms();
     }
     RETVAL = got ? got : &PL_sv_undef;
+    acceptor_leave(self);
   OUTPUT:
     RETVAL
 
@@ -1200,7 +1349,9 @@ park(self, conn)
     SV *conn
   CODE:
     nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
+    acceptor_enter(aTHX_ self);
     RETVAL = park(aTHX_ self, conn, xc) || hand_off(self, xc, NW_HANDOFF_PATIENCE_MS) == 0;
+    acceptor_leave(self);
   OUTPUT:
     RETVAL
 
@@ -1209,10 +1360,12 @@ release_parked(self, to_manager)
     nw_xs_acceptor *self
     int to_manager
   CODE:
+    acceptor_enter(aTHX_ self);
     if (to_manager)
         park_expire(aTHX_ self, nw_now_ms(), 1);
     else
         park_close_all(aTHX_ self);
+    acceptor_leave(self);
 
 int
 park_idle(self, conn)
@@ -1223,8 +1376,10 @@ park_idle(self, conn)
      * park the connection (or hand it off) without first trying a read
      * that, with a client waiting for the response, would find nothing. */
     nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
+    acceptor_enter(aTHX_ self);
     RETVAL = xc->c->in.len == 0
         && (park(aTHX_ self, conn, xc) || hand_off(self, xc, NW_HANDOFF_PATIENCE_MS) == 0);
+    acceptor_leave(self);
   OUTPUT:
     RETVAL
 
@@ -1233,7 +1388,9 @@ handoff(self, conn)
     nw_xs_acceptor *self
     nw_xs_conn *conn
   CODE:
+    acceptor_enter(aTHX_ self);
     RETVAL = hand_off(self, conn, NW_HANDOFF_PATIENCE_MS) == 0;
+    acceptor_leave(self);
   OUTPUT:
     RETVAL
 
@@ -1252,7 +1409,9 @@ others_waiting(self)
     /* through poll_events, which notes the parked connections' events
      * (they would be lost otherwise) and does not count this
      * connection's own */
+    acceptor_enter(aTHX_ self);
     RETVAL = self->park.ready_count || poll_events(self, 0) > 0;
+    acceptor_leave(self);
   OUTPUT:
     RETVAL
 
@@ -1260,6 +1419,8 @@ void
 DESTROY(self)
     nw_xs_acceptor *self
   CODE:
+    acceptor_enter(aTHX_ self);
+    watcher_stop(self);
     for (int i = 0; i < self->count; i++)
         env_recycler_unref(aTHX_ self->listeners[i].env);
     SV *sv;

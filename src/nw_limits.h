@@ -34,6 +34,7 @@
 #define NW_MAX_PARKED 1024
 #define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer pauses parking */
 #define NW_PARK_PAUSE_MS              5000    /* for this long */
+#define NW_PARK_EVICT_RETRY_MS        10      /* the park watcher met a full manager queue: retry then */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
 

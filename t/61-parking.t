@@ -218,6 +218,57 @@ APP
                defined $closed_at ? sprintf('%.2fs', $closed_at) : 'still open after 3.5s'));
 };
 
+subtest 'parked connections do not wait behind a slow request' => sub {
+    # Two connections parked in the same worker; one starts a slow request.
+    # The other's next request must not wait for it: the park watcher hands
+    # the parked connections to the manager and the other worker serves it.
+    my $srv = server('--max-workers' => 2, '--keepalive-wait' => 5);
+    my (%by_pid, $pair);
+    for my $k (1 .. 6) {
+        my $s = raw_connect($srv->port);
+        my $pid = pid_of(request_on($s, "/first$k")) or next;
+        push @{ $by_pid{$pid} }, $s;
+        if (@{ $by_pid{$pid} } == 2) { $pair = $pid; last }
+    }
+    ok($pair, 'two connections parked in one worker') or return;
+    my ($slow, $other) = @{ $by_pid{$pair} };
+    syswrite($slow, "GET /sleep/2 HTTP/1.1\r\n$H\r\n");
+    Time::HiRes::sleep(0.2);                    # the slow request is running
+    my $t0 = Time::HiRes::time();
+    my $r = request_on($other, '/other');
+    my $took = Time::HiRes::time() - $t0;
+    like($r && $r->{body}, qr{path=/other}, 'the other parked connection is answered');
+    ok($took < 1, sprintf('without waiting for the slow request (%.3fs)', $took));
+    isnt(pid_of($r), $pair, 'by the other worker');
+    my $rs = read_response($slow, 5);
+    like($rs && $rs->{body}, qr{path=/sleep}, 'the slow request finishes too');
+    my $again = request_on($slow, '/after');
+    like($again && $again->{body}, qr{path=/after}, 'and its connection serves on');
+};
+
+subtest 'an app that forks' => sub {
+    # A child forked by the app has no park watcher thread; its exit (with
+    # Perl's global destruction, which destroys the acceptor too) must not
+    # wait for one or for its lock.
+    my $fork_app = <<'APP';
+sub {
+    my $env = shift;
+    my $pid = fork;
+    exit 0 if defined $pid && !$pid;     # the child: a normal exit
+    waitpid($pid, 0) if $pid;
+    [200, ['Content-Type' => 'text/plain'], ["forked=" . ($pid ? 1 : 0) . " status=$?"]];
+}
+APP
+    my $srv = spawn_server(app => $fork_app, args => [ '--max-workers' => 1, '--keepalive-wait' => 5 ]);
+    my $c = raw_connect($srv->port);
+    for my $k (1 .. 3) {
+        my $t0 = Time::HiRes::time();
+        my $r = request_on($c, "/f$k");
+        like($r && $r->{body}, qr{forked=1 status=0}, "request $k: the app forked and its child exited");
+        ok(Time::HiRes::time() - $t0 < 3, "request $k: promptly");
+    }
+};
+
 subtest 'a slow request pauses parking' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);
