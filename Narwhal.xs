@@ -59,6 +59,9 @@ typedef struct {
     pthread_mutex_t park_lock;
     pthread_cond_t park_wake;
     int watcher_idle;         /* waiting for the first parked connection */
+    int main_holds;           /* the main thread holds park_lock */
+    int fork_locked;          /* the fork handler took park_lock */
+    nw_msec evict_gave_up;    /* out_since of a round the watcher gave up on */
     int watcher_stop;
     nw_msec out_since;        /* the main thread went out to serve then; 0: inside */
     SV *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to drop */
@@ -678,8 +681,9 @@ static int hand_off(nw_xs_acceptor *a, nw_xs_conn *xc, int wait_ms)
  * C side only, and leaves their Perl side to the main thread. */
 
 /* Hand every parked connection to the manager, without waiting for room
- * in its queue. Returns 0, or -1 when the queue was full (the rest stay
- * parked: none is ever closed here, readable ones hold a request). */
+ * in its queue. Returns 0; -1 when the queue was full (the rest stay
+ * parked: none is closed here, readable ones hold a request; try again
+ * soon); -2 on another error (the manager is gone: leave them). */
 static int evict_parked(nw_xs_acceptor *a)
 {
     SV *sv;
@@ -688,8 +692,13 @@ static int evict_parked(nw_xs_acceptor *a)
         nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIVX(SvRV(sv)));
         xc->watch.registered = 0;     /* it left the epoll set */
         if (xc->c->fd >= 0 && nw_conn_handoff(xc->c, a->to_manager) < 0) {
-            nw_park_add(&a->park, xc->c->fd, sv, now + a->park_ms, 0, &xc->watch);
-            return -1;
+            int full = errno == EAGAIN || errno == EWOULDBLOCK;
+            if (nw_park_add(&a->park, xc->c->fd, sv, now + a->park_ms, 0, &xc->watch) < 0) {
+                close(xc->c->fd);     /* cannot be watched any more */
+                xc->c->fd = -1;
+                a->evicted[a->nevicted++] = sv;
+            }
+            return full ? -1 : -2;
         }
         a->evicted[a->nevicted++] = sv;
     }
@@ -715,12 +724,15 @@ static void *park_watcher(void *arg)
             continue;
         }
         nw_msec now = nw_now_ms();
-        if (!a->out_since)
+        int r;
+        if (!a->out_since || a->out_since == a->evict_gave_up)
             watcher_sleep(a, now + NW_PARK_SLOW_REQUEST_MS);
         else if (now - a->out_since < NW_PARK_SLOW_REQUEST_MS)
             watcher_sleep(a, a->out_since + NW_PARK_SLOW_REQUEST_MS);
-        else if (evict_parked(a) < 0)
+        else if ((r = evict_parked(a)) == -1)
             watcher_sleep(a, now + NW_PARK_EVICT_RETRY_MS);
+        else if (r == -2)
+            a->evict_gave_up = a->out_since;
     }
     pthread_mutex_unlock(&a->park_lock);
     return NULL;
@@ -728,16 +740,38 @@ static void *park_watcher(void *arg)
 
 static nw_xs_acceptor *watched_acceptor;   /* this process's, for fork */
 
-/* In a child forked by the app there is no watcher thread, and its lock
- * may have been held by it: start afresh, without. */
-static void watcher_after_fork(void)
+/* A fork by the app: the parked set must not be half-way through an
+ * eviction, so the lock is taken around it (unless the main thread holds
+ * it already). The child has no watcher thread: it starts afresh, without. */
+static void watcher_before_fork(void)
+{
+    nw_xs_acceptor *a = watched_acceptor;
+    if (a && a->has_watcher && !a->main_holds) {
+        pthread_mutex_lock(&a->park_lock);
+        a->fork_locked = 1;
+    }
+}
+
+static void watcher_after_fork_parent(void)
+{
+    nw_xs_acceptor *a = watched_acceptor;
+    if (a && a->fork_locked) {
+        a->fork_locked = 0;
+        pthread_mutex_unlock(&a->park_lock);
+    }
+}
+
+static void watcher_after_fork_child(void)
 {
     nw_xs_acceptor *a = watched_acceptor;
     if (a && a->has_watcher) {
         a->has_watcher = 0;
+        a->fork_locked = 0;
+        a->main_holds = 0;
         pthread_mutex_init(&a->park_lock, NULL);
         pthread_cond_init(&a->park_wake, NULL);
     }
+    watched_acceptor = NULL;
 }
 
 /* Start the watcher with every signal blocked in it, so that Perl's
@@ -752,7 +786,9 @@ static void watcher_start(nw_xs_acceptor *a)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&a->park_lock, NULL);
     pthread_mutex_lock(&a->park_lock);          /* the main thread is inside */
-    if (!atfork_done && pthread_atfork(NULL, NULL, watcher_after_fork) == 0)
+    a->main_holds = 1;
+    if (!atfork_done && pthread_atfork(watcher_before_fork, watcher_after_fork_parent,
+                                       watcher_after_fork_child) == 0)
         atfork_done = 1;
     sigset_t all, old;
     sigfillset(&all);
@@ -771,20 +807,41 @@ static void watcher_stop(nw_xs_acceptor *a)
         return;
     a->watcher_stop = 1;
     pthread_cond_signal(&a->park_wake);
+    a->main_holds = 0;
     pthread_mutex_unlock(&a->park_lock);
     pthread_join(a->watcher, NULL);
     a->has_watcher = 0;
     watched_acceptor = NULL;
 }
 
-/* Every Narwhal::Acceptor method that touches the parked set runs
- * between these two. */
+static void acceptor_leave(nw_xs_acceptor *a)
+{
+    if (!a->has_watcher || !a->main_holds)
+        return;
+    a->out_since = nw_now_ms();
+    if (a->watcher_idle && a->park.count)
+        pthread_cond_signal(&a->park_wake);
+    a->main_holds = 0;
+    pthread_mutex_unlock(&a->park_lock);
+}
+
+static void acceptor_leave_on_unwind(pTHX_ void *a)
+{
+    acceptor_leave((nw_xs_acceptor *)a);
+}
+
+/* Every Narwhal::Acceptor method that touches the parked set runs inside
+ * ACCEPTOR_SCOPE ... ACCEPTOR_SCOPE_END: the lock is released when the
+ * scope ends, also when Perl code run inside (a DESTROY, freeing a
+ * connection) leaves it by die or exit. */
 static void acceptor_enter(pTHX_ nw_xs_acceptor *a)
 {
     if (!a->has_watcher)
         return;
     pthread_mutex_lock(&a->park_lock);
+    a->main_holds = 1;
     a->out_since = 0;
+    SAVEDESTRUCTOR_X(acceptor_leave_on_unwind, a);
     while (a->nevicted > 0) {
         SV *sv = a->evicted[--a->nevicted];
         xs_conn_of(sv)->watch.registered = 0;
@@ -792,14 +849,18 @@ static void acceptor_enter(pTHX_ nw_xs_acceptor *a)
     }
 }
 
-static void acceptor_leave(nw_xs_acceptor *a)
+#define ACCEPTOR_SCOPE(a) ENTER; acceptor_enter(aTHX_ (a))
+#define ACCEPTOR_SCOPE_END LEAVE
+
+/* Stop the park watcher before Perl's global destruction frees the
+ * connection objects it reads (called from an END block). */
+static void acceptor_stop_watcher(pTHX_ nw_xs_acceptor *a)
 {
-    if (!a->has_watcher)
+    if (!a || !a->has_watcher)
         return;
-    a->out_since = nw_now_ms();
-    if (a->watcher_idle && a->park.count)
-        pthread_cond_signal(&a->park_wake);
-    pthread_mutex_unlock(&a->park_lock);
+    ACCEPTOR_SCOPE(a);
+    watcher_stop(a);
+    ACCEPTOR_SCOPE_END;
 }
 
 /* Hand the parked connections whose time is up (all, with everything) to
@@ -1320,7 +1381,7 @@ accept(self, timeout)
     nw_xs_acceptor *self
     double timeout
   CODE:
-    acceptor_enter(aTHX_ self);
+    ACCEPTOR_SCOPE(self);
     nw_msec now = nw_now_ms(), until = now + (nw_msec)(timeout * 1000);
     SV *got = NULL;
     if (self->park.count) {
@@ -1339,7 +1400,7 @@ accept(self, timeout)
         now = nw_now_ms();
     }
     RETVAL = got ? got : &PL_sv_undef;
-    acceptor_leave(self);
+    ACCEPTOR_SCOPE_END;
   OUTPUT:
     RETVAL
 
@@ -1349,9 +1410,9 @@ park(self, conn)
     SV *conn
   CODE:
     nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
-    acceptor_enter(aTHX_ self);
+    ACCEPTOR_SCOPE(self);
     RETVAL = park(aTHX_ self, conn, xc) || hand_off(self, xc, NW_HANDOFF_PATIENCE_MS) == 0;
-    acceptor_leave(self);
+    ACCEPTOR_SCOPE_END;
   OUTPUT:
     RETVAL
 
@@ -1360,12 +1421,12 @@ release_parked(self, to_manager)
     nw_xs_acceptor *self
     int to_manager
   CODE:
-    acceptor_enter(aTHX_ self);
+    ACCEPTOR_SCOPE(self);
     if (to_manager)
         park_expire(aTHX_ self, nw_now_ms(), 1);
     else
         park_close_all(aTHX_ self);
-    acceptor_leave(self);
+    ACCEPTOR_SCOPE_END;
 
 int
 park_idle(self, conn)
@@ -1376,10 +1437,10 @@ park_idle(self, conn)
      * park the connection (or hand it off) without first trying a read
      * that, with a client waiting for the response, would find nothing. */
     nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
-    acceptor_enter(aTHX_ self);
+    ACCEPTOR_SCOPE(self);
     RETVAL = xc->c->in.len == 0
         && (park(aTHX_ self, conn, xc) || hand_off(self, xc, NW_HANDOFF_PATIENCE_MS) == 0);
-    acceptor_leave(self);
+    ACCEPTOR_SCOPE_END;
   OUTPUT:
     RETVAL
 
@@ -1388,11 +1449,17 @@ handoff(self, conn)
     nw_xs_acceptor *self
     nw_xs_conn *conn
   CODE:
-    acceptor_enter(aTHX_ self);
+    ACCEPTOR_SCOPE(self);
     RETVAL = hand_off(self, conn, NW_HANDOFF_PATIENCE_MS) == 0;
-    acceptor_leave(self);
+    ACCEPTOR_SCOPE_END;
   OUTPUT:
     RETVAL
+
+void
+stop_park_watcher()
+  CODE:
+    /* From an END block: before global destruction frees what it reads. */
+    acceptor_stop_watcher(aTHX_ watched_acceptor);
 
 int
 has_manager(self)
@@ -1409,9 +1476,9 @@ others_waiting(self)
     /* through poll_events, which notes the parked connections' events
      * (they would be lost otherwise) and does not count this
      * connection's own */
-    acceptor_enter(aTHX_ self);
+    ACCEPTOR_SCOPE(self);
     RETVAL = self->park.ready_count || poll_events(self, 0) > 0;
-    acceptor_leave(self);
+    ACCEPTOR_SCOPE_END;
   OUTPUT:
     RETVAL
 
@@ -1419,8 +1486,9 @@ void
 DESTROY(self)
     nw_xs_acceptor *self
   CODE:
-    acceptor_enter(aTHX_ self);
+    ACCEPTOR_SCOPE(self);
     watcher_stop(self);
+    ACCEPTOR_SCOPE_END;
     for (int i = 0; i < self->count; i++)
         env_recycler_unref(aTHX_ self->listeners[i].env);
     SV *sv;

@@ -65,6 +65,11 @@ sub run {
     $self->_exit(0);
 }
 
+# The park watcher thread (Narwhal.xs) reads the parked connections'
+# objects, which Perl's global destruction frees: stop it first, whatever
+# way the worker exits (an app calling exit included).
+END { Narwhal::Acceptor::stop_park_watcher() if defined &Narwhal::Acceptor::stop_park_watcher }
+
 sub _signals {
     my $self = shift;
     # Closing our listener copies at once means that, once every process has,
