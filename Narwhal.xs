@@ -62,7 +62,7 @@ typedef struct {
     int main_holds;           /* the main thread holds park_lock */
     int fork_locked;          /* the fork handler took park_lock */
     nw_msec evict_gave_up;    /* out_since of a round the watcher gave up on */
-    int watcher_stop;
+    int watcher_quit;         /* set to make the watcher return */
     nw_msec out_since;        /* the main thread went out to serve then; 0: inside */
     SV *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to drop */
     int nevicted;
@@ -88,7 +88,7 @@ enum {
     K_REQUEST_METHOD, K_REQUEST_URI, K_PATH_INFO, K_QUERY_STRING,
     K_SERVER_PROTOCOL, K_REMOTE_ADDR, K_REMOTE_PORT, K_CONTENT_LENGTH,
     K_CONTENT_TYPE, K_PSGI_INPUT, K_HTTP_TRANSFER_ENCODING, K_CLEANUP_HANDLERS,
-    K_PSGIX_IO, K_COUNT
+    K_PSGIX_IO, K_HARAKIRI_COMMIT, K_COUNT
 };
 static struct { const char *name; I32 len; U32 hash; } keys[K_COUNT] = {
     { "REQUEST_METHOD", 14, 0 }, { "REQUEST_URI", 11, 0 },
@@ -97,10 +97,9 @@ static struct { const char *name; I32 len; U32 hash; } keys[K_COUNT] = {
     { "REMOTE_PORT", 11, 0 }, { "CONTENT_LENGTH", 14, 0 },
     { "CONTENT_TYPE", 12, 0 }, { "psgi.input", 10, 0 },
     { "HTTP_TRANSFER_ENCODING", 22, 0 }, { "psgix.cleanup.handlers", 22, 0 },
-    { "psgix.io", 8, 0 },
+    { "psgix.io", 8, 0 }, { "psgix.harakiri.commit", 21, 0 },
 };
 static HV *input_stash;
-static U32 harakiri_commit_hash;
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
 
 static void env_put(pTHX_ HV *env, int k, SV *val)
@@ -716,7 +715,7 @@ static void *park_watcher(void *arg)
 {
     nw_xs_acceptor *a = arg;
     pthread_mutex_lock(&a->park_lock);
-    while (!a->watcher_stop) {
+    while (!a->watcher_quit) {
         if (a->park.count == 0) {
             a->watcher_idle = 1;
             pthread_cond_wait(&a->park_wake, &a->park_lock);
@@ -805,7 +804,7 @@ static void watcher_stop(nw_xs_acceptor *a)
 {
     if (!a->has_watcher)
         return;
-    a->watcher_stop = 1;
+    a->watcher_quit = 1;
     pthread_cond_signal(&a->park_wake);
     a->main_holds = 0;
     pthread_mutex_unlock(&a->park_lock);
@@ -842,11 +841,8 @@ static void acceptor_enter(pTHX_ nw_xs_acceptor *a)
     a->main_holds = 1;
     a->out_since = 0;
     SAVEDESTRUCTOR_X(acceptor_leave_on_unwind, a);
-    while (a->nevicted > 0) {
-        SV *sv = a->evicted[--a->nevicted];
-        xs_conn_of(sv)->watch.registered = 0;
-        SvREFCNT_dec(sv);         /* its socket went to the manager */
-    }
+    while (a->nevicted > 0)
+        SvREFCNT_dec(a->evicted[--a->nevicted]);   /* its socket went to the manager */
 }
 
 #define ACCEPTOR_SCOPE(a) ENTER; acceptor_enter(aTHX_ (a))
@@ -1296,8 +1292,8 @@ static int env_needs_after(pTHX_ SV *env_rv)
     HV *env = (HV *)SvRV(env_rv);
     if (SvMAGICAL(env) || SvREADONLY(env))
         return 1;
-    if (hv_common(env, NULL, "psgix.harakiri.commit", 21, 0, HV_FETCH_ISEXISTS, NULL,
-                  harakiri_commit_hash))
+    if (hv_common(env, NULL, keys[K_HARAKIRI_COMMIT].name, (STRLEN)keys[K_HARAKIRI_COMMIT].len,
+                  0, HV_FETCH_ISEXISTS, NULL, keys[K_HARAKIRI_COMMIT].hash))
         return 1;
     SV **h = (SV **)hv_common(env, NULL, keys[K_CLEANUP_HANDLERS].name,
                               (STRLEN)keys[K_CLEANUP_HANDLERS].len, 0, HV_FETCH_JUST_SV, NULL,
@@ -1769,4 +1765,3 @@ BOOT:
     input_stash = gv_stashpvs("Narwhal::Input", GV_ADD);
     conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
     acceptor_stash = gv_stashpvs("Narwhal::Acceptor", GV_ADD);
-    PERL_HASH(harakiri_commit_hash, "psgix.harakiri.commit", 21);

@@ -51,7 +51,7 @@ sub run {
     while (!$$stopping) {
         my $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
         if (!$conn) {
-            $self->{stopping} = $self->{closing} = 1 if getppid() != $master;   # orphaned: leave
+            $self->_leave_if_orphaned($master);
             next;
         }
         $$conn_slot = $conn;
@@ -69,6 +69,12 @@ sub run {
 # objects, which Perl's global destruction frees: stop it first, whatever
 # way the worker exits (an app calling exit included).
 END { Narwhal::Acceptor::stop_park_watcher() if defined &Narwhal::Acceptor::stop_park_watcher }
+
+# Nothing to serve for a while: a worker whose master is gone leaves.
+sub _leave_if_orphaned {
+    my ($self, $master) = @_;
+    $self->{stopping} = $self->{closing} = 1 if getppid() != $master;
+}
 
 sub _signals {
     my $self = shift;
@@ -213,7 +219,7 @@ sub _make_serve {
                 return if $$stopping;    # a signal meanwhile
                 $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
                 if (!$conn) {
-                    $$stopping = $$closing = 1 if getppid() != $master;   # orphaned: leave
+                    $self->_leave_if_orphaned($master);
                     return;
                 }
                 $$conn_slot = $conn;
