@@ -375,8 +375,8 @@ sub _become_worker {
             listeners    => $self->{listeners},
             app          => $self->{app},
             load_app     => $self->{load_app},
-            from_manager => $s->{to_workers_worker} ? fileno($s->{to_workers_worker}) : -1,
-            to_manager   => $s->{to_manager_worker} ? fileno($s->{to_manager_worker}) : -1,
+            serve_queue   => $s->{to_workers_worker} ? fileno($s->{to_workers_worker}) : -1,
+            handoff_queue => $s->{to_manager_worker} ? fileno($s->{to_manager_worker}) : -1,
         )->run;
         1;
     } or print STDERR "narwhal: worker $$: $@";

@@ -11,7 +11,7 @@ use Scalar::Util ();
 # request into $env and writes the response; this file runs the app and
 # turns what it returns into those calls.
 
-use constant WAIT_TICK     => 1.0;    # seconds between looks at the stop flag
+use constant WAIT          => 1.0;    # the longest wait before the worker looks at its flags
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
 
 sub new {
@@ -37,31 +37,117 @@ sub run {
     $self->_load_app unless $self->{app};
     my $acceptor = $self->{acceptor} = Narwhal::Acceptor->new(
         [ map { { %$_, env => $self->_env_template($_) } } @{ $self->{listeners} } ],
-        $self->{options}, $self->{from_manager} // -1, $self->{to_manager} // -1,
+        $self->{options}, $self->{serve_queue} // -1, $self->{handoff_queue} // -1,
+        \&_io_handle,
     );
-    $self->{managed} = $acceptor->has_manager && $self->{keepalive};
+    my $app = $self->{app};
+    my $keepalive = $self->{keepalive};
+    my $managed = $self->{managed} = $acceptor->has_manager && $keepalive;
+    my $quantum = $self->{options}{worker_quantum};
+    my $limit = $self->{limit};
     my $master = getppid();
-    my $serve = $self->_make_serve($master);
-    # $self->{conn} (for psgix.informational) and the flags tested on every
-    # request are used through references to their hash slots: cheaper
-    # than hash lookups, and the signal handlers, which set
+    # The flags tested on every request and $self->{conn} (for
+    # psgix.informational) are used through references to their hash
+    # slots: cheaper than hash lookups, and the signal handlers, which set
     # $self->{stopping} and $self->{closing}, write the same scalars.
-    my $conn_slot = \$self->{conn};
-    my ($stopping, $served, $limit) = (\$self->{stopping}, \$self->{served}, $self->{limit});
-    while (!$$stopping) {
-        my $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
+    my ($stopping, $closing, $served, $conn_slot)
+        = (\$self->{stopping}, \$self->{closing}, \$self->{served}, \$self->{conn});
+    # One loop, one request per turn. It runs once per request, so it calls
+    # the C side as plain functions and keeps its state in lexicals.
+    # $conn is the connection being served; when it is let go
+    # (Narwhal::Acceptor::release: parked, handed to the manager or
+    # closed), the next turn takes the next one.
+    my ($conn, $turn, $wait);
+    while (1) {
         if (!$conn) {
-            $self->_leave_if_orphaned($master);
+            last if $$stopping || ($limit && $$served >= $limit);
+            $conn = Narwhal::Acceptor::next_conn($acceptor, WAIT);
+            if (!$conn) {
+                $self->_leave_if_orphaned($master);
+                next;
+            }
+            $$conn_slot = $conn;
+            $turn = 0;
+            # With a manager, a connection with nothing to read goes back
+            # at once (parked, or to the manager); without, it is waited for.
+            $wait = $managed ? 0 : WAIT;
+        }
+        my $env = Narwhal::Conn::read_request($conn, $wait, $managed);
+        if (!ref $env) {
+            if ($env == Narwhal::Conn::NOTHING_YET) {
+                next if $managed
+                    && Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::IDLE);
+                $wait = WAIT;    # the manager is not taking it: wait here
+                next unless $$stopping;
+                Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::STOP);
+            } else {             # closed, timed out, or answered with an error
+                Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::CLOSE);
+            }
+            $$conn_slot = $conn = undef;
             next;
         }
-        $$conn_slot = $conn;
-        $serve->($conn);
-        $$conn_slot = undef;
-        $$stopping = 1 if $limit && $$served >= $limit;
+        $wait = 0 if $managed;
+        _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
+        # With a manager, a worker that is about to leave (recycled,
+        # retired) still keeps the connection alive: the manager takes it over.
+        # (--max-keepalive-reqs is applied by the C side.)
+        my $may_keep = $keepalive
+            && ($managed ? !$$closing
+                         : !$$stopping && !($limit && $$served + 1 >= $limit));
+        my $res = eval { $app->($env) };
+        # The common case, [status, headers, [pieces]], goes straight to
+        # C, which checks the shape; any other shape (OTHER_SHAPE) or
+        # invalid headers (-1) go through respond.
+        my $kept = Narwhal::Conn::write_common_response($conn, $res, $may_keep);
+        $kept = $self->respond($conn, $env, $res, $may_keep, $@) if $kept < 0;
+        undef $res;    # the response goes first, as it always did (and stops holding $env)
+        $$served++;
+        # Inside an eval: the app may have locked $env, tied its values
+        # or deleted the handlers, and none of that may stop the worker.
+        # No reference to the handlers' array may outlive this, or the
+        # $env clean could not empty it for reuse. C answers first
+        # whether there may be anything to do: nothing, usually.
+        eval {
+            $self->_after_response($env)
+                if (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
+                   || exists $env->{'psgix.harakiri.commit'};
+            1;
+        } or _log_error($env, "after the response: $@")
+            if Narwhal::Conn::needs_after($env);
+        # $env goes back to the C side to be cleaned for the next
+        # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
+        if (!$kept) {
+            Narwhal::Conn::recycle_env($conn, $env);
+            Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::CLOSE);
+            $$conn_slot = $conn = undef;
+            next;
+        }
+        Narwhal::Conn::finish_request($conn, $env);
+        if ($$stopping || ($limit && $$served >= $limit)) {
+            # Leaving with a kept-alive connection: when the worker is
+            # recycled or retired the manager takes it over, so replacing
+            # a worker costs its clients nothing; when the server stops it
+            # is closed.
+            Narwhal::Acceptor::release($acceptor, $conn,
+                $managed && !$$closing ? Narwhal::Acceptor::RETIRE : Narwhal::Acceptor::STOP);
+            $$conn_slot = $conn = undef;
+            next;
+        }
+        next unless $managed;
+        # A client that waits for each response has not sent its next
+        # request yet: it is parked now rather than read first. Pipelined
+        # requests are served a few in a row, then others get their turn.
+        if (Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::KEEPALIVE)) {
+            $$conn_slot = $conn = undef;
+        } elsif (++$turn >= $quantum) {
+            $turn = 0;
+            $$conn_slot = $conn = undef
+                if Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::QUANTUM);
+        }
     }
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
-    $acceptor->release_parked(!$self->{closing});
+    $acceptor->release_parked($$closing ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
     $self->_exit(0);
 }
 
@@ -133,118 +219,7 @@ sub _env_template {
     };
 }
 
-# The request loop: serve requests on one connection until it closes or
-# may not be reused. With a manager, a connection whose next request is not
-# there yet is parked (the acceptor watches it alongside new work for
-# --keepalive-wait, then hands it to the manager), and after
-# --worker-quantum requests in a row the worker parks it anyway when other
-# connections are waiting. A closure over what does not change between
-# requests: it runs once per request, so it calls the C side as plain
-# functions and keeps its state in lexicals rather than in $self.
-sub _make_serve {
-    my ($self, $master) = @_;
-    my $acceptor = $self->{acceptor};
-    my $app = $self->{app};
-    my $managed = $self->{managed};
-    my $keepalive = $self->{keepalive};
-    my $quantum = $self->{options}{worker_quantum};
-    my $limit = $self->{limit};
-    my ($stopping, $closing, $served) = (\$self->{stopping}, \$self->{closing}, \$self->{served});
-    my $conn_slot = \$self->{conn};
-    return sub {
-        # The caller's copy must not keep the connection alive while this
-        # goes on to serve others: a connection handed off or closed here
-        # must really go (its socket, psgix.io's dup of it).
-        my $conn = $_[0];
-        $_[0] = undef;
-        my $turn = 0;
-        my $tick = $managed ? 0 : WAIT_TICK;
-        while (1) {
-            my $env = Narwhal::Conn::read_request($conn, $tick, $managed);
-            if (!ref $env) {
-                if ($env == 0) {    # nothing (more) arrived yet
-                    return if $managed && $acceptor->park($conn);
-                    $tick = WAIT_TICK;    # the manager is not taking it: wait here
-                    next unless $$stopping;
-                    $conn->close_gently;
-                }
-                return;
-            }
-            $tick = 0 if $managed;
-            _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
-            # With a manager, a worker that is about to leave (recycled,
-            # retired) still keeps the connection alive: the manager takes it over.
-            # (--max-keepalive-reqs is applied by the C side.)
-            my $may_keep = $keepalive
-                && ($managed ? !$$closing
-                             : !$$stopping && !($limit && $$served + 1 >= $limit));
-            my $res = eval { $app->($env) };
-            # The common case, [status, headers, [pieces]], goes straight to
-            # C, which checks the shape; any other shape (-2) or invalid
-            # headers (-1) go through respond.
-            my $kept = Narwhal::Conn::write_common_response($conn, $res, $may_keep);
-            $kept = $self->respond($conn, $env, $res, $may_keep, $@) if $kept < 0;
-            undef $res;    # the response goes first, as it always did (and stops holding $env)
-            $$served++;
-            # Inside an eval: the app may have locked $env, tied its values
-            # or deleted the handlers, and none of that may stop the worker.
-            # No reference to the handlers' array may outlive this, or the
-            # $env clean could not empty it for reuse. C answers first
-            # whether there may be anything to do: nothing, usually.
-            eval {
-                $self->_after_response($env)
-                    if (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
-                       || exists $env->{'psgix.harakiri.commit'};
-                1;
-            } or _log_error($env, "after the response: $@")
-                if Narwhal::Conn::needs_after($env);
-            # $env goes back to the C side to be cleaned for the next
-            # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
-            if (!$kept) {
-                Narwhal::Conn::recycle_env($conn, $env);
-                return;
-            }
-            Narwhal::Conn::finish_request($conn, $env);
-            return $self->_let_go($conn)
-                if $$stopping || ($limit && $$served >= $limit);
-            next unless $managed;
-            # A client that waits for each response has not sent its next
-            # request yet: park the connection now rather than try a read first.
-            if (Narwhal::Acceptor::park_idle($acceptor, $conn)) {
-                # Take the next connection here, as run's loop would (the
-                # worker is not stopping and is under its limit, checked
-                # just above), rather than return to it: no sub call per
-                # request. The parked connection is let go first.
-                $$conn_slot = $conn = undef;
-                return if $$stopping;    # a signal meanwhile
-                $conn = Narwhal::Acceptor::accept($acceptor, WAIT_TICK);
-                if (!$conn) {
-                    $self->_leave_if_orphaned($master);
-                    return;
-                }
-                $$conn_slot = $conn;
-                $turn = 0;
-                $tick = 0;    # as for any connection when managed
-                next;
-            }
-            if (++$turn >= $quantum) {    # pipelined requests: serve a few, then let others in
-                $turn = 0;
-                return if $acceptor->others_waiting && $acceptor->park($conn);
-            }
-        }
-    };
-}
-
-# This worker is about to exit with a kept-alive connection. When it is
-# recycled or retired the manager takes the connection over, so replacing a
-# worker costs its clients nothing; when the server stops it is closed.
-sub _let_go {
-    my ($self, $conn) = @_;
-    return if $self->{managed} && !$self->{closing} && $self->{acceptor}->handoff($conn);
-    $conn->close_gently;
-}
-
-# psgix.io, made on first use (see Narwhal.xs): a dup of the client socket.
+# psgix.io, made on first use (xs/env.c calls it): a dup of the client socket.
 sub _io_handle {
     my ($conn) = @_;
     open(my $io, '+<&', $conn->fd) or return undef;

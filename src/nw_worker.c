@@ -1,0 +1,652 @@
+/* A worker's scheduling (see nw_worker.h and "The worker" in
+ * docs/DESIGN.md): taking the next connection, parking, hand-offs, and the
+ * park watcher thread. */
+#include "nw_worker.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "nw_frame.h"
+
+#define SERVE_QUEUE_EVENT 64    /* epoll data for the serve queue */
+#define PARKED_EVENT      65    /* epoll data for parked slot i: PARKED_EVENT + i */
+#define EVENTS_MAX (PARKED_EVENT + NW_MAX_PARKED)
+
+/* ---- connections --------------------------------------------------- */
+
+static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
+                           const struct sockaddr_storage *peer, socklen_t plen)
+{
+    nw_wconn *wc = calloc(1, sizeof *wc);
+    nw_conn *c = wc ? nw_conn_new(fd, w->listener[index].is_tcp, &w->cfg) : NULL;
+    if (!c) {
+        free(wc);
+        close(fd);
+        return NULL;
+    }
+    c->listener = index;
+    wc->c = c;
+    if (plen > 0 && plen <= sizeof wc->peer) {
+        memcpy(&wc->peer, peer, plen);
+        wc->peer_len = plen;
+    }
+    return wc;
+}
+
+void nw_wconn_free(nw_wconn *wc)
+{
+    if (!wc)
+        return;
+    nw_conn_destroy(wc->c);
+    free(wc);
+}
+
+/* Take a connection out of the epoll set before it leaves the worker: the
+ * registration is keyed by (file, fd) and the file lives on in the
+ * manager, so a stale one would refuse the same connection if it came
+ * back under the same fd number. */
+static void unwatch(nw_worker *w, nw_wconn *wc)
+{
+    if (wc->watch.registered && wc->c->fd >= 0)
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, wc->c->fd, NULL);
+    wc->watch.registered = 0;
+}
+
+static void drop_owner(nw_worker *w, nw_wconn *wc)
+{
+    if (w->ops.drop)
+        w->ops.drop(wc->owner);
+    else
+        nw_wconn_free(wc);
+}
+
+/* ---- where new work comes from ------------------------------------- */
+
+/* Try each listener that may have a client once, starting after the last
+ * one that gave a client. A listener that has none is not tried again
+ * until epoll reports it readable: an accept4 that fails costs as much as
+ * one that succeeds. */
+static nw_wconn *accept_ready(nw_worker *w)
+{
+    for (int i = 0; i < w->count; i++) {
+        int idx = (w->next + i) % w->count;
+        if (!(w->listener_ready & ((uint64_t)1 << idx)))
+            continue;
+        nw_worker_listener *l = &w->listener[idx];
+        struct sockaddr_storage peer;
+        unsigned plen = sizeof peer;
+        int fd = nw_io_accept(l->fd, l->is_tcp, (struct sockaddr *)&peer, &plen);
+        if (fd >= 0) {
+            w->next = idx + 1;
+            return wconn_new(w, idx, fd, &peer, plen);
+        }
+        w->listener_ready &= ~((uint64_t)1 << idx);
+    }
+    return NULL;
+}
+
+/* A connection the manager serves (SERVE): the bytes it read become the
+ * start of our buffer, its request count carries on. */
+static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    if (f->type != NW_FRAME_SERVE || f->listener >= w->count) {
+        close(fd);
+        return NULL;
+    }
+    if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
+        plen = 0;   /* (the socket is non-blocking already: that flag travels with it) */
+    nw_wconn *wc = wconn_new(w, f->listener, fd, &peer, plen);
+    if (!wc)
+        return NULL;
+    if (nw_buf_append(&wc->c->in, w->frame_data, f->data_len) < 0) {
+        wc->c->fd = -1;
+        close(fd);
+    }
+    wc->c->requests = f->requests;
+    return wc;
+}
+
+/* The next connection on the shared serve queue, if any: whichever free
+ * worker looks first gets it. */
+static nw_wconn *take_served(nw_worker *w)
+{
+    while (w->serve_queue >= 0 && w->serve_queue_ready) {
+        nw_frame f;
+        int fd;
+        int r = nw_frame_recv(w->serve_queue, &f, w->frame_data, NW_FRAME_MAX_DATA, &fd);
+        if (r <= 0) {
+            w->serve_queue_ready = 0;  /* nothing waiting (another worker took it), or a bad frame */
+            return NULL;
+        }
+        if (fd < 0)
+            continue;
+        nw_wconn *wc = wconn_from_frame(w, &f, fd);
+        if (wc)
+            return wc;
+    }
+    return NULL;
+}
+
+/* The listeners and the serve queue take turns, so that connections
+ * circulating through the manager cannot starve new ones in the listen
+ * queue, nor the other way round. */
+static nw_wconn *take_new(nw_worker *w)
+{
+    nw_wconn *wc;
+    if (w->took_served) {
+        if ((wc = accept_ready(w)))
+            w->took_served = 0;
+        else if ((wc = take_served(w)))
+            w->took_served = 1;
+    } else {
+        if ((wc = take_served(w)))
+            w->took_served = 1;
+        else if ((wc = accept_ready(w)))
+            w->took_served = 0;
+    }
+    return wc;
+}
+
+/* Wait up to timeout_ms for events and note which parked connections
+ * became readable. Returns how many events were work for this worker (a
+ * listener, the queue, a parked connection now readable; not an event for
+ * a connection away being served), or -1 with errno. */
+static int poll_events(nw_worker *w, int timeout_ms)
+{
+    struct epoll_event ev[EVENTS_MAX];
+    int n = epoll_wait(w->epfd, ev, EVENTS_MAX, timeout_ms);
+    int ready_before = w->park.ready_count, sources = 0;
+    for (int k = 0; k < n; k++) {
+        uint64_t data = ev[k].data.u64;
+        if (data < NW_WORKER_MAX_LISTENERS) {
+            w->listener_ready |= (uint64_t)1 << data;
+            sources++;
+        } else if (data == SERVE_QUEUE_EVENT) {
+            w->serve_queue_ready = 1;
+            sources++;
+        } else {
+            nw_park_event(&w->park, data, ev[k].events);
+        }
+    }
+    w->last_poll = nw_now_ms();
+    return n < 0 ? -1 : sources + (w->park.ready_count - ready_before);
+}
+
+static int sources_ready(const nw_worker *w)
+{
+    return w->listener_ready || w->serve_queue_ready;
+}
+
+/* ---- parking ------------------------------------------------------- */
+
+/* A readable parked connection, or NULL. */
+static nw_wconn *take_parked(nw_worker *w)
+{
+    int hangup;
+    nw_wconn *wc = nw_park_take_ready(&w->park, &hangup);
+    if (wc && hangup)
+        wc->peer_closed = 1;
+    return wc;
+}
+
+/* Hand a connection to the manager, waiting up to wait_ms for room in the
+ * queue. Returns 0, or -1 (still ours). */
+static int hand_off(nw_worker *w, nw_wconn *wc, int wait_ms)
+{
+    if (w->handoff_queue < 0 || wc->c->fd < 0)
+        return -1;
+    unwatch(w, wc);
+    return nw_conn_handoff_patiently(wc->c, w->handoff_queue, wait_ms);
+}
+
+/* Park a connection. Returns 0, or -1 when it should be handed off
+ * instead (parking paused or full, or bytes of its next request read
+ * already). A request that took NW_PARK_SLOW_REQUEST_MS or more pauses
+ * parking: with a slow app, a connection parked here could wait behind
+ * this worker's next slow request while another worker is free. */
+static int park(nw_worker *w, nw_wconn *wc)
+{
+    nw_msec now = nw_now_ms();
+    if (wc->started && now - wc->started >= NW_PARK_SLOW_REQUEST_MS)
+        w->no_park_until = now + NW_PARK_PAUSE_MS;
+    wc->started = 0;
+    if (w->park_ms <= 0 || now < w->no_park_until || wc->c->in.len > 0 || wc->c->fd < 0)
+        return -1;
+    /* Not drained if the app may have read from the socket behind our
+     * back, or if a FIN came with the last bytes (it raised no edge of its
+     * own): then the watch is re-armed, which reports it. */
+    int drained = wc->c->drained && !wc->peer_closed && !wc->socket_lent;
+    if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, drained, &wc->watch) < 0)
+        return -1;
+    if (w->ops.hold)
+        w->ops.hold(wc->owner);
+    return 0;
+}
+
+/* Hand the parked connections whose time is up (all, with everything) to
+ * the manager. If the manager does not take one within the patience, the
+ * rest of this round are not waited for: they are closed (a parked
+ * connection has nothing unread, so a plain close is a clean FIN). */
+static void park_expire(nw_worker *w, nw_msec now, int everything)
+{
+    nw_wconn *wc;
+    int patience = NW_HANDOFF_PATIENCE_MS;
+    while ((wc = nw_park_take_expired(&w->park, now, everything))) {
+        wc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
+        if (wc->c->fd >= 0 && hand_off(w, wc, patience) < 0)
+            patience = 0;           /* dropping it below closes it */
+        drop_owner(w, wc);
+    }
+}
+
+/* Close every parked connection the way a stopping server should: a FIN to
+ * all at once, then read and drop what they still send until each closes
+ * too or NW_PARK_CLOSE_LINGER_MS passes, so that none is reset. Waits with
+ * poll on the parked fds alone: the epoll set also holds listeners whose
+ * fds may be closed already and that would keep reporting readiness. */
+static void park_close_all(nw_worker *w)
+{
+    nw_msec until = nw_now_ms() + NW_PARK_CLOSE_LINGER_MS, now;
+    nw_wconn *held[NW_MAX_PARKED], *wc;
+    struct pollfd pf[NW_MAX_PARKED];
+    int n = 0;
+    while ((wc = nw_park_take_expired(&w->park, 0, 1))) {
+        wc->watch.registered = 0;
+        if (wc->c->fd < 0) {
+            drop_owner(w, wc);
+            continue;
+        }
+        shutdown(wc->c->fd, SHUT_WR);
+        pf[n].fd = wc->c->fd;
+        pf[n].events = POLLIN;
+        held[n++] = wc;
+    }
+    int open_count = n;
+    while (open_count > 0 && (now = nw_now_ms()) < until) {
+        if (poll(pf, (nfds_t)n, (int)(until - now)) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (pf[k].fd < 0 || !pf[k].revents)
+                continue;
+            char drop[4096];
+            ssize_t r = read(pf[k].fd, drop, sizeof drop);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+                pf[k].fd = -1;          /* poll skips it from now on */
+                open_count--;
+            }
+        }
+    }
+    for (int k = 0; k < n; k++)
+        drop_owner(w, held[k]);         /* closes the socket */
+}
+
+/* Whether anything but the connection being served waits for this
+ * worker. Through poll_events, which notes the parked connections' events
+ * (they would be lost otherwise) and does not count this connection's own. */
+static int others_waiting(nw_worker *w)
+{
+    return w->park.ready_count || poll_events(w, 0) > 0;
+}
+
+/* ---- the public verbs ---------------------------------------------- */
+
+nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
+{
+    nw_msec now = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
+    nw_wconn *wc;
+    if (w->park.count) {
+        park_expire(w, now, 0);    /* even when there is work to do */
+        if (!w->park.ready_count && sources_ready(w))
+            poll_events(w, 0);      /* so that parked connections get their turn */
+    }
+    for (;;) {
+        /* readable parked connections take turns with the rest (the serve
+         * queue and the listeners) */
+        if (w->park.ready_count && !w->took_parked) {
+            w->took_parked = 1;
+            return take_parked(w);
+        }
+        /* The rest's turn, but epoll has not reported them lately: ask
+         * again (one call for all of them), at most once per millisecond
+         * while parked connections keep the worker busy. */
+        if (!sources_ready(w) && w->park.ready_count && nw_now_ms() != w->last_poll)
+            poll_events(w, 0);
+        if ((wc = take_new(w))) {
+            w->took_parked = 0;
+            return wc;
+        }
+        w->took_parked = 1;
+        if ((wc = take_parked(w)))
+            return wc;
+        park_expire(w, now, 0);
+        if (now >= until)
+            return NULL;
+        nw_msec nearest = nw_park_nearest(&w->park);
+        nw_msec wake = nearest && nearest < until ? nearest : until;
+        if (poll_events(w, (int)(wake - now)) < 0 && errno == EINTR)
+            return NULL;            /* a signal: let the caller look at its flags */
+        now = nw_now_ms();
+    }
+}
+
+/* FIN, a brief drain, close: a request crossing our close meets
+ * end-of-stream rather than a reset. */
+static nw_release_result close_gently(nw_worker *w, nw_wconn *wc)
+{
+    unwatch(w, wc);
+    nw_conn_close_gently(wc->c);
+    return NW_RELEASE_CLOSED;
+}
+
+/* Park it, or else hand it to the manager. */
+static nw_release_result park_or_hand_off(nw_worker *w, nw_wconn *wc)
+{
+    if (park(w, wc) == 0)
+        return NW_RELEASE_PARKED;
+    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
+        return NW_RELEASE_HANDED_OFF;
+    return NW_RELEASE_KEPT;
+}
+
+nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reason why)
+{
+    nw_conn *c = wc->c;
+    switch (why) {
+    case NW_RELEASE_KEEPALIVE:
+        /* A client that waits for each response has not sent its next
+         * request yet: park now rather than try a read first. */
+        if (c->in.len > 0)
+            return NW_RELEASE_KEPT;
+        return park_or_hand_off(w, wc);
+    case NW_RELEASE_IDLE:
+        return park_or_hand_off(w, wc);
+    case NW_RELEASE_QUANTUM:
+        return others_waiting(w) ? park_or_hand_off(w, wc) : NW_RELEASE_KEPT;
+    case NW_RELEASE_RETIRE:
+        if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
+            return NW_RELEASE_HANDED_OFF;
+        return close_gently(w, wc);     /* nobody to take it */
+    case NW_RELEASE_STOP:
+        return close_gently(w, wc);
+    case NW_RELEASE_CLOSE:
+        unwatch(w, wc);
+        if (c->fd >= 0) {
+            close(c->fd);
+            c->fd = -1;
+        }
+        return NW_RELEASE_CLOSED;
+    }
+    return NW_RELEASE_KEPT;
+}
+
+void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
+{
+    if (why == NW_RELEASE_RETIRE)
+        park_expire(w, nw_now_ms(), 1);
+    else
+        park_close_all(w);
+}
+
+void nw_worker_request_started(nw_wconn *wc)
+{
+    wc->started = nw_now_ms();
+}
+
+int nw_worker_has_manager(const nw_worker *w)
+{
+    return w->serve_queue >= 0 && w->handoff_queue >= 0;
+}
+
+/* ---- the park watcher thread --------------------------------------- */
+
+/* Hand every parked connection to the manager, without waiting for room in
+ * its queue. Returns 0; -1 when the queue was full (the rest stay parked:
+ * none is closed here, readable ones hold a request; try again soon); -2
+ * on another error (the manager is gone: leave them). Runs in the watcher,
+ * with the lock: it touches the connections' C side only. */
+static int evict_parked(nw_worker *w)
+{
+    nw_wconn *wc;
+    nw_msec now = nw_now_ms();
+    while ((wc = nw_park_take_expired(&w->park, now, 1))) {
+        wc->watch.registered = 0;     /* it left the epoll set */
+        if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, w->handoff_queue) < 0) {
+            int full = errno == EAGAIN || errno == EWOULDBLOCK;
+            if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, 0, &wc->watch) < 0) {
+                close(wc->c->fd);     /* cannot be watched any more */
+                wc->c->fd = -1;
+                w->evicted[w->nevicted++] = wc;
+            }
+            return full ? -1 : -2;
+        }
+        w->evicted[w->nevicted++] = wc;
+    }
+    return 0;
+}
+
+/* Wait on wake until the monotonic millisecond `until`. */
+static void watcher_sleep(nw_worker *w, nw_msec until)
+{
+    struct timespec ts = { (time_t)(until / 1000), (long)(until % 1000) * 1000000L };
+    pthread_cond_timedwait(&w->wake, &w->lock, &ts);
+}
+
+static void *park_watcher(void *arg)
+{
+    nw_worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    while (!w->watcher_quit) {
+        if (w->park.count == 0) {
+            w->watcher_idle = 1;
+            pthread_cond_wait(&w->wake, &w->lock);
+            w->watcher_idle = 0;
+            continue;
+        }
+        nw_msec now = nw_now_ms();
+        int r;
+        if (!w->out_since || w->out_since == w->evict_gave_up)
+            watcher_sleep(w, now + NW_PARK_SLOW_REQUEST_MS);
+        else if (now - w->out_since < NW_PARK_SLOW_REQUEST_MS)
+            watcher_sleep(w, w->out_since + NW_PARK_SLOW_REQUEST_MS);
+        else if ((r = evict_parked(w)) == -1)
+            watcher_sleep(w, now + NW_PARK_EVICT_RETRY_MS);
+        else if (r == -2)
+            w->evict_gave_up = w->out_since;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+static nw_worker *watched_worker;   /* this process's, for fork */
+
+/* A fork by the app: the parked set must not be half-way through an
+ * eviction, so the lock is taken around it (unless the main thread holds
+ * it already). The child has no watcher thread: it starts afresh, without. */
+static void watcher_before_fork(void)
+{
+    nw_worker *w = watched_worker;
+    if (w && w->has_watcher && !w->main_holds) {
+        pthread_mutex_lock(&w->lock);
+        w->fork_locked = 1;
+    }
+}
+
+static void watcher_after_fork_parent(void)
+{
+    nw_worker *w = watched_worker;
+    if (w && w->fork_locked) {
+        w->fork_locked = 0;
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
+static void watcher_after_fork_child(void)
+{
+    nw_worker *w = watched_worker;
+    if (w && w->has_watcher) {
+        w->has_watcher = 0;
+        w->fork_locked = 0;
+        w->main_holds = 0;
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->wake, NULL);
+    }
+    watched_worker = NULL;
+}
+
+/* Start the watcher with every signal blocked in it, so that the caller's
+ * signal handlers run only in the main thread. */
+static void watcher_start(nw_worker *w)
+{
+    static int atfork_done;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_mutex_lock(&w->lock);          /* the main thread is inside */
+    w->main_holds = 1;
+    if (!atfork_done && pthread_atfork(watcher_before_fork, watcher_after_fork_parent,
+                                       watcher_after_fork_child) == 0)
+        atfork_done = 1;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    w->has_watcher = atfork_done && pthread_create(&w->watcher, NULL, park_watcher, w) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (w->has_watcher)
+        watched_worker = w;
+    else
+        pthread_mutex_unlock(&w->lock);
+    w->main_holds = w->has_watcher;
+}
+
+void nw_worker_start(nw_worker *w)
+{
+    if (w->handoff_queue >= 0 && w->park_ms > 0 && !w->has_watcher) {
+        watcher_start(w);
+        nw_worker_leave(w);
+    }
+}
+
+nw_worker *nw_worker_watched(void)
+{
+    return watched_worker;
+}
+
+void nw_worker_enter(nw_worker *w)
+{
+    if (!w->has_watcher)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->main_holds = 1;
+    w->out_since = 0;
+    while (w->nevicted > 0)
+        drop_owner(w, w->evicted[--w->nevicted]);   /* its socket went to the manager */
+}
+
+void nw_worker_leave(nw_worker *w)
+{
+    if (!w->has_watcher || !w->main_holds)
+        return;
+    w->out_since = nw_now_ms();
+    if (w->watcher_idle && w->park.count)
+        pthread_cond_signal(&w->wake);
+    w->main_holds = 0;
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* With the main thread inside (or no watcher). */
+void nw_worker_stop_watcher(nw_worker *w)
+{
+    if (!w || !w->has_watcher)
+        return;
+    w->watcher_quit = 1;
+    pthread_cond_signal(&w->wake);
+    w->main_holds = 0;
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->watcher, NULL);
+    w->has_watcher = 0;
+    if (watched_worker == w)
+        watched_worker = NULL;
+}
+
+/* ---- life ---------------------------------------------------------- */
+
+nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
+                         int serve_queue, int handoff_queue, const nw_worker_owner_ops *ops)
+{
+    nw_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (w->epfd < 0) {
+        free(w);
+        return NULL;
+    }
+    w->cfg = *cfg;
+    if (ops)
+        w->ops = *ops;
+    w->serve_queue = serve_queue;
+    w->handoff_queue = handoff_queue;
+    w->serve_queue_ready = 1;
+    w->park_ms = park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
+    nw_park_init(&w->park, w->epfd, PARKED_EVENT);
+    if (serve_queue >= 0) {
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
+                                  .data.u64 = SERVE_QUEUE_EVENT };
+        w->frame_data = malloc(NW_FRAME_MAX_DATA);
+        if (!w->frame_data || epoll_ctl(w->epfd, EPOLL_CTL_ADD, serve_queue, &ev) < 0) {
+            int e = errno;
+            nw_worker_free(w);
+            errno = e;
+            return NULL;
+        }
+    }
+    return w;
+}
+
+int nw_worker_listen(nw_worker *w, int fd, int is_tcp)
+{
+    if (w->count >= NW_WORKER_MAX_LISTENERS) {
+        errno = EMFILE;
+        return -1;
+    }
+    int i = w->count;
+    nw_io_set_nonblocking(fd);
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)i };
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+        return -1;
+    w->listener[i].fd = fd;
+    w->listener[i].is_tcp = is_tcp;
+    w->listener_ready |= (uint64_t)1 << i;     /* not tried yet */
+    w->count++;
+    return 0;
+}
+
+void nw_worker_free(nw_worker *w)
+{
+    if (!w)
+        return;
+    if (w->has_watcher) {
+        nw_worker_enter(w);
+        nw_worker_stop_watcher(w);
+    }
+    while (w->nevicted > 0)
+        drop_owner(w, w->evicted[--w->nevicted]);
+    nw_wconn *wc;
+    while ((wc = nw_park_take_expired(&w->park, 0, 1))) {
+        wc->watch.registered = 0;
+        drop_owner(w, wc);
+    }
+    close(w->epfd);
+    free(w->frame_data);
+    free(w);
+}

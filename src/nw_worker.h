@@ -1,0 +1,170 @@
+/* A worker's scheduling: which connection it serves next and where a
+ * connection goes when the worker is done with it for now. Perl-free: the
+ * caller (the XS glue) runs the app and builds $env; this unit owns the
+ * listeners, the queue of connections the manager serves to workers, the
+ * queue of connections handed back to the manager, the parked set
+ * (nw_park.h) and the park watcher thread. See "The worker" in
+ * docs/DESIGN.md.
+ *
+ * The two queues, named from the manager's side of the story:
+ *   serve queue   manager -> workers, SERVE frames (shared by all workers)
+ *   handoff queue workers -> manager, HANDOFF frames (shared)
+ *
+ * Threads: every function here is for the main thread, between
+ * nw_worker_enter and nw_worker_leave, except where it says otherwise.
+ * The park watcher thread never calls back into the caller: connections it
+ * hands to the manager are kept for the main thread to let go (the owner
+ * callbacks below run on the main thread only). */
+#ifndef NW_WORKER_H
+#define NW_WORKER_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include "nw_conn.h"
+#include "nw_limits.h"
+#include "nw_park.h"
+
+#define NW_WORKER_MAX_LISTENERS 63
+
+/* One connection inside a worker: the C side of what the caller serves. */
+typedef struct {
+    nw_conn *c;
+    struct sockaddr_storage peer;   /* the client's address, from accept4 or getpeername */
+    socklen_t peer_len;             /* 0 when unknown */
+    nw_msec started;                /* the current request's head was complete then; 0 between requests */
+    nw_park_watch watch;            /* its registration in the worker's epoll set */
+    int peer_closed;                /* its peer's FIN was reported while parked */
+    int socket_lent;                /* the app got a dup of the socket (psgix.io): it may
+                                     * have read from it behind our back */
+    void *owner;                    /* the caller's object for it (NULL: none yet) */
+} nw_wconn;
+
+/* Why the caller lets a connection go (nw_worker_release). The worker
+ * decides what that means: park it, hand it to the manager, or close it. */
+typedef enum {
+    NW_RELEASE_KEEPALIVE, /* a response was written and the connection may serve another;
+                           * kept when the next request's bytes are here already */
+    NW_RELEASE_IDLE,      /* no complete request arrived within the wait */
+    NW_RELEASE_QUANTUM,   /* it had its turn of pipelined requests; let go only if
+                           * others are waiting */
+    NW_RELEASE_RETIRE,    /* the worker leaves, the server goes on: to the manager
+                           * (closed as with STOP when it cannot take it) */
+    NW_RELEASE_STOP,      /* the server stops: FIN, a brief drain, close */
+    NW_RELEASE_CLOSE,     /* done with it: the response closes the connection, or the
+                           * peer went away, timed out or was answered with an error */
+} nw_release_reason;
+
+/* What nw_worker_release did. */
+typedef enum {
+    NW_RELEASE_KEPT,      /* nothing: the caller serves it on (or waits on it itself) */
+    NW_RELEASE_PARKED,    /* watched here; nw_worker_next gives it back when readable */
+    NW_RELEASE_HANDED_OFF,/* the manager has it; our fd is closed */
+    NW_RELEASE_CLOSED,    /* closed */
+} nw_release_result;
+
+/* How the worker keeps the caller's object of a parked connection alive.
+ * Both run on the main thread. */
+typedef struct {
+    void (*hold)(void *owner);
+    void (*drop)(void *owner);
+} nw_worker_owner_ops;
+
+typedef struct {
+    int fd;
+    int is_tcp;
+} nw_worker_listener;
+
+typedef struct {
+    nw_worker_listener listener[NW_WORKER_MAX_LISTENERS];
+    int count;
+    int next;                   /* where the next accept round starts */
+    int epfd;
+    int serve_queue;            /* -1 without a manager */
+    int handoff_queue;          /* -1 without a manager */
+    int took_served;            /* the last connection came from the serve queue */
+    int took_parked;            /* the last connection was a parked one */
+    char *frame_data;           /* NW_FRAME_MAX_DATA bytes for incoming frames */
+    nw_conn_config cfg;
+    nw_park park;               /* items: nw_wconn * */
+    nw_msec park_ms;            /* how long a connection may stay parked (--keepalive-wait) */
+    nw_msec no_park_until;      /* parking paused after a slow request */
+    uint64_t listener_ready;    /* bit i: listener i may have a client */
+    int serve_queue_ready;      /* the serve queue may hold a connection */
+    nw_msec last_poll;          /* when epoll was last asked */
+    nw_worker_owner_ops ops;
+
+    /* The park watcher: see "Fairness and slow apps" in docs/DESIGN.md.
+     * The main thread holds lock whenever it is inside the worker. */
+    int has_watcher;
+    pthread_t watcher;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int watcher_idle;           /* waiting for the first parked connection */
+    int main_holds;             /* the main thread holds lock */
+    int fork_locked;            /* the fork handler took lock */
+    int watcher_quit;           /* set to make the watcher return */
+    nw_msec evict_gave_up;      /* out_since of a round the watcher gave up on */
+    nw_msec out_since;          /* the main thread went out to serve then; 0: inside */
+    nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to let go */
+    int nevicted;
+} nw_worker;
+
+/* A worker with no listeners yet. park_ms 0 turns parking off. Returns
+ * NULL with errno. */
+nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
+                         int serve_queue, int handoff_queue, const nw_worker_owner_ops *ops);
+
+/* Add a listening socket (made non-blocking). Returns 0, or -1 with errno
+ * (EMFILE past NW_WORKER_MAX_LISTENERS). */
+int nw_worker_listen(nw_worker *w, int fd, int is_tcp);
+
+/* Start the park watcher when there is something for it to do (a manager
+ * and parking). Call once, after the listeners, before serving. */
+void nw_worker_start(nw_worker *w);
+
+/* The main thread is inside (nw_worker_enter) or out serving a request
+ * (nw_worker_leave; safe to call twice). Entering lets go of the
+ * connections the watcher handed off meanwhile (owner ops drop). */
+void nw_worker_enter(nw_worker *w);
+void nw_worker_leave(nw_worker *w);
+
+/* The next connection to serve: a readable parked one, one from the serve
+ * queue or a new client, taking turns. Waits up to wait_ms. NULL when
+ * nothing came, or on a signal (errno EINTR). A parked connection comes
+ * back with the worker's hold on its owner passed to the caller; a new one
+ * has owner NULL. */
+nw_wconn *nw_worker_next(nw_worker *w, int wait_ms);
+
+/* Let a connection go (see nw_release_reason). Unless the result is
+ * NW_RELEASE_KEPT, the caller is done with wc's socket; wc itself stays
+ * the caller's to free (nw_wconn_free), or the worker's hold on its owner
+ * while parked. */
+nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reason why);
+
+/* Let every parked connection go: RETIRE hands them to the manager, STOP
+ * closes them all at once without resetting any. */
+void nw_worker_release_parked(nw_worker *w, nw_release_reason why);
+
+/* A request's head and body are in: note the time (a slow request pauses
+ * parking). */
+void nw_worker_request_started(nw_wconn *wc);
+
+int nw_worker_has_manager(const nw_worker *w);
+
+/* Stop the watcher (it reads the parked connections, which the caller is
+ * about to free). Idempotent. */
+void nw_worker_stop_watcher(nw_worker *w);
+
+/* The worker whose watcher runs in this process, or NULL (for the
+ * caller's exit hook). */
+nw_worker *nw_worker_watched(void);
+
+/* Free the worker: stop the watcher, let go of the parked connections. */
+void nw_worker_free(nw_worker *w);
+
+/* Close and free a connection (the caller's, or one it got from
+ * nw_worker_next and did not keep). */
+void nw_wconn_free(nw_wconn *wc);
+
+#endif

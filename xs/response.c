@@ -1,0 +1,129 @@
+/* PSGI responses into the C writer (src/nw_conn.c, src/nw_response.c):
+ * the app's status, header array and body pieces become one head and, for
+ * an array body, one writev. */
+#include "narwhal_xs.h"
+
+#define SMALL_PIECES 16   /* body pieces handled without a heap array */
+
+/* Copy the app's header pairs into the head. Returns -1 when invalid. */
+static int head_from_av(pTHX_ nw_conn *c, AV *headers, nw_app_headers *seen)
+{
+    SSize_t n = av_len(headers) + 1;
+    if (n % 2)
+        return -1;
+    for (SSize_t i = 0; i < n; i += 2) {
+        SV **k = av_fetch(headers, i, 0), **v = av_fetch(headers, i + 1, 0);
+        if (!k || !v || !SvOK(*k))
+            return -1;
+        STRLEN kl, vl;
+        const char *kp = SvPV(*k, kl);
+        const char *vp = SvOK(*v) ? SvPV(*v, vl) : (vl = 0, "");
+        if (nw_head_app_header(&c->out, seen, kp, kl, vp, vl) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int nw_response_start(pTHX_ nw_conn *c, int status, SV *headers_rv,
+                      int64_t known_length, int may_keep_alive)
+{
+    nw_app_headers seen;
+    memset(&seen, 0, sizeof seen);
+    if (status < 100 || status > 999 || !SvROK(headers_rv)
+        || SvTYPE(SvRV(headers_rv)) != SVt_PVAV)
+        return -1;
+    c->out.len = 0;
+    if (nw_head_status(&c->out, c->req.minor_version, status) < 0
+        || head_from_av(aTHX_ c, (AV *)SvRV(headers_rv), &seen) < 0) {
+        c->out.len = 0;
+        return -1;
+    }
+    /* --max-keepalive-reqs is checked here rather than by the
+     * worker calling Narwhal::Conn::requests before every response */
+    int ka = may_keep_alive && c->framing.keep_alive
+             && (c->cfg.max_keepalive_reqs <= 0 || c->requests < c->cfg.max_keepalive_reqs);
+    int f = nw_head_finish(&c->out, &seen, c->req.minor_version, status,
+                           c->is_head_method, known_length, &ka);
+    if (f < 0) {
+        c->out.len = 0;
+        return -1;
+    }
+    nw_conn_head_ready(c, f, seen.has_content_length ? seen.content_length
+                                                     : known_length, ka);
+    return f;
+}
+
+/* Gather an array body into iovecs; returns the count, total via *total. */
+static int pieces_from_av(pTHX_ AV *body, struct iovec *v, int64_t *total)
+{
+    SSize_t n = av_len(body) + 1;
+    int k = 0;
+    *total = 0;
+    for (SSize_t i = 0; i < n; i++) {
+        SV **e = av_fetch(body, i, 0);
+        if (!e || !SvOK(*e))
+            continue;
+        STRLEN len;
+        const char *p = SvPV(*e, len);
+        if (len == 0)
+            continue;
+        v[k].iov_base = (void *)p;
+        v[k].iov_len = len;
+        *total += (int64_t)len;
+        k++;
+    }
+    return k;
+}
+
+/* An array body's response in one writev: head, then the pieces. */
+int nw_response_write_array(pTHX_ nw_conn *c, int status, SV *headers, AV *body,
+                            int may_keep_alive)
+{
+    struct iovec small[SMALL_PIECES], *v = small;
+    SSize_t n = av_len(body) + 1;
+    int64_t total;
+    int ret = -1;
+    if (n > SMALL_PIECES)
+        Newx(v, n, struct iovec);
+    int k = pieces_from_av(aTHX_ body, v, &total);
+    if (nw_response_start(aTHX_ c, status, headers, total, may_keep_alive) >= 0) {
+        nw_conn_write_body(c, v, k);
+        ret = nw_conn_end_body(c);
+    }
+    if (v != small)
+        Safefree(v);
+    return ret;
+}
+
+int nw_response_write_common(pTHX_ nw_conn *c, SV *res, int may_keep_alive)
+{
+    AV *av, *body;
+    SV **e;
+    if (SvROK(res) && SvTYPE(av = (AV *)SvRV(res)) == SVt_PVAV && !SvOBJECT(av)
+        && !SvMAGICAL(av) && AvFILLp(av) == 2 && (e = AvARRAY(av)) && e[0] && e[1] && e[2]
+        && !SvGMAGICAL(e[2]) && SvROK(e[2])
+        && SvTYPE(body = (AV *)SvRV(e[2])) == SVt_PVAV && !SvOBJECT(body))
+        return nw_response_write_array(aTHX_ c, (int)SvIV(e[0]), e[1], body, may_keep_alive);
+    return NW_RESPONSE_OTHER_SHAPE;
+}
+
+int nw_response_informational(pTHX_ nw_conn *c, int status, SV *headers)
+{
+    nw_app_headers seen;
+    int sent = 0;
+    memset(&seen, 0, sizeof seen);
+    if (status < 100 || status >= 200 || c->req.minor_version < 1
+        || !SvROK(headers) || SvTYPE(SvRV(headers)) != SVt_PVAV)
+        return 0;
+    nw_buf b = { 0 };
+    if (nw_head_status(&b, 1, status) == 0
+        && head_from_av(aTHX_ c, (AV *)SvRV(headers), &seen) == 0) {
+        /* head_from_av wrote into c->out; move it after the status line */
+        nw_buf_append(&b, c->out.data, c->out.len);
+        nw_buf_append(&b, "\r\n", 2);
+        sent = nw_conn_send_raw(c, b.data, b.len) == NW_IO_OK;
+    }
+    c->out.len = 0;
+    nw_buf_free(&b);
+    return sent;
+}
