@@ -1,0 +1,373 @@
+/* Unit tests for src/nw_worker.c (a worker's scheduling), printing TAP.
+ * Real sockets throughout: a TCP listener on 127.0.0.1 whose clients are
+ * plain blocking sockets, and a pair of SOCK_SEQPACKET socketpairs standing
+ * in for the manager's two queues (this test plays the manager: it reads
+ * HANDOFF frames and writes SERVE frames). Owners are counted through the
+ * owner ops, so a leaked or doubly dropped hold shows. Every wait is
+ * bounded, and an alarm is the backstop. Build and run through
+ * t/07-worker-unit.t (under ASan/UBSan), or by hand:
+ *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
+ *      -Isrc -It/c t/c/test_worker.c src/nw_worker.c src/nw_park.c src/nw_conn.c \
+ *      src/nw_http.c src/nw_io.c src/nw_buf.c src/nw_frame.c src/nw_response.c \
+ *      -lpthread -o /tmp/test_worker && /tmp/test_worker
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "nw_frame.h"
+#include "nw_worker.h"
+#include "tap.h"
+
+#define WAIT_MS 500     /* the longest a step that must happen is waited for */
+
+static int g_listener = -1;
+static struct sockaddr_in g_addr;
+
+/* The owner ops: an owner is a small counted record. */
+typedef struct {
+    nw_wconn *wc;
+    int holds;
+} owner;
+static int g_holds, g_drops;   /* the worker's holds and drops */
+static int g_live;              /* owners not freed yet */
+
+static void hold(void *o)
+{
+    ((owner *)o)->holds++;
+    g_holds++;
+}
+
+static void drop(void *o)
+{
+    owner *ow = o;
+    g_drops++;
+    if (--ow->holds == 0) {     /* the worker's hold was the last: free it, as Perl would */
+        nw_wconn_free(ow->wc);
+        free(ow);
+        g_live--;
+    }
+}
+
+static const nw_worker_owner_ops ops = { hold, drop };
+
+static void die(const char *what)
+{
+    perror(what);
+    exit(2);
+}
+
+static nw_conn_config config(void)
+{
+    nw_conn_config c;
+    memset(&c, 0, sizeof c);
+    c.parse.max_request_line = NW_DEFAULT_MAX_REQUEST_LINE;
+    c.parse.max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES;
+    c.parse.max_headers = NW_DEFAULT_MAX_HEADERS;
+    c.body_in_memory = NW_DEFAULT_BODY_IN_MEMORY;
+    c.timeout = 5;
+    c.read_timeout = 5;
+    c.keepalive_timeout = 5;
+    return c;
+}
+
+static void listen_once(void)
+{
+    g_listener = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&g_addr, 0, sizeof g_addr);
+    g_addr.sin_family = AF_INET;
+    g_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof g_addr;
+    if (g_listener < 0 || bind(g_listener, (struct sockaddr *)&g_addr, sizeof g_addr) < 0
+        || listen(g_listener, 64) < 0
+        || getsockname(g_listener, (struct sockaddr *)&g_addr, &len) < 0)
+        die("listener");
+}
+
+static int client(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&g_addr, sizeof g_addr) < 0)
+        die("connect");
+    return s;
+}
+
+static void say(int s, const char *bytes)
+{
+    if (write(s, bytes, strlen(bytes)) != (ssize_t)strlen(bytes))
+        die("write");
+}
+
+/* Whether s reads end-of-stream within WAIT_MS (after any bytes). */
+static int sees_eof(int s)
+{
+    char buf[4096];
+    struct pollfd p = { .fd = s, .events = POLLIN };
+    while (poll(&p, 1, WAIT_MS) == 1) {
+        ssize_t r = read(s, buf, sizeof buf);
+        if (r <= 0)
+            return r == 0 || errno == ECONNRESET;
+    }
+    return 0;
+}
+
+/* The next connection within WAIT_MS, wrapped in an owner when new. */
+static nw_wconn *next_conn(nw_worker *w)
+{
+    nw_msec until = nw_now_ms() + WAIT_MS;
+    nw_wconn *wc = NULL;
+    while (!wc && nw_now_ms() < until)
+        wc = nw_worker_next(w, 50);
+    if (wc && !wc->owner) {
+        owner *o = calloc(1, sizeof *o);
+        o->wc = wc;
+        o->holds = 1;           /* the caller's */
+        wc->owner = o;
+        g_live++;
+    }
+    return wc;
+}
+
+/* The caller lets go of its reference (as Perl drops the object). */
+static void caller_drop(nw_wconn *wc)
+{
+    drop(wc->owner);
+    g_drops--;                  /* not one of the worker's */
+}
+
+/* A worker with the fake manager's queues: q[0] is the manager's end of
+ * the serve queue, h[0] of the handoff queue. */
+typedef struct {
+    nw_worker *w;
+    int serve[2], handoff[2];
+} rig;
+
+static void rig_open(rig *r, double park_seconds, int with_manager)
+{
+    nw_conn_config c = config();
+    r->serve[0] = r->serve[1] = r->handoff[0] = r->handoff[1] = -1;
+    if (with_manager && (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, r->serve) < 0
+                         || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, r->handoff) < 0))
+        die("socketpair");
+    r->w = nw_worker_new(&c, park_seconds, r->serve[1], r->handoff[1], &ops);
+    if (!r->w || nw_worker_listen(r->w, dup(g_listener), 1) < 0)
+        die("nw_worker_new");
+    nw_worker_start(r->w);
+    nw_worker_enter(r->w);
+}
+
+static void rig_close(rig *r)
+{
+    int lfd = r->w->listener[0].fd;
+    nw_worker_leave(r->w);      /* nw_worker_free enters itself */
+    nw_worker_free(r->w);
+    close(lfd);
+    for (int i = 0; i < 2; i++) {
+        if (r->serve[i] >= 0)
+            close(r->serve[i]);
+        if (r->handoff[i] >= 0)
+            close(r->handoff[i]);
+    }
+}
+
+/* A HANDOFF frame within WAIT_MS: returns its fd (or -1), data in buf. */
+static int take_handoff(rig *r, nw_frame *f, char *buf, size_t cap)
+{
+    struct pollfd p = { .fd = r->handoff[0], .events = POLLIN };
+    int fd = -1;
+    if (poll(&p, 1, WAIT_MS) == 1 && nw_frame_recv(r->handoff[0], f, buf, cap, &fd) == 1)
+        return fd;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_accept_and_close(void)
+{
+    rig r;
+    rig_open(&r, 0, 0);
+    int s = client();
+    nw_wconn *wc = next_conn(r.w);
+    ok(wc != NULL, "a new client is taken");
+    if (!wc)
+        return;
+    struct sockaddr_in *peer = (struct sockaddr_in *)&wc->peer;
+    ok(wc->peer_len > 0 && peer->sin_addr.s_addr == htonl(INADDR_LOOPBACK),
+       "its peer address is kept");
+    is(nw_worker_release(r.w, wc, NW_RELEASE_IDLE), NW_RELEASE_KEPT,
+       "idle without a manager or parking: kept (the caller waits on it)");
+    is(nw_worker_release(r.w, wc, NW_RELEASE_CLOSE), NW_RELEASE_CLOSED, "close: closed");
+    ok(wc->c->fd < 0, "its fd is gone");
+    ok(sees_eof(s), "the client sees end-of-stream");
+    caller_drop(wc);
+    ok(nw_worker_next(r.w, 20) == NULL, "then nothing to take");
+    close(s);
+    rig_close(&r);
+}
+
+static void test_park_and_come_back(void)
+{
+    rig r;
+    g_holds = g_drops = 0;
+    rig_open(&r, 5, 1);
+    int s = client();
+    nw_wconn *wc = next_conn(r.w);
+    if (!ok(wc != NULL, "parking: a client"))
+        return;
+    owner *o = wc->owner;
+    is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED,
+       "keep-alive with nothing read: parked");
+    is(g_holds, 1, "the worker holds its owner");
+    caller_drop(wc);
+    is(o->holds, 1, "the worker's hold keeps it alive");
+    ok(nw_worker_next(r.w, 20) == NULL, "nothing while it is quiet");
+    say(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    nw_wconn *back = next_conn(r.w);
+    ok(back == wc && back->owner == o, "readable: the same connection comes back, with its owner");
+    is(nw_conn_read_head(back->c, 0, 1), NW_REQ_READY, "its request is read");
+    nw_conn_finish_request(back->c);
+    say(s, "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n");
+    struct pollfd p = { .fd = back->c->fd, .events = POLLIN };
+    poll(&p, 1, WAIT_MS);
+    is(nw_conn_read_head(back->c, 0, 1), NW_REQ_READY, "a second request");
+    nw_conn_finish_request(back->c);
+    is(nw_worker_release(r.w, back, NW_RELEASE_QUANTUM), NW_RELEASE_KEPT,
+       "quantum with nobody else waiting: kept");
+    int s2 = client();
+    usleep(20000);
+    is(nw_worker_release(r.w, back, NW_RELEASE_QUANTUM), NW_RELEASE_PARKED,
+       "quantum with a new client waiting: parked");
+    caller_drop(back);          /* the hold it came back with */
+    nw_wconn *other = next_conn(r.w);
+    ok(other && other != back, "the waiting client is taken next");
+    if (other) {
+        nw_worker_release(r.w, other, NW_RELEASE_CLOSE);
+        caller_drop(other);
+    }
+    nw_worker_release_parked(r.w, NW_RELEASE_STOP);
+    ok(sees_eof(s), "stop: the parked connection is closed");
+    is(g_live, 0, "every connection was freed, once");
+    close(s);
+    close(s2);
+    rig_close(&r);
+}
+
+static void test_keepalive_with_bytes_is_kept(void)
+{
+    rig r;
+    rig_open(&r, 5, 1);
+    int s = client();
+    say(s, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+    usleep(20000);
+    nw_wconn *wc = next_conn(r.w);
+    if (!ok(wc != NULL, "pipelined: a client"))
+        return;
+    is(nw_conn_read_head(wc->c, 1, 0), NW_REQ_READY, "first request read");
+    nw_conn_finish_request(wc->c);
+    ok(wc->c->in.len > 0, "the second is buffered");
+    is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_KEPT,
+       "keep-alive with the next request buffered: kept");
+    nw_worker_release(r.w, wc, NW_RELEASE_STOP);
+    caller_drop(wc);
+    close(s);
+    rig_close(&r);
+}
+
+static void test_expiry_hands_off(void)
+{
+    rig r;
+    g_holds = g_drops = 0;
+    rig_open(&r, 0.05, 1);
+    nw_worker_stop_watcher(r.w);   /* expiry alone, without the watcher's help */
+    int s = client();
+    nw_wconn *wc = next_conn(r.w);
+    if (!ok(wc != NULL, "expiry: a client"))
+        return;
+    is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED, "parked for 50 ms");
+    caller_drop(wc);
+    ok(nw_worker_next(r.w, 150) == NULL, "nothing to serve");
+    char buf[256];
+    nw_frame f;
+    int fd = take_handoff(&r, &f, buf, sizeof buf);
+    ok(fd >= 0 && f.type == NW_FRAME_HANDOFF, "past its wait it went to the manager");
+    is(g_live, 0, "and the worker let go of it");
+    /* The manager serves it back with the bytes it read. */
+    nw_frame sf;
+    nw_frame_init(&sf, NW_FRAME_SERVE);
+    sf.requests = 7;
+    sf.data_len = 5;
+    ok(fd >= 0 && nw_frame_send(r.serve[0], &sf, "GET /", fd) == 0, "served back to the workers");
+    if (fd >= 0)
+        close(fd);
+    nw_wconn *back = next_conn(r.w);
+    ok(back && back->c->in.len == 5 && back->c->requests == 7,
+       "taken from the serve queue with its bytes and request count");
+    ok(back && back->peer_len > 0, "its peer address comes from the socket");
+    if (back) {
+        is(nw_worker_release(r.w, back, NW_RELEASE_RETIRE), NW_RELEASE_HANDED_OFF,
+           "retire: handed to the manager");
+        fd = take_handoff(&r, &f, buf, sizeof buf);
+        ok(fd >= 0 && f.data_len == 5 && memcmp(buf, "GET /", 5) == 0 && f.requests == 7,
+           "with its unread bytes and count");
+        if (fd >= 0)
+            close(fd);
+        caller_drop(back);
+    }
+    close(s);
+    rig_close(&r);
+}
+
+static void test_watcher_evicts_behind_a_slow_request(void)
+{
+    rig r;
+    g_holds = g_drops = 0;
+    rig_open(&r, 5, 1);
+    ok(r.w->has_watcher, "the watcher runs with a manager and parking");
+    int s1 = client(), s2 = client();
+    nw_wconn *a = next_conn(r.w), *b = next_conn(r.w);
+    if (!ok(a && b, "watcher: two clients"))
+        return;
+    is(nw_worker_release(r.w, a, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED, "one parked");
+    caller_drop(a);
+    nw_worker_leave(r.w);       /* out serving b, slowly */
+    char buf[256];
+    nw_frame f;
+    nw_msec t0 = nw_now_ms();
+    int fd = take_handoff(&r, &f, buf, sizeof buf);
+    nw_msec took = nw_now_ms() - t0;
+    ok(fd >= 0, "the watcher hands the parked one to the manager");
+    ok(took >= NW_PARK_SLOW_REQUEST_MS - 5 && took < WAIT_MS,
+       "after about NW_PARK_SLOW_REQUEST_MS");
+    if (fd >= 0)
+        close(fd);
+    nw_worker_enter(r.w);
+    is(g_live, 1, "entering lets go of what the watcher handed off");
+    nw_worker_release(r.w, b, NW_RELEASE_CLOSE);
+    caller_drop(b);
+    close(s1);
+    close(s2);
+    rig_close(&r);
+}
+
+int main(void)
+{
+    alarm(30);
+    listen_once();
+    test_accept_and_close();
+    test_park_and_come_back();
+    test_keepalive_with_bytes_is_kept();
+    test_expiry_hands_off();
+    test_watcher_evicts_behind_a_slow_request();
+    close(g_listener);
+    is(g_live, 0, "no connection outlives its test");
+    return done_testing();
+}
