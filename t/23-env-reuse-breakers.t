@@ -115,6 +115,7 @@ is(ask($c, '/blessed'), '-,-', 'a value the app blessed in place is not in the n
 like(events_when(qr/DESTROY fixed/), qr/DESTROY tmpl.*DESTROY fixed/s, 'and was freed (DESTROY) at the end of its request');
 
 # 3. The socket's glob in a per-request key keeps the socket open
+close $c;    # with --no-manager the one worker would wait on it for --keepalive-timeout
 {
     my $s = raw_connect($port) or die;
     syswrite($s, "GET /io_glob HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
