@@ -194,6 +194,36 @@ stop_park_watcher()
         WORKER_SCOPE_END;
     }
 
+void
+drain(self)
+    nw_xs_acceptor *self
+  CODE:
+    nw_worker_drain(self->w);
+
+void
+defer_signals(self, ...)
+    nw_xs_acceptor *self
+  CODE:
+    /* The signal numbers to defer until the worker is between requests
+     * (see nw_worker_defer_signals). */
+    int sigs[32], n = 0;
+    for (int i = 1; i < items && n < 32; i++)
+        sigs[n++] = (int)SvIV(ST(i));
+    if (nw_worker_defer_signals(self->w, sigs, n) < 0)
+        croak("cannot defer signals: %s", strerror(errno));
+
+int
+deliver_signals(self)
+    nw_xs_acceptor *self
+  CODE:
+    /* Deliver what is pending and run Perl's handlers now, so that the
+     * caller's next statement sees what they set. */
+    RETVAL = nw_worker_deliver_signals(self->w);
+    if (RETVAL)
+        PERL_ASYNC_CHECK();
+  OUTPUT:
+    RETVAL
+
 int
 has_manager(self)
     nw_xs_acceptor *self

@@ -38,4 +38,7 @@
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
 
+/* Signals a worker defers until it is between requests. */
+#define NW_SIGNAL_LOOK_MS             50      /* a worker that never waits looks for them this often */
+
 #endif

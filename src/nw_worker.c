@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "nw_frame.h"
 
+#define SIGNAL_EVENT      63    /* epoll data for the signalfd (listeners are 0..62) */
 #define SERVE_QUEUE_EVENT 64    /* epoll data for the serve queue */
 #define PARKED_EVENT      65    /* epoll data for parked slot i: PARKED_EVENT + i */
 #define EVENTS_MAX (PARKED_EVENT + NW_MAX_PARKED)
@@ -171,6 +173,9 @@ static int poll_events(nw_worker *w, int timeout_ms)
         } else if (data == SERVE_QUEUE_EVENT) {
             w->serve_queue_ready = 1;
             sources++;
+        } else if (data == SIGNAL_EVENT) {
+            w->signal_ready = 1;
+            sources++;
         } else {
             nw_park_event(&w->park, data, ev[k].events);
         }
@@ -297,10 +302,33 @@ static int others_waiting(nw_worker *w)
 
 /* ---- the public verbs ---------------------------------------------- */
 
+/* Whether a deferred signal is pending: reported by epoll, or, for a
+ * worker that has not waited lately, asked of the kernel now and then. */
+static int signal_pending(nw_worker *w, nw_msec now)
+{
+    if (w->sigfd < 0)
+        return 0;
+    if (!w->signal_ready && now >= w->next_signal_look) {
+        sigset_t pending;
+        w->next_signal_look = now + NW_SIGNAL_LOOK_MS;
+        if (sigpending(&pending) == 0)
+            for (int sig = 1; sig < NSIG && !w->signal_ready; sig++)
+                w->signal_ready = sigismember(&w->deferred, sig) && sigismember(&pending, sig);
+    }
+    return w->signal_ready;
+}
+
 nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
 {
     nw_msec now = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
     nw_wconn *wc;
+    if (w->draining) {
+        until = now;
+        poll_events(w, 0);          /* what has arrived, parked connections included */
+    } else if (signal_pending(w, now)) {
+        errno = EINTR;
+        return NULL;
+    }
     if (w->park.count) {
         park_expire(w, now, 0);    /* even when there is work to do */
         if (!w->park.ready_count && sources_ready(w))
@@ -330,9 +358,12 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
             return NULL;
         nw_msec nearest = nw_park_nearest(&w->park);
         nw_msec wake = nearest && nearest < until ? nearest : until;
-        if (poll_events(w, (int)(wake - now)) < 0 && errno == EINTR)
+        if ((poll_events(w, (int)(wake - now)) < 0 && errno == EINTR) || w->signal_ready) {
+            errno = EINTR;
             return NULL;            /* a signal: let the caller look at its flags */
+        }
         now = nw_now_ms();
+        w->next_signal_look = now + NW_SIGNAL_LOOK_MS;  /* epoll would have said */
     }
 }
 
@@ -392,6 +423,13 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
         park_expire(w, nw_now_ms(), 1);
     else
         park_close_all(w);
+}
+
+void nw_worker_drain(nw_worker *w)
+{
+    w->draining = 1;
+    w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
+    w->serve_queue_ready = 1;
 }
 
 void nw_worker_request_started(nw_wconn *wc)
@@ -578,6 +616,56 @@ void nw_worker_stop_watcher(nw_worker *w)
         watched_worker = NULL;
 }
 
+/* ---- deferred signals ---------------------------------------------- */
+
+static sigset_t deferred_in_parent;     /* for the fork handler */
+
+/* A child of the worker (the app's fork, system, a pipe open) starts with
+ * the deferred signals unblocked, as it would under any other server. */
+static void deferred_after_fork_child(void)
+{
+    sigprocmask(SIG_UNBLOCK, &deferred_in_parent, NULL);
+}
+
+int nw_worker_defer_signals(nw_worker *w, const int *signals, int n)
+{
+    static int atfork_done;
+    sigemptyset(&w->deferred);
+    for (int i = 0; i < n; i++)
+        sigaddset(&w->deferred, signals[i]);
+    if (!atfork_done) {
+        if (pthread_atfork(NULL, NULL, deferred_after_fork_child) != 0)
+            return -1;
+        atfork_done = 1;
+    }
+    deferred_in_parent = w->deferred;
+    if (sigprocmask(SIG_BLOCK, &w->deferred, NULL) < 0)
+        return -1;
+    w->sigfd = signalfd(-1, &w->deferred, SFD_NONBLOCK | SFD_CLOEXEC);
+    struct epoll_event ev = { .events = EPOLLIN, .data.u64 = SIGNAL_EVENT };
+    if (w->sigfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->sigfd, &ev) < 0) {
+        sigprocmask(SIG_UNBLOCK, &w->deferred, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+int nw_worker_deliver_signals(nw_worker *w)
+{
+    sigset_t pending, old;
+    int kinds = 0;
+    w->signal_ready = 0;
+    if (w->sigfd < 0 || sigpending(&pending) < 0)
+        return 0;
+    for (int sig = 1; sig < NSIG; sig++)
+        kinds += sigismember(&w->deferred, sig) && sigismember(&pending, sig);
+    if (kinds) {
+        sigprocmask(SIG_UNBLOCK, &w->deferred, &old);   /* the handlers run here */
+        sigprocmask(SIG_SETMASK, &old, NULL);
+    }
+    return kinds;
+}
+
 /* ---- life ---------------------------------------------------------- */
 
 nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
@@ -592,6 +680,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
         return NULL;
     }
     w->cfg = *cfg;
+    w->sigfd = -1;
     if (ops)
         w->ops = *ops;
     w->serve_queue = serve_queue;
@@ -646,6 +735,8 @@ void nw_worker_free(nw_worker *w)
         wc->watch.registered = 0;
         drop_owner(w, wc);
     }
+    if (w->sigfd >= 0)
+        close(w->sigfd);
     close(w->epfd);
     free(w->frame_data);
     free(w);

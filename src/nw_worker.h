@@ -19,6 +19,7 @@
 #define NW_WORKER_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include "nw_conn.h"
@@ -108,6 +109,15 @@ typedef struct {
     nw_msec out_since;          /* the main thread went out to serve then; 0: inside */
     nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to let go */
     int nevicted;
+
+    /* Deferred signals (nw_worker_defer_signals): blocked while the app
+     * runs, seen through a signalfd while the worker waits, delivered
+     * between requests. */
+    int sigfd;                  /* -1 when signals are not deferred */
+    sigset_t deferred;
+    int signal_ready;           /* the signalfd was reported readable */
+    int draining;               /* stopping: serve what has arrived, wait for nothing */
+    nw_msec next_signal_look;   /* a busy worker looks for pending signals then */
 } nw_worker;
 
 /* A worker with no listeners yet. park_ms 0 turns parking off. Returns
@@ -145,6 +155,26 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
 /* Let every parked connection go: RETIRE hands them to the manager, STOP
  * closes them all at once without resetting any. */
 void nw_worker_release_parked(nw_worker *w, nw_release_reason why);
+
+/* The server stops: from now on nw_worker_next never waits and returns
+ * only what has arrived already (a client in the listen queue, a frame in
+ * the serve queue, a parked connection with bytes), then NULL. Serving
+ * those (with Connection: close) before exiting means no connection whose
+ * handshake the kernel completed, and no request whose bytes arrived, is
+ * reset. */
+void nw_worker_drain(nw_worker *w);
+
+/* Defer these signals: block them, so that they never interrupt the
+ * app (a sleep or a blocking call in it), and watch a signalfd for them
+ * instead, so that nw_worker_next returns (NULL, errno EINTR) when one is
+ * pending, at once while waiting and within NW_SIGNAL_LOOK_MS while busy.
+ * A child the app forks starts with them unblocked. Returns 0 or -1. */
+int nw_worker_defer_signals(nw_worker *w, const int *signals, int n);
+
+/* Deliver the deferred signals that are pending (unblock, then block
+ * again: the caller's handlers run now). Returns how many kinds were
+ * pending. Cheap when none is: one sigpending. */
+int nw_worker_deliver_signals(nw_worker *w);
 
 /* A request's head and body are in: note the time (a slow request pauses
  * parking). */

@@ -4,6 +4,7 @@ use warnings;
 use Narwhal ();
 use Narwhal::Input ();
 use Narwhal::Writer ();
+use POSIX ();
 use Scalar::Util ();
 
 # A worker process: accepts connections itself (accept4, no lock) and serves
@@ -40,6 +41,9 @@ sub run {
         $self->{options}, $self->{serve_queue} // -1, $self->{handoff_queue} // -1,
         \&_io_handle,
     );
+    # The stop and retire signals never interrupt the app (a sleep, a
+    # blocking call): they wait until the worker is between requests.
+    $acceptor->defer_signals(map { POSIX->can("SIG$_")->() } qw(TERM INT QUIT USR1 USR2));
     my $app = $self->{app};
     my $keepalive = $self->{keepalive};
     my $managed = $self->{managed} = $acceptor->has_manager && $keepalive;
@@ -57,12 +61,19 @@ sub run {
     # $conn is the connection being served; when it is let go
     # (Narwhal::Acceptor::release: parked, handed to the manager or
     # closed), the next turn takes the next one.
-    my ($conn, $turn, $wait);
+    my ($conn, $turn, $wait, $draining);
     while (1) {
         if (!$conn) {
-            last if $$stopping || ($limit && $$served >= $limit);
-            $conn = Narwhal::Acceptor::next_conn($acceptor, WAIT);
-            if (!$conn) {
+            if ($$stopping || ($limit && $$served >= $limit)) {
+                # Leaving. When the server stops, first serve (with
+                # Connection: close) what has arrived: clients in the
+                # listen queue, connections in the serve queue, parked
+                # ones with a request. Nothing the kernel accepted is reset.
+                last unless $$closing;
+                $draining++ or Narwhal::Acceptor::drain($acceptor);
+                $conn = Narwhal::Acceptor::next_conn($acceptor, 0) or last;
+            } elsif (!($conn = Narwhal::Acceptor::next_conn($acceptor, WAIT))) {
+                Narwhal::Acceptor::deliver_signals($acceptor);
                 $self->_leave_if_orphaned($master);
                 next;
             }
@@ -78,6 +89,7 @@ sub run {
                 next if $managed
                     && Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::IDLE);
                 $wait = WAIT;    # the manager is not taking it: wait here
+                Narwhal::Acceptor::deliver_signals($acceptor);
                 next unless $$stopping;
                 Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::STOP);
             } else {             # closed, timed out, or answered with an error
@@ -164,12 +176,11 @@ sub _leave_if_orphaned {
 
 sub _signals {
     my $self = shift;
-    # Closing our listener copies at once means that, once every process has,
-    # new clients are refused rather than queued and then reset.
+    # The handlers run between requests only (see defer_signals in run).
+    # The listeners stay open until what is queued on them is served.
     my $stop = sub {
         $self->{stopping} = 1;
         $self->{closing} = 1 unless $_[0] eq 'USR2';
-        close $_->{handle} for grep { $_->{handle} } @{ $self->{listeners} };
     };
     # TERM, INT, QUIT: the server stops, idle connections are closed.
     # USR2 (from the master on HUP and TTOU): this worker retires while the
