@@ -25,9 +25,9 @@ typedef struct {
 /* Results of nw_conn_read_head and nw_conn_read_body. */
 #define NW_REQ_READY     1
 #define NW_REQ_AGAIN     0    /* no bytes of a request yet: tick passed or signal */
-#define NW_REQ_CLOSED  (-1)   /* peer went away */
-#define NW_REQ_TIMEOUT (-2)   /* idle too long between requests: close quietly */
-#define NW_REQ_ERROR   (-3)   /* answer c->error_status and close */
+#define NW_REQ_CLOSED  (-21)  /* peer went away */
+#define NW_REQ_TIMEOUT (-22)  /* idle too long between requests: close quietly */
+#define NW_REQ_ERROR   (-23)  /* answer c->error_status and close */
 
 typedef struct {
     int fd;

@@ -8,7 +8,9 @@
 #include <stdint.h>
 #include "nw_limits.h"
 
-/* Results of nw_http_parse_head. */
+/* Results of nw_http_parse_head. Every family of results in src/ has a
+ * range of its own (parse -1..-2, I/O -11.., requests -21.., chunked
+ * -41..), so a value can never be read as another family's. */
 #define NW_PARSE_INCOMPLETE  (-2)   /* need more bytes */
 #define NW_PARSE_ERROR       (-1)   /* req->error_status says which 4xx/5xx */
 
@@ -74,8 +76,8 @@ typedef struct {
     int done;                   /* 1 once the last chunk and trailers are consumed */
 } nw_chunked;
 
-#define NW_CHUNKED_ERROR      (-1)  /* malformed: 400 */
-#define NW_CHUNKED_TOO_LARGE  (-3)  /* payload over max_payload: 413 */
+#define NW_CHUNKED_ERROR      (-41) /* malformed: 400 */
+#define NW_CHUNKED_TOO_LARGE  (-43) /* payload over max_payload: 413 */
 
 void nw_chunked_init(nw_chunked *d, uint64_t max_payload, size_t max_trailer_bytes);
 

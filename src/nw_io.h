@@ -11,10 +11,10 @@
 
 /* Results shared by the I/O calls (non-negative values are byte counts). */
 #define NW_IO_OK           0
-#define NW_IO_CLOSED      (-1)   /* peer closed, or a hard socket error */
-#define NW_IO_TIMEOUT     (-2)   /* the deadline passed */
-#define NW_IO_INTERRUPTED (-3)   /* a signal arrived; the caller decides */
-#define NW_IO_AGAIN       (-4)   /* nothing yet, deadline not reached (tick) */
+#define NW_IO_CLOSED      (-11)  /* peer closed, or a hard socket error */
+#define NW_IO_TIMEOUT     (-12)  /* the deadline passed */
+#define NW_IO_INTERRUPTED (-13)  /* a signal arrived; the caller decides */
+#define NW_IO_AGAIN       (-14)  /* nothing yet, the wait is over, the deadline not reached */
 
 typedef int64_t nw_msec;
 

@@ -444,12 +444,18 @@ int nw_worker_has_manager(const nw_worker *w)
 
 /* ---- the park watcher thread --------------------------------------- */
 
+/* What an eviction round came to. */
+enum evict_result {
+    EVICTED,                /* every parked connection went to the manager */
+    EVICT_QUEUE_FULL,       /* the rest stay parked (none is closed here, readable
+                             * ones hold a request): try again soon */
+    EVICT_MANAGER_GONE,     /* another error: leave them */
+};
+
 /* Hand every parked connection to the manager, without waiting for room in
- * its queue. Returns 0; -1 when the queue was full (the rest stay parked:
- * none is closed here, readable ones hold a request; try again soon); -2
- * on another error (the manager is gone: leave them). Runs in the watcher,
- * with the lock: it touches the connections' C side only. */
-static int evict_parked(nw_worker *w)
+ * its queue. Runs in the watcher, with the lock: it touches the
+ * connections' C side only. */
+static enum evict_result evict_parked(nw_worker *w)
 {
     nw_wconn *wc;
     nw_msec now = nw_now_ms();
@@ -462,11 +468,11 @@ static int evict_parked(nw_worker *w)
                 wc->c->fd = -1;
                 w->evicted[w->nevicted++] = wc;
             }
-            return full ? -1 : -2;
+            return full ? EVICT_QUEUE_FULL : EVICT_MANAGER_GONE;
         }
         w->evicted[w->nevicted++] = wc;
     }
-    return 0;
+    return EVICTED;
 }
 
 /* Wait on wake until the monotonic millisecond `until`. */
@@ -488,14 +494,14 @@ static void *park_watcher(void *arg)
             continue;
         }
         nw_msec now = nw_now_ms();
-        int r;
+        enum evict_result r;
         if (!w->out_since || w->out_since == w->evict_gave_up)
             watcher_sleep(w, now + NW_PARK_SLOW_REQUEST_MS);
         else if (now - w->out_since < NW_PARK_SLOW_REQUEST_MS)
             watcher_sleep(w, w->out_since + NW_PARK_SLOW_REQUEST_MS);
-        else if ((r = evict_parked(w)) == -1)
+        else if ((r = evict_parked(w)) == EVICT_QUEUE_FULL)
             watcher_sleep(w, now + NW_PARK_EVICT_RETRY_MS);
-        else if (r == -2)
+        else if (r == EVICT_MANAGER_GONE)
             w->evict_gave_up = w->out_since;
     }
     pthread_mutex_unlock(&w->lock);

@@ -53,18 +53,20 @@ int nw_env_needs_after(pTHX_ SV *env_rv);
 /* ---- xs/response.c: PSGI responses into the C writer ---------------- */
 
 /* Start a response head from the app's status and header array. Returns
- * the framing (>= 0), or -1 when the headers are invalid. */
+ * the framing (>= 0), or NW_RESPONSE_INVALID. */
 int nw_response_start(pTHX_ nw_conn *c, int status, SV *headers_rv,
                       int64_t known_length, int may_keep_alive);
 
 /* A response whose body is an array: one writev. Returns 1 when the
- * connection may serve another request, 0 when not, -1 for bad headers. */
+ * connection may serve another request, 0 when not, NW_RESPONSE_INVALID
+ * (nothing sent) when the status or headers are not valid. */
+#define NW_RESPONSE_INVALID     (-31)
 int nw_response_write_array(pTHX_ nw_conn *c, int status, SV *headers, AV *body,
                             int may_keep_alive);
 
 /* The common case [status, headers, [pieces]] of plain arrays, or
  * NW_RESPONSE_OTHER_SHAPE having done nothing. */
-#define NW_RESPONSE_OTHER_SHAPE (-2)
+#define NW_RESPONSE_OTHER_SHAPE (-32)
 int nw_response_write_common(pTHX_ nw_conn *c, SV *res, int may_keep_alive);
 
 /* An interim (1xx) response. Returns 1 when sent. */

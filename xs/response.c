@@ -31,12 +31,12 @@ int nw_response_start(pTHX_ nw_conn *c, int status, SV *headers_rv,
     memset(&seen, 0, sizeof seen);
     if (status < 100 || status > 999 || !SvROK(headers_rv)
         || SvTYPE(SvRV(headers_rv)) != SVt_PVAV)
-        return -1;
+        return NW_RESPONSE_INVALID;
     c->out.len = 0;
     if (nw_head_status(&c->out, c->req.minor_version, status) < 0
         || head_from_av(aTHX_ c, (AV *)SvRV(headers_rv), &seen) < 0) {
         c->out.len = 0;
-        return -1;
+        return NW_RESPONSE_INVALID;
     }
     /* --max-keepalive-reqs is checked here rather than by the
      * worker calling Narwhal::Conn::requests before every response */
@@ -46,7 +46,7 @@ int nw_response_start(pTHX_ nw_conn *c, int status, SV *headers_rv,
                            c->is_head_method, known_length, &ka);
     if (f < 0) {
         c->out.len = 0;
-        return -1;
+        return NW_RESPONSE_INVALID;
     }
     nw_conn_head_ready(c, f, seen.has_content_length ? seen.content_length
                                                      : known_length, ka);
@@ -82,7 +82,7 @@ int nw_response_write_array(pTHX_ nw_conn *c, int status, SV *headers, AV *body,
     struct iovec small[SMALL_PIECES], *v = small;
     SSize_t n = av_len(body) + 1;
     int64_t total;
-    int ret = -1;
+    int ret = NW_RESPONSE_INVALID;
     if (n > SMALL_PIECES)
         Newx(v, n, struct iovec);
     int k = pieces_from_av(aTHX_ body, v, &total);
