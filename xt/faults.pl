@@ -1,0 +1,233 @@
+#!/usr/bin/perl
+# Fault injection: every fault and operation an operator meets, against
+# Narwhal and (as the anchor) Starman, with clients that count every
+# request's outcome and never retry. Prints one table: scenario, server,
+# requests sent, answered, failed, reset. The goal for Narwhal is 0 failed
+# and 0 reset in every row except the crash rows, where only the requests
+# that hit the crashing URL may fail.
+#
+#   perl xt/faults.pl [--servers narwhal,starman] [--only NAME,...] [--seconds 6]
+#
+# Not part of the test suite (about two minutes). Starman comes from
+# Debian's starman package; a server that is not installed is skipped.
+use strict;
+use warnings;
+use FindBin qw($RealBin);
+use lib "$RealBin/../t/lib";
+use File::Temp ();
+use Getopt::Long qw(GetOptions);
+use IO::Socket::INET ();
+use POSIX ();
+use Socket qw(IPPROTO_TCP TCP_NODELAY);
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(free_port write_app root perl_cmd wait_until worker_pids children_of);
+
+my %opt = (servers => 'narwhal,starman', seconds => 6);
+GetOptions(\%opt, 'servers=s', 'only=s', 'seconds=f') or die "usage: see the top of $0\n";
+$SIG{PIPE} = 'IGNORE';
+my $ROOT = root();
+my $TMP = File::Temp::tempdir('narwhal-faults-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+
+
+# /          a small answer
+# /sleep?S   sleeps S seconds (one sleep call: a signal would cut it short)
+# /segv      the worker dies of SIGSEGV
+# /exit      the app calls exit
+my $APP = write_app(<<'APP');
+use strict;
+use Time::HiRes ();
+sub {
+    my $env = shift;
+    my $p = $env->{PATH_INFO};
+    kill SEGV => $$ if $p eq '/segv';
+    exit 0 if $p eq '/exit';
+    Time::HiRes::sleep($env->{QUERY_STRING} || 1) if $p eq '/sleep';
+    [200, ['Content-Type' => 'text/plain'], ["ok $$\n"]];
+}
+APP
+
+my %SERVERS = (
+    narwhal => sub {
+        my ($port, @extra) = @_;
+        return (perl_cmd(), "$ROOT/bin/narwhal", '--listen', "127.0.0.1:$port",
+                '--max-workers', 4, @extra, $APP);
+    },
+    starman => sub {
+        my ($port, @extra) = @_;
+        my ($bin) = grep { -x } map { "$_/starman" } split /:/, $ENV{PATH};
+        return unless $bin;
+        return ($^X, $bin, '--listen', "127.0.0.1:$port", '--workers', 4, @extra, $APP);
+    },
+);
+
+# ---------------------------------------------------------------- clients
+
+# One client process: keep-alive GETs of $path on one connection for
+# $seconds (or $count requests), never retrying: a request that gets no
+# complete answer counts as failed (or reset when the connection broke
+# before any byte of an answer), and the next one opens a new connection.
+# Writes "sent answered failed reset" to $out.
+sub client {
+    my ($port, $path, $seconds, $out, $count) = @_;
+    my $pid = fork // die "fork: $!";
+    return $pid if $pid;
+    my %n = (sent => 0, answered => 0, failed => 0, reset => 0);
+    my $end = time + $seconds;
+    my $c;
+    while (time < $end && (!$count || $n{sent} < $count)) {
+        $c ||= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 2);
+        if (!$c) { sleep 0.05; next }     # refused: not a request sent
+        $n{sent}++;
+        my $r = one_request($c, $path);
+        $n{$r}++;
+        undef $c if $r ne 'answered';
+    }
+    open(my $f, '>', $out) or POSIX::_exit(1);
+    print $f join(' ', @n{qw(sent answered failed reset)}), "\n";
+    close $f;
+    POSIX::_exit(0);
+}
+
+sub one_request {
+    my ($c, $path) = @_;
+    syswrite($c, "GET $path HTTP/1.1\r\nHost: x\r\n\r\n") or return 'reset';
+    my $buf = '';
+    my $deadline = time + 10;
+    while (time < $deadline) {
+        my $rin = '';
+        vec($rin, fileno($c), 1) = 1;
+        select(my $rout = $rin, undef, undef, 0.5) or next;
+        my $n = sysread($c, $buf, 65536, length $buf);
+        return length $buf ? 'failed' : 'reset' unless $n;
+        next unless $buf =~ /\r\n\r\n/;
+        my ($status) = $buf =~ m{^HTTP/1\.\d (\d{3})};
+        my ($len) = $buf =~ /^Content-Length:\s*(\d+)/mi;
+        my $head = index($buf, "\r\n\r\n") + 4;
+        next if defined $len && length($buf) - $head < $len;
+        return $status && $status == 200 ? 'answered' : 'failed';
+    }
+    return 'failed';
+}
+
+sub collect {
+    my (@runs) = @_;
+    my %t = (sent => 0, answered => 0, failed => 0, reset => 0);
+    for my $r (@runs) {
+        waitpid($r->{pid}, 0);
+        open(my $f, '<', $r->{out}) or next;
+        my @v = split ' ', (<$f> // '');
+        @t{qw(sent answered failed reset)} = map { $t{$_} + (shift(@v) // 0) } qw(sent answered failed reset);
+    }
+    return \%t;
+}
+
+my $NCLIENT = 0;
+sub start_clients {
+    my ($port, $n, $path, $seconds, $count) = @_;
+    return map {
+        my $out = "$TMP/client-" . $NCLIENT++;
+        { pid => client($port, $path, $seconds, $out, $count), out => $out }
+    } 1 .. $n;
+}
+
+# ---------------------------------------------------------------- servers
+
+sub start_server {
+    my ($name, @extra) = @_;
+    my $port = free_port();
+    my @cmd = $SERVERS{$name}->($port, @extra) or return;
+    my $log = "$TMP/$name-$port.log";
+    my $pid = fork // die "fork: $!";
+    if (!$pid) {
+        POSIX::setsid();
+        open(STDOUT, '>', $log); open(STDERR, '>&', \*STDOUT);
+        exec @cmd or POSIX::_exit(127);
+    }
+    my $up = wait_until(sub { IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) }, 20);
+    return { pid => $pid, port => $port, log => $log, name => $name, up => !!$up };
+}
+
+sub stop_server {
+    my ($s) = @_;
+    kill TERM => -$s->{pid};
+    wait_until(sub { waitpid($s->{pid}, POSIX::WNOHANG()) == $s->{pid} }, 10)
+        or do { kill KILL => -$s->{pid}; waitpid($s->{pid}, 0) };
+}
+
+sub workers_of {
+    my ($s) = @_;
+    return $s->{name} eq 'narwhal' ? worker_pids($s->{pid}) : children_of($s->{pid});
+}
+
+# ---------------------------------------------------------------- scenarios
+
+my @SCENARIOS = (
+    [ crash_url => 'a URL that crashes its worker (4 clients on /segv, 20 normal clients)', sub {
+        my ($s) = @_;
+        my @bad = start_clients($s->{port}, 4, '/segv', $opt{seconds});
+        my @good = start_clients($s->{port}, 20, '/', $opt{seconds});
+        collect(@bad);
+        return collect(@good);
+    } ],
+    [ kill_worker => 'kill -9 of a worker every second (20 keep-alive clients)', sub {
+        my ($s) = @_;
+        my @c = start_clients($s->{port}, 20, '/', $opt{seconds});
+        for (1 .. int $opt{seconds} - 1) {
+            sleep 1;
+            my @w = workers_of($s);
+            kill KILL => $w[rand @w] if @w;
+        }
+        return collect(@c);
+    } ],
+    [ app_exit => 'the app calls exit (1 client on /exit, 20 normal clients)', sub {
+        my ($s) = @_;
+        my @bad = start_clients($s->{port}, 1, '/exit', $opt{seconds});
+        my @good = start_clients($s->{port}, 20, '/', $opt{seconds});
+        collect(@bad);
+        return collect(@good);
+    } ],
+    [ hup => 'HUP every second (20 keep-alive clients)', sub {
+        my ($s) = @_;
+        my @c = start_clients($s->{port}, 20, '/', $opt{seconds});
+        for (1 .. int $opt{seconds} - 1) { sleep 1; kill HUP => $s->{pid} }
+        return collect(@c);
+    } ],
+    [ stop_queued => 'TERM with 4 requests in flight and 4 clients queued', sub {
+        my ($s) = @_;
+        my @busy = start_clients($s->{port}, 4, '/sleep?1', 3, 1);
+        sleep 0.3;
+        my @queued = start_clients($s->{port}, 4, '/', 3, 1);
+        sleep 0.3;
+        kill TERM => $s->{pid};
+        return collect(@busy, @queued);
+    }, 'stops' ],
+    [ stop_group_idle => 'Ctrl-C (INT to the process group) of an idle server: seconds to exit', sub {
+        my ($s) = @_;
+        my $t0 = time;
+        kill INT => -$s->{pid};
+        wait_until(sub { waitpid($s->{pid}, POSIX::WNOHANG()) == $s->{pid} }, 40);
+        return { seconds => sprintf('%.2f', time - $t0) };
+    }, 'stops' ],
+);
+
+my %only = map { $_ => 1 } split /,/, ($opt{only} // '');
+my @rows;
+for my $sc (@SCENARIOS) {
+    my ($name, $what, $run, $stops) = @$sc;
+    next if %only && !$only{$name};
+    for my $server (split /,/, $opt{servers}) {
+        my $s = start_server($server) or do { push @rows, [$name, $server, 'not installed']; next };
+        if (!$s->{up}) { push @rows, [$name, $server, 'did not start']; stop_server($s); next }
+        sleep 0.5;
+        my $t = $run->($s);
+        stop_server($s);
+        push @rows, [$name, $server, defined $t->{seconds} ? "exit after $t->{seconds} s"
+                     : join(' | ', @$t{qw(sent answered failed reset)})];
+        printf STDERR "%-16s %-8s %s\n", @{ $rows[-1] };
+    }
+}
+
+print "\n| scenario | server | sent \\| answered \\| failed \\| reset |\n|---|---|---|\n";
+print "| $_->[0] | $_->[1] | $_->[2] |\n" for @rows;
+print "\nScenarios:\n";
+printf "  %-16s %s\n", $_->[0], $_->[1] for @SCENARIOS;
