@@ -76,23 +76,6 @@ void nw_conn_destroy(nw_conn *c)
     free(c);
 }
 
-/* Where the head ends (index after its blank line) or 0 when not yet. */
-static size_t find_head_end(nw_conn *c)
-{
-    const char *p = c->in.data;
-    size_t i = c->scan_from > 3 ? c->scan_from - 3 : 0;
-    for (; i < c->in.len; i++) {
-        if (p[i] != '\n')
-            continue;
-        if (i + 1 < c->in.len && p[i + 1] == '\n')
-            return i + 2;
-        if (i + 2 < c->in.len && p[i + 1] == '\r' && p[i + 2] == '\n')
-            return i + 3;
-    }
-    c->scan_from = c->in.len;
-    return 0;
-}
-
 static int head_error(nw_conn *c, int status)
 {
     c->error_status = status;
@@ -132,11 +115,11 @@ int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial)
 {
     for (;;) {
         if (c->in.len > 0) {
-            if (find_head_end(c)) {
+            if (nw_http_head_end(c->in.data, c->in.len, &c->head_scan)) {
                 int r = parse_ready_head(c);
                 if (r != NW_REQ_AGAIN)
                     return r;
-                c->scan_from = c->in.len;
+                c->head_scan.scanned = c->in.len;
             } else {
                 int over = head_over_limit(c);
                 if (over)
@@ -328,7 +311,7 @@ void nw_conn_finish_request(nw_conn *c)
 {
     nw_buf_consume(&c->in, c->consumed);
     c->consumed = 0;
-    c->scan_from = 0;
+    memset(&c->head_scan, 0, sizeof c->head_scan);
     c->head_deadline = 0;
     c->head_len = 0;
     body_reset(c);

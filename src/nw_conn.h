@@ -36,7 +36,7 @@ typedef struct {
     nw_conn_config cfg;
 
     nw_buf in;                  /* bytes read and not yet consumed */
-    size_t scan_from;           /* where to look for the end of the head next */
+    nw_head_scan head_scan;     /* how far the end of the head was looked for */
     size_t consumed;            /* bytes of `in` that belong to this request */
     unsigned requests;          /* request heads parsed on this connection */
     nw_msec idle_deadline;      /* first byte of the next request due by then */

@@ -813,3 +813,32 @@ int nw_http_is_token(const char *p, size_t n)
             return 0;
     return 1;
 }
+
+size_t nw_http_head_end(const char *p, size_t len, nw_head_scan *s)
+{
+    size_t i;
+    if (s->scanned == 0) {
+        i = s->start;
+        while (i < len && (p[i] == '\r' || p[i] == '\n'))
+            i++;
+        s->start = i;
+        if (i == len)
+            return 0;           /* only empty lines so far */
+    } else {
+        /* an end can straddle the last call's bytes by two (LF CR | LF) */
+        i = s->scanned >= s->start + 2 ? s->scanned - 2 : s->start;
+    }
+    while (i < len) {
+        const char *lf = memchr(p + i, '\n', len - i);
+        if (!lf)
+            break;
+        size_t j = (size_t)(lf - p);
+        if (j + 1 < len && p[j + 1] == '\n')
+            return j + 2;
+        if (j + 2 < len && p[j + 1] == '\r' && p[j + 2] == '\n')
+            return j + 3;
+        i = j + 1;
+    }
+    s->scanned = len;
+    return 0;
+}

@@ -93,6 +93,21 @@ long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
  * Returns the decoded length. */
 size_t nw_percent_decode(const char *in, size_t len, char *out);
 
+/* Finding where a request head ends while it arrives in pieces: the one
+ * scanner both the worker (nw_conn.c) and the manager (nw_manager.c) use.
+ * Empty lines before the request line are skipped (RFC 9112 2.2); the
+ * head ends with an empty line, LF LF or LF CR LF (a bare LF ends a line
+ * as CRLF does; the parser decides what is valid). Zero the state for a
+ * new head; each call searches only bytes it has not searched before. */
+typedef struct {
+    size_t start;       /* the first byte after leading empty lines */
+    size_t scanned;     /* bytes searched already; 0: still in the empty lines */
+} nw_head_scan;
+
+/* The offset just past the head's empty line in p[0..len), or 0 when it
+ * has not arrived yet. p holds every byte given before, and more. */
+size_t nw_http_head_end(const char *p, size_t len, nw_head_scan *s);
+
 /* 1 when p[0..n) is a non-empty token (RFC 9110 5.6.2), e.g. a field name. */
 int nw_http_is_token(const char *p, size_t n);
 

@@ -27,6 +27,7 @@
 #endif
 #include "nw_manager.h"
 #include "nw_frame.h"
+#include "nw_http.h"
 #include "nw_io.h"
 #include "nw_limits.h"
 
@@ -287,24 +288,6 @@ static size_t nw_manager_blank_prefix(const char *p, size_t len)
     return i;
 }
 
-/* Does p[0..len) hold an empty line (LF LF or LF CR LF)? The first old
- * bytes were searched before; a match can straddle them by two bytes. */
-static int nw_manager_find_end(const char *p, size_t len, size_t old)
-{
-    size_t i = old > 2 ? old - 2 : 0;
-    while (i < len) {
-        const char *lf = memchr(p + i, '\n', len - i);
-        if (!lf)
-            return 0;
-        i = (size_t)(lf - p) + 1;
-        if (i < len && p[i] == '\n')
-            return 1;
-        if (i + 1 < len && p[i] == '\r' && p[i + 1] == '\n')
-            return 1;
-    }
-    return 0;
-}
-
 /* Should the bytes buffered so far go to a worker? Yes when the head is
  * complete, and also when it is already over a limit: the worker answers
  * 431 or 414 (the manager writes nothing but 408), and a head that could
@@ -314,7 +297,10 @@ static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
 {
     if (!(s->flags & NW_MANAGER_F_LINE_SEEN) && memchr(p + old, '\n', len - old))
         s->flags |= NW_MANAGER_F_LINE_SEEN;
-    if ((s->flags & NW_MANAGER_F_LINE_SEEN) && nw_manager_find_end(p, len, old))
+    /* the buffered bytes start at the request line (empty lines before it
+     * are not kept), and the first old of them were searched before */
+    nw_head_scan scan = { 0, old };
+    if ((s->flags & NW_MANAGER_F_LINE_SEEN) && nw_http_head_end(p, len, &scan))
         return 1;
     if (len > m->max_header || len >= NW_FRAME_MAX_DATA)
         return 1;

@@ -898,6 +898,40 @@ static void test_header_is(void)
     ok(!nw_header_is(&h, "a{", 2), "only letters fold ('[' is not '{')");
 }
 
+/* nw_http_head_end fed a head in two pieces, cut at every point, finds
+ * the end where one call over the whole finds it, and never earlier. */
+static void test_head_end(void)
+{
+    static const char *const heads[] = {
+        "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\n",
+        "GET / HTTP/1.1\nHost: x\n\nbody",
+        "\r\n\r\n\nGET / HTTP/1.1\r\nA: b\n\r\n",
+        "GET / HTTP/1.1\r\nA: b\n\rC: d\r\n\r\n",
+        "\n\n",
+        "GET / HTTP/1.1\r\nA: b\r\n",
+    };
+    static const size_t want[] = { 27, 24, 28, 30, 0, 0 };
+    int bad = 0;
+    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
+        size_t len = strlen(heads[h]);
+        nw_head_scan whole = { 0, 0 };
+        if (nw_http_head_end(heads[h], len, &whole) != want[h]) {
+            diag("head %zu: whole scan says %zu", h, nw_http_head_end(heads[h], len, &whole));
+            bad++;
+        }
+        for (size_t cut = 0; cut <= len; cut++) {
+            nw_head_scan sc = { 0, 0 };
+            size_t first = nw_http_head_end(heads[h], cut, &sc);
+            size_t end = first ? first : nw_http_head_end(heads[h], len, &sc);
+            if (end != want[h] || (first && first > cut)) {
+                diag("head %zu cut at %zu: %zu then %zu", h, cut, first, end);
+                bad++;
+            }
+        }
+    }
+    is(bad, 0, "head end: the same wherever the bytes are cut, empty lines before skipped");
+}
+
 int main(void)
 {
     g_page = (size_t)sysconf(_SC_PAGESIZE);
@@ -921,6 +955,7 @@ int main(void)
     test_chunked_stream();
     test_percent_decode();
     test_header_is();
+    test_head_end();
     free(hdrs);
     if (g_map)
         munmap(g_map, g_map_len);

@@ -36,7 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nw_conn.h"
 #include "nw_frame.h"
+#include "nw_http.h"
 #include "nw_io.h"
 #include "tap.h"
 
@@ -1110,6 +1112,104 @@ static int measure(int n)
     return 0;
 }
 
+/* ------------------------------------------------------------ one scanner */
+
+/* The same byte streams, in the same pieces, through both paths that find
+ * the end of a request head: the manager's (a held connection, SERVE once
+ * the head is complete) and the worker's (nw_conn_read_head). Both must
+ * see the end after the same piece, the one a plain scan of everything
+ * sent so far names. */
+typedef struct {
+    const char *name;
+    const char *piece[4];
+} stream_t;
+
+static const stream_t g_streams[] = {
+    { "CRLF CRLF in one piece", { "GET /a HTTP/1.1\r\nHost: x\r\n\r\n" } },
+    { "the last CRLF alone", { "GET /a HTTP/1.1\r\nHost: x\r\n", "\r\n" } },
+    { "split between CR and LF", { "GET /a HTTP/1.1\r\nHost: x\r\n\r", "\n" } },
+    { "split after the first LF", { "GET /a HTTP/1.1\r\nHost: x\r", "\n", "\r\n" } },
+    { "bare LF line ends", { "GET /a HTTP/1.1\nHost: x\n", "\n" } },
+    { "CRLF then a bare LF", { "GET /a HTTP/1.1\r\nHost: x\r\n", "\n" } },
+    { "empty lines before the request line", { "\r\n", "\r\nGET /a HTTP/1.1\r\n", "Host: x\r\n\r\n" } },
+    { "LF CR that is not an end", { "GET /a HTTP/1.1\r\nX: a\n", "\rY: b\r\n", "\r\n" } },
+    { "a body after the head", { "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n", "\r\nabc" } },
+    { "byte by byte", { "GET /a HTTP/1.1\r\nHost: x\r", "\n", "\r", "\n" } },
+};
+
+/* The piece after which a plain scan of all bytes so far finds the end. */
+static int reference_end(const stream_t *st)
+{
+    char all[512] = "";
+    for (int k = 0; k < 4 && st->piece[k]; k++) {
+        strcat(all, st->piece[k]);
+        const char *p = all;
+        while (*p == '\r' || *p == '\n')
+            p++;
+        if (*p && (strstr(p, "\n\n") || strstr(p, "\n\r\n")))
+            return k;
+    }
+    return -1;
+}
+
+static int manager_end(mgr_t *m, const stream_t *st)
+{
+    int c, s, at = -1;
+    tcp_pair(&c, &s);
+    handoff(m->tom, s, 0, -1, 0, NULL);
+    for (int k = 0; k < 4 && st->piece[k] && at < 0; k++) {
+        put(c, st->piece[k]);
+        if (got_serve(m->tow, 150)) {
+            at = k;
+            close_served();
+        }
+    }
+    close(c);
+    return at;
+}
+
+static int worker_end(const stream_t *st)
+{
+    int sv[2], at = -1;
+    nw_conn_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.parse.max_request_line = 8192;
+    cfg.parse.max_header_bytes = 65536;
+    cfg.parse.max_headers = 100;
+    cfg.timeout = cfg.read_timeout = cfg.keepalive_timeout = 5;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) < 0)
+        die("socketpair");
+    nw_conn *c = nw_conn_new(sv[0], 0, &cfg);
+    for (int k = 0; k < 4 && st->piece[k] && at < 0; k++) {
+        put(sv[1], st->piece[k]);
+        int r = nw_conn_read_head(c, 0.05, 1);
+        if (r == NW_REQ_READY || r == NW_REQ_ERROR)   /* parsed: the end was found (the
+                                                     * LF CR stream is not valid HTTP) */
+            at = k;
+    }
+    nw_conn_destroy(c);
+    close(sv[1]);
+    return at;
+}
+
+static void test_one_scanner(void)
+{
+    static const char *const opts[] = { "--keepalive-timeout", "10", "--read-timeout", "10", NULL };
+    mgr_t m;
+    mgr_open(&m);
+    mgr_exec(&m, opts);
+    for (size_t i = 0; i < sizeof g_streams / sizeof g_streams[0]; i++) {
+        const stream_t *st = &g_streams[i];
+        int want = reference_end(st), by_manager = manager_end(&m, st), by_worker = worker_end(st);
+        char name[160];
+        snprintf(name, sizeof name, "one scanner, %s: the end is seen after piece %d by both paths",
+                 st->name, want);
+        if (!ok(want >= 0 && by_manager == want && by_worker == want, name))
+            diag("manager after piece %d, worker after piece %d", by_manager, by_worker);
+    }
+    mgr_finish(&m, "one scanner");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1125,6 +1225,7 @@ int main(int argc, char **argv)
         return measure(atoi(argv[3]));
 
     test_arguments();
+    test_one_scanner();
     test_serving();
     test_queue();
     test_deadlines();
