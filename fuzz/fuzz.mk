@@ -1,8 +1,12 @@
-# Fuzzing the HTTP parser (src/nw_http.c). Run from this directory:
-#   make -f fuzz.mk fuzz            build ./fuzz_http with clang and libFuzzer
-#   make -f fuzz.mk run FUZZ_TIME=300  fuzz for that long (one job); new inputs go to
-#                          work/, crashes to findings/
-#   make -f fuzz.mk replay          build ./replay with gcc and replay corpus/
+# Fuzzing the HTTP parser (src/nw_http.c) and the frame decoder
+# (src/nw_frame.c). Run from this directory:
+#   make -f fuzz.mk fuzz            build ./fuzz_http and ./fuzz_frame with clang and libFuzzer
+#   make -f fuzz.mk run FUZZ_TIME=300  fuzz the parser for that long (one job); new
+#                          inputs go to work/, crashes to findings/
+#   make -f fuzz.mk run-frame FUZZ_TIME=300  the same for the frame decoder
+#                          (work-frame/, findings-frame/)
+#   make -f fuzz.mk replay          build ./replay and ./replay_frame with gcc and
+#                          replay corpus/ and corpus-frame/
 #   make -f fuzz.mk clean
 CLANG   ?= clang
 GCC     ?= gcc
@@ -10,15 +14,24 @@ FUZZ_TIME ?= 300
 SRC      = ../src/nw_http.c
 HDRS     = ../src/nw_http.h ../src/nw_limits.h
 
-.PHONY: all fuzz run replay clean
+.PHONY: all fuzz run run-frame replay clean
 
 all: fuzz replay
 
-fuzz: fuzz_http
+fuzz: fuzz_http fuzz_frame
 
 fuzz_http: fuzz_http.c $(SRC) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 		-I../src fuzz_http.c $(SRC) -o $@
+
+fuzz_frame: fuzz_frame.c ../src/nw_frame.c ../src/nw_frame.h
+	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+		-I../src fuzz_frame.c ../src/nw_frame.c -o $@
+
+run-frame: fuzz_frame
+	mkdir -p work-frame findings-frame
+	./fuzz_frame -max_total_time=$(FUZZ_TIME) -max_len=4096 \
+		-artifact_prefix=findings-frame/ -print_final_stats=1 work-frame corpus-frame
 
 run: fuzz_http
 	mkdir -p work findings
@@ -29,6 +42,9 @@ replay: replay.c fuzz_http.c $(SRC) $(HDRS)
 	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
 		-I../src replay.c fuzz_http.c $(SRC) -o replay
 	./replay corpus
+	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
+		-I../src replay.c fuzz_frame.c ../src/nw_frame.c -o replay_frame
+	./replay_frame corpus-frame
 
 clean:
-	rm -rf fuzz_http replay work findings
+	rm -rf fuzz_http fuzz_frame replay replay_frame work findings work-frame findings-frame

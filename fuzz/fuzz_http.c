@@ -7,7 +7,7 @@
  * input (in place), and byte by byte; all three must agree. Invariants of
  * the API are checked with abort(), so a broken one is reported as a crash.
  *
- * Build and run: see fuzz/Makefile (or fuzz/README.md).
+ * Build and run: make -f fuzz.mk run, from fuzz/ (see fuzz/README.md).
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -91,9 +91,16 @@ int nw_frame_recv(int sock, nw_frame *f, void *data, size_t cap, int *fd_out)
     } while (n < 0 && errno == EINTR);
     if (n < 0)
         return -1;
-    if (n == 0)
-        return 0;
     *fd_out = collect_fds(&msg);
+    if (n == 0) {
+        /* end of stream, or an empty datagram: any fd that came with it
+         * was installed in this process and must not leak (found by
+         * fuzz/fuzz_frame.c) */
+        if (*fd_out >= 0)
+            close(*fd_out);
+        *fd_out = -1;
+        return 0;
+    }
     if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof *f
         || f->magic != NW_FRAME_MAGIC || f->data_len > cap
         || (size_t)n != sizeof *f + f->data_len

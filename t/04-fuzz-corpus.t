@@ -26,4 +26,22 @@ is($status, 0, 'replay exited with status 0') or do {
 };
 like($out, qr/^replayed ${\ scalar @files} files$/m, 'every corpus file replayed');
 is($err, '', 'no sanitizer report') or diag($err);
+
+# The frame decoder's harness (fuzz/fuzz_frame.c) over its own corpus.
+my $fcorpus = File::Spec->catdir(root(), 'fuzz', 'corpus-frame');
+opendir($dh, $fcorpus) or die "$fcorpus: $!";
+my @ffiles = sort map { File::Spec->catfile($fcorpus, $_) }
+             grep { !/^\./ && -f File::Spec->catfile($fcorpus, $_) } readdir $dh;
+closedir $dh;
+cmp_ok(scalar @ffiles, '>=', 15, 'frame corpus has at least 15 files');
+my $fexe = build('replay_frame', [qw(fuzz/replay.c fuzz/fuzz_frame.c src/nw_frame.c)]);
+($status, $out, $err) = run_program($fexe, @ffiles);
+is($status, 0, 'frame replay exited with status 0') or do {
+    for my $file (@ffiles) {
+        my ($st) = run_program($fexe, $file);
+        diag("fails: $file") if $st != 0;
+    }
+};
+like($out, qr/^replayed ${\ scalar @ffiles} files$/m, 'every frame corpus file replayed');
+is($err, '', 'no sanitizer report from the frame decoder') or diag($err);
 done_testing();

@@ -1,0 +1,107 @@
+/* libFuzzer harness for src/nw_frame.c: nw_frame_recv on arbitrary
+ * datagrams carrying arbitrary numbers of descriptors.
+ *
+ * Input: byte 0 says how many descriptors go with the datagram (low three
+ * bits: 0..7, each a new descriptor) and whether the receiver's data
+ * buffer is short (bit 3: 16 bytes instead of NW_FRAME_MAX_DATA); the
+ * rest is the datagram, sent as one message on a SOCK_SEQPACKET pair, as
+ * the workers and the manager send frames. Checked with abort():
+ *   - nothing leaks: after the call (and closing what it returned) the
+ *     process has exactly the descriptors it had before;
+ *   - a frame it accepts (1) has the magic, a known type, data_len within
+ *     the buffer and equal to what was sent after the header, and at most
+ *     one descriptor, only when some were sent;
+ *   - a frame it refuses (-1) says EBADMSG and returns no descriptor.
+ *
+ * Build and run: make -f fuzz.mk run-frame (fuzz/README.md).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "nw_frame.h"
+
+#define FZ_CHECK(cond) do { if (!(cond)) abort(); } while (0)
+#define FZ_MAX_FDS   7
+#define FZ_SHORT_CAP 16
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int fz_open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    FZ_CHECK(d != NULL);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Send bytes with nfds descriptors (new ones) as one datagram. */
+static int fz_send(int sock, const uint8_t *bytes, size_t len, int nfds)
+{
+    union { char buf[CMSG_SPACE(sizeof(int) * FZ_MAX_FDS)]; struct cmsghdr align; } ctl;
+    struct iovec iov = { (void *)bytes, len };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    int fds[FZ_MAX_FDS];
+    for (int i = 0; i < nfds; i++)
+        FZ_CHECK((fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0);
+    if (nfds > 0) {
+        memset(&ctl, 0, sizeof ctl);
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+    }
+    ssize_t n = sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);              /* the datagram holds its own references */
+    return n == (ssize_t)len ? 0 : -1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int pair[2] = { -1, -1 };
+    static char buf[NW_FRAME_MAX_DATA];
+    if (size < 1 || size > 1 + 65536)
+        return 0;
+    if (pair[0] < 0)
+        FZ_CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+    int nfds = data[0] & 7;
+    size_t cap = (data[0] & 8) ? FZ_SHORT_CAP : sizeof buf;
+    const uint8_t *bytes = data + 1;
+    size_t len = size - 1;
+
+    int before = fz_open_fds();
+    if (fz_send(pair[1], bytes, len, nfds) < 0)
+        return 0;                   /* too big for the socket: not a frame anyone sends */
+    nw_frame f;
+    int fd = -2;
+    errno = 0;
+    int r = nw_frame_recv(pair[0], &f, buf, cap, &fd);
+    if (len == 0) {
+        /* an empty datagram reads as end of stream */
+        FZ_CHECK(r == 0 || (r == -1 && fd == -1));
+    } else if (r == 1) {
+        FZ_CHECK(f.magic == NW_FRAME_MAGIC);
+        FZ_CHECK(f.type == NW_FRAME_HANDOFF || f.type == NW_FRAME_SERVE || f.type == NW_FRAME_STATS);
+        FZ_CHECK(f.data_len <= cap && sizeof f + f.data_len == len);
+        FZ_CHECK(fd == -1 || nfds > 0);
+        FZ_CHECK(memcmp(&f, bytes, sizeof f) == 0 && memcmp(buf, bytes + sizeof f, f.data_len) == 0);
+    } else {
+        FZ_CHECK(r == -1 && errno == EBADMSG && fd == -1);
+    }
+    if (fd >= 0)
+        close(fd);
+    FZ_CHECK(fz_open_fds() == before);
+    return 0;
+}
