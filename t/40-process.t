@@ -350,13 +350,21 @@ SKIP: {
     my $port = $lsock->sockport;
     my $s = server(port => $port, no_listen => 1, args => [ '--max-workers', '2' ],
                    env => { LISTEN_FDS => 1 },
+                   # Raw descriptors only: whatever fd 3 was in this process (an
+                   # inherited lock, the listener itself) becomes a copy of the
+                   # listener without close-on-exec, and no Perl handle that
+                   # could close it again is made.
                    child_setup => sub {
-                       my $fd = fileno($lsock);
-                       if ($fd != 3) { POSIX::dup2($fd, 3) or POSIX::_exit(126) }
-                       open(my $three, '<&=', 3) or POSIX::_exit(126);
-                       fcntl($three, Fcntl::F_SETFD(), 0);    # keep it across exec
+                       my $copy = POSIX::dup(fileno($lsock)) // POSIX::_exit(126);
+                       if ($copy != 3) {
+                           defined POSIX::dup2($copy, 3) or POSIX::_exit(126);
+                           POSIX::close($copy);
+                       }
                        $ENV{LISTEN_PID} = $$;
-                   });
+                   },
+                   # This process listens on the port too: only the master's
+                   # own word says that it runs.
+                   ready => sub { $_[0]->log_text =~ /listening on/ });
     close $lsock;
     my $res = http_get($port, '/');
     is($res->{status}, 200, 'socket activation: requests on the passed socket work');

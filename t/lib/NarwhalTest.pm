@@ -92,6 +92,7 @@ sub spawn_server {
                         log => $stderr }, 'NarwhalTest::Guard';
     my $up = wait_until(sub {
         return 0 if waitpid($pid, POSIX::WNOHANG()) == $pid && ($guard->{pid} = 0, 1);
+        return $a{ready}->($guard) if $a{ready};    # when a connect would not prove it
         my $s = $a{unix} && $a{no_listen}
             ? IO::Socket::UNIX->new(Peer => $a{unix})
             : IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port);
