@@ -7,6 +7,7 @@
 #include "XSUB.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <unistd.h>
 
 #include "src/nw_frame.h"
@@ -21,31 +22,76 @@ typedef struct {
 
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
 
-static double hv_num(pTHX_ HV *hv, const char *key, double dflt)
+/* The worker's configuration, filled from a list the option table
+ * (Narwhal::Options::c_config) builds in the order of config_field: a
+ * typed struct, never a hash read by string key. */
+typedef struct {
+    nw_conn_config conn;
+    double keepalive_wait;
+} worker_config;
+
+enum field_type { F_SIZE, F_U64, F_SECONDS };
+static const struct {
+    const char *name;       /* the option's name in Narwhal::Options */
+    enum field_type type;
+    size_t offset;
+} config_field[] = {
+    { "max_request_line",   F_SIZE,    offsetof(worker_config, conn.parse.max_request_line) },
+    { "max_header_bytes",   F_SIZE,    offsetof(worker_config, conn.parse.max_header_bytes) },
+    { "max_headers",        F_SIZE,    offsetof(worker_config, conn.parse.max_headers) },
+    { "max_request_body",   F_U64,     offsetof(worker_config, conn.max_request_body) },
+    { "body_in_memory",     F_SIZE,    offsetof(worker_config, conn.body_in_memory) },
+    { "timeout",            F_SECONDS, offsetof(worker_config, conn.timeout) },
+    { "read_timeout",       F_SECONDS, offsetof(worker_config, conn.read_timeout) },
+    { "keepalive_timeout",  F_SECONDS, offsetof(worker_config, conn.keepalive_timeout) },
+    { "max_keepalive_reqs", F_SECONDS, offsetof(worker_config, conn.max_keepalive_reqs) },
+    { "keepalive_wait",     F_SECONDS, offsetof(worker_config, keepalive_wait) },
+};
+#define CONFIG_FIELDS (sizeof config_field / sizeof config_field[0])
+
+static void config_from_av(pTHX_ AV *values, worker_config *cfg)
 {
-    SV **sv = hv_fetch(hv, key, (I32)strlen(key), 0);
-    return (sv && SvOK(*sv)) ? SvNV(*sv) : dflt;
+    if (av_len(values) + 1 != (SSize_t)CONFIG_FIELDS)
+        croak("the worker's configuration needs %d values", (int)CONFIG_FIELDS);
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < CONFIG_FIELDS; i++) {
+        SV **v = av_fetch(values, (SSize_t)i, 0);
+        char *at = (char *)cfg + config_field[i].offset;
+        NV n = v && SvOK(*v) ? SvNV(*v) : 0;
+        if (n < 0)
+            croak("%s must not be negative", config_field[i].name);
+        switch (config_field[i].type) {
+        case F_SIZE:    *(size_t *)at = (size_t)n; break;
+        case F_U64:     *(uint64_t *)at = (uint64_t)n; break;
+        case F_SECONDS: *(double *)at = (double)n; break;
+        }
+    }
+    if (cfg->conn.parse.max_headers < 1 || cfg->conn.parse.max_headers > NW_MAX_HEADERS_HARD)
+        croak("max_headers must be between 1 and %d", NW_MAX_HEADERS_HARD);
 }
 
-static void config_from_hash(pTHX_ HV *hv, nw_conn_config *cfg)
+/* Limits Perl must not retype: the option table reads them from here. */
+static void export_limits(pTHX)
 {
-    cfg->parse.max_request_line = (size_t)hv_num(aTHX_ hv, "max_request_line",
-                                                 NW_DEFAULT_MAX_REQUEST_LINE);
-    cfg->parse.max_header_bytes = (size_t)hv_num(aTHX_ hv, "max_header_bytes",
-                                                 NW_DEFAULT_MAX_HEADER_BYTES);
-    cfg->parse.max_headers = (size_t)hv_num(aTHX_ hv, "max_headers",
-                                            NW_DEFAULT_MAX_HEADERS);
-    if (cfg->parse.max_headers < 1 || cfg->parse.max_headers > NW_MAX_HEADERS_HARD)
-        croak("max_headers must be between 1 and %d", NW_MAX_HEADERS_HARD);
-    cfg->max_request_body = (uint64_t)hv_num(aTHX_ hv, "max_request_body",
-                                             NW_DEFAULT_MAX_REQUEST_BODY);
-    cfg->body_in_memory = (size_t)hv_num(aTHX_ hv, "body_in_memory",
-                                         NW_DEFAULT_BODY_IN_MEMORY);
-    cfg->timeout = hv_num(aTHX_ hv, "timeout", NW_DEFAULT_TIMEOUT);
-    cfg->read_timeout = hv_num(aTHX_ hv, "read_timeout", NW_DEFAULT_READ_TIMEOUT);
-    cfg->keepalive_timeout = hv_num(aTHX_ hv, "keepalive_timeout",
-                                    NW_DEFAULT_KEEPALIVE_TIMEOUT);
-    cfg->max_keepalive_reqs = hv_num(aTHX_ hv, "max_keepalive_reqs", 0);
+    HV *stash = gv_stashpvs("Narwhal::Limits", GV_ADD);
+    static const struct { const char *name; double value; } limit[] = {
+        { "DEFAULT_MAX_REQUEST_LINE", NW_DEFAULT_MAX_REQUEST_LINE },
+        { "DEFAULT_MAX_HEADER_BYTES", NW_DEFAULT_MAX_HEADER_BYTES },
+        { "DEFAULT_MAX_HEADERS", NW_DEFAULT_MAX_HEADERS },
+        { "MAX_HEADERS_HARD", NW_MAX_HEADERS_HARD },
+        { "MIN_REQUEST_LINE", NW_MIN_REQUEST_LINE },
+        { "MAX_HEADER_BYTES_HARD", NW_FRAME_MAX_DATA },
+        { "DEFAULT_MAX_REQUEST_BODY", NW_DEFAULT_MAX_REQUEST_BODY },
+        { "DEFAULT_BODY_IN_MEMORY", NW_DEFAULT_BODY_IN_MEMORY },
+        { "DEFAULT_TIMEOUT", NW_DEFAULT_TIMEOUT },
+        { "DEFAULT_READ_TIMEOUT", NW_DEFAULT_READ_TIMEOUT },
+        { "DEFAULT_KEEPALIVE_TIMEOUT", NW_DEFAULT_KEEPALIVE_TIMEOUT },
+        { "DEFAULT_MAX_KEEPALIVE_REQS", NW_DEFAULT_MAX_KEEPALIVE_REQS },
+        { "MAX_LISTENERS", NW_WORKER_MAX_LISTENERS },
+        { "MAX_PARKED", NW_MAX_PARKED },
+    };
+    for (size_t i = 0; i < sizeof limit / sizeof limit[0]; i++)
+        newCONSTSUB(stash, limit[i].name, newSVnv(limit[i].value));
 }
 
 /* A parked connection's Narwhal::Conn stays alive while the worker holds
@@ -122,7 +168,7 @@ nw_xs_acceptor *
 new(class, listeners, config, serve_queue = -1, handoff_queue = -1, io_maker = &PL_sv_undef)
     const char *class
     AV *listeners
-    HV *config
+    AV *config
     int serve_queue
     int handoff_queue
     SV *io_maker
@@ -131,11 +177,11 @@ new(class, listeners, config, serve_queue = -1, handoff_queue = -1, io_maker = &
     SSize_t n = av_len(listeners) + 1;
     if (n < 1 || n > NW_WORKER_MAX_LISTENERS)
         croak("Narwhal::Acceptor needs 1 to %d listeners", NW_WORKER_MAX_LISTENERS);
-    nw_conn_config cfg;
-    config_from_hash(aTHX_ config, &cfg);
+    worker_config cfg;
+    config_from_av(aTHX_ config, &cfg);
     Newxz(RETVAL, 1, nw_xs_acceptor);
-    RETVAL->w = nw_worker_new(&cfg, hv_num(aTHX_ config, "keepalive_wait", 0),
-                              serve_queue, handoff_queue, &owner_ops);
+    RETVAL->w = nw_worker_new(&cfg.conn, cfg.keepalive_wait, serve_queue, handoff_queue,
+                              &owner_ops);
     if (!RETVAL->w)
         croak("cannot set up the worker: %s", strerror(errno));
     for (SSize_t i = 0; i < n; i++) {
@@ -223,6 +269,14 @@ deliver_signals(self)
         PERL_ASYNC_CHECK();
   OUTPUT:
     RETVAL
+
+void
+config_fields()
+  PPCODE:
+    /* The names of the values new() wants, in its order. */
+    EXTEND(SP, (SSize_t)CONFIG_FIELDS);
+    for (size_t i = 0; i < CONFIG_FIELDS; i++)
+        mPUSHp(config_field[i].name, strlen(config_field[i].name));
 
 int
 has_manager(self)
@@ -448,6 +502,7 @@ MODULE = Narwhal    PACKAGE = Narwhal
 
 BOOT:
     nw_env_boot(aTHX);
+    export_limits(aTHX);
     conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
     acceptor_stash = gv_stashpvs("Narwhal::Acceptor", GV_ADD);
     /* Why a connection is let go (Narwhal::Acceptor::release), what came

@@ -9,6 +9,9 @@
 #define NW_DEFAULT_MAX_HEADER_BYTES   65536   /* bytes, the whole head; over it: 431 */
 #define NW_DEFAULT_MAX_HEADERS        100     /* header fields; over it: 431 */
 #define NW_MAX_HEADERS_HARD           1024    /* the option cannot go above this */
+#define NW_MIN_REQUEST_LINE           64      /* --max-request-line cannot go below this */
+/* --max-header-bytes cannot go above NW_FRAME_MAX_DATA (nw_frame.h): a head
+ * the manager holds must fit in one frame to a worker. */
 #define NW_MAX_METHOD_LEN             32      /* longer methods are rejected with 400 */
 
 /* Request body. */

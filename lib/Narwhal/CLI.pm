@@ -62,52 +62,8 @@ sub _load_psgi {
     return $app;
 }
 
-sub usage {
-    return <<'USAGE';
-Usage: narwhal [options] [app.psgi]
-
-Listening (repeatable; default 0.0.0.0:5000):
-  -l, --listen ADDR          host:port, :port, [::1]:port or /path/to.sock
-  -o, --host HOST            -p, --port PORT
-  -S, --socket PATH          a unix socket
-      --backlog N            listen queue length (1024)
-Workers:
-      --max-workers N        worker processes (4); alias --workers
-      --max-reqs-per-child N requests before a worker is replaced (10000);
-                             alias --max-requests; 0 = never
-      --min-reqs-per-child N replace each worker at a random count in [N, max]
-      --spawn-interval SECS  space worker starts out
-      --preload-app          load the app in the master (default)
-      --no-preload-app, -L Delayed   load it in each worker (HUP reloads it)
-      --child-exit CODE      sub { ... } run in a worker before it exits
-      --user USER --group GROUP      workers drop privileges to these
-Connections:
-      --timeout SECS         deadline for one read or write (300)
-      --read-timeout SECS    deadline for a whole request head (60)
-      --keepalive-timeout S  idle time allowed between requests (5)
-      --max-keepalive-reqs N requests on one connection (1000)
-      --disable-keepalive    close after every response
-      --no-manager           keep idle connections in workers (no manager)
-      --max-connections N    connections the manager holds (10000)
-      --keepalive-wait SECS  keep a served connection parked in the worker (0.05)
-      --worker-quantum N     requests in a row before yielding (5)
-Limits:
-      --max-request-body BYTES  larger bodies get 413 (0 = no limit)
-      --body-in-memory BYTES    larger bodies go to a temp file (1048576)
-      --max-request-line BYTES  414 beyond (8192)
-      --max-header-bytes BYTES  431 beyond (65536)
-      --max-headers N           431 beyond (100)
-Process:
-      --graceful-timeout SECS   wait this long for requests on stop (30)
-      --pid FILE                write the master's pid here
-      --error-log FILE          append stderr here (USR1 reopens it)
-  -E, --env ENV              PLACK_ENV (deployment)
-  -I DIR, -M Module          add to @INC, load a module first
-  -h, --help                 -v, --version
-Signals: TERM/INT/QUIT stop gracefully, HUP restarts workers, TTIN/TTOU add or
-remove a worker, USR1 reopens the error log, USR2 logs manager counts.
-USAGE
-}
+# Generated from the option table.
+sub usage { return Narwhal::Options::usage() }
 
 1;
 __END__

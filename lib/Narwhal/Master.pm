@@ -79,11 +79,7 @@ sub _start_manager {
         or die "cannot find the narwhal-manager program (run make), or use --no-manager\n";
     $self->_make_manager_sockets unless $self->{sockets};
     my $s = $self->{sockets};
-    my @args = ('--keepalive-timeout' => $o->{keepalive_timeout},
-                '--read-timeout' => $o->{read_timeout},
-                '--max-connections' => $o->{max_connections},
-                '--max-header-bytes' => $o->{max_header_bytes},
-                '--max-request-line' => $o->{max_request_line});
+    my @args = Narwhal::Options::manager_argv($o);
     my $pid = fork // die "fork: $!\n";
     if (!$pid) {
         # Move the three ends out of the way first, then onto 3, 4 and 5.

@@ -1,76 +1,141 @@
 package Narwhal::Options;
 use strict;
 use warnings;
+use Narwhal ();
 
-# One table of options drives the command line, the Plack handler's
-# arguments, defaults and validation. Keys are snake_case; the command line
-# takes the same words in kebab-case.
+# The one table of options. Each option's name, aliases, type, default,
+# bounds, help group, placeholder and one line of help live here, and
+# everything else is derived from it: the command line's Getopt specs and
+# --help, the defaults, the checks, the Plack handler's arguments, the C
+# side's typed configuration and the manager's arguments. The README's
+# table is written from it (dev/gen-options) and t/31-options.t checks the
+# README, the POD and --help against it. Limits that C enforces take their
+# default and bounds from C (Narwhal::Limits, exported by the XS from
+# src/nw_limits.h), never retyped here.
+#
+# Keys: name (snake_case; the command line uses kebab-case), alias (other
+# command-line names; one letter is a short option), type, default, min,
+# max, group, arg (placeholder), help, c (the C configuration reads it),
+# manager (the manager program's flag for it), doc (0: not an operator
+# option: left out of the README table).
 
-use constant DEFAULTS => {
-    max_workers        => 4,
-    max_reqs_per_child => 10000,
-    min_reqs_per_child => undef,
-    spawn_interval     => 0,
-    timeout            => 300,
-    read_timeout       => 60,
-    keepalive_timeout  => 5,
-    max_keepalive_reqs => 1000,
-    disable_keepalive  => 0,
-    backlog            => 1024,
-    preload_app        => 1,
-    graceful_timeout   => 30,
-    max_request_body   => 0,
-    body_in_memory     => 1024 * 1024,
-    max_request_line   => 8192,
-    max_header_bytes   => 65536,
-    max_headers        => 100,
-    manager            => 1,
-    max_connections    => 10000,
-    keepalive_wait     => 0.05,
-    worker_quantum     => 5,
-};
+my $L = 'Narwhal::Limits';
+sub _c { my ($name) = @_; return $L->can($name)->() }
 
-# name => [ Getopt::Long type and aliases, validation kind ]
-use constant SPEC => {
-    listen             => [ 'listen|l=s@',                   'list' ],
-    host               => [ 'host|o=s',                      'string' ],
-    port               => [ 'port|p=s',                      'port' ],
-    socket             => [ 'socket|S=s@',                   'list' ],
-    max_workers        => [ 'max-workers|workers=s',         'count' ],
-    max_reqs_per_child => [ 'max-reqs-per-child|max-requests=s', 'count' ],
-    min_reqs_per_child => [ 'min-reqs-per-child=s',          'count' ],
-    spawn_interval     => [ 'spawn-interval=s',              'seconds' ],
-    timeout            => [ 'timeout=s',                     'seconds' ],
-    read_timeout       => [ 'read-timeout=s',                'seconds' ],
-    keepalive_timeout  => [ 'keepalive-timeout=s',           'seconds' ],
-    max_keepalive_reqs => [ 'max-keepalive-reqs=s',          'count' ],
-    disable_keepalive  => [ 'disable-keepalive!',            'bool' ],
-    backlog            => [ 'backlog=s',                     'count' ],
-    preload_app        => [ 'preload-app!',                  'bool' ],
-    loader             => [ 'loader|L=s',                    'string' ],
-    child_exit         => [ 'child-exit=s',                  'code' ],
-    graceful_timeout   => [ 'graceful-timeout=s',            'seconds' ],
-    pid                => [ 'pid|pid-file=s',                'string' ],
-    error_log          => [ 'error-log=s',                   'string' ],
-    user               => [ 'user=s',                        'string' ],
-    group              => [ 'group=s',                       'string' ],
-    max_request_body   => [ 'max-request-body=s',            'size' ],
-    body_in_memory     => [ 'body-in-memory=s',              'size' ],
-    max_request_line   => [ 'max-request-line=s',            'size' ],
-    max_header_bytes   => [ 'max-header-bytes=s',            'size' ],
-    max_headers        => [ 'max-headers=s',                 'count' ],
-    manager            => [ 'manager!',                      'bool' ],
-    max_connections    => [ 'max-connections=s',             'count' ],
-    keepalive_wait     => [ 'keepalive-wait=s',              'seconds' ],
-    worker_quantum     => [ 'worker-quantum=s',              'count' ],
-};
+use constant GROUPS => qw(Listening Workers Connections Limits Process);
 
-use constant ALIASES => {
-    workers       => 'max_workers',
-    max_requests  => 'max_reqs_per_child',
-    pid_file      => 'pid',
-    keepalive     => undef,    # accepted from plackup configs, see normalize
-};
+my @TABLE = (
+    { name => 'listen', alias => ['l'], type => 'list', group => 'Listening', arg => 'ADDR',
+      help => 'host:port, :port, [::1]:port or /path/to.sock (repeatable; default 0.0.0.0:5000)' },
+    { name => 'host', alias => ['o'], type => 'string', group => 'Listening', arg => 'HOST',
+      help => 'another way to say one TCP listener, with --port' },
+    { name => 'port', alias => ['p'], type => 'port', group => 'Listening', arg => 'PORT',
+      help => 'the port of that listener' },
+    { name => 'socket', alias => ['S'], type => 'list', group => 'Listening', arg => 'PATH',
+      help => 'a unix socket listener' },
+    { name => 'backlog', type => 'count', default => 1024, min => 1, group => 'Listening', arg => 'N',
+      help => 'listen queue length' },
+
+    { name => 'max_workers', alias => ['workers'], type => 'count', default => 4, min => 1,
+      group => 'Workers', arg => 'N', help => 'worker processes' },
+    { name => 'max_reqs_per_child', alias => ['max-requests'], type => 'count', default => 10000,
+      group => 'Workers', arg => 'N', help => 'requests before a worker is replaced (0: never)' },
+    { name => 'min_reqs_per_child', type => 'count', group => 'Workers', arg => 'N',
+      help => 'replace each worker at a random count in [N, max]' },
+    { name => 'spawn_interval', type => 'seconds', default => 0, group => 'Workers', arg => 'SECS',
+      help => 'space out replacement workers' },
+    { name => 'preload_app', type => 'bool', default => 1, group => 'Workers',
+      help => 'load the app in the master (--no-preload-app, -L Delayed: in each worker; HUP reloads it)' },
+    { name => 'loader', alias => ['L'], type => 'string', group => 'Workers', arg => 'NAME', doc => 0,
+      help => 'Delayed is --no-preload-app (for plackup users)' },
+    { name => 'child_exit', type => 'code', group => 'Workers', arg => 'CODE',
+      help => 'sub { ... } run in a worker before it exits' },
+    { name => 'user', type => 'string', group => 'Workers', arg => 'USER',
+      help => 'workers drop privileges to this user' },
+    { name => 'group', type => 'string', group => 'Workers', arg => 'GROUP',
+      help => 'and to this group' },
+
+    { name => 'timeout', type => 'seconds', default => _c('DEFAULT_TIMEOUT'), min_excl => 0, c => 1,
+      group => 'Connections', arg => 'SECS', help => 'deadline for one read or write' },
+    { name => 'read_timeout', type => 'seconds', default => _c('DEFAULT_READ_TIMEOUT'), min_excl => 0,
+      c => 1, manager => 'read-timeout', group => 'Connections', arg => 'SECS',
+      help => 'deadline for a whole request head (then 408)' },
+    { name => 'keepalive_timeout', type => 'seconds', default => _c('DEFAULT_KEEPALIVE_TIMEOUT'),
+      min_excl => 0, c => 1, manager => 'keepalive-timeout', group => 'Connections', arg => 'SECS',
+      help => 'idle time allowed between requests' },
+    { name => 'max_keepalive_reqs', type => 'count', default => _c('DEFAULT_MAX_KEEPALIVE_REQS'),
+      c => 1, group => 'Connections', arg => 'N', help => 'requests on one connection' },
+    { name => 'disable_keepalive', type => 'bool', default => 0, group => 'Connections',
+      help => 'close after every response' },
+    { name => 'manager', type => 'bool', default => 1, group => 'Connections',
+      help => 'hold idle connections in the connection manager (--no-manager: in the workers)' },
+    { name => 'max_connections', type => 'count', default => 10000, min => 1,
+      manager => 'max-connections', group => 'Connections', arg => 'N',
+      help => 'connections the manager holds; beyond, the longest idle is closed' },
+    { name => 'keepalive_wait', type => 'seconds', default => 0.05, c => 1, group => 'Connections',
+      arg => 'SECS', help => 'how long a worker keeps a served connection parked before the manager takes it' },
+    { name => 'worker_quantum', type => 'count', default => 5, min => 1, group => 'Connections',
+      arg => 'N', help => 'requests served in a row on one connection while others wait' },
+
+    { name => 'max_request_body', type => 'size', default => _c('DEFAULT_MAX_REQUEST_BODY'), c => 1,
+      group => 'Limits', arg => 'BYTES', help => 'larger bodies get 413 (0: no limit)' },
+    { name => 'body_in_memory', type => 'size', default => _c('DEFAULT_BODY_IN_MEMORY'), c => 1,
+      group => 'Limits', arg => 'BYTES', help => 'larger bodies go to an unlinked temp file' },
+    { name => 'max_request_line', type => 'size', default => _c('DEFAULT_MAX_REQUEST_LINE'),
+      min => _c('MIN_REQUEST_LINE'), c => 1, manager => 'max-request-line', group => 'Limits',
+      arg => 'BYTES', help => '414 beyond' },
+    { name => 'max_header_bytes', type => 'size', default => _c('DEFAULT_MAX_HEADER_BYTES'),
+      max => _c('MAX_HEADER_BYTES_HARD'), c => 1, manager => 'max-header-bytes', group => 'Limits',
+      arg => 'BYTES', help => '431 beyond (the whole head)' },
+    { name => 'max_headers', type => 'count', default => _c('DEFAULT_MAX_HEADERS'), min => 1,
+      max => _c('MAX_HEADERS_HARD'), c => 1, group => 'Limits', arg => 'N', help => '431 beyond' },
+
+    { name => 'graceful_timeout', type => 'seconds', default => 30, group => 'Process', arg => 'SECS',
+      help => 'stop: wait this long for requests in flight, then KILL' },
+    { name => 'pid', alias => ['pid-file'], type => 'string', group => 'Process', arg => 'FILE',
+      help => 'write the master\'s pid here' },
+    { name => 'error_log', type => 'string', group => 'Process', arg => 'FILE',
+      help => 'append errors here instead of stderr (USR1 reopens it)' },
+);
+
+my %BY_NAME = map { $_->{name} => $_ } @TABLE;
+
+# The table, in order (for generators and tests).
+sub table { return @TABLE }
+sub option { return $BY_NAME{ $_[0] } }
+
+# Other spellings a handler argument may use: handler-only aliases, and
+# plackup's --disable-X/--enable-X, which arrive as X => 0/1.
+my %HANDLER_ALIASES = (keepalive => sub { (disable_keepalive => $_[0] ? 0 : 1) },
+                       no_manager => sub { (manager => $_[0] ? 0 : 1) });
+
+sub cli_name {
+    my ($key) = @_;
+    (my $n = $key) =~ tr/_/-/;
+    return "--$n";
+}
+
+# How the command line spells an option: a switch that is on by default is
+# written --[no-]name.
+sub flag_name {
+    my ($o) = @_;
+    my $name = cli_name($o->{name});
+    return $o->{type} eq 'bool' && $o->{default} ? '--[no-]' . substr($name, 2) : $name;
+}
+
+# Getopt::Long specs for the command line, from the table.
+sub getopt_specs {
+    return map { _getopt_spec($_) } @TABLE;
+}
+
+sub _getopt_spec {
+    my ($o) = @_;
+    (my $name = $o->{name}) =~ tr/_/-/;
+    my $names = join '|', $name, @{ $o->{alias} || [] };
+    return "$names!" if $o->{type} eq 'bool';
+    return "$names=s@" if $o->{type} eq 'list';
+    return "$names=s";
+}
 
 my %CHECK = (
     list    => sub { 1 },
@@ -89,47 +154,64 @@ my %WANT = (
     string => 'a value', code => 'Perl code',
 );
 
-# Getopt::Long specs for the command line.
-sub getopt_specs {
-    my $spec = SPEC;
-    return map { $spec->{$_}[0] } sort keys %$spec;
-}
-
-# The first (long) name of an option, kebab-case, for messages.
-sub cli_name {
-    my ($key) = @_;
-    my $s = SPEC->{$key} or return $key;
-    my ($name) = $s->[0] =~ /^([\w-]+)/;
-    return "--$name";
-}
-
 # Turn handler arguments or parsed command-line values into the canonical
 # hash: aliases resolved, kebab-case folded, defaults filled, values checked.
-# Dies with a one-line message on a bad value.
+# Dies with a one-line message on a bad value. Unknown names die on the
+# command line (Getopt has refused them already) and, for the Plack
+# handler (on_unknown), are reported to it.
 sub normalize {
     my (%args) = @_;
+    my $on_unknown = delete $args{-on_unknown};
     my %o;
-    for my $k (keys %args) {
-        my $key = $k;
-        $key =~ tr/-/_/;
-        $key = ALIASES->{$key} if exists ALIASES->{$key};
-        next unless defined $key;
-        $o{$key} = $args{$k};
+    for my $k (sort keys %args) {
+        my @pairs = _canonical($k, $args{$k});
+        if (!@pairs) {
+            $on_unknown ? $on_unknown->($k) : die "unknown option " . cli_name($k) . "\n";
+            next;
+        }
+        while (my ($key, $value) = splice @pairs, 0, 2) {
+            $o{$key} = $value;
+        }
     }
     _apply_loader(\%o);
-    for my $key (keys %o) {
-        my $s = SPEC->{$key} or next;
-        next if !defined $o{$key} && $s->[1] ne 'string';
-        next if !defined $o{$key};
-        $CHECK{ $s->[1] }->($o{$key})
-            or die cli_name($key) . " wants $WANT{$s->[1]}, not '$o{$key}'\n";
+    for my $key (sort keys %o) {
+        my $opt = $BY_NAME{$key} or next;
+        next unless defined $o{$key};
+        $CHECK{ $opt->{type} }->($o{$key})
+            or die cli_name($key) . " wants $WANT{$opt->{type}}, not '$o{$key}'\n";
+        _check_bounds($opt, $o{$key});
     }
-    my $d = DEFAULTS;
-    exists $o{$_} && defined $o{$_} or $o{$_} = $d->{$_} for keys %$d;
+    for my $opt (@TABLE) {
+        $o{ $opt->{name} } //= $opt->{default} if exists $opt->{default};
+    }
     _check_relations(\%o);
     $o{listen} = [ @{ $o{listen} || [] }, @{ delete $o{socket} || [] } ];
     $o{child_exit} = _compile_code($o{child_exit}) if defined $o{child_exit};
     return \%o;
+}
+
+# (name, value) pairs a given key and value stand for; () when unknown.
+sub _canonical {
+    my ($k, $v) = @_;
+    (my $key = $k) =~ tr/-/_/;
+    return ($key, $v) if $BY_NAME{$key};
+    return $HANDLER_ALIASES{$key}->($v) if $HANDLER_ALIASES{$key};
+    for my $opt (@TABLE) {
+        for my $alias (@{ $opt->{alias} || [] }) {
+            (my $a = $alias) =~ tr/-/_/;
+            return ($opt->{name}, $v) if $a eq $key && length $alias > 1;
+        }
+    }
+    return;
+}
+
+sub _check_bounds {
+    my ($opt, $v) = @_;
+    my $name = cli_name($opt->{name});
+    die "$name must be at least $opt->{min}\n" if defined $opt->{min} && $v < $opt->{min};
+    die "$name must be at most $opt->{max}\n" if defined $opt->{max} && $v > $opt->{max};
+    die "$name must be more than $opt->{min_excl}\n"
+        if defined $opt->{min_excl} && !($v > $opt->{min_excl});
 }
 
 sub _apply_loader {
@@ -143,24 +225,14 @@ sub _apply_loader {
     }
 }
 
+# What no single option's bounds can say.
 sub _check_relations {
     my ($o) = @_;
-    die "--max-workers must be at least 1\n" if $o->{max_workers} < 1;
-    die "--max-headers must be between 1 and 1024\n"
-        if $o->{max_headers} < 1 || $o->{max_headers} > 1024;
-    die "--max-request-line must be at least 64\n" if $o->{max_request_line} < 64;
-    die "--max-header-bytes must be at most 131072\n" if $o->{max_header_bytes} > 131072;
-    die "--max-connections must be at least 1\n" if $o->{max_connections} < 1;
-    die "--worker-quantum must be at least 1\n" if $o->{worker_quantum} < 1;
-    die "--keepalive-wait must be 0 or more\n" if $o->{keepalive_wait} < 0;
     die "--max-header-bytes must be at least --max-request-line\n"
         if $o->{max_header_bytes} < $o->{max_request_line};
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"
         if defined $o->{min_reqs_per_child} && $o->{max_reqs_per_child}
         && $o->{min_reqs_per_child} > $o->{max_reqs_per_child};
-    for my $t (qw(timeout read_timeout keepalive_timeout)) {
-        die cli_name($t) . " must be more than 0\n" unless $o->{$t} > 0;
-    }
 }
 
 sub _compile_code {
@@ -172,16 +244,65 @@ sub _compile_code {
     return $sub;
 }
 
+# The values the C side reads, in the order it asks for them
+# (Narwhal::Acceptor::config_fields): a typed struct is filled from this
+# list, never from a hash read by string key. A field the table does not
+# have is a build error, caught at start.
+sub c_config {
+    my ($o) = @_;
+    return [ map {
+        my $opt = $BY_NAME{$_} && $BY_NAME{$_}{c} ? $BY_NAME{$_}
+            : die "the C side asks for '$_', which is not a C option in Narwhal::Options\n";
+        $o->{$_} // 0;
+    } Narwhal::Acceptor::config_fields() ];
+}
+
+# The manager program's arguments, from the options it takes.
+sub manager_argv {
+    my ($o) = @_;
+    return map { ("--$_->{manager}", $o->{ $_->{name} }) } grep { $_->{manager} } @TABLE;
+}
+
+# The --help text, grouped as the table is.
+sub usage {
+    my @out = ('Usage: narwhal [options] [app.psgi]', '');
+    for my $group (GROUPS) {
+        push @out, "$group:";
+        push @out, _usage_line($_) for grep { $_->{group} eq $group && ($_->{doc} // 1) } @TABLE;
+    }
+    push @out,
+        '  -E, --env ENV              PLACK_ENV (deployment)',
+        '  -I DIR, -M Module          add to @INC, load a module first',
+        '  -a, --app FILE             the app (or the last argument; default app.psgi)',
+        '  -h, --help                 -v, --version',
+        'Signals: TERM/INT/QUIT stop gracefully, HUP restarts workers, TTIN/TTOU add or',
+        'remove a worker, USR1 reopens the error log, USR2 logs manager counts.';
+    return join("\n", @out) . "\n";
+}
+
+sub _usage_line {
+    my ($o) = @_;
+    my @short = grep { length == 1 } @{ $o->{alias} || [] };
+    my @long = grep { length > 1 } @{ $o->{alias} || [] };
+    my $flag = (@short ? "-$short[0], " : '    ') . flag_name($o) . ($o->{arg} ? " $o->{arg}" : '');
+    my $help = $o->{help};
+    $help .= '; alias ' . join(', ', map { "--$_" } @long) if @long;
+    $help .= " (default $o->{default})" if defined $o->{default} && $o->{type} ne 'bool';
+    return sprintf('  %-26s %s', $flag, $help) if length $flag <= 26;
+    return "  $flag\n" . (' ' x 29) . $help;
+}
+
 1;
 __END__
 
 =head1 NAME
 
-Narwhal::Options - option names, defaults and checks for Narwhal
+Narwhal::Options - the one table of Narwhal's options
 
 =head1 DESCRIPTION
 
-The single table behind the C<narwhal> command line and
-C<< Plack::Handler::Narwhal->new(%options) >>. See L<Narwhal/OPTIONS>.
+The single table behind the C<narwhal> command line, its C<--help>,
+C<< Plack::Handler::Narwhal->new(%options) >>, the C side's configuration
+and the connection manager's arguments. See L<Narwhal/OPTIONS>.
 
 =cut

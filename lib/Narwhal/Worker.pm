@@ -3,6 +3,7 @@ use strict;
 use warnings;
 use Narwhal ();
 use Narwhal::Input ();
+use Narwhal::Options ();
 use Narwhal::Writer ();
 use POSIX ();
 use Scalar::Util ();
@@ -38,7 +39,8 @@ sub run {
     $self->_load_app unless $self->{app};
     my $acceptor = $self->{acceptor} = Narwhal::Acceptor->new(
         [ map { { %$_, env => $self->_env_template($_) } } @{ $self->{listeners} } ],
-        $self->{options}, $self->{serve_queue} // -1, $self->{handoff_queue} // -1,
+        Narwhal::Options::c_config($self->{options}),
+        $self->{serve_queue} // -1, $self->{handoff_queue} // -1,
         \&_io_handle,
     );
     # The stop and retire signals never interrupt the app (a sleep, a

@@ -30,14 +30,25 @@
 #define RESERVED_FDS 256    /* worker channels, epoll, signalfd, stdio */
 #define MAX_SECONDS 2000000.0  /* deadlines travel as int32 milliseconds */
 
+/* Every option the manager takes; --help lists them from here, and
+ * t/31-options.t checks them against the master's option table. */
+static const struct option manager_opts[] = {
+    { "keepalive-timeout", required_argument, NULL, 'k' },
+    { "read-timeout",      required_argument, NULL, 'r' },
+    { "max-connections",   required_argument, NULL, 'c' },
+    { "max-header-bytes",  required_argument, NULL, 'b' },
+    { "max-request-line",  required_argument, NULL, 'l' },
+    { "help",              no_argument,       NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+};
+
 static void usage(FILE *out)
 {
-    fprintf(out,
-        "usage: narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]\n"
-        "                       [--max-connections N] [--max-header-bytes N]\n"
-        "                       [--max-request-line N]\n"
-        "Runs Narwhal's connection manager; fds 3, 4 and 5 must be its sockets\n"
-        "from the master (SOCK_SEQPACKET).\n");
+    fprintf(out, "usage: narwhal-manager [options]\n");
+    for (const struct option *o = manager_opts; o->name; o++)
+        fprintf(out, "  --%s%s\n", o->name, o->has_arg ? " VALUE" : "");
+    fprintf(out, "Runs Narwhal's connection manager; fds 3, 4 and 5 must be its sockets\n"
+                 "from the master (SOCK_SEQPACKET).\n");
 }
 
 static int parse_seconds(const char *s, double *out)
@@ -91,15 +102,7 @@ static int control_fd_ok(int fd)
 
 static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_given)
 {
-    static const struct option opts[] = {
-        { "keepalive-timeout", required_argument, NULL, 'k' },
-        { "read-timeout",      required_argument, NULL, 'r' },
-        { "max-connections",   required_argument, NULL, 'c' },
-        { "max-header-bytes",  required_argument, NULL, 'b' },
-        { "max-request-line",  required_argument, NULL, 'l' },
-        { "help",              no_argument,       NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
+    const struct option *opts = manager_opts;
     int c, idx = 0, bad = 0;
     while (!bad && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         switch (c) {

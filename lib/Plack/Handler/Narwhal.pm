@@ -20,7 +20,12 @@ sub run {
     $args{listen} = [ ref $args{listen} ? @{ $args{listen} } : ($args{listen}) ]
         if defined $args{listen};
     $args{socket} = [ $args{socket} ] if defined $args{socket} && !ref $args{socket};
-    my $options = Narwhal::Options::normalize(%args);
+    # An option Narwhal does not know is named once at start, never
+    # silently dropped (plackup passes every --option it does not know
+    # itself: --enable-ssl, -D, a typo).
+    my $options = Narwhal::Options::normalize(%args, -on_unknown => sub {
+        print STDERR "narwhal: ignoring the option '$_[0]', which Narwhal does not know\n";
+    });
     require Narwhal::Master;
     my $master = Narwhal::Master->new(
         options      => $options,
