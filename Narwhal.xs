@@ -89,6 +89,9 @@ static void export_limits(pTHX)
         { "DEFAULT_MAX_KEEPALIVE_REQS", NW_DEFAULT_MAX_KEEPALIVE_REQS },
         { "MAX_LISTENERS", NW_WORKER_MAX_LISTENERS },
         { "MAX_PARKED", NW_MAX_PARKED },
+        { "MANAGER_CONTROL_FD", NW_MANAGER_CONTROL_FD },
+        { "MANAGER_HANDOFF_QUEUE_FD", NW_MANAGER_HANDOFF_QUEUE_FD },
+        { "MANAGER_SERVE_QUEUE_FD", NW_MANAGER_SERVE_QUEUE_FD },
     };
     for (size_t i = 0; i < sizeof limit / sizeof limit[0]; i++)
         newCONSTSUB(stash, limit[i].name, newSVnv(limit[i].value));
@@ -492,7 +495,7 @@ recv_stats(control)
         (void)hv_stores(hv, "closed_timeout", newSVuv(st.closed_timeout));
         (void)hv_stores(hv, "closed_full", newSVuv(st.closed_full));
         (void)hv_stores(hv, "closed_peer", newSVuv(st.closed_peer));
-        (void)hv_stores(hv, "outbox_full", newSVuv(st.outbox_full));
+        (void)hv_stores(hv, "serve_queue_full", newSVuv(st.serve_queue_full));
         RETVAL = newRV_noinc((SV *)hv);
     }
   OUTPUT:

@@ -111,7 +111,7 @@ static int parse_ready_head(nw_conn *c)
     return NW_REQ_READY;
 }
 
-int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial)
+int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
 {
     for (;;) {
         if (c->in.len > 0) {
@@ -130,27 +130,27 @@ int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial)
         }
         int waiting_first_byte = c->in.len == 0;
         nw_msec deadline = waiting_first_byte ? c->idle_deadline : c->head_deadline;
-        nw_msec tick = nw_deadline_in(tick_s);
-        int ticked = (waiting_first_byte || tick_partial) && tick < deadline;
-        if (ticked)
-            deadline = tick;
+        nw_msec wait_until = nw_deadline_in(max_wait_s);
+        int wait_shorter = (waiting_first_byte || wait_partial) && wait_until < deadline;
+        if (wait_shorter)
+            deadline = wait_until;
         if (nw_buf_reserve(&c->in, NW_READ_CHUNK) < 0)
             return head_error(c, 500);
-        /* A tick under a millisecond is a brief look, not a deadline. */
-        ssize_t n = ticked && tick_s < 0.001
-            ? conn_read_brief(c, c->in.data + c->in.len, c->in.cap - c->in.len, tick_s)
+        /* A wait under a millisecond is a brief look, not a deadline. */
+        ssize_t n = wait_shorter && max_wait_s < 0.001
+            ? conn_read_brief(c, c->in.data + c->in.len, c->in.cap - c->in.len, max_wait_s)
             : conn_read(c, c->in.data + c->in.len, c->in.cap - c->in.len, deadline);
         if (n > 0) {
             c->in.len += (size_t)n;
             continue;
         }
         if (n == NW_IO_INTERRUPTED) {
-            if (waiting_first_byte || tick_partial)
+            if (waiting_first_byte || wait_partial)
                 return NW_REQ_AGAIN;
             continue;
         }
         if (n == NW_IO_TIMEOUT) {
-            if (ticked)
+            if (wait_shorter)
                 return NW_REQ_AGAIN;
             return waiting_first_byte ? NW_REQ_TIMEOUT : head_error(c, 408);
         }

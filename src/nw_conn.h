@@ -24,7 +24,7 @@ typedef struct {
 
 /* Results of nw_conn_read_head and nw_conn_read_body. */
 #define NW_REQ_READY     1
-#define NW_REQ_AGAIN     0    /* no bytes of a request yet: tick passed or signal */
+#define NW_REQ_AGAIN     0    /* no bytes of a request yet: the wait is over, or a signal */
 #define NW_REQ_CLOSED  (-21)  /* peer went away */
 #define NW_REQ_TIMEOUT (-22)  /* idle too long between requests: close quietly */
 #define NW_REQ_ERROR   (-23)  /* answer c->error_status and close */
@@ -69,10 +69,10 @@ typedef struct {
 nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg);
 void nw_conn_destroy(nw_conn *c);
 
-/* Read and parse the next request head. tick_s bounds the wait while no
- * byte of it has arrived (NW_REQ_AGAIN after it); with tick_partial, also
- * while part of it has. The deadlines hold either way. */
-int nw_conn_read_head(nw_conn *c, double tick_s, int tick_partial);
+/* Read and parse the next request head. max_wait_s bounds the wait while
+ * no byte of it has arrived (NW_REQ_AGAIN after it); with wait_partial,
+ * also while part of it has. The deadlines hold either way. */
+int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial);
 
 /* Send the connection, its request count, its deadline and the bytes read
  * past the last request to the manager in one HANDOFF frame, then close our

@@ -13,9 +13,15 @@
 #define NW_FRAME_MAGIC    0x3146574eu   /* "NWF1" little-endian */
 #define NW_FRAME_MAX_DATA (128 * 1024)  /* bytes after the header, at most */
 
+/* The manager's descriptors, as the master passes them to the program it
+ * execs (docs/PROTOCOL.md, "Sockets"). */
+#define NW_MANAGER_CONTROL_FD       3   /* control: STATS to the master */
+#define NW_MANAGER_HANDOFF_QUEUE_FD 4   /* HANDOFF frames from every worker */
+#define NW_MANAGER_SERVE_QUEUE_FD   5   /* SERVE frames for whichever worker is free */
+
 enum nw_frame_type {
-    NW_FRAME_HANDOFF = 1,   /* worker -> manager: a connection going idle, fd + unread bytes */
-    NW_FRAME_SERVE   = 2,   /* manager -> workers: a connection with a complete head, fd + bytes */
+    NW_FRAME_HANDOFF = 1,   /* worker -> manager (the handoff queue): a connection going idle, fd + unread bytes */
+    NW_FRAME_SERVE   = 2,   /* manager -> workers (the serve queue): a connection with a complete head, fd + bytes */
     NW_FRAME_STATS   = 5,   /* manager -> master: data is nw_manager_stats (no fd) */
 };
 #define NW_FRAME_LAST NW_FRAME_STATS
@@ -40,7 +46,7 @@ typedef struct {
     uint64_t closed_timeout;    /* closed by keep-alive or read timeout, total */
     uint64_t closed_full;       /* closed to stay under --max-connections, total */
     uint64_t closed_peer;       /* closed by the client while idle, total */
-    uint64_t outbox_full;       /* times to-workers had no room, total */
+    uint64_t serve_queue_full;  /* times the serve queue had no room, total */
     uint64_t reserved;
 } nw_manager_stats;
 

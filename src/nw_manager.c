@@ -48,7 +48,7 @@ enum {
     NW_MANAGER_FREE = 0,    /* no record (or a connection being passed on) */
     NW_MANAGER_IDLE,        /* client, no head yet: epoll + idle list */
     NW_MANAGER_READING,     /* client, part of a head: epoll + reading list */
-    NW_MANAGER_QUEUED,      /* client, head complete, to-workers full: queue, not in epoll */
+    NW_MANAGER_QUEUED,      /* client, head complete, the serve queue full: queue, not in epoll */
 };
 
 #define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
@@ -84,9 +84,9 @@ typedef struct {
     nw_msec keepalive_ms, read_ms;
     size_t  max_conns, max_header, max_line;
     int     ep, control, sigfd;
-    int     inbox;          /* to-manager: HANDOFF frames from every worker */
-    int     outbox;         /* to-workers: SERVE frames, taken by whichever worker is free */
-    int     outbox_watched; /* waiting for room on outbox (EPOLLOUT) */
+    int     handoff_queue;  /* HANDOFF frames from every worker */
+    int     serve_queue;    /* SERVE frames, taken by whichever worker is free */
+    int     serve_queue_watched; /* waiting for room on the serve queue (EPOLLOUT) */
     nw_manager_slot *slots;
     size_t  nslots;
     nw_manager_list idle, reading, queue;
@@ -309,8 +309,8 @@ static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
 
 /* ------------------------------------------------------------ serving */
 
-/* Put fd with its bytes on to-workers, where the next free worker takes it.
- * 1: sent (the caller closes our copy); 0: to-workers is full (queue it);
+/* Put fd with its bytes on the serve queue, where the next free worker takes it.
+ * 1: sent (the caller closes our copy); 0: the serve queue is full (queue it);
  * -1: the frame cannot be sent at all (the caller drops fd). */
 static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
 {
@@ -320,27 +320,27 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     f.listener = s->listener;
     f.requests = s->requests;
     f.data_len = (uint32_t)len;
-    if (nw_frame_send(m->outbox, &f, data, fd) == 0) {
+    if (nw_frame_send(m->serve_queue, &f, data, fd) == 0) {
         m->st.handed_off++;
         return 1;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
         return -1;
-    m->st.outbox_full++;
+    m->st.serve_queue_full++;
     return 0;
 }
 
-/* Watch to-workers for room while anything is queued, and only then. */
-static void nw_manager_watch_outbox(nw_manager *m, int on)
+/* Watch the serve queue for room while anything is queued, and only then. */
+static void nw_manager_watch_serve_queue(nw_manager *m, int on)
 {
-    if (on == m->outbox_watched)
+    if (on == m->serve_queue_watched)
         return;
-    struct epoll_event ev = { .events = EPOLLOUT, .data.fd = m->outbox };
-    if (epoll_ctl(m->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, m->outbox, &ev) == 0)
-        m->outbox_watched = on;
+    struct epoll_event ev = { .events = EPOLLOUT, .data.fd = m->serve_queue };
+    if (epoll_ctl(m->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, m->serve_queue, &ev) == 0)
+        m->serve_queue_watched = on;
 }
 
-/* fd (detached) has a head to serve: on to-workers now, or to the back of
+/* fd (detached) has a head to serve: on the serve queue now, or to the back of
  * the queue until there is room. */
 static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t len)
 {
@@ -362,10 +362,10 @@ static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t
         return;
     }
     nw_manager_enlist(m, fd, NW_MANAGER_QUEUED, 0);
-    nw_manager_watch_outbox(m, 1);
+    nw_manager_watch_serve_queue(m, 1);
 }
 
-/* Room on to-workers: send queued connections, oldest first. */
+/* Room on the serve queue: send queued connections, oldest first. */
 static void nw_manager_drain_queue(nw_manager *m)
 {
     while (m->queue.first != NW_MANAGER_NONE) {
@@ -375,7 +375,7 @@ static void nw_manager_drain_queue(nw_manager *m)
             return;
         nw_manager_drop_conn(m, fd);
     }
-    nw_manager_watch_outbox(m, 0);
+    nw_manager_watch_serve_queue(m, 0);
 }
 
 /* ------------------------------------------------------------ hand-offs */
@@ -496,7 +496,7 @@ static void nw_manager_bad_frame(nw_manager *m, const char *from)
             "from %s (%s); further ones are dropped silently\n", from, strerror(errno));
 }
 
-static void nw_manager_inbox_frame(nw_manager *m, const nw_frame *f, int fd)
+static void nw_manager_handoff_frame(nw_manager *m, const nw_frame *f, int fd)
 {
     if (f->type == NW_FRAME_HANDOFF && fd >= 0)
         nw_manager_take(m, fd, f, m->frame_data);
@@ -504,14 +504,14 @@ static void nw_manager_inbox_frame(nw_manager *m, const nw_frame *f, int fd)
         close(fd);   /* an fd on a frame that carries none */
 }
 
-static void nw_manager_inbox_readable(nw_manager *m)
+static void nw_manager_handoff_queue_readable(nw_manager *m)
 {
     for (int i = 0; i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
         nw_frame f;
         int fd;
-        int r = nw_frame_recv(m->inbox, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd);
+        int r = nw_frame_recv(m->handoff_queue, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd);
         if (r > 0) {
-            nw_manager_inbox_frame(m, &f, fd);
+            nw_manager_handoff_frame(m, &f, fd);
             continue;
         }
         if (r < 0 && errno == EBADMSG) {
@@ -600,9 +600,9 @@ static void nw_manager_event(nw_manager *m, int fd)
         struct signalfd_siginfo si;
         if (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
             m->stop = 1;
-    } else if (fd == m->inbox) {
-        nw_manager_inbox_readable(m);
-    } else if (fd == m->outbox) {
+    } else if (fd == m->handoff_queue) {
+        nw_manager_handoff_queue_readable(m);
+    } else if (fd == m->serve_queue) {
         nw_manager_drain_queue(m);
     } else if ((size_t)fd < m->nslots) {
         int kind = m->slots[fd].kind;
@@ -622,15 +622,15 @@ static nw_msec nw_manager_ms(double seconds)
 }
 
 static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int control,
-                           int inbox, int outbox)
+                           int handoff_queue, int serve_queue)
 {
     sigset_t set;
     struct sigaction ign;
     memset(m, 0, sizeof *m);
     m->ep = m->sigfd = -1;
     m->control = control;
-    m->inbox = inbox;
-    m->outbox = outbox;
+    m->handoff_queue = handoff_queue;
+    m->serve_queue = serve_queue;
     m->idle.first = m->idle.last = NW_MANAGER_NONE;
     m->reading = m->queue = m->idle;
     m->keepalive_ms = nw_manager_ms(cfg->keepalive_timeout);
@@ -656,14 +656,14 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     if ((m->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
         return -1;
     if (nw_manager_watch(m, m->sigfd) < 0 || nw_manager_watch(m, control) < 0
-        || nw_manager_watch(m, inbox) < 0)
+        || nw_manager_watch(m, handoff_queue) < 0)
         return -1;
     /* Room for the largest SERVE frame even where the default socket
      * buffer is small (the kernel caps this at net.core.wmem_max). */
     int sndbuf = 0, want = NW_FRAME_MAX_DATA + 4096;
     socklen_t optlen = sizeof sndbuf;
-    if (getsockopt(outbox, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf < 2 * want)
-        setsockopt(outbox, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
+    if (getsockopt(serve_queue, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf < 2 * want)
+        setsockopt(serve_queue, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
     return 0;
 }
 
@@ -730,19 +730,19 @@ static void nw_manager_close(nw_manager *m)
         close(m->sigfd);
     if (m->control >= 0)
         close(m->control);
-    if (m->inbox >= 0)
-        close(m->inbox);
-    if (m->outbox >= 0)
-        close(m->outbox);
+    if (m->handoff_queue >= 0)
+        close(m->handoff_queue);
+    if (m->serve_queue >= 0)
+        close(m->serve_queue);
 }
 
-int nw_manager_run(const nw_manager_config *cfg, int control_fd, int inbox_fd,
-                   int outbox_fd)
+int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_queue_fd,
+                   int serve_queue_fd)
 {
     nw_manager m;
     struct epoll_event ev[NW_MANAGER_EVENTS];
     int rc = 0;
-    if (nw_manager_open(&m, cfg, control_fd, inbox_fd, outbox_fd) < 0) {
+    if (nw_manager_open(&m, cfg, control_fd, handoff_queue_fd, serve_queue_fd) < 0) {
         fprintf(stderr, "narwhal-manager: cannot start: %s\n", strerror(errno));
         nw_manager_close(&m);
         return 1;

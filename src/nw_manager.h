@@ -1,6 +1,6 @@
 /* The connection manager: an epoll loop that holds idle keep-alive
  * connections and connections whose request head is still arriving, and
- * puts each one on the shared to-workers queue once its head is complete.
+ * puts each one on the shared the serve queue queue once its head is complete.
  * See docs/DESIGN.md ("The connection manager") and docs/PROTOCOL.md.
  * Linux only. The executable around it is src/manager/narwhal-manager.c. */
 #ifndef NW_MANAGER_H
@@ -18,14 +18,14 @@ typedef struct {
 
 /* Run the manager until the master closes control_fd (end of stream) or
  * SIGTERM/SIGINT arrives, then close every connection it holds and its
- * sockets, and return 0. HANDOFF frames are read from inbox_fd (to-manager),
- * SERVE frames written to outbox_fd (to-workers). Returns 1 (with a message on stderr)
+ * sockets, and return 0. HANDOFF frames are read from handoff_queue_fd (the handoff queue),
+ * SERVE frames written to serve_queue_fd (the serve queue). Returns 1 (with a message on stderr)
  * when it cannot start: no epoll, no signalfd, no memory.
  *
  * It blocks SIGTERM and SIGINT (they are read through a signalfd) and
  * ignores SIGPIPE, and leaves both so on return: a second TERM arriving
  * while the process exits must not turn a clean exit into a killed one. */
-int nw_manager_run(const nw_manager_config *cfg, int control_fd, int inbox_fd,
-                   int outbox_fd);
+int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_queue_fd,
+                   int serve_queue_fd);
 
 #endif

@@ -54,18 +54,19 @@ sub _wants_manager {
 
 # The connection manager is a C program, exec'd so that it holds nothing of
 # Perl or the app. Three socketpairs, made once and held by the master for
-# its whole life (so frames in flight outlive a manager): control (the
-# manager's fd 3), to-manager (fd 4; the workers share the other end) and
-# to-workers (fd 5; the workers share the other end). docs/PROTOCOL.md.
+# its whole life (so frames in flight outlive a manager): control, the
+# handoff queue and the serve queue (the workers share the other end of
+# both), which the manager gets as the descriptors src/nw_frame.h names
+# (Narwhal::Limits::MANAGER_*_FD). docs/PROTOCOL.md.
 sub _make_manager_sockets {
     my $self = shift;
     my %s;
-    for my $pair ([qw(control_master control_manager)], [qw(to_manager_worker to_manager_manager)],
-                  [qw(to_workers_manager to_workers_worker)]) {
+    for my $pair ([qw(control_master control_manager)], [qw(handoff_worker handoff_manager)],
+                  [qw(serve_manager serve_worker)]) {
         socketpair($s{ $pair->[0] }, $s{ $pair->[1] }, AF_UNIX, SOCK_SEQPACKET, 0)
             or die "socketpair: $!\n";
     }
-    for my $end (qw(to_manager_worker to_workers_worker)) {
+    for my $end (qw(handoff_worker serve_worker)) {
         my $fl = fcntl($s{$end}, F_GETFL, 0) or die "fcntl: $!\n";
         fcntl($s{$end}, F_SETFL, $fl | O_NONBLOCK) or die "fcntl: $!\n";
     }
@@ -82,11 +83,13 @@ sub _start_manager {
     my @args = Narwhal::Options::manager_argv($o);
     my $pid = fork // die "fork: $!\n";
     if (!$pid) {
-        # Move the three ends out of the way first, then onto 3, 4 and 5.
+        # Move the three ends out of the way first, then onto their numbers.
         my @high = map { fcntl($s->{$_}, F_DUPFD, 10) }
-                   qw(control_manager to_manager_manager to_workers_manager);
+                   qw(control_manager handoff_manager serve_manager);
+        my @fd = (Narwhal::Limits::MANAGER_CONTROL_FD(), Narwhal::Limits::MANAGER_HANDOFF_QUEUE_FD(),
+                  Narwhal::Limits::MANAGER_SERVE_QUEUE_FD());
         POSIX::close($_->{fd}) for @{ $self->{listeners} };
-        POSIX::dup2($high[$_], 3 + $_) for 0 .. 2;
+        POSIX::dup2($high[$_], $fd[$_]) for 0 .. 2;
         POSIX::close($_) for @high;
         { no warnings 'exec'; exec { $bin } 'narwhal manager', @args; }
         print STDERR "narwhal: cannot run $bin: $!\n";
@@ -362,8 +365,8 @@ sub _become_worker {
     $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED, 'USR2', 'CHLD';
     POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved_mask) if $saved_mask;
     my $s = $self->{sockets} || {};
-    close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager to_manager_manager
-                                             to_workers_manager);
+    close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager handoff_manager
+                                             serve_manager);
     eval {
         _drop_privileges($self->{ids});
         Narwhal::Worker->new(
@@ -371,8 +374,8 @@ sub _become_worker {
             listeners    => $self->{listeners},
             app          => $self->{app},
             load_app     => $self->{load_app},
-            serve_queue   => $s->{to_workers_worker} ? fileno($s->{to_workers_worker}) : -1,
-            handoff_queue => $s->{to_manager_worker} ? fileno($s->{to_manager_worker}) : -1,
+            serve_queue   => $s->{serve_worker} ? fileno($s->{serve_worker}) : -1,
+            handoff_queue => $s->{handoff_worker} ? fileno($s->{handoff_worker}) : -1,
         )->run;
         1;
     } or print STDERR "narwhal: worker $$: $@";

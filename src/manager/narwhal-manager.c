@@ -1,7 +1,8 @@
 /* narwhal-manager: the connection manager as its own executable. The
  * master fork+execs it before loading the app, with three SOCK_SEQPACKET
- * sockets: fd 3 control, fd 4 to-manager (HANDOFF frames in), fd 5
- * to-workers (SERVE frames out). See docs/DESIGN.md and docs/PROTOCOL.md.
+ * sockets (their numbers are in nw_frame.h): control, the handoff queue
+ * (HANDOFF frames in) and the serve queue (SERVE frames out). See
+ * docs/DESIGN.md and docs/PROTOCOL.md.
  *
  *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
  *                   [--max-connections N] [--max-header-bytes N]
@@ -12,6 +13,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "nw_frame.h"
 #include "nw_manager.h"
 #include "nw_limits.h"
 
@@ -24,9 +26,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
-#define CONTROL_FD 3
-#define INBOX_FD        4   /* to-manager: HANDOFF frames from the workers */
-#define OUTBOX_FD       5   /* to-workers: SERVE frames for whichever worker is free */
 #define RESERVED_FDS 256    /* worker channels, epoll, signalfd, stdio */
 #define MAX_SECONDS 2000000.0  /* deadlines travel as int32 milliseconds */
 
@@ -139,10 +138,11 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!control_fd_ok(CONTROL_FD) || !control_fd_ok(INBOX_FD) || !control_fd_ok(OUTBOX_FD)) {
+    if (!control_fd_ok(NW_MANAGER_CONTROL_FD) || !control_fd_ok(NW_MANAGER_HANDOFF_QUEUE_FD)
+        || !control_fd_ok(NW_MANAGER_SERVE_QUEUE_FD)) {
         fprintf(stderr, "narwhal-manager: fds %d, %d and %d must be the master's sockets "
                 "(SOCK_SEQPACKET); it is started by narwhal, not by hand\n",
-                CONTROL_FD, INBOX_FD, OUTBOX_FD);
+                NW_MANAGER_CONTROL_FD, NW_MANAGER_HANDOFF_QUEUE_FD, NW_MANAGER_SERVE_QUEUE_FD);
         return 2;
     }
     size_t fd_limit = raise_fd_limit();
@@ -152,5 +152,6 @@ int main(int argc, char **argv)
      * whole process group must not kill the manager and its connections. */
     signal(SIGHUP, SIG_IGN);
     signal(SIGUSR1, SIG_IGN);
-    return nw_manager_run(&cfg, CONTROL_FD, INBOX_FD, OUTBOX_FD);
+    return nw_manager_run(&cfg, NW_MANAGER_CONTROL_FD, NW_MANAGER_HANDOFF_QUEUE_FD,
+                          NW_MANAGER_SERVE_QUEUE_FD);
 }
