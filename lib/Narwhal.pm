@@ -193,10 +193,13 @@ flight finish, then exit; KILL after C<--graceful-timeout>). HUP starts a
 new generation of workers and retires the old one (USR2: finish, then hand
 idle connections to the manager). TTIN and TTOU add or retire a worker. USR1 reopens the error log (and tells the workers).
 USR2 writes the connection manager's counts to the error log.
-Workers: TERM, INT, QUIT finish the current request, close their idle
-connections and exit; USR2 does the same but hands the idle connections to
-the manager. See
-F<docs/SIGNALS.md>.
+Workers: TERM, INT, QUIT finish the current request, serve (with
+C<Connection: close>) what has already arrived (clients in the listen
+queue, connections with a request waiting), close their idle connections
+and exit; USR2 does the same but hands the idle connections to the
+manager. A worker's signals never interrupt the app: they are blocked
+while it runs and acted on between requests, so a C<sleep> or a blocking
+call in the app is not cut short by a stop. See F<docs/SIGNALS.md>.
 
 =head1 PSGI ENVIRONMENT
 
