@@ -12,6 +12,7 @@
 
 #include "src/nw_frame.h"
 #include "src/nw_manager.h"
+#include "src/nw_scoreboard.h"
 
 /* A worker's Narwhal::Acceptor: its scheduling, and each listener's $env. */
 typedef struct {
@@ -21,6 +22,10 @@ typedef struct {
 } nw_xs_acceptor;
 
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
+
+/* This worker's slot on the scoreboard (Narwhal::Scoreboard::attach), or
+ * NULL: one worker per process, so a process-wide pointer. */
+static nw_score_slot *score_slot;
 
 /* The worker's configuration, filled from a list the option table
  * (Narwhal::Options::c_config) builds in the order of config_field: a
@@ -89,6 +94,7 @@ static void export_limits(pTHX)
         { "DEFAULT_MAX_KEEPALIVE_REQS", NW_DEFAULT_MAX_KEEPALIVE_REQS },
         { "MAX_LISTENERS", NW_WORKER_MAX_LISTENERS },
         { "MAX_PARKED", NW_MAX_PARKED },
+        { "SCOREBOARD_SLOTS", NW_SCOREBOARD_SLOTS },
         { "MANAGER_CONTROL_FD", NW_MANAGER_CONTROL_FD },
         { "MANAGER_HANDOFF_QUEUE_FD", NW_MANAGER_HANDOFF_QUEUE_FD },
         { "MANAGER_SERVE_QUEUE_FD", NW_MANAGER_SERVE_QUEUE_FD },
@@ -233,15 +239,18 @@ release_parked(self, reason)
     WORKER_SCOPE_END;
 
 void
-stop_park_watcher()
+leave_process()
   CODE:
-    /* From an END block: before global destruction frees what it reads. */
-    nw_worker *w = nw_worker_watched();
-    if (w) {
-        WORKER_SCOPE(w);
-        nw_worker_stop_watcher(w);
-        WORKER_SCOPE_END;
-    }
+    /* From an END block, whatever way the worker exits (the app calling
+     * exit included): the park watcher stops before global destruction
+     * frees what it reads, and parked connections go to the manager. */
+    nw_worker_leave_process(nw_worker_of_process());
+
+void
+hand_off_on_crash(self)
+    nw_xs_acceptor *self
+  CODE:
+    nw_worker_hand_off_on_crash(self->w);
 
 void
 drain(self)
@@ -316,6 +325,9 @@ read_request(self, max_wait, wait_partial = 0)
         r = nw_conn_read_body(c);
         if (r == NW_REQ_READY) {
             nw_worker_request_started(self->wc);
+            if (score_slot)
+                nw_scoreboard_request_begin(score_slot, c->req.method, c->req.method_len,
+                                            c->req.target, c->req.target_len, self->wc->started);
             nw_env_body(aTHX_ env, c);
             RETVAL = newRV_noinc((SV *)env);
         } else {
@@ -424,6 +436,8 @@ finish_request(self, env = NULL)
     SV *env
   CODE:
     nw_conn_finish_request(self->c);
+    if (score_slot)
+        nw_scoreboard_request_end(score_slot);
     if (env && SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
         nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
 
@@ -440,6 +454,8 @@ recycle_env(self, env)
     nw_xs_conn *self
     SV *env
   CODE:
+    if (score_slot)
+        nw_scoreboard_request_end(score_slot);
     if (SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
         nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
 
@@ -469,6 +485,89 @@ DESTROY(self)
     SvREFCNT_dec(self->remote_port);
     SvREFCNT_dec(self->io);
     Safefree(self);
+
+MODULE = Narwhal    PACKAGE = Narwhal::Scoreboard
+
+SV *
+new(class, nslots)
+    const char *class
+    unsigned nslots
+  CODE:
+    /* Mapped by the master before the first fork: every worker shares it. */
+    nw_scoreboard *b = nw_scoreboard_create(nslots);
+    if (!b)
+        croak("cannot map the scoreboard: %s", strerror(errno));
+    RETVAL = newSV(0);
+    sv_setref_pv(RETVAL, class, (void *)b);
+  OUTPUT:
+    RETVAL
+
+unsigned
+slots(self)
+    SV *self
+  CODE:
+    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
+    RETVAL = b->nslots;
+  OUTPUT:
+    RETVAL
+
+void
+claim(self, index, pid)
+    SV *self
+    unsigned index
+    int pid
+  CODE:
+    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
+    if (index >= b->nslots)
+        croak("no scoreboard slot %u", index);
+    nw_scoreboard_claim(&b->slot[index], pid);
+
+void
+attach(self, index)
+    SV *self
+    unsigned index
+  CODE:
+    /* In a worker: its slot, written on every request from now on. */
+    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
+    if (index >= b->nslots)
+        croak("no scoreboard slot %u", index);
+    score_slot = &b->slot[index];
+    score_slot->pid = (int32_t)getpid();
+    score_slot->state = NW_WORKER_IDLE;
+
+SV *
+slot(self, index)
+    SV *self
+    unsigned index
+  CODE:
+    /* What the master knows of a worker: {pid, state, started, served,
+     * request (its current or last "METHOD target"), running_ms}. */
+    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
+    if (index >= b->nslots)
+        croak("no scoreboard slot %u", index);
+    const nw_score_slot *s = &b->slot[index];
+    static const char *const state_name[] = { "free", "starting", "idle", "busy" };
+    HV *hv = newHV();
+    uint32_t len = s->request_len < sizeof s->request ? s->request_len : sizeof s->request;
+    (void)hv_stores(hv, "pid", newSViv(s->pid));
+    (void)hv_stores(hv, "state", newSVpv(s->state >= 0 && s->state <= NW_WORKER_BUSY
+                                         ? state_name[s->state] : "free", 0));
+    (void)hv_stores(hv, "started", newSVuv(s->started));
+    (void)hv_stores(hv, "served", newSVuv(s->served));
+    (void)hv_stores(hv, "request", newSVpvn(s->request, len));
+    (void)hv_stores(hv, "running_ms", newSViv(s->state == NW_WORKER_BUSY ? nw_now_ms() - s->since : 0));
+    RETVAL = newRV_noinc((SV *)hv);
+  OUTPUT:
+    RETVAL
+
+void
+release(self, index)
+    SV *self
+    unsigned index
+  CODE:
+    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
+    if (index < b->nslots)
+        memset(&b->slot[index], 0, sizeof b->slot[index]);
 
 MODULE = Narwhal    PACKAGE = Narwhal::Channel
 

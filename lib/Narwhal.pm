@@ -27,11 +27,15 @@ sub manager_path {
     return;
 }
 
+# Returns true when the log was reopened (or there is none); on failure
+# stderr still goes where it went, and $! says why.
 sub reopen_error_log {
     my ($o) = @_;
-    my $file = $o->{error_log} or return;
-    open(STDERR, '>>', $file) or return;
+    my $file = $o->{error_log} or return 1;
+    open(my $new, '>>', $file) or return 0;
+    open(STDERR, '>&', $new) or return 0;
     STDERR->autoflush(1);
+    return 1;
 }
 
 1;

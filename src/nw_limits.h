@@ -40,6 +40,7 @@
 #define NW_PARK_EVICT_RETRY_MS        10      /* the park watcher met a full manager queue: retry then */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
+#define NW_CRASH_LOCK_TRIES           500     /* a crashing worker waits up to 50 ms for the parked set */
 
 /* Signals a worker defers until it is between requests. */
 #define NW_SIGNAL_LOOK_MS             50      /* a worker that never waits looks for them this often */

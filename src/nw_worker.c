@@ -4,11 +4,13 @@
 #include "nw_worker.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -123,7 +125,14 @@ static nw_wconn *take_served(nw_worker *w)
         nw_frame f;
         int fd;
         int r = nw_frame_recv(w->serve_queue, &f, w->frame_data, NW_FRAME_MAX_DATA, &fd);
-        if (r <= 0) {
+        if (r == 0) {
+            /* end of stream: the master and the manager are gone. Stop
+             * watching it, or epoll would report it ready forever. */
+            epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->serve_queue, NULL);
+            w->serve_queue_ready = 0;
+            return NULL;
+        }
+        if (r < 0) {
             w->serve_queue_ready = 0;  /* nothing waiting (another worker took it), or a bad frame */
             return NULL;
         }
@@ -509,6 +518,8 @@ static void *park_watcher(void *arg)
 }
 
 static nw_worker *watched_worker;   /* this process's, for fork */
+static nw_worker *process_worker;   /* this process's, for exit and crash hooks */
+static pid_t process_pid;           /* the process it belongs to */
 
 /* A fork by the app: the parked set must not be half-way through an
  * eviction, so the lock is taken around it (unless the main thread holds
@@ -542,6 +553,7 @@ static void watcher_after_fork_child(void)
         pthread_cond_init(&w->wake, NULL);
     }
     watched_worker = NULL;
+    process_worker = NULL;      /* a child of the app's: not the worker */
 }
 
 /* Start the watcher with every signal blocked in it, so that the caller's
@@ -574,15 +586,85 @@ static void watcher_start(nw_worker *w)
 
 void nw_worker_start(nw_worker *w)
 {
+    static int atfork_done;
+    if (!atfork_done && pthread_atfork(NULL, NULL, watcher_after_fork_child) == 0)
+        atfork_done = 1;
+    process_worker = w;
+    process_pid = getpid();
     if (w->handoff_queue >= 0 && w->park_ms > 0 && !w->has_watcher) {
         watcher_start(w);
         nw_worker_leave(w);
     }
 }
 
-nw_worker *nw_worker_watched(void)
+nw_worker *nw_worker_of_process(void)
 {
-    return watched_worker;
+    return process_worker && process_pid == getpid() ? process_worker : NULL;
+}
+
+void nw_worker_leave_process(nw_worker *w)
+{
+    if (!w)
+        return;
+    nw_worker_enter(w);
+    nw_worker_stop_watcher(w);
+    if (w->park.count)
+        nw_worker_release_parked(w, NW_RELEASE_RETIRE);
+    process_worker = NULL;
+}
+
+/* ---- crashes ------------------------------------------------------- */
+
+static const int crash_signals[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT };
+
+/* The lock, from a signal handler: the watcher holds it for moments (it
+ * is often just awake, since the main thread wakes it when it goes out to
+ * run the app), so try for a while; never if the crashing main thread
+ * holds it itself (then the set may be half-changed). */
+static int crash_lock(nw_worker *w)
+{
+    if (w->main_holds)
+        return 0;
+    for (int i = 0; i < NW_CRASH_LOCK_TRIES; i++) {
+        if (pthread_mutex_trylock(&w->lock) == 0)
+            return 1;
+        struct timespec pause = { 0, 100000 };     /* 0.1 ms */
+        nanosleep(&pause, NULL);
+    }
+    return 0;
+}
+
+/* Runs in the crashing thread, with only async-signal-safe calls on the
+ * parked set's C side (sendmsg, close, clock_gettime). The set is touched
+ * only when nobody is changing it: the lock is free (the main thread is
+ * out serving, the watcher asleep), or there is no watcher and the main
+ * thread was not inside. */
+static void crash_hand_off(int sig)
+{
+    nw_worker *w = process_worker;
+    if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->park.count > 0) {
+        int locked = w->has_watcher ? crash_lock(w) : !w->main_holds;
+        if (locked) {
+            nw_wconn *wc;
+            while ((wc = nw_park_take_expired(&w->park, 0, 1)))
+                if (wc->c->fd >= 0)
+                    nw_conn_handoff(wc->c, w->handoff_queue);   /* our copy is closed */
+        }
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void nw_worker_hand_off_on_crash(nw_worker *w)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = crash_hand_off;
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof crash_signals / sizeof crash_signals[0]; i++)
+        sigaction(crash_signals[i], &sa, NULL);
+    (void)w;
 }
 
 void nw_worker_enter(nw_worker *w)
@@ -689,8 +771,11 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     w->sigfd = -1;
     if (ops)
         w->ops = *ops;
-    w->serve_queue = serve_queue;
-    w->handoff_queue = handoff_queue;
+    /* Copies of our own: the caller's handles on the queues may be closed
+     * while the worker still needs them (an app's exit unwinds Perl's
+     * scopes before the exit hook hands the parked connections over). */
+    w->serve_queue = serve_queue >= 0 ? fcntl(serve_queue, F_DUPFD_CLOEXEC, 3) : -1;
+    w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
     w->serve_queue_ready = 1;
     w->park_ms = park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
     nw_park_init(&w->park, w->epfd, PARKED_EVENT);
@@ -698,7 +783,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
         struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
                                   .data.u64 = SERVE_QUEUE_EVENT };
         w->frame_data = malloc(NW_FRAME_MAX_DATA);
-        if (!w->frame_data || epoll_ctl(w->epfd, EPOLL_CTL_ADD, serve_queue, &ev) < 0) {
+        if (!w->frame_data || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->serve_queue, &ev) < 0) {
             int e = errno;
             nw_worker_free(w);
             errno = e;
@@ -743,6 +828,10 @@ void nw_worker_free(nw_worker *w)
     }
     if (w->sigfd >= 0)
         close(w->sigfd);
+    if (w->serve_queue >= 0)
+        close(w->serve_queue);
+    if (w->handoff_queue >= 0)
+        close(w->handoff_queue);
     close(w->epfd);
     free(w->frame_data);
     free(w);

@@ -186,9 +186,21 @@ int nw_worker_has_manager(const nw_worker *w);
  * about to free). Idempotent. */
 void nw_worker_stop_watcher(nw_worker *w);
 
-/* The worker whose watcher runs in this process, or NULL (for the
- * caller's exit hook). */
-nw_worker *nw_worker_watched(void);
+/* This process's worker (the one started last), or NULL: for the caller's
+ * exit hook. A child the app forks has none. */
+nw_worker *nw_worker_of_process(void);
+
+/* The worker is leaving by a way the request loop does not see (the app
+ * called exit, a die escaped): stop the watcher and hand the parked
+ * connections to the manager, so that they outlive the worker. With the
+ * main thread outside. */
+void nw_worker_leave_process(nw_worker *w);
+
+/* On a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT), hand the parked
+ * connections to the manager before the process dies, when the parked set
+ * is not in the middle of a change. The signal's default action follows.
+ * Call once, after nw_worker_start. */
+void nw_worker_hand_off_on_crash(nw_worker *w);
 
 /* Free the worker: stop the watcher, let go of the parked connections. */
 void nw_worker_free(nw_worker *w);

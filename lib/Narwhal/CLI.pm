@@ -28,12 +28,16 @@ sub _run {
     my ($help, $version, @inc, @modules, $env);
     my $p = Getopt::Long::Parser->new(config => [qw(no_ignore_case bundling_values
                                                     no_auto_abbrev)]);
-    my @warnings;
-    local $SIG{__WARN__} = sub { push @warnings, $_[0] };
-    $p->getoptionsfromarray(\@argv, \%opt, Narwhal::Options::getopt_specs(),
-        'help|h' => \$help, 'version|v' => \$version, 'I=s' => \@inc,
-        'M=s' => \@modules, 'env|E=s' => \$env, 'app|a=s' => \$opt{app})
-        or die lcfirst($warnings[0] // "bad options\n");
+    # Getopt's complaints become the one-line error; the handler is gone
+    # before anything else runs, so the app's warnings reach the error log.
+    my ($parsed, @warnings);
+    {
+        local $SIG{__WARN__} = sub { push @warnings, $_[0] };
+        $parsed = $p->getoptionsfromarray(\@argv, \%opt, Narwhal::Options::getopt_specs(),
+            'help|h' => \$help, 'version|v' => \$version, 'I=s' => \@inc,
+            'M=s' => \@modules, 'env|E=s' => \$env, 'app|a=s' => \$opt{app});
+    }
+    $parsed or die lcfirst($warnings[0] // "bad options\n");
     if ($help) { print usage(); return 0 }
     if ($version) { print "Narwhal $Narwhal::VERSION (perl $^V)\n"; return 0 }
     my $file = delete $opt{app};

@@ -17,6 +17,8 @@ use constant MANAGE_TICK       => 0.5;   # seconds between looks at the workers
 use constant QUICK_DEATH       => 1.0;   # a worker dying sooner is a failed start
 use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed start
 use constant BACKOFF_MAX       => 10;    # ...doubling up to this
+use constant CRASH_LOG_EVERY   => 10;    # seconds: worker deaths past the first are summed up
+use constant KILL_REAP_WAIT    => 0.5;   # after KILL at the graceful deadline, wait this long
 
 sub new {
     my ($class, %args) = @_;
@@ -33,10 +35,12 @@ sub new {
 sub run {
     my $self = shift;
     my $o = $self->{options};
+    $self->{pid} = $$;
     Narwhal::open_error_log($o);
     $self->{ids} = _user_ids($o);
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o) ];
     $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
+    $self->_open_scoreboard;
     $self->_prepare_app;
     $self->_write_pid;
     $self->_signals;
@@ -91,6 +95,11 @@ sub _start_manager {
         POSIX::close($_->{fd}) for @{ $self->{listeners} };
         POSIX::dup2($high[$_], $fd[$_]) for 0 .. 2;
         POSIX::close($_) for @high;
+        # It reads request heads from the network: never as root.
+        eval { _drop_privileges($self->{ids}); 1 } or do {
+            print STDERR "narwhal: connection manager: $@";
+            POSIX::_exit(1);
+        };
         { no warnings 'exec'; exec { $bin } 'narwhal manager', @args; }
         print STDERR "narwhal: cannot run $bin: $!\n";
         POSIX::_exit(127);
@@ -101,7 +110,7 @@ sub _start_manager {
 sub _manager_gone {
     my ($self, $status) = @_;
     my $m = delete $self->{manager};
-    return if $self->{stop_deadline};
+    return if $self->{stop_deadline} || $self->{pending}{stop};
     my $how = $status & 127 ? "was killed by signal " . ($status & 127)
                             : "exited with status " . ($status >> 8);
     print STDERR "narwhal: connection manager $m->{pid} $how; starting a new one\n";
@@ -125,7 +134,7 @@ sub _tend_manager {
         return;
     }
     my $at = $self->{manager_restart_at} or return;
-    return if Time::HiRes::time() < $at;
+    return if $self->{stop_deadline} || Time::HiRes::time() < $at;
     delete $self->{manager_restart_at};
     eval { $self->_start_manager; 1 } or print STDERR "narwhal: $@";
     $self->{manager_restart_at} = Time::HiRes::time() + BACKOFF_MAX unless $self->{manager};
@@ -226,15 +235,23 @@ sub _announce {
     });
 }
 
+# Signals first: a stop that arrived with the death of a child (the whole
+# process group got Ctrl-C, or systemd's TERM) is a stop, not a crash to
+# recover from.
 sub _manage {
     my $self = shift;
     while (1) {
-        $self->_reap;
         $self->_handle_signals;
+        $self->_reap;
         $self->_tend_manager;
+        $self->_flush_crash_log;
         if ($self->{stop_deadline}) {
             last unless %{ $self->{workers} } || $self->{manager};
-            $self->_kill_all('KILL') if Time::HiRes::time() >= $self->{stop_deadline};
+            if (Time::HiRes::time() >= $self->{stop_deadline}) {
+                $self->_kill_all('KILL');
+                $self->_reap_within(KILL_REAP_WAIT);
+                last;
+            }
         } else {
             $self->_spawn_missing;
         }
@@ -244,10 +261,22 @@ sub _manage {
 
 sub _sleep_for {
     my $self = shift;
+    my $now = Time::HiRes::time();
     my $wait = MANAGE_TICK;
-    my $until_spawn = $self->{next_spawn} - Time::HiRes::time();
-    $wait = $until_spawn if $until_spawn > 0 && $until_spawn < $wait;
+    for my $at ($self->{next_spawn}, $self->{stop_deadline} // 0) {
+        $wait = $at - $now if $at > $now && $at - $now < $wait;
+    }
     return $wait;
+}
+
+# Reap what the KILL left, for at most $seconds.
+sub _reap_within {
+    my ($self, $seconds) = @_;
+    my $until = Time::HiRes::time() + $seconds;
+    while ((%{ $self->{workers} } || $self->{manager}) && Time::HiRes::time() < $until) {
+        $self->_reap;
+        select(undef, undef, undef, 0.01);
+    }
 }
 
 sub _handle_signals {
@@ -265,10 +294,27 @@ sub _handle_signals {
         $self->_shrink($n);
     }
     $self->_log_stats if delete $p->{usr2};
-    if (delete $p->{usr1}) {
-        Narwhal::reopen_error_log($self->{options});
-        kill USR1 => keys %{ $self->{workers} };
+    $self->_reopen_logs if delete $p->{usr1};
+}
+
+# USR1 (logrotate): the master reopens the error log, as the user it runs
+# as, and gives the new file to the workers' user, so that workers that
+# dropped privileges can reopen it too (they could not create it in a
+# root-owned directory), then tells them to.
+sub _reopen_logs {
+    my $self = shift;
+    my $o = $self->{options};
+    if (defined $o->{error_log}) {
+        if (!Narwhal::reopen_error_log($o)) {
+            print STDERR "narwhal: cannot reopen the error log $o->{error_log}: $!\n";
+            return;
+        }
+        my $ids = $self->{ids} || {};
+        chown($ids->{uid} // -1, $ids->{gid} // -1, $o->{error_log})
+            or print STDERR "narwhal: cannot give $o->{error_log} to the workers' user: $!\n"
+            if defined $ids->{uid} || defined $ids->{gid};
     }
+    kill USR1 => keys %{ $self->{workers} };
 }
 
 sub _begin_stop {
@@ -298,6 +344,7 @@ sub _restart_workers {
 # they are serving and give their idle connections to the manager.
 sub _retire {
     my ($self, @pids) = @_;
+    $_->{leaving} = 1 for grep { $_ } @{ $self->{workers} }{@pids};
     kill(($self->{manager} ? 'USR2' : 'TERM') => @pids) if @pids;
 }
 
@@ -308,7 +355,8 @@ sub _shrink {
     return if $n <= 0;
     $o->{max_workers} -= $n;
     my @current = sort { $self->{workers}{$b}{started} <=> $self->{workers}{$a}{started} }
-                  grep { $self->{workers}{$_}{generation} == $self->{generation} }
+                  grep { $self->{workers}{$_}{generation} == $self->{generation}
+                         && !$self->{workers}{$_}{leaving} }
                   keys %{ $self->{workers} };
     $self->_retire(@current[0 .. $n - 1]) if @current >= $n;
 }
@@ -338,13 +386,26 @@ sub _spawn_missing {
 # would never stop). The child resets them to the default, then unblocks.
 my @FORK_BLOCKED = qw(TERM INT QUIT HUP TTIN TTOU USR1);
 
+# The scoreboard (src/nw_scoreboard.c): a slot per worker in shared
+# memory, where a worker notes each request it begins and ends. The master
+# reads a dead worker's slot to know whether it had served anything and
+# what it was serving.
+sub _open_scoreboard {
+    my $self = shift;
+    $self->{scoreboard} = Narwhal::Scoreboard->new(Narwhal::Limits::SCOREBOARD_SLOTS());
+    $self->{free_slots} = [ 0 .. Narwhal::Limits::SCOREBOARD_SLOTS() - 1 ];
+}
+
 sub _spawn {
     my $self = shift;
+    my $slot = shift @{ $self->{free_slots} || [] };
+    $self->{scoreboard}->claim($slot, 0) if defined $slot;
     my $block = POSIX::SigSet->new(map { POSIX->can("SIG$_")->() } @FORK_BLOCKED);
     my $saved = POSIX::SigSet->new;
     POSIX::sigprocmask(POSIX::SIG_BLOCK(), $block, $saved);
     my $pid = fork;
     if (!defined $pid) {
+        unshift @{ $self->{free_slots} }, $slot if defined $slot;
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         print STDERR "narwhal: fork failed: $!\n";
         $self->{next_spawn} = Time::HiRes::time() + 1;
@@ -352,17 +413,21 @@ sub _spawn {
     }
     if ($pid) {
         $self->{workers}{$pid} = { generation => $self->{generation},
-                                   started => Time::HiRes::time() };
+                                   started => Time::HiRes::time(), slot => $slot };
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         return;
     }
-    $self->_become_worker($saved);
+    $self->_become_worker($saved, $slot);
 }
 
 sub _become_worker {
-    my ($self, $saved_mask) = @_;
+    my ($self, $saved_mask, $slot) = @_;
     $0 = "narwhal worker";
-    $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED, 'USR2', 'CHLD';
+    # A stop or retire sent before the worker has its own handlers (while
+    # it loads the app, say) is kept for it, not lost and not fatal.
+    my @early;
+    $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED, 'CHLD';
+    $SIG{$_} = do { my $sig = $_; sub { push @early, $sig } } for qw(TERM INT QUIT USR2);
     POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved_mask) if $saved_mask;
     my $s = $self->{sockets} || {};
     close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager handoff_manager
@@ -374,6 +439,10 @@ sub _become_worker {
             listeners    => $self->{listeners},
             app          => $self->{app},
             load_app     => $self->{load_app},
+            early_signals => \@early,
+            master_pid    => $self->{pid},
+            scoreboard    => $self->{scoreboard},
+            score_slot    => $slot,
             serve_queue   => $s->{serve_worker} ? fileno($s->{serve_worker}) : -1,
             handoff_queue => $s->{handoff_worker} ? fileno($s->{handoff_worker}) : -1,
         )->run;
@@ -406,20 +475,59 @@ sub _reap {
     }
 }
 
+# A worker that had begun a request is replaced at once, whatever killed
+# it: a URL that crashes its worker must not empty the pool. Only a
+# worker that dies before it serves anything (an app that does not load, a
+# broken set-up) counts as a failed start, and those back off.
 sub _worker_gone {
     my ($self, $pid, $w, $status) = @_;
-    return if $self->{stop_deadline} || $w->{generation} != $self->{generation};
-    my $lived = Time::HiRes::time() - $w->{started};
-    if ($status != 0) {
-        my $how = $status & 127 ? "was killed by signal " . ($status & 127)
-                                : "exited with status " . ($status >> 8);
-        print STDERR "narwhal: worker $pid $how\n";
+    my $score = defined $w->{slot} ? $self->{scoreboard}->slot($w->{slot}) : {};
+    if (defined $w->{slot}) {
+        $self->{scoreboard}->release($w->{slot});
+        push @{ $self->{free_slots} }, $w->{slot};
     }
-    if ($status != 0 && $lived < QUICK_DEATH) {
+    $self->_log_death($pid, $status, $score) if $status != 0 && !$w->{leaving};
+    return if $self->{stop_deadline} || $w->{generation} != $self->{generation};
+    my $served = ($score->{started} // 0) > 0;
+    if ($status != 0 && !$served && Time::HiRes::time() - $w->{started} < QUICK_DEATH) {
         $self->{next_spawn} = Time::HiRes::time() + _backoff($self->{failures}++);
-    } elsif ($status == 0 || $lived >= QUICK_DEATH) {
+    } else {
         $self->{failures} = 0;
     }
+}
+
+# One line for the first death in CRASH_LOG_EVERY seconds, with the request
+# the worker was running; the rest are counted and summed up once the
+# interval is over (_flush_crash_log), never dropped silently.
+sub _log_death {
+    my ($self, $pid, $status, $score) = @_;
+    my $how = $status & 127 ? "was killed by signal " . ($status & 127)
+                            : "exited with status " . ($status >> 8);
+    my $what = ($score->{state} // '') eq 'busy' ? " while serving $score->{request}"
+             : ($score->{started} // 0) ? ' between requests' : ' before serving a request';
+    if (!($score->{started} // 0)) {    # a failed start: the backoff paces these
+        print STDERR "narwhal: worker $pid $how$what\n";
+        return;
+    }
+    my $c = $self->{crashes} ||= { until => 0, more => 0 };
+    my $now = Time::HiRes::time();
+    if ($now >= $c->{until}) {
+        $self->_flush_crash_log(1);
+        print STDERR "narwhal: worker $pid $how$what\n";
+        $c->{until} = $now + CRASH_LOG_EVERY;
+    } else {
+        $c->{more}++;
+        $c->{last} = "$how$what";
+    }
+}
+
+sub _flush_crash_log {
+    my ($self, $now_anyway) = @_;
+    my $c = $self->{crashes} or return;
+    return unless $c->{more} && ($now_anyway || Time::HiRes::time() >= $c->{until});
+    print STDERR "narwhal: $c->{more} more worker(s) died in the last ", CRASH_LOG_EVERY,
+                 " s (the last $c->{last})\n";
+    $c->{more} = 0;
 }
 
 sub _cleanup {

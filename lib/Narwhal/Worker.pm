@@ -46,12 +46,19 @@ sub run {
     # The stop and retire signals never interrupt the app (a sleep, a
     # blocking call): they wait until the worker is between requests.
     $acceptor->defer_signals(map { POSIX->can("SIG$_")->() } qw(TERM INT QUIT USR1 USR2));
+    # A crash in the app costs only its own request: the parked
+    # connections go to the manager first.
+    $acceptor->hand_off_on_crash;
+    $self->{scoreboard}->attach($self->{score_slot})
+        if $self->{scoreboard} && defined $self->{score_slot};
     my $app = $self->{app};
     my $keepalive = $self->{keepalive};
     my $managed = $self->{managed} = $acceptor->has_manager && $keepalive;
     my $quantum = $self->{options}{worker_quantum};
     my $limit = $self->{limit};
-    my $master = getppid();
+    # (the master's pid as the master knew it: one that died while this
+    # worker was setting up must still be noticed)
+    my $master = $self->{master_pid} // getppid();
     # The flags tested on every request and $self->{conn} (for
     # psgix.informational) are used through references to their hash
     # slots: cheaper than hash lookups, and the signal handlers, which set
@@ -165,10 +172,11 @@ sub run {
     $self->_exit(0);
 }
 
-# The park watcher thread (Narwhal.xs) reads the parked connections'
-# objects, which Perl's global destruction frees: stop it first, whatever
-# way the worker exits (an app calling exit included).
-END { Narwhal::Acceptor::stop_park_watcher() if defined &Narwhal::Acceptor::stop_park_watcher }
+# Whatever way the worker exits (an app calling exit included): the park
+# watcher thread (src/nw_worker.c), which reads the parked connections'
+# objects, stops before Perl's global destruction frees them, and the
+# parked connections go to the manager rather than die with the worker.
+END { Narwhal::Acceptor::leave_process() if defined &Narwhal::Acceptor::leave_process }
 
 # Nothing to serve for a while: a worker whose master is gone leaves.
 sub _leave_if_orphaned {
@@ -189,7 +197,12 @@ sub _signals {
     # server goes on, so its idle connections go to the manager.
     $SIG{$_} = $stop for qw(TERM INT QUIT USR2);
     $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
-    $SIG{USR1} = sub { Narwhal::reopen_error_log($self->{options}) };
+    # what arrived before these handlers (see Master's _become_worker)
+    $stop->($_) for @{ $self->{early_signals} || [] };
+    $SIG{USR1} = sub {
+        Narwhal::reopen_error_log($self->{options})
+            or print STDERR "narwhal: worker $$: cannot reopen the error log: $!\n";
+    };
     $SIG{CHLD} = 'DEFAULT';
 }
 
