@@ -742,8 +742,10 @@ int nw_worker_deliver_signals(nw_worker *w)
 {
     sigset_t pending, old;
     int kinds = 0;
+    if (w->sigfd < 0 || !signal_pending(w, nw_now_ms()))
+        return 0;           /* a clock read, and a sigpending every NW_SIGNAL_LOOK_MS */
     w->signal_ready = 0;
-    if (w->sigfd < 0 || sigpending(&pending) < 0)
+    if (sigpending(&pending) < 0)
         return 0;
     for (int sig = 1; sig < NSIG; sig++)
         kinds += sigismember(&w->deferred, sig) && sigismember(&pending, sig);

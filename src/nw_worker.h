@@ -173,7 +173,8 @@ int nw_worker_defer_signals(nw_worker *w, const int *signals, int n);
 
 /* Deliver the deferred signals that are pending (unblock, then block
  * again: the caller's handlers run now). Returns how many kinds were
- * pending. Cheap when none is: one sigpending. */
+ * pending. Cheap enough to call after every request: when epoll has not
+ * reported one, it asks the kernel at most every NW_SIGNAL_LOOK_MS. */
 int nw_worker_deliver_signals(nw_worker *w);
 
 /* A request's head and body are in: note the time (a slow request pauses

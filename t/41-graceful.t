@@ -93,6 +93,8 @@ SKIP: {
     my $c = send_request($s->port, '/') or die "connect: $!";
     my $first = read_response($c, 5);
     ok($first && $first->{status} == 200, 'a keep-alive client is served, and parked');
+    sleep 0.2;    # the worker is done with it and waits (stopped while still out serving,
+                  # its park watcher would hand the connection to the manager on CONT)
     kill STOP => $w;
     wait_until(sub { open(my $f, '<', "/proc/$w/stat") or return 0; (<$f> // '') =~ /^\d+ \(.*?\) T/ }, 5)
         or diag 'the worker did not stop';

@@ -154,7 +154,10 @@ sub run {
             $$conn_slot = $conn = undef;
             next;
         }
-        next unless $managed;
+        if (!$managed) {    # a kept connection holds this worker: look at signals now and then
+            Narwhal::Acceptor::deliver_signals($acceptor);
+            next;
+        }
         # A client that waits for each response has not sent its next
         # request yet: it is parked now rather than read first. Pipelined
         # requests are served a few in a row, then others get their turn.
