@@ -78,9 +78,9 @@ sub client {
         $c ||= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 2);
         if (!$c) { sleep 0.05; next }     # refused: not a request sent
         $n{sent}++;
-        my $r = one_request($c, $path);
+        my ($r, $close) = one_request($c, $path);
         $n{$r}++;
-        undef $c if $r ne 'answered';
+        undef $c if $r ne 'answered' || $close;    # Connection: close is honoured
     }
     open(my $f, '>', $out) or POSIX::_exit(1);
     print $f join(' ', @n{qw(sent answered failed reset)}), "\n";
@@ -104,7 +104,8 @@ sub one_request {
         my ($len) = $buf =~ /^Content-Length:\s*(\d+)/mi;
         my $head = index($buf, "\r\n\r\n") + 4;
         next if defined $len && length($buf) - $head < $len;
-        return $status && $status == 200 ? 'answered' : 'failed';
+        my $close = $buf =~ /^Connection:\s*close/mi;
+        return ($status && $status == 200 ? 'answered' : 'failed', $close);
     }
     return 'failed';
 }

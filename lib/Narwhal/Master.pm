@@ -245,6 +245,7 @@ sub _manage {
         $self->_reap;
         $self->_tend_manager;
         $self->_flush_crash_log;
+        $self->_tend_reload;
         if ($self->{stop_deadline}) {
             last unless %{ $self->{workers} } || $self->{manager};
             if (Time::HiRes::time() >= $self->{stop_deadline}) {
@@ -329,15 +330,45 @@ sub _kill_all {
     kill $sig => keys %{ $self->{workers} }, ($self->{manager} ? $self->{manager}{pid} : ());
 }
 
-# HUP: a new generation of workers, then the old one finishes and leaves.
+# HUP: a new generation of workers; the old one is retired only once a new
+# worker is ready (it has loaded the app: its scoreboard slot says idle).
+# If the new code cannot start, the new generation is given up and the old
+# one goes on serving: a reload of broken code is not an outage.
 sub _restart_workers {
     my $self = shift;
-    my @old = keys %{ $self->{workers} };
+    my @old = grep { !$self->{workers}{$_}{leaving} } keys %{ $self->{workers} };
     $self->{generation}++;
     $self->{failures} = 0;
     $self->{next_spawn} = 0;
+    $self->{reload} = { generation => $self->{generation}, old => \@old };
     $self->_spawn_missing;
-    $self->_retire(@old);
+}
+
+sub _tend_reload {
+    my $self = shift;
+    my $r = $self->{reload} or return;
+    my $ready = grep {
+        my $w = $self->{workers}{$_};
+        $w->{generation} == $r->{generation} && defined $w->{slot}
+            && $self->{scoreboard}->slot($w->{slot})->{state} =~ /^(?:idle|busy)$/
+    } keys %{ $self->{workers} };
+    return unless $ready;
+    delete $self->{reload};
+    $self->_retire(grep { $self->{workers}{$_} } @{ $r->{old} });
+}
+
+# A worker of a new generation died before it could serve: the new code
+# does not start. Back to the old generation, which never stopped.
+sub _abandon_reload {
+    my ($self, $pid, $how) = @_;
+    my $r = delete $self->{reload};
+    print STDERR "narwhal: the new workers cannot start (worker $pid $how); "
+               . "the workers already running go on\n";
+    my @new = grep { $self->{workers}{$_}{generation} == $r->{generation} } keys %{ $self->{workers} };
+    $self->{workers}{$_}{leaving} = 1 for @new;
+    kill TERM => @new if @new;
+    $self->{generation} = $r->{generation} - 1;
+    $self->{failures} = 0;
 }
 
 # Workers that leave while the server goes on get USR2: they finish what
@@ -485,6 +516,11 @@ sub _worker_gone {
     if (defined $w->{slot}) {
         $self->{scoreboard}->release($w->{slot});
         push @{ $self->{free_slots} }, $w->{slot};
+    }
+    if ($self->{reload} && $w->{generation} == $self->{reload}{generation} && $status != 0
+        && !($score->{started} // 0) && ($score->{state} // '') ne 'idle') {
+        return $self->_abandon_reload($pid, $status & 127 ? "was killed by signal " . ($status & 127)
+                                                          : "exited with status " . ($status >> 8));
     }
     $self->_log_death($pid, $status, $score) if $status != 0 && !$w->{leaving};
     return if $self->{stop_deadline} || $w->{generation} != $self->{generation};
