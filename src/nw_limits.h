@@ -40,6 +40,9 @@
 #define NW_PARK_EVICT_RETRY_MS        10      /* the park watcher met a full manager queue: retry then */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
+#define NW_STOP_SERVE_MS              200     /* a stopping worker or manager still answers, with
+                                               * Connection: close, the idle connections whose
+                                               * next request comes this soon (then FIN) */
 #define NW_CRASH_LOCK_TRIES           500     /* a crashing worker waits up to 50 ms for the parked set */
 
 /* Signals a worker defers until it is between requests. */

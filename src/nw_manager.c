@@ -94,6 +94,7 @@ typedef struct {
     nw_msec now, next_stats;
     char   *frame_data;     /* NW_FRAME_MAX_DATA bytes for incoming frames */
     int     stop;
+    nw_msec serve_until;    /* a stop signal came: serve until then, then close (0: none) */
     int     bad_frame_logged;
 } nw_manager;
 
@@ -598,8 +599,8 @@ static void nw_manager_event(nw_manager *m, int fd)
         nw_manager_control_readable(m);
     } else if (fd == m->sigfd) {
         struct signalfd_siginfo si;
-        if (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
-            m->stop = 1;
+        if (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si && !m->serve_until)
+            m->serve_until = m->now + NW_STOP_SERVE_MS;
     } else if (fd == m->handoff_queue) {
         nw_manager_handoff_queue_readable(m);
     } else if (fd == m->serve_queue) {
@@ -713,6 +714,23 @@ static void nw_manager_linger(nw_manager *m)
     free(p);
 }
 
+/* The server stops: before the held connections get their FIN, serve what
+ * has arrived on them, so that a request sent just before the stop is
+ * answered (by a worker, which is still taking from the serve queue: the
+ * master stops the workers after the manager) rather than met by
+ * end-of-stream. Hand-offs still in the queue are taken first. One pass,
+ * no waiting: a head still incomplete gets the FIN with the rest. */
+static void nw_manager_serve_arrived(nw_manager *m)
+{
+    nw_manager_handoff_queue_readable(m);
+    for (size_t fd = 0; fd < m->nslots; fd++) {
+        int kind = m->slots[fd].kind;
+        if (kind == NW_MANAGER_IDLE || kind == NW_MANAGER_READING)
+            nw_manager_client_readable(m, (int)fd);
+    }
+    nw_manager_drain_queue(m);
+}
+
 /* Close everything: held connections, worker channels, our own fds. */
 static void nw_manager_close(nw_manager *m)
 {
@@ -747,8 +765,15 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
         nw_manager_close(&m);
         return 1;
     }
-    while (!m.stop) {
-        int n = epoll_wait(m.ep, ev, NW_MANAGER_EVENTS, nw_manager_timeout(&m));
+    /* A stop signal does not end the loop at once: for NW_STOP_SERVE_MS
+     * the manager goes on serving (the workers are stopped after it), so
+     * busy keep-alive clients get their next request answered, with
+     * Connection: close, instead of a FIN that races it. */
+    while (!m.stop && !(m.serve_until && m.now >= m.serve_until)) {
+        int timeout = nw_manager_timeout(&m);
+        if (m.serve_until && (timeout < 0 || timeout > m.serve_until - m.now))
+            timeout = (int)(m.serve_until - m.now);
+        int n = epoll_wait(m.ep, ev, NW_MANAGER_EVENTS, timeout);
         if (n < 0 && errno != EINTR) {
             fprintf(stderr, "narwhal-manager: epoll_wait: %s\n", strerror(errno));
             rc = 1;
@@ -760,8 +785,12 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
         nw_manager_expire(&m);
         nw_manager_send_stats(&m);
     }
-    if (m.stop)
+    if (m.serve_until) {
+        nw_manager_serve_arrived(&m);
         nw_manager_linger(&m);
+    } else if (m.stop) {
+        nw_manager_linger(&m);     /* the master is gone: nobody to serve them */
+    }
     nw_manager_close(&m);
     return rc;
 }

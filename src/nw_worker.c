@@ -332,13 +332,13 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
     nw_msec now = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
     nw_wconn *wc;
     if (w->draining) {
-        until = now;
+        until = w->park.count && w->drain_until > now ? w->drain_until : now;
         poll_events(w, 0);          /* what has arrived, parked connections included */
     } else if (signal_pending(w, now)) {
         errno = EINTR;
         return NULL;
     }
-    if (w->park.count) {
+    if (w->park.count && !w->draining) {
         park_expire(w, now, 0);    /* even when there is work to do */
         if (!w->park.ready_count && sources_ready(w))
             poll_events(w, 0);      /* so that parked connections get their turn */
@@ -362,10 +362,11 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
         w->took_parked = 1;
         if ((wc = take_parked(w)))
             return wc;
-        park_expire(w, now, 0);
-        if (now >= until)
+        if (!w->draining)
+            park_expire(w, now, 0);
+        if (now >= until || (w->draining && !w->park.count))
             return NULL;
-        nw_msec nearest = nw_park_nearest(&w->park);
+        nw_msec nearest = w->draining ? 0 : nw_park_nearest(&w->park);
         nw_msec wake = nearest && nearest < until ? nearest : until;
         if ((poll_events(w, (int)(wake - now)) < 0 && errno == EINTR) || w->signal_ready) {
             errno = EINTR;
@@ -437,6 +438,7 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 void nw_worker_drain(nw_worker *w)
 {
     w->draining = 1;
+    w->drain_until = nw_now_ms() + NW_STOP_SERVE_MS;
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     w->serve_queue_ready = 1;
 }

