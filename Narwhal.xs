@@ -27,81 +27,6 @@ static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
  * NULL: one worker per process, so a process-wide pointer. */
 static nw_score_slot *score_slot;
 
-/* The worker's configuration, filled from a list the option table
- * (Narwhal::Options::c_config) builds in the order of config_field: a
- * typed struct, never a hash read by string key. */
-typedef struct {
-    nw_conn_config conn;
-    double keepalive_wait;
-} worker_config;
-
-enum field_type { F_SIZE, F_U64, F_SECONDS };
-static const struct {
-    const char *name;       /* the option's name in Narwhal::Options */
-    enum field_type type;
-    size_t offset;
-} config_field[] = {
-    { "max_request_line",   F_SIZE,    offsetof(worker_config, conn.parse.max_request_line) },
-    { "max_header_bytes",   F_SIZE,    offsetof(worker_config, conn.parse.max_header_bytes) },
-    { "max_headers",        F_SIZE,    offsetof(worker_config, conn.parse.max_headers) },
-    { "max_request_body",   F_U64,     offsetof(worker_config, conn.max_request_body) },
-    { "body_in_memory",     F_SIZE,    offsetof(worker_config, conn.body_in_memory) },
-    { "timeout",            F_SECONDS, offsetof(worker_config, conn.timeout) },
-    { "read_timeout",       F_SECONDS, offsetof(worker_config, conn.read_timeout) },
-    { "keepalive_timeout",  F_SECONDS, offsetof(worker_config, conn.keepalive_timeout) },
-    { "max_keepalive_reqs", F_SECONDS, offsetof(worker_config, conn.max_keepalive_reqs) },
-    { "keepalive_wait",     F_SECONDS, offsetof(worker_config, keepalive_wait) },
-};
-#define CONFIG_FIELDS (sizeof config_field / sizeof config_field[0])
-
-static void config_from_av(pTHX_ AV *values, worker_config *cfg)
-{
-    if (av_len(values) + 1 != (SSize_t)CONFIG_FIELDS)
-        croak("the worker's configuration needs %d values", (int)CONFIG_FIELDS);
-    memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < CONFIG_FIELDS; i++) {
-        SV **v = av_fetch(values, (SSize_t)i, 0);
-        char *at = (char *)cfg + config_field[i].offset;
-        NV n = v && SvOK(*v) ? SvNV(*v) : 0;
-        if (n < 0)
-            croak("%s must not be negative", config_field[i].name);
-        switch (config_field[i].type) {
-        case F_SIZE:    *(size_t *)at = (size_t)n; break;
-        case F_U64:     *(uint64_t *)at = (uint64_t)n; break;
-        case F_SECONDS: *(double *)at = (double)n; break;
-        }
-    }
-    if (cfg->conn.parse.max_headers < 1 || cfg->conn.parse.max_headers > NW_MAX_HEADERS_HARD)
-        croak("max_headers must be between 1 and %d", NW_MAX_HEADERS_HARD);
-}
-
-/* Limits Perl must not retype: the option table reads them from here. */
-static void export_limits(pTHX)
-{
-    HV *stash = gv_stashpvs("Narwhal::Limits", GV_ADD);
-    static const struct { const char *name; double value; } limit[] = {
-        { "DEFAULT_MAX_REQUEST_LINE", NW_DEFAULT_MAX_REQUEST_LINE },
-        { "DEFAULT_MAX_HEADER_BYTES", NW_DEFAULT_MAX_HEADER_BYTES },
-        { "DEFAULT_MAX_HEADERS", NW_DEFAULT_MAX_HEADERS },
-        { "MAX_HEADERS_HARD", NW_MAX_HEADERS_HARD },
-        { "MIN_REQUEST_LINE", NW_MIN_REQUEST_LINE },
-        { "MAX_HEADER_BYTES_HARD", NW_FRAME_MAX_DATA },
-        { "DEFAULT_MAX_REQUEST_BODY", NW_DEFAULT_MAX_REQUEST_BODY },
-        { "DEFAULT_BODY_IN_MEMORY", NW_DEFAULT_BODY_IN_MEMORY },
-        { "DEFAULT_TIMEOUT", NW_DEFAULT_TIMEOUT },
-        { "DEFAULT_READ_TIMEOUT", NW_DEFAULT_READ_TIMEOUT },
-        { "DEFAULT_KEEPALIVE_TIMEOUT", NW_DEFAULT_KEEPALIVE_TIMEOUT },
-        { "DEFAULT_MAX_KEEPALIVE_REQS", NW_DEFAULT_MAX_KEEPALIVE_REQS },
-        { "MAX_LISTENERS", NW_WORKER_MAX_LISTENERS },
-        { "MAX_PARKED", NW_MAX_PARKED },
-        { "SCOREBOARD_SLOTS", NW_SCOREBOARD_SLOTS },
-        { "MANAGER_CONTROL_FD", NW_MANAGER_CONTROL_FD },
-        { "MANAGER_HANDOFF_QUEUE_FD", NW_MANAGER_HANDOFF_QUEUE_FD },
-        { "MANAGER_SERVE_QUEUE_FD", NW_MANAGER_SERVE_QUEUE_FD },
-    };
-    for (size_t i = 0; i < sizeof limit / sizeof limit[0]; i++)
-        newCONSTSUB(stash, limit[i].name, newSVnv(limit[i].value));
-}
 
 /* A parked connection's Narwhal::Conn stays alive while the worker holds
  * it: the worker's hold is one reference to the object. */
@@ -186,8 +111,8 @@ new(class, listeners, config, serve_queue = -1, handoff_queue = -1, io_maker = &
     SSize_t n = av_len(listeners) + 1;
     if (n < 1 || n > NW_WORKER_MAX_LISTENERS)
         croak("Narwhal::Acceptor needs 1 to %d listeners", NW_WORKER_MAX_LISTENERS);
-    worker_config cfg;
-    config_from_av(aTHX_ config, &cfg);
+    nw_worker_config cfg;
+    nw_config_from_av(aTHX_ config, &cfg);
     Newxz(RETVAL, 1, nw_xs_acceptor);
     RETVAL->w = nw_worker_new(&cfg.conn, cfg.keepalive_wait, serve_queue, handoff_queue,
                               &owner_ops);
@@ -286,9 +211,10 @@ void
 config_fields()
   PPCODE:
     /* The names of the values new() wants, in its order. */
-    EXTEND(SP, (SSize_t)CONFIG_FIELDS);
-    for (size_t i = 0; i < CONFIG_FIELDS; i++)
-        mPUSHp(config_field[i].name, strlen(config_field[i].name));
+    size_t n = nw_config_field_count();
+    EXTEND(SP, (SSize_t)n);
+    for (size_t i = 0; i < n; i++)
+        mPUSHp(nw_config_field_name(i), strlen(nw_config_field_name(i)));
 
 int
 has_manager(self)
@@ -604,7 +530,7 @@ MODULE = Narwhal    PACKAGE = Narwhal
 
 BOOT:
     nw_env_boot(aTHX);
-    export_limits(aTHX);
+    nw_config_export_limits(aTHX);
     conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
     acceptor_stash = gv_stashpvs("Narwhal::Acceptor", GV_ADD);
     /* Why a connection is let go (Narwhal::Acceptor::release), what came

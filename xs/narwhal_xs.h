@@ -50,6 +50,23 @@ void nw_env_recycle(pTHX_ env_recycler *r, HV *env);
  * psgix.harakiri.commit). */
 int nw_env_needs_after(pTHX_ SV *env_rv);
 
+/* ---- xs/config.c: the worker's configuration ------------------------- */
+
+typedef struct {
+    nw_conn_config conn;
+    double keepalive_wait;
+} nw_worker_config;
+
+/* The option names the configuration is filled from, in order
+ * (Narwhal::Acceptor::config_fields), and the filling itself: a typed
+ * struct from a list, never a hash read by string key. */
+size_t nw_config_field_count(void);
+const char *nw_config_field_name(size_t i);
+void nw_config_from_av(pTHX_ AV *values, nw_worker_config *cfg);
+
+/* Narwhal::Limits: the C limits the option table reads (BOOT). */
+void nw_config_export_limits(pTHX);
+
 /* ---- xs/response.c: PSGI responses into the C writer ---------------- */
 
 /* Start a response head from the app's status and header array. Returns
