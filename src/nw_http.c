@@ -213,13 +213,21 @@ static void nw_split_target(nw_request *req, const char *t, size_t n,
     req->path_len = plen;
     req->query = q ? q + 1 : NULL;
     req->query_len = q ? n - plen - 1 : 0;
+    req->authority = NULL;
+    req->authority_len = 0;
     if (plen == 0 || t[0] == '/')
         return;
     a = nw_authority_start(t, plen);
     if (a == 0)
         return;
-    while (a < plen && t[a] != '/')
+    size_t host = a;
+    while (a < plen && t[a] != '/') {
+        if (t[a] == '@')
+            host = a + 1;       /* userinfo (RFC 9110 4.2.4: not to be used) */
         a++;
+    }
+    req->authority = t + host;
+    req->authority_len = a - host;
     req->path = t + a;
     req->path_len = plen - a;
 }

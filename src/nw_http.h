@@ -30,6 +30,8 @@ typedef struct {
     const char *target;  size_t target_len;   /* request-target, raw */
     const char *path;    size_t path_len;     /* target up to '?' (absolute-form: the path part) */
     const char *query;   size_t query_len;    /* after '?', without it; query == NULL if no '?' */
+    const char *authority; size_t authority_len; /* absolute-form: host[:port] of the target
+                                               * (userinfo dropped); NULL otherwise */
     int minor_version;                        /* HTTP/1.<minor>: 0 or 1 */
     nw_header *headers;  size_t num_headers;
     int error_status;                         /* set when NW_PARSE_ERROR is returned */

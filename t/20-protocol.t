@@ -162,6 +162,10 @@ subtest 'env' => sub {
     is($e{PATH_INFO}, '/env', 'PATH_INFO percent-decoded');
     ($res) = exchange("GET http://example.com/env?q=1 HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
     like($res->{body}, qr{^PATH_INFO=/env$}m, 'absolute-form target: PATH_INFO is the path');
+    ($res) = exchange("GET http://example.com:8080/env?q=1 HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n");
+    like($res->{body}, qr{^HTTP_HOST=example\.com:8080$}m, 'absolute-form target: its authority replaces Host (RFC 9112 3.2.2)');
+    like($res->{body}, qr{^REQUEST_URI=/env\?q=1$}m, 'absolute-form target: REQUEST_URI is the path and query only (PSGI)');
+    like($res->{body}, qr{^QUERY_STRING=q=1$}m, 'absolute-form target: QUERY_STRING');
 };
 
 subtest 'keep-alive and pipelining' => sub {

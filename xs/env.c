@@ -468,6 +468,18 @@ static size_t env_key_for(const nw_header *h, char *out)
     return n;
 }
 
+/* REQUEST_URI: the target as sent, or for an absolute-form target (RFC
+ * 9112 3.2.2) its path and query only, as PSGI has it (no scheme, no host). */
+static void env_request_uri(const nw_request *r, const char **p, STRLEN *len)
+{
+    *p = r->target;
+    *len = r->target_len;
+    if (r->authority) {
+        *p = r->path;
+        *len = (STRLEN)(r->target + r->target_len - r->path);
+    }
+}
+
 /* The request's headers into $env. In a spare $env, an entry left from the
  * last request (stale) takes this request's value, or goes. */
 static void env_headers(pTHX_ HV *env, const nw_request *req, env_recycler *stale)
@@ -548,7 +560,10 @@ static HV *env_from_spare(pTHX_ nw_xs_conn *xc, SV *self_rv)
     const nw_request *r = &xc->c->req;
     SV **f = rec->fixed_sv;
     env_set(aTHX_ f[K_REQUEST_METHOD], r->method, r->method_len);
-    env_set(aTHX_ f[K_REQUEST_URI], r->target, r->target_len);
+    const char *uri;
+    STRLEN uri_len;
+    env_request_uri(r, &uri, &uri_len);
+    env_set(aTHX_ f[K_REQUEST_URI], uri, uri_len);
     char *path = env_bytes(aTHX_ f[K_PATH_INFO], r->path_len);
     size_t path_len = nw_percent_decode(r->path, r->path_len, path);
     path[path_len] = '\0';
@@ -575,7 +590,10 @@ static HV *env_fresh(pTHX_ nw_xs_conn *xc, SV *self_rv)
     const nw_request *r = &xc->c->req;
     HV *env = newHVhv(xc->env->template);
     env_put(aTHX_ env, K_REQUEST_METHOD, newSVpvn(r->method, r->method_len));
-    env_put(aTHX_ env, K_REQUEST_URI, newSVpvn(r->target, r->target_len));
+    const char *uri;
+    STRLEN uri_len;
+    env_request_uri(r, &uri, &uri_len);
+    env_put(aTHX_ env, K_REQUEST_URI, newSVpvn(uri, uri_len));
     SV *path = newSV(r->path_len + 1);
     SvPOK_on(path);
     SvCUR_set(path, nw_percent_decode(r->path, r->path_len, SvPVX(path)));
@@ -599,6 +617,9 @@ HV *nw_env_build(pTHX_ nw_xs_conn *xc, SV *self_rv)
     if (!env)
         env = env_fresh(aTHX_ xc, self_rv);
     env_headers(aTHX_ env, &xc->c->req, stale);
+    if (xc->c->req.authority)       /* RFC 9112 3.2.2: the target's host wins over Host */
+        (void)hv_stores(env, "HTTP_HOST",
+                        newSVpvn(xc->c->req.authority, xc->c->req.authority_len));
     if (!xc->c->is_tcp)
         env_server_from_host(aTHX_ env, &xc->c->req);
     return env;
