@@ -385,6 +385,12 @@ recycle_env(self, env)
     if (SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
         nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
 
+void
+abandon(self)
+    nw_xs_conn *self
+  CODE:
+    nw_conn_abandon(self->c);
+
 int
 response_started(self)
     nw_xs_conn *self

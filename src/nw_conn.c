@@ -492,6 +492,12 @@ int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len)
     return NW_IO_OK;
 }
 
+void nw_conn_abandon(nw_conn *c)
+{
+    c->broken = 1;
+    c->keep_alive = 0;
+}
+
 int nw_conn_end_body(nw_conn *c)
 {
     struct iovec v[2];

@@ -111,6 +111,11 @@ int nw_conn_write_body(nw_conn *c, const struct iovec *pieces, int n);
 /* Send len bytes of a file (the pending head first). */
 int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len);
 
+/* The response is cut short (the app died while producing it): nothing
+ * more is written, not even the last chunk, so the client sees the body
+ * as truncated (RFC 9112 7.1, 8), and the connection will be closed. */
+void nw_conn_abandon(nw_conn *c);
+
 /* End the body: flush the head, write the last chunk, settle keep-alive.
  * Returns 1 when the connection may serve another request. */
 int nw_conn_end_body(nw_conn *c);

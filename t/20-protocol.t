@@ -46,6 +46,20 @@ my %routes = (
         [200, [], ['hinted']];
     },
     '/die' => sub { die "boom in the app\n" },
+    '/stream_dies' => sub {
+        sub {
+            my $w = shift->([200, ['Content-Type' => 'text/plain']]);
+            $w->write("part one,");
+            die "the app gave up\n";
+        };
+    },
+    '/length_dies' => sub {
+        sub {
+            my $w = shift->([200, ['Content-Type' => 'text/plain', 'Content-Length' => 100]]);
+            $w->write("ten bytes.");
+            die "the app gave up\n";
+        };
+    },
     '/invalid' => sub { "not a response" },
     '/badheader' => sub { [200, ['X-Bad' => "a\r\nSet-Cookie: evil=1"], ['x']] },
     '/pid' => sub { [200, [], [$$]] },
@@ -162,6 +176,14 @@ subtest 'env' => sub {
     is($e{PATH_INFO}, '/env', 'PATH_INFO percent-decoded');
     ($res) = exchange("GET http://example.com/env?q=1 HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
     like($res->{body}, qr{^PATH_INFO=/env$}m, 'absolute-form target: PATH_INFO is the path');
+    {
+        my $raw = raw_request($port, "GET /stream_dies HTTP/1.1\r\n${H}\r\n", 5);
+        like($raw, qr/\r\n\r\n9\r\npart one,\r\n/, 'a streamed response cut short by the app: what was written arrives');
+        unlike($raw, qr/\r\n0\r\n\r\n/, 'and no last chunk: the client sees it truncated (RFC 9112 7.1)');
+        $raw = raw_request($port, "GET /length_dies HTTP/1.1\r\n${H}\r\n", 5);
+        like($raw, qr/\r\n\r\nten bytes\.\z/, 'a Content-Length response cut short: closed before the length is reached');
+        like($srv->log_text, qr{GET /stream_dies: the app gave up}, "the app's error is logged with the request line");
+    }
     ($res) = exchange("GET http://example.com:8080/env?q=1 HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n");
     like($res->{body}, qr{^HTTP_HOST=example\.com:8080$}m, 'absolute-form target: its authority replaces Host (RFC 9112 3.2.2)');
     like($res->{body}, qr{^REQUEST_URI=/env\?q=1$}m, 'absolute-form target: REQUEST_URI is the path and query only (PSGI)');

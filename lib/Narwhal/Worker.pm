@@ -287,7 +287,9 @@ sub respond {
         my $kept = eval { $self->_write_response($conn, $res, $may_keep) };
         return $kept if defined $kept;
         _log_error($env, $@);
-        return $conn->response_started ? 0 : _internal_error($conn);
+        return _internal_error($conn) unless $conn->response_started;
+        $conn->abandon;    # cut short: it must not look complete
+        return 0;
     }
     if (ref $res eq 'CODE') {
         return $self->_stream($conn, $env, $res, $may_keep);
@@ -371,7 +373,13 @@ sub _stream {
     my $ok = eval { $delayed->($responder); 1 };
     if (!$ok) {
         _log_error($env, $@);
-        return $responded ? 0 : _internal_error($conn);
+        return _internal_error($conn) unless $responded;
+        # The response started and will not be finished: it must look cut
+        # short (no last chunk, fewer bytes than Content-Length), never
+        # complete. The writer, wherever the app left it, writes nothing more.
+        $conn->abandon;
+        $writer->[0] = undef if $writer;
+        return 0;
     }
     # The app kept the socket (psgix.io) or never answered: close it.
     return 0 unless $responded;
