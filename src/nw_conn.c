@@ -124,6 +124,8 @@ int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
                 int over = head_over_limit(c);
                 if (over)
                     return head_error(c, over);
+                if (!nw_http_line_can_start(c->in.data, c->in.len))
+                    return head_error(c, 400);   /* not HTTP: no head will end */
             }
             if (c->head_deadline == 0)
                 c->head_deadline = nw_deadline_in(c->cfg.read_timeout);

@@ -850,3 +850,30 @@ size_t nw_http_head_end(const char *p, size_t len, nw_head_scan *s)
     s->scanned = len;
     return 0;
 }
+
+int nw_http_line_can_start(const char *p, size_t len)
+{
+    static const char version[] = "HTTP/d.d";
+    size_t i = 0, n;
+    while (i < len && (p[i] == '\r' || p[i] == '\n'))
+        i++;
+    for (n = 0; i < len && NW_IS(p[i], NW_C_TCHAR); i++)
+        if (++n > NW_MAX_METHOD_LEN)
+            return 0;
+    if (i == len)
+        return 1;
+    if (n == 0 || p[i++] != ' ')
+        return 0;
+    for (n = 0; i < len && NW_IS(p[i], NW_C_VCHAR); i++)
+        n++;
+    if (i == len)
+        return 1;
+    if (n == 0 || p[i++] != ' ')
+        return 0;
+    for (n = 0; i < len && n < sizeof version - 1; i++, n++) {
+        char want = version[n];
+        if (want == 'd' ? !(p[i] >= '0' && p[i] <= '9') : p[i] != want)
+            return 0;
+    }
+    return i == len || p[i] == '\r' || p[i] == '\n';
+}

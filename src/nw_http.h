@@ -110,6 +110,14 @@ typedef struct {
  * has not arrived yet. p holds every byte given before, and more. */
 size_t nw_http_head_end(const char *p, size_t len, nw_head_scan *s);
 
+/* Whether the bytes of a head received so far can still begin a request
+ * line: a method (token characters, at most NW_MAX_METHOD_LEN), SP, a
+ * target (visible characters), SP, "HTTP/d.d" and the line end. Empty
+ * lines before it are allowed. A TLS handshake, a PROXY protocol line or
+ * other bytes that are not HTTP are refused at once (400) instead of
+ * waiting for a head that will never end. */
+int nw_http_line_can_start(const char *p, size_t len);
+
 /* 1 when p[0..n) is a non-empty token (RFC 9110 5.6.2), e.g. a field name. */
 int nw_http_is_token(const char *p, size_t n);
 

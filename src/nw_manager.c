@@ -305,6 +305,8 @@ static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
         return 1;
     if (len > m->max_header || len >= NW_FRAME_MAX_DATA)
         return 1;
+    if (!nw_http_line_can_start(p, len))
+        return 1;           /* not HTTP: a worker answers 400 at once */
     return !(s->flags & NW_MANAGER_F_LINE_SEEN) && len > m->max_line;
 }
 

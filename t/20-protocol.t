@@ -176,6 +176,16 @@ subtest 'env' => sub {
     is($e{PATH_INFO}, '/env', 'PATH_INFO percent-decoded');
     ($res) = exchange("GET http://example.com/env?q=1 HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
     like($res->{body}, qr{^PATH_INFO=/env$}m, 'absolute-form target: PATH_INFO is the path');
+    for my $case (["\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", 'a TLS ClientHello'],
+                  ["PROXY TCP4 192.0.2.1 192.0.2.2 5555 80\r\n", 'a PROXY protocol line'],
+                  ["\x00\x01\x02\x03", 'binary junk']) {
+        my ($bytes, $what) = @$case;
+        my $t0 = Time::HiRes::time();
+        my $raw = raw_request($port, $bytes, 5);
+        my $took = Time::HiRes::time() - $t0;
+        like($raw, qr{^HTTP/1\.1 400 }, "$what gets 400");
+        cmp_ok($took, '<', 1, "$what: at once, not after the read timeout");
+    }
     {
         my $raw = raw_request($port, "GET /stream_dies HTTP/1.1\r\n${H}\r\n", 5);
         like($raw, qr/\r\n\r\n9\r\npart one,\r\n/, 'a streamed response cut short by the app: what was written arrives');

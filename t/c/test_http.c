@@ -932,6 +932,32 @@ static void test_head_end(void)
     is(bad, 0, "head end: the same wherever the bytes are cut, empty lines before skipped");
 }
 
+/* Every prefix of a valid request line can start one; bytes that are not
+ * HTTP are refused as soon as they show it. */
+static void test_line_can_start(void)
+{
+    static const char *const good[] = {
+        "GET /a?b=c HTTP/1.1\r\nHost: x\r\n\r\n", "\r\n\r\nPOST * HTTP/1.0\n",
+        "OPTIONS http://h:8/p HTTP/1.1\r\n",
+    };
+    int bad = 0;
+    for (size_t g = 0; g < sizeof good / sizeof good[0]; g++)
+        for (size_t n = 0; n <= strlen(good[g]); n++)
+            if (!nw_http_line_can_start(good[g], n)) {
+                diag("prefix %zu of good line %zu refused", n, g);
+                bad++;
+            }
+    is(bad, 0, "line start: every prefix of a valid request line is accepted");
+    ok(!nw_http_line_can_start("\x16\x03\x01\x00\xa5\x01", 6), "line start: a TLS ClientHello is refused");
+    ok(!nw_http_line_can_start("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n", 32), "line start: a PROXY protocol line is refused");
+    ok(!nw_http_line_can_start("\r\n\x00\x01", 4), "line start: binary junk after empty lines is refused");
+    ok(nw_http_line_can_start("GET /a HTTP/2", 13), "line start: HTTP/2 so far could still be a version");
+    ok(!nw_http_line_can_start("GET /a HTTX", 11), "line start: a bad version is refused before the line ends");
+    ok(nw_http_line_can_start("GE T", 4), "line start: \"GE T\" could be a method and a target");
+    ok(!nw_http_line_can_start("GET  /", 6), "line start: two spaces are refused");
+    ok(!nw_http_line_can_start("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 39), "line start: a method over 32 bytes is refused");
+}
+
 int main(void)
 {
     g_page = (size_t)sysconf(_SC_PAGESIZE);
@@ -956,6 +982,7 @@ int main(void)
     test_percent_decode();
     test_header_is();
     test_head_end();
+    test_line_can_start();
     free(hdrs);
     if (g_map)
         munmap(g_map, g_map_len);
