@@ -183,7 +183,7 @@ Each is a named constant in F<src/nw_limits.h> and an option:
   --max-request-line   8192     over it: 414
   --max-header-bytes   65536    over it: 431 (the whole head)
   --max-headers        100      over it: 431
-  --max-request-body   0        over it: 413 (0 = no limit)
+  --max-request-body   67108864 over it: 413 (64 MiB; 0 = no limit: raise it for uploads)
   --body-in-memory     1048576  larger bodies are kept in an unlinked temp file
 
 Malformed requests get 400 (501 for a transfer coding other than chunked,

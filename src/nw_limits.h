@@ -15,7 +15,10 @@
 #define NW_MAX_METHOD_LEN             32      /* longer methods are rejected with 400 */
 
 /* Request body. */
-#define NW_DEFAULT_MAX_REQUEST_BODY   0       /* bytes; 0 means no limit; over it: 413 */
+#define NW_DEFAULT_MAX_REQUEST_BODY   (64 * 1024 * 1024) /* bytes; over it: 413. A limit by
+                                               * default, so no client can make a worker
+                                               * spool gigabytes to $TMPDIR; 0 (the option)
+                                               * means none */
 #define NW_DEFAULT_BODY_IN_MEMORY     (1024 * 1024) /* larger bodies spill to a temp file */
 #define NW_MAX_CHUNK_LINE             4096    /* chunk-size line with extensions */
 #define NW_CHUNK_OVERHEAD_ALLOWANCE   16384   /* framing bytes allowed beyond the payload size */

@@ -3,6 +3,7 @@ use warnings;
 use Test::More;
 use IO::Socket::IP ();
 use lib 't/lib';
+use Narwhal::Options ();
 use NarwhalTest qw(spawn_server raw_request raw_connect read_response parse_response tmpdir wait_until);
 
 # Response bodies of every kind (file handles through sendfile, objects with
@@ -114,6 +115,20 @@ SKIP: {
     my $r = read_response($s, 5);
     is($r->{body}, "::1|::1|$p6", 'IPv6: REMOTE_ADDR, SERVER_NAME, SERVER_PORT');
     ok(1, 'IPv6 listener served');
+}
+
+# A body limit by default: a client cannot make a worker spool gigabytes.
+{
+    my $srv = spawn_server(args => [ '--max-workers', 1 ]);
+    my $limit = Narwhal::Options::option('max_request_body')->{default};
+    cmp_ok($limit, '>', 0, "a request-body limit by default ($limit bytes)");
+    my $raw = raw_request($srv->port, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: " . ($limit + 1) . "\r\n\r\n", 5);
+    like($raw, qr{^HTTP/1\.1 413 }, 'a body over it gets 413 without being read');
+    my $none = spawn_server(args => [ '--max-workers', 1, '--max-request-body', 0 ]);
+    my $c = raw_connect($none->port) or die;
+    syswrite($c, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: " . ($limit + 1) . "\r\nExpect: 100-continue\r\n\r\n");
+    my $r = read_response($c, 5);
+    is($r && $r->{status}, 100, '--max-request-body 0 lifts it (100 Continue for the same length)');
 }
 
 done_testing;
