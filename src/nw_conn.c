@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #define LINGER_SECONDS   0.5       /* after an error reply, drain this long... */
-#define LINGER_MAX_BYTES 65536     /* ...or this much, so the reply is not reset */
+#define LINGER_MAX_BYTES (1024 * 1024) /* ...or this much, so the reply is not reset */
 
 /* Every read of the socket goes through these two, which keep c->drained:
  * a short read, or a brief look that found nothing, left the socket empty. */

@@ -417,6 +417,13 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
     case NW_RELEASE_STOP:
         return close_gently(w, wc);
     case NW_RELEASE_CLOSE:
+        /* Requests the client sent that were not read (pipelined past
+         * --max-keepalive-reqs): a plain close would reset the connection
+         * and destroy responses it has not read yet. Half-close and drain
+         * (bounded) instead: a lingering close. Nothing left unread (the
+         * last read was short and used up): a plain close, at no cost. */
+        if (c->fd >= 0 && (c->in.len > c->consumed || !c->drained))
+            return close_gently(w, wc);
         unwatch(w, wc);
         if (c->fd >= 0) {
             close(c->fd);

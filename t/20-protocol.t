@@ -3,7 +3,7 @@ use warnings;
 use Test::More;
 use Time::HiRes ();
 use lib 't/lib';
-use NarwhalTest qw(spawn_server raw_request raw_connect read_response parse_response);
+use NarwhalTest qw(spawn_server raw_request raw_connect read_response parse_response read_until_close);
 
 # Raw-byte tests of the HTTP/1.1 rules: each malformed or oversized request
 # gets the right status and a closed connection; framing, keep-alive and
@@ -289,5 +289,21 @@ subtest 'app errors' => sub {
     is($p2->{body}, $p1->{body}, 'the same worker is still serving');
     like($srv->log_text, qr{worker \d+: GET /die: boom in the app}, 'the error is logged with its message');
 };
+
+# Lingering close: more pipelined requests than --max-keepalive-reqs in one
+# write. The server answers as many as it may and closes without a reset,
+# so a client that reads late still gets every response that was sent.
+{
+    my $ka = spawn_server(app => $app, args => [ '--max-workers', 1, '--max-keepalive-reqs', 100 ]);
+    my $c = raw_connect($ka->port) or die;
+    # more than a worker reads at once, so that requests are still unread
+    # in the socket when it closes (a plain close then resets)
+    syswrite($c, "GET /pid HTTP/1.1\r\nHost: t\r\n\r\n" x 10_000);
+    Time::HiRes::sleep(0.5);    # the server has answered 100 and closed meanwhile
+    my $all = read_until_close($c, 5) // '';
+    my $n = () = $all =~ m{HTTP/1\.1 200 }g;
+    is($n, 100, 'pipelined past --max-keepalive-reqs: every response sent is read by a late reader');
+    like($all, qr/Connection: close\r\n/, 'the last one says Connection: close');
+}
 
 done_testing;
