@@ -209,7 +209,10 @@ call in the app is not cut short by a stop. See F<docs/SIGNALS.md>.
 
 All C<psgi.*> keys; C<psgi.streaming>, C<psgi.multiprocess> true;
 C<psgi.nonblocking> false. Extensions: C<psgix.input.buffered> (the body is
-read before the app runs), C<psgix.io> (the client socket), C<psgix.harakiri>
+read before the app runs), C<psgix.io> (the client socket, in blocking mode
+as other PSGI servers hand it over: a plain C<sysread> after a 101 waits for
+the client; the server makes the socket non-blocking again before it writes
+a response or reads the next request on it), C<psgix.harakiri>
 (set C<psgix.harakiri.commit> to end the worker after this response),
 C<psgix.cleanup> (handlers in C<psgix.cleanup.handlers> run after the
 response is sent), C<psgix.informational> (call it with a 1xx status and

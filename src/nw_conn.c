@@ -311,6 +311,7 @@ int nw_conn_read_body(nw_conn *c)
 
 void nw_conn_finish_request(nw_conn *c)
 {
+    nw_conn_reclaim(c);
     nw_buf_consume(&c->in, c->consumed);
     c->consumed = 0;
     memset(&c->head_scan, 0, sizeof c->head_scan);
@@ -492,6 +493,13 @@ int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len)
     if (c->out_framing == NW_OUT_CHUNKED)
         return nw_conn_send_raw(c, "\r\n", 2);
     return NW_IO_OK;
+}
+
+void nw_conn_reclaim(nw_conn *c)
+{
+    if (c->lent && c->fd >= 0)
+        nw_io_set_nonblocking(c->fd);
+    c->lent = 0;
 }
 
 void nw_conn_abandon(nw_conn *c)

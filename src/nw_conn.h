@@ -59,6 +59,8 @@ typedef struct {
     int responded;              /* a response head was decided for this request */
     int keep_alive;             /* the connection stays open after this response */
     int broken;                 /* a write failed: stop writing, close */
+    int lent;                   /* the socket is in blocking mode for the app
+                                 * (psgix.io) until nw_conn_reclaim */
     int drained;                /* the last read left the socket empty (it was
                                  * short): whatever comes next raises an edge-
                                  * triggered event (see nw_park.h) */
@@ -110,6 +112,10 @@ int nw_conn_write_body(nw_conn *c, const struct iovec *pieces, int n);
 
 /* Send len bytes of a file (the pending head first). */
 int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len);
+
+/* The app had the socket (psgix.io) in blocking mode: make it ours again
+ * (non-blocking) before the server writes or reads on it. */
+void nw_conn_reclaim(nw_conn *c);
 
 /* The response is cut short (the app died while producing it): nothing
  * more is written, not even the last chunk, so the client sees the body

@@ -4,7 +4,9 @@ use Test::More;
 use IO::Socket::IP ();
 use lib 't/lib';
 use Narwhal::Options ();
-use NarwhalTest qw(spawn_server raw_request raw_connect read_response parse_response tmpdir wait_until);
+use Time::HiRes ();
+use NarwhalTest qw(spawn_server raw_request raw_connect read_response parse_response tmpdir wait_until
+                   read_until_close);
 
 # Response bodies of every kind (file handles through sendfile, objects with
 # getline, delayed responses) and the psgix.* extensions, over TCP v4, v6 and
@@ -39,6 +41,15 @@ my %routes = (
         return sub {
             my \$io = \$env->{'psgix.io'};
             syswrite(\$io, "HTTP/1.1 200 OK\\r\\nContent-Length: 6\\r\\nConnection: close\\r\\n\\r\\nraw io");
+        };
+    },
+    '/upgrade' => sub {
+        my \$env = shift;
+        return sub {
+            my \$io = \$env->{'psgix.io'};
+            syswrite(\$io, "HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: echo\\r\\nConnection: Upgrade\\r\\n\\r\\n");
+            my \$n = sysread(\$io, my \$buf, 100);    # a plain read, as on other servers
+            syswrite(\$io, defined \$n ? "echo:\$buf" : "error:\$!");
         };
     },
     '/addr' => sub { my \$e = shift; [200, [], ["\$e->{REMOTE_ADDR}|\$e->{SERVER_NAME}|\$e->{SERVER_PORT}"]] },
@@ -129,6 +140,20 @@ SKIP: {
     syswrite($c, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: " . ($limit + 1) . "\r\nExpect: 100-continue\r\n\r\n");
     my $r = read_response($c, 5);
     is($r && $r->{status}, 100, '--max-request-body 0 lifts it (100 Continue for the same length)');
+}
+
+# psgix.io is handed over in blocking mode: after a 101, a plain sysread
+# waits for the client's bytes instead of failing with EAGAIN.
+{
+    my $c = raw_connect($port) or die;
+    syswrite($c, "GET /upgrade HTTP/1.1\r\nHost: t\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n");
+    my $head = '';
+    while ($head !~ /\r\n\r\n/) { sysread($c, $head, 4096, length $head) or last }
+    like($head, qr{^HTTP/1\.1 101 }, 'psgix.io: the app answered 101 itself');
+    Time::HiRes::sleep(0.3);     # the app is in its sysread by now
+    syswrite($c, "ping");
+    my $got = read_until_close($c, 5) // '';
+    is($got, 'echo:ping', "psgix.io is blocking: the app's sysread waited for the client's bytes");
 }
 
 done_testing;

@@ -5,6 +5,7 @@
 #include "narwhal_xs.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 
 /* $env keys whose hashes are computed once. */
@@ -108,8 +109,20 @@ static int io_magic_get(pTHX_ SV *sv, MAGIC *mg)
     if (!mg->mg_obj)
         return 0;
     nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(mg->mg_obj)));
-    if (!xc->io)
+    if (!xc->io) {
         xc->io = make_io_handle(aTHX_ xc, mg->mg_obj);
+        /* The app gets the socket as other PSGI servers give it: blocking,
+         * so a plain sysread after a 101 waits for data instead of failing
+         * with EAGAIN. The flag is the socket's, shared with our fd: the
+         * server makes it non-blocking again (nw_conn_reclaim) before it
+         * writes a response or reads the next request. */
+        if (xc->c->fd >= 0) {
+            int fl = fcntl(xc->c->fd, F_GETFL);
+            if (fl >= 0)
+                fcntl(xc->c->fd, F_SETFL, fl & ~O_NONBLOCK);
+        }
+        xc->c->lent = 1;
+    }
     xc->wc->socket_lent = 1;    /* the app may read from it behind our back */
     sv_setsv_nomg(sv, xc->io);
     return 0;
