@@ -6,7 +6,7 @@ use File::Spec ();
 use IO::Socket::INET ();
 use NarwhalTest qw(free_port spawn_server write_app tmpdir wait_until perl_cmd
                    run_cmd http_get worker_pids pid_alive narwhal_cmd root
-                   manager_built manager_fallback);
+                   manager_built manager_fallback children_of);
 
 # The narwhal command line, plackup -s Narwhal and the handler's API, all
 # with real processes.
@@ -146,7 +146,7 @@ fails_with('unsupported loader', [ '-L', 'Shotgun', $OK_APP ], qr/Shotgun/);
 # plackup -s Narwhal
 SKIP: {
     my $plackup = '/usr/bin/plackup';
-    skip 'plackup is not installed', 4 unless -x $plackup;
+    skip 'plackup is not installed', 7 unless -x $plackup;
     my $port = free_port();
     my $s = spawn_server(port => $port, command => [
         perl_cmd(), $plackup, '-s', 'Narwhal', '--host', '127.0.0.1', '--port', $port,
@@ -157,6 +157,19 @@ SKIP: {
     ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), 'plackup --max-workers 2: two workers')
         or diag 'children: ' . join(' ', worker_pids($s->pid));
     is($s->stop, 0, 'plackup server stops with status 0');
+
+    # what plackup passes that Narwhal does not know is named, not dropped;
+    # --no-manager=1 reaches the handler
+    $port = free_port();
+    $s = spawn_server(port => $port, command => [
+        perl_cmd(), $plackup, '-s', 'Narwhal', '--host', '127.0.0.1', '--port', $port,
+        '--max-workers', '1', '--enable-ssl', '--no-manager=1', $OK_APP ]);
+    is(http_get($port, '/')->{status}, 200, 'plackup with options Narwhal does not know: serves');
+    like($s->log_text, qr/ignoring the option 'ssl'/, "plackup's --enable-ssl is named as not known");
+    my %kinds = map { open(my $f, '<', "/proc/$_/cmdline"); ((<$f> // '') =~ /^(narwhal \w+)/)[0] // '?' => 1 }
+                children_of($s->pid);
+    ok(!$kinds{'narwhal manager'}, 'plackup --no-manager=1: no manager runs');
+    $s->stop;
 }
 
 # Plack::Handler::Narwhal->new(...)->run($app) calls server_ready.

@@ -96,6 +96,14 @@ is(Narwhal::Options::normalize(keepalive => 0)->{disable_keepalive}, 1,
    "plackup's --disable-keepalive (keepalive => 0) turns keep-alive off");
 is(Narwhal::Options::normalize(no_manager => 1)->{manager}, 0,
    "plackup's --no-manager=1 turns the manager off");
+{
+    my $err = '';
+    open(my $save, '>&', \*STDERR); close STDERR; open(STDERR, '>', \$err);
+    my $o = Narwhal::Options::normalize(no_manager => 'app.psgi');
+    open(STDERR, '>&', $save);
+    is($o->{manager}, 0, "plackup's '--no-manager app.psgi' still turns the manager off");
+    like($err, qr/took 'app\.psgi' as the value of --no-manager/, 'and says what plackup did');
+}
 
 # Bad values: one line naming the flag.
 for my $case ([ max_headers => 5000, qr/^--max-headers must be at most 1024$/ ],

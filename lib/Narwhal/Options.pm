@@ -107,7 +107,18 @@ sub option { return $BY_NAME{ $_[0] } }
 # Other spellings a handler argument may use: handler-only aliases, and
 # plackup's --disable-X/--enable-X, which arrive as X => 0/1.
 my %HANDLER_ALIASES = (keepalive => sub { (disable_keepalive => $_[0] ? 0 : 1) },
-                       no_manager => sub { (manager => $_[0] ? 0 : 1) });
+                       no_manager => \&_plackup_no_manager);
+
+# plackup reads "--no-manager app.psgi" as the option with the value
+# app.psgi (and then loads ./app.psgi): the manager is switched off, and
+# the user is told how to say it so that nothing is taken.
+sub _plackup_no_manager {
+    my ($v) = @_;
+    print STDERR "narwhal: plackup took '$v' as the value of --no-manager; "
+               . "write --no-manager=1 (or --disable-manager) before the app\n"
+        if defined $v && $v !~ /^(?:0|1|)$/;
+    return (manager => $v ? 0 : 1);
+}
 
 sub cli_name {
     my ($key) = @_;
