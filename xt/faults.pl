@@ -41,8 +41,13 @@ sub {
     my $p = $env->{PATH_INFO};
     kill SEGV => $$ if $p eq '/segv';
     exit 0 if $p eq '/exit';
-    Time::HiRes::sleep($env->{QUERY_STRING} || 1) if $p eq '/sleep';
-    [200, ['Content-Type' => 'text/plain'], ["ok $$\n"]];
+    my $slept = 0;
+    if ($p eq '/sleep') {
+        my $t0 = Time::HiRes::time();
+        Time::HiRes::sleep($env->{QUERY_STRING} || 1);
+        $slept = Time::HiRes::time() - $t0;
+    }
+    [200, ['Content-Type' => 'text/plain'], [sprintf "ok %d slept=%.2f\n", $$, $slept]];
 }
 APP
 
@@ -136,7 +141,7 @@ sub start_clients {
 sub start_server {
     my ($name, %how) = @_;
     my $port = free_port();
-    my @cmd = $SERVERS{$name}->($port) or return;
+    my @cmd = $SERVERS{$name}->($port, @{ $how{extra} || [] }) or return;
     if ($how{starter}) {    # under Server::Starter: it holds the port, HUP restarts the server
         my ($ss) = grep { -x } map { "$_/start_server" } split /:/, $ENV{PATH};
         return unless $ss;
@@ -214,6 +219,27 @@ my @SCENARIOS = (
         kill TERM => $s->{pid};
         return collect(@busy, @queued);
     }, 'stops' ],
+    [ term_in_app => 'TERM to the master while a request sleeps 2 s in the app: how long it slept', sub {
+        my ($s) = @_;
+        my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $s->{port}) or return { seconds => 'no connection' };
+        syswrite($c, "GET /sleep?2 HTTP/1.1\r\nHost: x\r\n\r\n");
+        sleep 0.3;
+        kill TERM => $s->{pid};
+        my $buf = '';
+        while (sysread($c, $buf, 4096, length $buf)) { last if $buf =~ /slept=/ }
+        my ($slept) = $buf =~ /slept=([\d.]+)/;
+        return { seconds => defined $slept ? "slept $slept" : 'no answer' };
+    }, 'stops' ],
+    [ graceful_timeout => '--graceful-timeout 1 with a 10 s request in flight: seconds from TERM to exit', sub {
+        my ($s) = @_;
+        my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $s->{port});
+        syswrite($c, "GET /sleep?10 HTTP/1.1\r\nHost: x\r\n\r\n") if $c;
+        sleep 0.3;
+        my $t0 = time;
+        kill TERM => $s->{pid};
+        wait_until(sub { waitpid($s->{pid}, POSIX::WNOHANG()) == $s->{pid} }, 40);
+        return { seconds => sprintf('%.2f', time - $t0) };
+    }, 'stops', 0, [ '--graceful-timeout', 1 ] ],
     [ stop_group_idle => 'Ctrl-C (INT to the process group) of an idle server: seconds to exit', sub {
         my ($s) = @_;
         my $t0 = time;
@@ -226,16 +252,17 @@ my @SCENARIOS = (
 my %only = map { $_ => 1 } split /,/, ($opt{only} // '');
 my @rows;
 for my $sc (@SCENARIOS) {
-    my ($name, $what, $run, $stops, $starter) = @$sc;
+    my ($name, $what, $run, $stops, $starter, $extra) = @$sc;
     next if %only && !$only{$name};
     for my $server (split /,/, $opt{servers}) {
-        my $s = start_server($server, $starter ? (starter => 1) : ())
+        my @extra = $server eq 'narwhal' ? @{ $extra || [] } : ();
+        my $s = start_server($server, $starter ? (starter => 1) : (), extra => \@extra)
             or do { push @rows, [$name, $server, 'not installed']; next };
         if (!$s->{up}) { push @rows, [$name, $server, 'did not start']; stop_server($s); next }
         sleep 0.5;
         my $t = $run->($s);
         stop_server($s);
-        push @rows, [$name, $server, defined $t->{seconds} ? "exit after $t->{seconds} s"
+        push @rows, [$name, $server, defined $t->{seconds} ? ($t->{seconds} =~ /^[\d.]+$/ ? "exit after $t->{seconds} s" : $t->{seconds})
                      : join(' | ', @$t{qw(sent answered failed reset)})];
         printf STDERR "%-16s %-8s %s\n", @{ $rows[-1] };
     }
