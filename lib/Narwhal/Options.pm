@@ -185,9 +185,17 @@ sub normalize {
         $o{ $opt->{name} } //= $opt->{default} if exists $opt->{default};
     }
     _check_relations(\%o);
-    $o{listen} = [ @{ $o{listen} || [] }, @{ delete $o{socket} || [] } ];
+    $o{listen} = _listeners(\%o);
     $o{child_exit} = _compile_code($o{child_exit}) if defined $o{child_exit};
     return \%o;
+}
+
+# --listen and --socket together, each address once: plackup -S PATH
+# passes PATH as both.
+sub _listeners {
+    my ($o) = @_;
+    my %seen;
+    return [ grep { !$seen{$_}++ } @{ $o->{listen} || [] }, @{ delete $o->{socket} || [] } ];
 }
 
 # (name, value) pairs a given key and value stand for; () when unknown.
