@@ -9,8 +9,9 @@ use Narwhal::Listener ();
 # everything else is derived from it: the command line's Getopt specs and
 # --help, the defaults, the checks, the Plack handler's arguments, the C
 # side's typed configuration and the manager's arguments. The README's
-# table is written from it (dev/gen-options) and t/31-options.t checks the
-# README, the POD and --help against it. Limits that C enforces take their
+# table and the POD's OPTIONS items are written from it (dev/gen-options:
+# run it after changing the table) and t/31-options.t checks the README,
+# the POD and --help against it. Limits that C enforces take their
 # default and bounds from C (Narwhal::Limits, exported by the XS from
 # src/nw_limits.h), never retyped here.
 #
