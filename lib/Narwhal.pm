@@ -156,16 +156,19 @@ Workers (and the manager) switch to this group after the listeners are open.
 
 =item --timeout SECS
 
-Deadline for one read or write. Default: C<300>. More than C<0>.
+Deadline for one read or write. Default: C<300>. More than C<0>. At most
+C<2000000>.
 
 =item --read-timeout SECS
 
 Deadline for a whole request head from its first byte: a slow client gets 408
-and cannot hold a worker longer. Default: C<60>. More than C<0>.
+and cannot hold a worker longer. Default: C<60>. More than C<0>. At most
+C<2000000>.
 
 =item --keepalive-timeout SECS
 
-Idle time allowed between requests. Default: C<5>. More than C<0>.
+Idle time allowed between requests. Default: C<5>. More than C<0>. At most
+C<2000000>.
 
 =item --max-keepalive-reqs N
 

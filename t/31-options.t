@@ -124,10 +124,20 @@ is_deeply(\%passed, \%takes, 'the master passes the manager exactly the options 
 # bounds, are ones it accepts (--help last: it exits 0 once the rest parsed).
 for my $args ({}, { max_request_line => Narwhal::Limits::MIN_REQUEST_LINE(),
                     max_header_bytes => Narwhal::Limits::MAX_HEADER_BYTES_HARD(),
-                    max_connections => 1, read_timeout => 0.001, keepalive_timeout => 0.5 }) {
+                    max_connections => 1, read_timeout => 0.001,
+                    keepalive_timeout => Narwhal::Limits::MAX_SECONDS() }) {
     my @argv = Narwhal::Options::manager_argv(Narwhal::Options::normalize(%$args));
     my $m = run_cmd([ "$ROOT/blib/arch/auto/Narwhal/narwhal-manager", @argv, '--help' ]);
     is($m->{code}, 0, "narwhal-manager accepts @argv") or diag $m->{err};
+}
+
+# A timeout the manager would refuse is refused by the table first (else
+# the manager exits at start on a value narwhal accepted).
+for my $o (grep { $_->{manager} && $_->{type} eq 'seconds' } @table) {
+    my $v = Narwhal::Limits::MAX_SECONDS() + 1;
+    ok(!eval { Narwhal::Options::normalize($o->{name} => $v); 1 }, "--$o->{manager} $v is refused by the table")
+        and isnt(run_cmd([ "$ROOT/blib/arch/auto/Narwhal/narwhal-manager", "--$o->{manager}", $v, '--help' ])->{code},
+                 0, "... as the manager refuses it");
 }
 
 # A handler argument Narwhal does not know is named, not dropped silently.
@@ -161,6 +171,8 @@ for my $case ([ max_headers => $hard + 1, qr/^--max-headers must be at most $har
               [ max_request_line => $min_line - 1, qr/^--max-request-line must be at least $min_line$/ ],
               [ max_header_bytes => $frame + 1, qr/^--max-header-bytes must be at most $frame$/ ],
               [ timeout => 0, qr/^--timeout must be more than 0$/ ],
+              [ read_timeout => Narwhal::Limits::MAX_SECONDS() + 1,
+                qr/^--read-timeout must be at most ${\ Narwhal::Limits::MAX_SECONDS()}$/ ],
               [ max_workers => 'x', qr/^--max-workers wants a whole number, not 'x'$/ ]) {
     my ($k, $v, $re) = @$case;
     eval { Narwhal::Options::normalize($k => $v) };
