@@ -71,120 +71,207 @@ Command-line names are kebab-case (C<--max-workers>); the same names in
 snake_case (C<max_workers>) are accepted by C<< Plack::Handler::Narwhal->new >>.
 Both C<--opt=value> and C<--opt value> work.
 
+The items below are written from the option table in
+L<Narwhal::Options> by F<dev/gen-options>; change them there.
+
+=for comment options: written by dev/gen-options from lib/Narwhal/Options.pm
+
+=head2 Listening
+
 =over 4
 
-=item --listen, -l ADDR (repeatable)
+=item --listen ADDR, -l ADDR
 
-C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path (C</path/to.sock>
-or C<unix:/path>). Default C<0.0.0.0:5000>. C<--host>/C<-o>, C<--port>/C<-p>
-and C<--socket>/C<-S> are also accepted.
+C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path
+(C</path/to.sock> or C<unix:/path>); repeatable. Without it, C<--host> and
+C<--port> make one listener (C<0.0.0.0:5000> when neither is given).
 
-=item --max-workers, --workers N
+=item --host HOST, -o HOST
 
-Worker processes (default 4).
+With C<--port>, another way to say one TCP listener (when there is no
+C<--listen>).
 
-=item --max-reqs-per-child, --max-requests N
+=item --port PORT, -p PORT
 
-Requests (not connections) a worker serves before it is replaced (default
-10000; 0 means never). A worker that is replaced hands its kept-alive
-connections to the manager, so its clients do not notice; that costs one
-hand-off per connection it holds (up to a few hundred under heavy
-keep-alive load), which is why the default is higher than the 1000 of
-other prefork servers.
+The port of that listener.
+
+=item --socket PATH, -S PATH
+
+A unix socket listener.
+
+=item --backlog N
+
+Listen queue length. Default: C<1024>. At least C<1>.
+
+=back
+
+=head2 Workers
+
+=over 4
+
+=item --max-workers N, --workers N
+
+Worker processes. Default: C<4>. At least C<1>.
+
+=item --max-reqs-per-child N, --max-requests N
+
+Requests (not connections) a worker serves before it is replaced (0 means
+never). A worker that is replaced hands its kept-alive connections to the
+manager, so its clients do not notice; that costs one hand-off per connection
+it holds (up to a few hundred under heavy keep-alive load), which is why the
+default is higher than the 1000 of other prefork servers. Default: C<10000>.
 
 =item --min-reqs-per-child N
 
 With it, each worker is replaced after a random count between this and
 C<--max-reqs-per-child>, so workers do not all restart at once.
 
-=item --spawn-interval SECONDS
+=item --spawn-interval SECS
 
-Space out the starts of replacement workers.
+Space out replacement workers. Default: C<0>.
 
-=item --timeout SECONDS
+=item --[no-]preload-app
 
-Deadline for one read or write that makes no progress (default 300).
-
-=item --read-timeout SECONDS
-
-Deadline for a whole request head from its first byte (default 60): a slow
-client gets 408 and cannot hold a worker longer.
-
-=item --keepalive-timeout SECONDS
-
-How long an idle keep-alive connection is kept (default 5).
-
-=item --max-keepalive-reqs N
-
-Requests served on one connection; the last one is answered with
-C<Connection: close> (default 1000).
-
-=item --disable-keepalive
-
-Close the connection after every response.
-
-=item --no-manager
-
-Run without the connection manager: idle keep-alive connections then stay
-in a worker until C<--keepalive-timeout>, as in other prefork servers.
-
-=item --max-connections N
-
-Connections the manager holds at once (default 10000); when full, the
-longest-idle one is closed.
-
-=item --keepalive-wait SECONDS
-
-How long a worker keeps a connection it has just served parked, watching
-for its next request while it serves other clients, before handing it to
-the manager (default 0.05). A client that comes back within this time is
-served by the same worker with no hand-off; 0 hands every quiet connection
-to the manager at once. A worker parks up to 1024 connections. When a
-request has run for 50 ms, a thread in the worker hands the connections
-parked there to the manager, where any free worker takes them, so a
-parked connection does not wait behind another's slow request; and
-parking pauses for 5 seconds after such a request, so that with an often
-slow app quiet connections go to the manager at once (see "Parking" in
-F<docs/DESIGN.md>).
-
-=item --worker-quantum N
-
-Requests a worker serves in a row on one connection before it parks it and
-looks at the other connections that are waiting (default 5).
-
-=item --backlog N
-
-Listen queue length (default 1024).
-
-=item --preload-app, --no-preload-app, -L Delayed
-
-Load the app in the master before forking (the default), or in each worker
-(then HUP reloads the app).
+Load the app in the master before forking, or with C<--no-preload-app> (or
+C<-L Delayed>, for plackup users) in each worker; then HUP reloads the app.
+Default: C<on>.
 
 =item --child-exit CODE
 
 C<sub { ... }>, run in a worker just before it exits.
 
-=item --graceful-timeout SECONDS
+=item --user USER
 
-How long a graceful stop waits for requests in flight before KILL (default 30).
+Workers (and the manager) switch to this user after the listeners are open.
 
-=item --pid FILE, --error-log FILE, --user USER, --group GROUP
+=item --group GROUP
 
-Write the master's pid; append stderr (and C<psgi.errors>) to FILE; workers
-switch to USER/GROUP after the listeners are open.
+Workers (and the manager) switch to this group after the listeners are open.
 
 =back
 
+=head2 Connections
+
+=over 4
+
+=item --timeout SECS
+
+Deadline for one read or write. Default: C<300>. More than C<0>. At most
+C<2000000>.
+
+=item --read-timeout SECS
+
+Deadline for a whole request head from its first byte: a slow client gets 408
+and cannot hold a worker longer. Default: C<60>. More than C<0>. At most
+C<2000000>.
+
+=item --keepalive-timeout SECS
+
+Idle time allowed between requests. Default: C<5>. More than C<0>. At most
+C<2000000>.
+
+=item --max-keepalive-reqs N
+
+Requests served on one connection; the last one is answered with
+C<Connection: close>. Default: C<1000>.
+
+=item --disable-keepalive
+
+Close after every response. Default: C<off>. The Plack handler also takes
+C<keepalive>, its opposite (plackup turns C<--disable-X> into C<< X => 0 >>).
+
+=item --[no-]manager
+
+Hold idle keep-alive connections and slow request heads in the connection
+manager. With C<--no-manager>, idle connections stay in a worker until
+C<--keepalive-timeout>, as in other prefork servers. Default: C<on>. The
+Plack handler also takes C<no_manager>, its opposite (plackup turns
+C<--disable-X> into C<< X => 0 >>).
+
+=item --max-connections N
+
+Connections the manager holds at once; when full, the longest-idle one is
+closed. Default: C<10000>. At least C<1>.
+
+=item --keepalive-wait SECS
+
+How long a worker keeps a connection it has just served parked, watching for
+its next request while it serves other clients, before handing it to the
+manager. A client that comes back within this time is served by the same
+worker with no hand-off; 0 hands every quiet connection to the manager at
+once. A worker parks up to 1024 connections. When a request has run for 50
+ms, a thread in the worker hands the connections parked there to the manager,
+where any free worker takes them, so a parked connection does not wait behind
+another's slow request; and parking pauses for 5 seconds after such a
+request, so that with an often slow app quiet connections go to the manager
+at once (see "Parking" in F<docs/DESIGN.md>). Default: C<0.05>.
+
+=item --worker-quantum N
+
+Requests a worker serves in a row on one connection before it parks it and
+looks at the other connections that are waiting. Default: C<5>. At least
+C<1>.
+
+=back
+
+=head2 Limits
+
+=over 4
+
+=item --max-request-body BYTES
+
+Larger bodies get 413, without being read. A limit by default, so that no
+client can make a worker spool gigabytes to C<$TMPDIR>; 0 means none: raise
+it for uploads. Default: C<67108864>.
+
+=item --body-in-memory BYTES
+
+Larger bodies go to an unlinked temp file. Default: C<1048576>.
+
+=item --max-request-line BYTES
+
+A longer request line (method, target, version) gets 414. Default: C<8192>.
+At least C<64>.
+
+=item --max-header-bytes BYTES
+
+A longer request head (request line and header fields) gets 431. A head the
+manager holds must fit in one frame to a worker, hence the upper bound.
+Default: C<65536>. At most C<131072>.
+
+=item --max-headers N
+
+A request with more header fields gets 431. Default: C<100>. At least C<1>.
+At most C<1024>.
+
+=back
+
+=head2 Process
+
+=over 4
+
+=item --graceful-timeout SECS
+
+Stop: wait this long for requests in flight, then KILL. Default: C<30>.
+
+=item --pid FILE, --pid-file FILE
+
+Write the master's pid here.
+
+=item --error-log FILE
+
+Append stderr (and C<psgi.errors>) to this file instead of stderr; USR1
+reopens it.
+
+=back
+
+=for comment /options
+
 =head1 LIMITS
 
-Each is a named constant in F<src/nw_limits.h> and an option:
-
-  --max-request-line   8192     over it: 414
-  --max-header-bytes   65536    over it: 431 (the whole head)
-  --max-headers        100      over it: 431
-  --max-request-body   67108864 over it: 413 (64 MiB; 0 = no limit: raise it for uploads)
-  --body-in-memory     1048576  larger bodies are kept in an unlinked temp file
+The options in the Limits group above; each default is a named constant in
+F<src/nw_limits.h>, which the option table reads, and the bounds the C side
+needs are C's too.
 
 Malformed requests get 400 (501 for a transfer coding other than chunked,
 505 for an HTTP version other than 1.0/1.1, 417 for an Expect other than

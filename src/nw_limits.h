@@ -34,6 +34,8 @@
 #define NW_DEFAULT_READ_TIMEOUT       60      /* a whole request head, from its first byte */
 #define NW_DEFAULT_KEEPALIVE_TIMEOUT  5       /* idle time between requests */
 #define NW_DEFAULT_MAX_KEEPALIVE_REQS 1000    /* requests on one connection */
+#define NW_MAX_SECONDS                2000000 /* a timeout's bound: deadlines travel to and
+                                               * from the manager as int32 milliseconds */
 
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */

@@ -15,48 +15,78 @@ my $ROOT = root();
 my @table = Narwhal::Options::table();
 my @documented = grep { $_->{doc} // 1 } @table;
 
-# --help lists every option with its aliases and default.
+# Each place an operator reads about options says, for every option of the
+# table, its name, its aliases and its default; and names no option the
+# table does not have. Parsed here independently of dev/gen-options, so a
+# hand edit, a stale generated section or a generator bug all fail.
+sub short_aliases { return grep { length == 1 } @{ $_[0]{alias} || [] } }
+sub long_aliases  { return grep { length > 1 } @{ $_[0]{alias} || [] } }
+sub default_shown { return Narwhal::Options::default_text($_[0]) }
+
+# --help: one line per option (two when the flag is long).
 my $r = run_cmd([ perl_cmd(), "$ROOT/bin/narwhal", '--help' ]);
 is($r->{code}, 0, '--help exits 0');
-my $help = $r->{out};
+my %help_line;
+while ($r->{out} =~ /^  (?:-(\w), |    )(--\[?[\w-]+\]?[\w-]*)(?: [A-Z]+)?(?: +|\n {29})(.*)$/mg) {
+    $help_line{$2} = { short => $1, text => $3 };
+}
 for my $o (@documented) {
     my $flag = Narwhal::Options::flag_name($o);
-    like($help, qr/\Q$flag\E/, "--help names $flag");
-    like($help, qr/\Q$flag\E.*\(default \Q$o->{default}\E\)/s, "--help gives the default of $flag, $o->{default}")
-        if defined $o->{default} && $o->{type} ne 'bool';
-    for my $alias (grep { length > 1 } @{ $o->{alias} || [] }) {
-        like($help, qr/--\Q$alias\E\b/, "--help names the alias --$alias");
-    }
+    my $line = delete $help_line{$flag} or do { fail("--help has a line for $flag"); next };
+    is($line->{short}, (short_aliases($o))[0], "--help: ${flag}'s short alias");
+    like($line->{text}, qr/\Q--$_\E\b/, "--help: ${flag}'s alias --$_") for long_aliases($o);
+    my $default = $o->{type} eq 'bool' ? undef : $o->{default};
+    my ($shown) = $line->{text} =~ /\(default ([^)]+)\)$/;
+    is($shown, $default, "--help: ${flag}'s default");
 }
+delete @help_line{qw(--env --app --help)};
+is_deeply([ sort keys %help_line ], [], '--help names no option the table lacks');
 
-# The README's table is what dev/gen-options writes from the table.
-is(run_cmd([ $^X, "$ROOT/dev/gen-options", '--check' ])->{code}, 0, 'README options table is the one dev/gen-options writes (run it after changing the table)');
-
-# The POD: every option is described, and any default it states is the table's.
-open(my $fh, '<', "$ROOT/lib/Narwhal.pm") or die $!;
-my $pod = do { local $/; <$fh> };
-my ($options_pod) = $pod =~ /^=head1 OPTIONS\n(.*?)^=head1 SIGNALS/ms;
-ok($options_pod, 'the POD has OPTIONS and LIMITS sections');
+# The README's table: one row per option.
+my $readme = slurp("$ROOT/README.md");
+my %row;
+while ($readme =~ /^\| `(--[^` ]+)(?: [A-Z]+)?` \| ([^|]*) \| ([^|]*) \| /mg) {
+    $row{$1} = { alias => $2, default => $3 };
+}
 for my $o (@documented) {
-    (my $name = $o->{name}) =~ tr/_/-/;
-    like($options_pod, qr/--(?:no-)?\Q$name\E\b/, "the POD describes --$name");
+    my $flag = Narwhal::Options::flag_name($o);
+    my $row = delete $row{$flag} or do { fail("README has a row for $flag"); next };
+    my @aliases = ((map { "-$_" } short_aliases($o)), (map { "--$_" } long_aliases($o)),
+                   @{ $o->{negated} || [] });
+    is_deeply([ $row->{alias} =~ /`([^`]+)`/g ], \@aliases, "README: ${flag}'s aliases");
+    is($row->{default}, default_shown($o), "README: ${flag}'s default");
 }
-my %stated;
-for my $item (split /^=item /m, $options_pod) {
+is_deeply([ sort keys %row ], [], 'README names no option the table lacks');
+
+# The POD's OPTIONS: one =item per option, naming its spellings and default.
+my ($options_pod) = slurp("$ROOT/lib/Narwhal.pm") =~ /^=head1 OPTIONS\n(.*?)^=head1 /ms;
+ok($options_pod, 'the POD has an OPTIONS section');
+my %item;
+for my $item (split /^=item /m, $options_pod // '') {
     my ($head, $body) = split /\n/, $item, 2;
-    next unless defined $body;
-    my @names = $head =~ /--(?:no-)?([a-z][\w-]*)/g;
-    my ($default) = $body =~ /\(default ([^)\s]+)\)/;
-    $stated{$names[0]} = $default if @names && defined $default;
+    my @names = $head =~ /(?:^|, )(--?[\[\]\w-]+)/g or next;
+    $item{ $names[0] } = { names => [ @names[1 .. $#names] ], body => $body };
 }
-while ($options_pod =~ /^\s+--([a-z][\w-]+)\s+(\d+)\s/mg) {    # the LIMITS list
-    $stated{$1} = $2;
+for my $o (@documented) {
+    my $flag = Narwhal::Options::flag_name($o);
+    my $item = delete $item{$flag} or do { fail("the POD has an item for $flag"); next };
+    is_deeply($item->{names}, [ (map { "-$_" } short_aliases($o)), (map { "--$_" } long_aliases($o)) ],
+              "POD: ${flag}'s aliases");
+    like($item->{body}, qr/C<\Q$_\E>/, "POD: ${flag}'s handler alias $_") for @{ $o->{negated} || [] };
+    my ($shown) = $item->{body} =~ /Default: C<([^>]*)>/;
+    is($shown // '', default_shown($o), "POD: ${flag}'s default");
 }
-ok(scalar(keys %stated) >= 10, 'the POD states defaults (' . scalar(keys %stated) . ')');
-for my $name (sort keys %stated) {
-    (my $key = $name) =~ tr/-/_/;
-    my $o = Narwhal::Options::option($key) or do { fail("the POD states a default for unknown --$name"); next };
-    is($stated{$name}, $o->{default}, "the POD's default for --$name is the table's");
+is_deeply([ sort keys %item ], [], 'the POD names no option the table lacks');
+
+# And both are exactly what dev/gen-options writes.
+my $gen = run_cmd([ $^X, "$ROOT/dev/gen-options", '--check' ]);
+is($gen->{code}, 0, 'README and POD options are what dev/gen-options writes (run it after changing the table)')
+    or diag $gen->{out};
+
+sub slurp {
+    open(my $fh, '<', $_[0]) or die "$_[0]: $!";
+    local $/;
+    return <$fh>;
 }
 
 # Bounds that come from C are C's.
@@ -64,8 +94,14 @@ is(Narwhal::Options::option('max_headers')->{max}, Narwhal::Limits::MAX_HEADERS_
    '--max-headers bound from src/nw_limits.h');
 is(Narwhal::Options::option('max_header_bytes')->{max}, Narwhal::Limits::MAX_HEADER_BYTES_HARD(),
    '--max-header-bytes bound from the frame size');
-is(Narwhal::Options::option('max_request_line')->{default}, Narwhal::Limits::DEFAULT_MAX_REQUEST_LINE(),
-   '--max-request-line default from src/nw_limits.h');
+is(Narwhal::Options::option('max_request_line')->{min}, Narwhal::Limits::MIN_REQUEST_LINE(),
+   '--max-request-line bound from src/nw_limits.h');
+# A default src/nw_limits.h has (NW_DEFAULT_<NAME>, which the C unit tests
+# and the manager run alone use) is the table's, for every option.
+for my $o (@table) {
+    my $c = Narwhal::Limits->can('DEFAULT_' . uc $o->{name}) or next;
+    is($o->{default}, $c->(), "--$o->{name}'s default is NW_DEFAULT_\U$o->{name}");
+}
 
 # The C side's fields are all C options in the table, and the typed
 # configuration is built from it.
@@ -84,8 +120,39 @@ my $musage = run_cmd([ "$ROOT/blib/arch/auto/Narwhal/narwhal-manager", '--help' 
 my %takes = map { $_ => 1 } grep { $_ ne 'help' } $musage =~ /^\s+--([a-z-]+)/mg;
 my %passed = map { /^--(.+)/ ? ($1 => 1) : () } Narwhal::Options::manager_argv(Narwhal::Options::normalize());
 is_deeply(\%passed, \%takes, 'the master passes the manager exactly the options the manager takes');
+# ... and the values the master passes, at the defaults and at the table's
+# bounds, are ones it accepts (--help last: it exits 0 once the rest parsed).
+for my $args ({}, { max_request_line => Narwhal::Limits::MIN_REQUEST_LINE(),
+                    max_header_bytes => Narwhal::Limits::MAX_HEADER_BYTES_HARD(),
+                    max_connections => 1, read_timeout => 0.001,
+                    keepalive_timeout => Narwhal::Limits::MAX_SECONDS() }) {
+    my @argv = Narwhal::Options::manager_argv(Narwhal::Options::normalize(%$args));
+    my $m = run_cmd([ "$ROOT/blib/arch/auto/Narwhal/narwhal-manager", @argv, '--help' ]);
+    is($m->{code}, 0, "narwhal-manager accepts @argv") or diag $m->{err};
+}
+
+# A timeout the manager would refuse is refused by the table first (else
+# the manager exits at start on a value narwhal accepted).
+for my $o (grep { $_->{manager} && $_->{type} eq 'seconds' } @table) {
+    my $v = Narwhal::Limits::MAX_SECONDS() + 1;
+    ok(!eval { Narwhal::Options::normalize($o->{name} => $v); 1 }, "--$o->{manager} $v is refused by the table")
+        and isnt(run_cmd([ "$ROOT/blib/arch/auto/Narwhal/narwhal-manager", "--$o->{manager}", $v, '--help' ])->{code},
+                 0, "... as the manager refuses it");
+}
 
 # A handler argument Narwhal does not know is named, not dropped silently.
+{
+    my @warnings;
+    local $SIG{__WARN__} = sub { push @warnings, $_[0] };
+    Plack::Handler::Narwhal->new(foo => 1, max_wokers => 3, port => 5000, host => undef,
+                                 listen => [':5000'], socket => undef, server_ready => sub {});
+    is_deeply(\@warnings, ["narwhal: ignoring options Narwhal does not know: foo, max_wokers\n"],
+              'Plack::Handler::Narwhal->new names the options it does not know, once, and only those');
+    eval { Plack::Handler::Narwhal->new(max_workers => 'x') };
+    is($@, "--max-workers wants a whole number, not 'x'\n", 'and dies in one line on a bad value');
+}
+is_deeply(Narwhal::Options::normalize(listen => ['/tmp/n.sock'], socket => ['/tmp/n.sock'])->{listen},
+          ['/tmp/n.sock'], 'plackup -S PATH (listen and socket both PATH) is one listener');
 my @warned;
 Narwhal::Options::normalize(foo => 1, max_wokers => 3, max_workers => 2,
                             -on_unknown => sub { push @warned, $_[0] });
@@ -106,10 +173,14 @@ is(Narwhal::Options::normalize(no_manager => 1)->{manager}, 0,
 }
 
 # Bad values: one line naming the flag.
-for my $case ([ max_headers => 5000, qr/^--max-headers must be at most 1024$/ ],
-              [ max_request_line => 10, qr/^--max-request-line must be at least 64$/ ],
-              [ max_header_bytes => 200000, qr/^--max-header-bytes must be at most 131072$/ ],
+my ($hard, $min_line, $frame) = (Narwhal::Limits::MAX_HEADERS_HARD(), Narwhal::Limits::MIN_REQUEST_LINE(),
+                                 Narwhal::Limits::MAX_HEADER_BYTES_HARD());
+for my $case ([ max_headers => $hard + 1, qr/^--max-headers must be at most $hard$/ ],
+              [ max_request_line => $min_line - 1, qr/^--max-request-line must be at least $min_line$/ ],
+              [ max_header_bytes => $frame + 1, qr/^--max-header-bytes must be at most $frame$/ ],
               [ timeout => 0, qr/^--timeout must be more than 0$/ ],
+              [ read_timeout => Narwhal::Limits::MAX_SECONDS() + 1,
+                qr/^--read-timeout must be at most ${\ Narwhal::Limits::MAX_SECONDS()}$/ ],
               [ max_workers => 'x', qr/^--max-workers wants a whole number, not 'x'$/ ]) {
     my ($k, $v, $re) = @$case;
     eval { Narwhal::Options::normalize($k => $v) };

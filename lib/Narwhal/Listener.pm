@@ -8,8 +8,10 @@ use Socket qw(IPPROTO_TCP TCP_NODELAY SOL_SOCKET SOCK_STREAM AF_INET AF_INET6
               AF_UNIX SO_TYPE sockaddr_family unpack_sockaddr_in
               unpack_sockaddr_in6 unpack_sockaddr_un inet_ntop);
 
+# Where the server listens when no --listen, --host or --port says
+# (Narwhal::Options writes it into the help; --backlog's default is there).
+use constant DEFAULT_HOST    => '0.0.0.0';
 use constant DEFAULT_PORT    => 5000;
-use constant DEFAULT_BACKLOG => 1024;
 use constant DEFER_ACCEPT_SECONDS => 1;
 
 # A listener is a hash: { fd, is_tcp, host, port, path, handle, spec }.
@@ -27,7 +29,7 @@ sub parse_spec {
         return { host => $1, port => _port($2, $spec) };
     }
     if ($spec =~ /^(?:([^:\[\]]*):)?(\d+)$/) {
-        my $host = defined $1 && length $1 ? $1 : '0.0.0.0';
+        my $host = defined $1 && length $1 ? $1 : DEFAULT_HOST;
         return { host => $host, port => _port($2, $spec) };
     }
     die "cannot parse --listen '$spec' (want host:port, :port, [::1]:port or /path/to.sock)\n";
@@ -45,14 +47,14 @@ sub open_all {
     my @inherited = inherited();
     return @inherited if @inherited;
     my @specs = @{ $opts->{listen} || [] };
-    @specs = (($opts->{host} // '0.0.0.0') . ':' . ($opts->{port} // DEFAULT_PORT))
+    @specs = (($opts->{host} // DEFAULT_HOST) . ':' . ($opts->{port} // DEFAULT_PORT))
         unless @specs;
     return map { open_one(parse_spec($_), $opts) } @specs;
 }
 
 sub open_one {
     my ($spec, $opts) = @_;
-    my $backlog = $opts->{backlog} || DEFAULT_BACKLOG;
+    my $backlog = $opts->{backlog};    # normalized: the option table's default
     return _open_unix($spec, $backlog) if $spec->{path};
     my $sock = IO::Socket::IP->new(
         LocalHost => $spec->{host}, LocalPort => $spec->{port},

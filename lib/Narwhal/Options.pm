@@ -2,22 +2,26 @@ package Narwhal::Options;
 use strict;
 use warnings;
 use Narwhal ();
+use Narwhal::Listener ();
 
 # The one table of options. Each option's name, aliases, type, default,
 # bounds, help group, placeholder and one line of help live here, and
 # everything else is derived from it: the command line's Getopt specs and
 # --help, the defaults, the checks, the Plack handler's arguments, the C
 # side's typed configuration and the manager's arguments. The README's
-# table is written from it (dev/gen-options) and t/31-options.t checks the
-# README, the POD and --help against it. Limits that C enforces take their
+# table and the POD's OPTIONS items are written from it (dev/gen-options:
+# run it after changing the table) and t/31-options.t checks the README,
+# the POD and --help against it. Limits that C enforces take their
 # default and bounds from C (Narwhal::Limits, exported by the XS from
 # src/nw_limits.h), never retyped here.
 #
 # Keys: name (snake_case; the command line uses kebab-case), alias (other
 # command-line names; one letter is a short option), type, default, min,
 # max, group, arg (placeholder), help, c (the C configuration reads it),
-# manager (the manager program's flag for it), doc (0: not an operator
-# option: left out of the README table).
+# manager (the manager program's flag for it), negated (handler names that
+# mean its opposite: plackup turns --disable-X into X => 0), doc (0: not an
+# operator option: left out of --help, the README and the POD), pod (the
+# POD's longer text when the help line is not enough; POD markup allowed).
 
 my $L = 'Narwhal::Limits';
 sub _c { my ($name) = @_; return $L->can($name)->() }
@@ -26,9 +30,15 @@ use constant GROUPS => qw(Listening Workers Connections Limits Process);
 
 my @TABLE = (
     { name => 'listen', alias => ['l'], type => 'list', group => 'Listening', arg => 'ADDR',
-      help => 'host:port, :port, [::1]:port or /path/to.sock (repeatable; default 0.0.0.0:5000)' },
+      help => 'host:port, :port, [::1]:port or /path/to.sock (repeatable; default '
+          . Narwhal::Listener::DEFAULT_HOST() . ':' . Narwhal::Listener::DEFAULT_PORT() . ')',
+      pod => 'C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path (C</path/to.sock> or '
+           . 'C<unix:/path>); repeatable. Without it, C<--host> and C<--port> make one listener '
+           . '(C<' . Narwhal::Listener::DEFAULT_HOST() . ':' . Narwhal::Listener::DEFAULT_PORT()
+           . '> when neither is given).' },
     { name => 'host', alias => ['o'], type => 'string', group => 'Listening', arg => 'HOST',
-      help => 'another way to say one TCP listener, with --port' },
+      help => 'another way to say one TCP listener, with --port',
+      pod => 'With C<--port>, another way to say one TCP listener (when there is no C<--listen>).' },
     { name => 'port', alias => ['p'], type => 'port', group => 'Listening', arg => 'PORT',
       help => 'the port of that listener' },
     { name => 'socket', alias => ['S'], type => 'list', group => 'Listening', arg => 'PATH',
@@ -39,63 +49,107 @@ my @TABLE = (
     { name => 'max_workers', alias => ['workers'], type => 'count', default => 4, min => 1,
       group => 'Workers', arg => 'N', help => 'worker processes' },
     { name => 'max_reqs_per_child', alias => ['max-requests'], type => 'count', default => 10000,
-      group => 'Workers', arg => 'N', help => 'requests before a worker is replaced (0: never)' },
+      group => 'Workers', arg => 'N', help => 'requests before a worker is replaced (0: never)',
+      pod => 'Requests (not connections) a worker serves before it is replaced (0 means never). '
+           . 'A worker that is replaced hands its kept-alive connections to the manager, so its '
+           . 'clients do not notice; that costs one hand-off per connection it holds (up to a few '
+           . 'hundred under heavy keep-alive load), which is why the default is higher than the '
+           . '1000 of other prefork servers.' },
     { name => 'min_reqs_per_child', type => 'count', group => 'Workers', arg => 'N',
-      help => 'replace each worker at a random count in [N, max]' },
+      help => 'replace each worker at a random count in [N, max]',
+      pod => 'With it, each worker is replaced after a random count between this and '
+           . 'C<--max-reqs-per-child>, so workers do not all restart at once.' },
     { name => 'spawn_interval', type => 'seconds', default => 0, group => 'Workers', arg => 'SECS',
       help => 'space out replacement workers' },
     { name => 'preload_app', type => 'bool', default => 1, group => 'Workers',
-      help => 'load the app in the master (--no-preload-app, -L Delayed: in each worker; HUP reloads it)' },
+      help => 'load the app in the master (--no-preload-app, -L Delayed: in each worker; HUP reloads it)',
+      pod => 'Load the app in the master before forking, or with C<--no-preload-app> (or '
+           . 'C<-L Delayed>, for plackup users) in each worker; then HUP reloads the app.' },
     { name => 'loader', alias => ['L'], type => 'string', group => 'Workers', arg => 'NAME', doc => 0,
       help => 'Delayed is --no-preload-app (for plackup users)' },
     { name => 'child_exit', type => 'code', group => 'Workers', arg => 'CODE',
-      help => 'sub { ... } run in a worker before it exits' },
+      help => 'sub { ... } run in a worker before it exits',
+      pod => 'C<sub { ... }>, run in a worker just before it exits.' },
     { name => 'user', type => 'string', group => 'Workers', arg => 'USER',
-      help => 'workers drop privileges to this user' },
+      help => 'workers drop privileges to this user',
+      pod => 'Workers (and the manager) switch to this user after the listeners are open.' },
     { name => 'group', type => 'string', group => 'Workers', arg => 'GROUP',
-      help => 'and to this group' },
+      help => 'and to this group',
+      pod => 'Workers (and the manager) switch to this group after the listeners are open.' },
 
-    { name => 'timeout', type => 'seconds', default => _c('DEFAULT_TIMEOUT'), min_excl => 0, c => 1,
+    { name => 'timeout', type => 'seconds', default => _c('DEFAULT_TIMEOUT'), min_excl => 0,
+      max => _c('MAX_SECONDS'), c => 1,
       group => 'Connections', arg => 'SECS', help => 'deadline for one read or write' },
     { name => 'read_timeout', type => 'seconds', default => _c('DEFAULT_READ_TIMEOUT'), min_excl => 0,
-      c => 1, manager => 'read-timeout', group => 'Connections', arg => 'SECS',
-      help => 'deadline for a whole request head (then 408)' },
+      max => _c('MAX_SECONDS'), c => 1, manager => 'read-timeout', group => 'Connections', arg => 'SECS',
+      help => 'deadline for a whole request head (then 408)',
+      pod => 'Deadline for a whole request head from its first byte: a slow client gets 408 and '
+           . 'cannot hold a worker longer.' },
     { name => 'keepalive_timeout', type => 'seconds', default => _c('DEFAULT_KEEPALIVE_TIMEOUT'),
-      min_excl => 0, c => 1, manager => 'keepalive-timeout', group => 'Connections', arg => 'SECS',
+      min_excl => 0, max => _c('MAX_SECONDS'), c => 1, manager => 'keepalive-timeout', group => 'Connections', arg => 'SECS',
       help => 'idle time allowed between requests' },
     { name => 'max_keepalive_reqs', type => 'count', default => _c('DEFAULT_MAX_KEEPALIVE_REQS'),
-      c => 1, group => 'Connections', arg => 'N', help => 'requests on one connection' },
+      c => 1, group => 'Connections', arg => 'N', help => 'requests on one connection',
+      pod => 'Requests served on one connection; the last one is answered with '
+           . 'C<Connection: close>.' },
     { name => 'disable_keepalive', type => 'bool', default => 0, group => 'Connections',
-      help => 'close after every response' },
+      negated => ['keepalive'], help => 'close after every response' },
     { name => 'manager', type => 'bool', default => 1, group => 'Connections',
-      help => 'hold idle connections in the connection manager (--no-manager: in the workers)' },
+      negated => ['no_manager'],
+      help => 'hold idle connections in the connection manager (--no-manager: in the workers)',
+      pod => 'Hold idle keep-alive connections and slow request heads in the connection manager. '
+           . 'With C<--no-manager>, idle connections stay in a worker until '
+           . 'C<--keepalive-timeout>, as in other prefork servers.' },
     { name => 'max_connections', type => 'count', default => 10000, min => 1,
       manager => 'max-connections', group => 'Connections', arg => 'N',
-      help => 'connections the manager holds; beyond, the longest idle is closed' },
+      help => 'connections the manager holds; beyond, the longest idle is closed',
+      pod => 'Connections the manager holds at once; when full, the longest-idle one is closed.' },
     { name => 'keepalive_wait', type => 'seconds', default => 0.05, c => 1, group => 'Connections',
-      arg => 'SECS', help => 'how long a worker keeps a served connection parked before the manager takes it' },
+      arg => 'SECS', help => 'how long a worker keeps a served connection parked before the manager takes it',
+      pod => 'How long a worker keeps a connection it has just served parked, watching for its '
+           . 'next request while it serves other clients, before handing it to the manager. A '
+           . 'client that comes back within this time is served by the same worker with no '
+           . 'hand-off; 0 hands every quiet connection to the manager at once. A worker parks up '
+           . 'to ' . _c('MAX_PARKED') . ' connections. When a request has run for '
+           . _c('PARK_SLOW_REQUEST_MS') . ' ms, a thread in the worker hands the connections '
+           . 'parked there to the manager, where any free worker takes them, so a parked '
+           . 'connection does not wait behind another\'s slow request; and parking pauses for '
+           . _c('PARK_PAUSE_MS') / 1000 . ' seconds after such a request, so that with an often '
+           . 'slow app quiet connections go to the manager at once (see "Parking" in '
+           . 'F<docs/DESIGN.md>).' },
     { name => 'worker_quantum', type => 'count', default => 5, min => 1, group => 'Connections',
-      arg => 'N', help => 'requests served in a row on one connection while others wait' },
+      arg => 'N', help => 'requests served in a row on one connection while others wait',
+      pod => 'Requests a worker serves in a row on one connection before it parks it and looks '
+           . 'at the other connections that are waiting.' },
 
     { name => 'max_request_body', type => 'size', default => _c('DEFAULT_MAX_REQUEST_BODY'), c => 1,
-      group => 'Limits', arg => 'BYTES', help => 'larger bodies get 413 (0: no limit)' },
+      group => 'Limits', arg => 'BYTES', help => 'larger bodies get 413 (0: no limit)',
+      pod => 'Larger bodies get 413, without being read. A limit by default, so that no client '
+           . 'can make a worker spool gigabytes to C<$TMPDIR>; 0 means none: raise it for '
+           . 'uploads.' },
     { name => 'body_in_memory', type => 'size', default => _c('DEFAULT_BODY_IN_MEMORY'), c => 1,
       group => 'Limits', arg => 'BYTES', help => 'larger bodies go to an unlinked temp file' },
     { name => 'max_request_line', type => 'size', default => _c('DEFAULT_MAX_REQUEST_LINE'),
       min => _c('MIN_REQUEST_LINE'), c => 1, manager => 'max-request-line', group => 'Limits',
-      arg => 'BYTES', help => '414 beyond' },
+      arg => 'BYTES', help => '414 beyond',
+      pod => 'A longer request line (method, target, version) gets 414.' },
     { name => 'max_header_bytes', type => 'size', default => _c('DEFAULT_MAX_HEADER_BYTES'),
       max => _c('MAX_HEADER_BYTES_HARD'), c => 1, manager => 'max-header-bytes', group => 'Limits',
-      arg => 'BYTES', help => '431 beyond (the whole head)' },
+      arg => 'BYTES', help => '431 beyond (the whole head)',
+      pod => 'A longer request head (request line and header fields) gets 431. A head the '
+           . 'manager holds must fit in one frame to a worker, hence the upper bound.' },
     { name => 'max_headers', type => 'count', default => _c('DEFAULT_MAX_HEADERS'), min => 1,
-      max => _c('MAX_HEADERS_HARD'), c => 1, group => 'Limits', arg => 'N', help => '431 beyond' },
+      max => _c('MAX_HEADERS_HARD'), c => 1, group => 'Limits', arg => 'N', help => '431 beyond',
+      pod => 'A request with more header fields gets 431.' },
 
     { name => 'graceful_timeout', type => 'seconds', default => 30, group => 'Process', arg => 'SECS',
       help => 'stop: wait this long for requests in flight, then KILL' },
     { name => 'pid', alias => ['pid-file'], type => 'string', group => 'Process', arg => 'FILE',
       help => 'write the master\'s pid here' },
     { name => 'error_log', type => 'string', group => 'Process', arg => 'FILE',
-      help => 'append errors here instead of stderr (USR1 reopens it)' },
+      help => 'append errors here instead of stderr (USR1 reopens it)',
+      pod => 'Append stderr (and C<psgi.errors>) to this file instead of stderr; USR1 reopens '
+           . 'it.' },
 );
 
 my %BY_NAME = map { $_->{name} => $_ } @TABLE;
@@ -104,26 +158,33 @@ my %BY_NAME = map { $_->{name} => $_ } @TABLE;
 sub table { return @TABLE }
 sub option { return $BY_NAME{ $_[0] } }
 
-# Other spellings a handler argument may use: handler-only aliases, and
-# plackup's --disable-X/--enable-X, which arrive as X => 0/1.
-my %HANDLER_ALIASES = (keepalive => sub { (disable_keepalive => $_[0] ? 0 : 1) },
-                       no_manager => \&_plackup_no_manager);
+# Names a handler argument may use for an option's opposite (plackup's
+# --disable-keepalive arrives as keepalive => 0), from the table.
+my %NEGATED = map { my $o = $_; map { $_ => $o->{name} } @{ $o->{negated} || [] } } @TABLE;
 
 # plackup reads "--no-manager app.psgi" as the option with the value
-# app.psgi (and then loads ./app.psgi): the manager is switched off, and
-# the user is told how to say it so that nothing is taken.
-sub _plackup_no_manager {
-    my ($v) = @_;
-    print STDERR "narwhal: plackup took '$v' as the value of --no-manager; "
-               . "write --no-manager=1 (or --disable-manager) before the app\n"
+# app.psgi (and then loads ./app.psgi): the switch still takes effect, and
+# the user is told how to write it so that nothing is taken.
+sub _warn_plackup_value {
+    my ($key, $v) = @_;
+    (my $flag = $key) =~ tr/_/-/;
+    print STDERR "narwhal: plackup took '$v' as the value of --$flag; "
+               . "write --$flag=1 before the app\n"
         if defined $v && $v !~ /^(?:0|1|)$/;
-    return (manager => $v ? 0 : 1);
 }
 
 sub cli_name {
     my ($key) = @_;
     (my $n = $key) =~ tr/_/-/;
     return "--$n";
+}
+
+# An option's default as the README and the POD show it.
+sub default_text {
+    my ($o) = @_;
+    return '' unless defined $o->{default};
+    return $o->{default} ? 'on' : 'off' if $o->{type} eq 'bool';
+    return $o->{default};
 }
 
 # How the command line spells an option: a switch that is on by default is
@@ -196,9 +257,17 @@ sub normalize {
         $o{ $opt->{name} } //= $opt->{default} if exists $opt->{default};
     }
     _check_relations(\%o);
-    $o{listen} = [ @{ $o{listen} || [] }, @{ delete $o{socket} || [] } ];
+    $o{listen} = _listeners(\%o);
     $o{child_exit} = _compile_code($o{child_exit}) if defined $o{child_exit};
     return \%o;
+}
+
+# --listen and --socket together, each address once: plackup -S PATH
+# passes PATH as both.
+sub _listeners {
+    my ($o) = @_;
+    my %seen;
+    return [ grep { !$seen{$_}++ } @{ $o->{listen} || [] }, @{ delete $o->{socket} || [] } ];
 }
 
 # (name, value) pairs a given key and value stand for; () when unknown.
@@ -206,7 +275,10 @@ sub _canonical {
     my ($k, $v) = @_;
     (my $key = $k) =~ tr/-/_/;
     return ($key, $v) if $BY_NAME{$key};
-    return $HANDLER_ALIASES{$key}->($v) if $HANDLER_ALIASES{$key};
+    if ($NEGATED{$key}) {
+        _warn_plackup_value($key, $v);
+        return ($NEGATED{$key}, $v ? 0 : 1);
+    }
     for my $opt (@TABLE) {
         for my $alias (@{ $opt->{alias} || [] }) {
             (my $a = $alias) =~ tr/-/_/;

@@ -27,7 +27,6 @@
 #include <sys/socket.h>
 
 #define RESERVED_FDS 256    /* worker channels, epoll, signalfd, stdio */
-#define MAX_SECONDS 2000000.0  /* deadlines travel as int32 milliseconds */
 
 /* Every option the manager takes; --help lists them from here, and
  * t/31-options.t checks them against the master's option table. */
@@ -55,7 +54,7 @@ static int parse_seconds(const char *s, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0) || v > MAX_SECONDS)
+    if (errno || end == s || *end || !(v > 0) || v > NW_MAX_SECONDS)
         return -1;
     *out = v;
     return 0;

@@ -10,22 +10,29 @@ sub new {
     my ($class, %args) = @_;
     my $server_ready = delete $args{server_ready};
     my $listen_sock  = delete $args{listen_sock};
-    return bless { args => \%args, server_ready => $server_ready,
+    return bless { options => _options(%args), server_ready => $server_ready,
                    listen_sock => $listen_sock }, $class;
+}
+
+# The handler's arguments, checked when it is made (a bad value dies here,
+# before anything listens). An option Narwhal does not know is named in one
+# warning, never silently dropped: plackup passes on every --option it does
+# not know itself (-D, --enable-ssl, a typo).
+sub _options {
+    my (%args) = @_;
+    $args{listen} = [ ref $args{listen} ? @{ $args{listen} } : ($args{listen}) ]
+        if defined $args{listen};
+    $args{socket} = [ $args{socket} ] if defined $args{socket} && !ref $args{socket};
+    my @unknown;
+    my $options = Narwhal::Options::normalize(%args, -on_unknown => sub { push @unknown, $_[0] });
+    warn "narwhal: ignoring " . (@unknown > 1 ? 'options' : 'the option')
+        . " Narwhal does not know: " . join(', ', @unknown) . "\n" if @unknown;
+    return $options;
 }
 
 sub run {
     my ($self, $app) = @_;
-    my %args = %{ $self->{args} };
-    $args{listen} = [ ref $args{listen} ? @{ $args{listen} } : ($args{listen}) ]
-        if defined $args{listen};
-    $args{socket} = [ $args{socket} ] if defined $args{socket} && !ref $args{socket};
-    # An option Narwhal does not know is named once at start, never
-    # silently dropped (plackup passes every --option it does not know
-    # itself: --enable-ssl, -D, a typo).
-    my $options = Narwhal::Options::normalize(%args, -on_unknown => sub {
-        print STDERR "narwhal: ignoring the option '$_[0]', which Narwhal does not know\n";
-    });
+    my $options = $self->{options};
     require Narwhal::Master;
     my $master = Narwhal::Master->new(
         options      => $options,
