@@ -162,7 +162,7 @@ C<2000000>.
 =item --read-timeout SECS
 
 Deadline for a whole request head from its first byte: a slow client gets 408
-and cannot hold a worker longer. Default: C<60>. More than C<0>. At most
+and cannot hold a worker longer. Default: C<20>. More than C<0>. At most
 C<2000000>.
 
 =item --keepalive-timeout SECS

@@ -31,7 +31,9 @@
 
 /* Timeouts, in seconds (fractions allowed). All are deadlines. */
 #define NW_DEFAULT_TIMEOUT            300     /* one read or write making no progress */
-#define NW_DEFAULT_READ_TIMEOUT       60      /* a whole request head, from its first byte */
+#define NW_DEFAULT_READ_TIMEOUT       20      /* a whole request head, from its first byte: a head
+                                               * trickled in slowly holds a --max-connections
+                                               * slot no longer than this */
 #define NW_DEFAULT_KEEPALIVE_TIMEOUT  5       /* idle time between requests */
 #define NW_DEFAULT_MAX_KEEPALIVE_REQS 1000    /* requests on one connection */
 #define NW_MAX_SECONDS                2000000 /* a timeout's bound: deadlines travel to and
