@@ -162,8 +162,19 @@ C<2000000>.
 =item --read-timeout SECS
 
 Deadline for a whole request head from its first byte: a slow client gets 408
-and cannot hold a worker longer. Default: C<20>. More than C<0>. At most
-C<2000000>.
+and cannot hold a worker longer. While the head arrives at least
+--min-head-rate bytes a second, the deadline moves on, up to
+--read-timeout-max. Default: C<20>. More than C<0>. At most C<2000000>.
+
+=item --read-timeout-max SECS
+
+A head arriving fast enough gets up to this. Default: C<60>. More than C<0>.
+At most C<2000000>.
+
+=item --min-head-rate BYTES
+
+Each this many bytes of a head move its deadline one second on (0: never).
+Default: C<500>.
 
 =item --keepalive-timeout SECS
 

@@ -128,7 +128,9 @@ int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
                     return head_error(c, 400);   /* not HTTP: no head will end */
             }
             if (c->head_deadline == 0)
-                c->head_deadline = nw_deadline_in(c->cfg.read_timeout);
+                c->head_started = nw_now_ms();
+            c->head_deadline = nw_head_deadline(c->head_started, c->in.len, c->cfg.read_timeout,
+                                                c->cfg.read_timeout_max, c->cfg.min_head_rate);
         }
         int waiting_first_byte = c->in.len == 0;
         nw_msec deadline = waiting_first_byte ? c->idle_deadline : c->head_deadline;

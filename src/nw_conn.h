@@ -18,6 +18,8 @@ typedef struct {
     size_t body_in_memory;      /* larger bodies go to an unlinked temp file */
     double timeout;             /* one read or write making no progress */
     double read_timeout;        /* a whole request head, from its first byte */
+    double read_timeout_max;    /* ...moved on while bytes arrive fast enough, up to this */
+    double min_head_rate;       /* bytes a second that move it on (0: never) */
     double keepalive_timeout;   /* between requests */
     double max_keepalive_reqs;  /* no keep-alive once this many requests were read; 0: no limit */
 } nw_conn_config;
@@ -41,6 +43,7 @@ typedef struct {
     unsigned requests;          /* request heads parsed on this connection */
     nw_msec idle_deadline;      /* first byte of the next request due by then */
     nw_msec head_deadline;      /* whole head due by then; 0 before its first byte */
+    nw_msec head_started;       /* its first byte came then */
 
     nw_request req;
     nw_header *headers;         /* cfg.parse.max_headers entries */

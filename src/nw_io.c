@@ -201,3 +201,16 @@ int nw_io_set_nonblocking(int fd)
         return -1;
     return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
+
+nw_msec nw_head_deadline(nw_msec started, size_t bytes, double base, double max,
+                         double min_rate)
+{
+    double seconds = base;
+    if (min_rate > 0)
+        seconds += (double)bytes / min_rate;
+    if (max > base && seconds > max)
+        seconds = max;
+    else if (max <= base)
+        seconds = base;
+    return started + (nw_msec)(seconds * 1000.0 + 0.5);
+}

@@ -19,6 +19,13 @@
 typedef int64_t nw_msec;
 
 nw_msec nw_now_ms(void);
+
+/* The deadline of a request head that began at started and has brought
+ * bytes so far: base seconds, plus one second per min_rate bytes (a head
+ * arriving at least that fast keeps going), never past max seconds. The
+ * worker and the manager both use it. */
+nw_msec nw_head_deadline(nw_msec started, size_t bytes, double base, double max,
+                         double min_rate);
 nw_msec nw_deadline_in(double seconds);     /* now + seconds */
 
 /* Wait until fd is ready for events (POLLIN/POLLOUT) or deadline.

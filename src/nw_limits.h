@@ -36,6 +36,9 @@
                                                * slot no longer than this */
 #define NW_DEFAULT_KEEPALIVE_TIMEOUT  5       /* idle time between requests */
 #define NW_DEFAULT_MAX_KEEPALIVE_REQS 1000    /* requests on one connection */
+#define NW_DEFAULT_READ_TIMEOUT_MAX   60      /* a head still arriving fast enough gets up to this */
+#define NW_DEFAULT_MIN_HEAD_RATE      500     /* bytes a second: each this many bytes of a head
+                                               * move its deadline one second on (0: never) */
 #define NW_MAX_SECONDS                2000000 /* a timeout's bound: deadlines travel to and
                                                * from the manager as int32 milliseconds */
 

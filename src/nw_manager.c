@@ -64,6 +64,7 @@ enum {
 typedef struct {
     char    *head;          /* bytes of a head read so far; NULL while none */
     nw_msec  deadline;      /* absolute; lists are ordered by it */
+    nw_msec  head_started;  /* reading: the head's first byte came then */
     int32_t  prev, next;    /* list links (fds) */
     uint32_t head_len, head_cap;
     uint32_t requests;      /* connection: requests served; worker: its pid */
@@ -82,6 +83,7 @@ typedef struct {
 
 typedef struct {
     nw_msec keepalive_ms, read_ms;
+    double  read_timeout, read_timeout_max, min_head_rate;
     size_t  max_conns, max_header, max_line;
     int     ep, control, sigfd;
     int     handoff_queue;  /* HANDOFF frames from every worker */
@@ -425,6 +427,7 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
         return;
     }
     int reading = len > 0 || (f->flags & NW_FRAME_F_HEAD_STARTED);
+    s->head_started = m->now;   /* (for the rate; the worker's deadline stands until bytes come) */
     nw_manager_enlist(m, fd, reading ? NW_MANAGER_READING : NW_MANAGER_IDLE,
                       nw_manager_handoff_deadline(m, f, reading));
 }
@@ -442,7 +445,9 @@ static void nw_manager_first_bytes(nw_manager *m, int fd, const char *p, size_t 
         return;
     if (s->kind == NW_MANAGER_IDLE) {   /* the read timeout runs from the first byte */
         nw_manager_list_remove(m, &m->idle, fd);
-        nw_manager_enlist(m, fd, NW_MANAGER_READING, m->now + m->read_ms);
+        s->head_started = m->now;
+        nw_manager_enlist(m, fd, NW_MANAGER_READING, nw_head_deadline(m->now, n,
+                          m->read_timeout, m->read_timeout_max, m->min_head_rate));
     }
     if (nw_manager_head_done(m, s, p, n, 0)) {
         nw_manager_detach(m, fd);
@@ -463,6 +468,14 @@ static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n
     if (nw_manager_head_done(m, s, s->head, s->head_len, old)) {
         nw_manager_detach(m, fd);
         nw_manager_hand_over(m, fd, s->head, s->head_len);
+        return;
+    }
+    /* still arriving: fast enough, and its deadline moves on */
+    nw_msec later = nw_head_deadline(s->head_started, s->head_len, m->read_timeout,
+                                     m->read_timeout_max, m->min_head_rate);
+    if (s->kind == NW_MANAGER_READING && later > s->deadline) {
+        nw_manager_list_remove(m, &m->reading, fd);
+        nw_manager_enlist(m, fd, NW_MANAGER_READING, later);
     }
 }
 
@@ -638,6 +651,9 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->reading = m->queue = m->idle;
     m->keepalive_ms = nw_manager_ms(cfg->keepalive_timeout);
     m->read_ms = nw_manager_ms(cfg->read_timeout);
+    m->read_timeout = cfg->read_timeout;
+    m->read_timeout_max = cfg->read_timeout_max;
+    m->min_head_rate = cfg->min_head_rate;
     m->max_conns = cfg->max_connections;
     m->max_header = cfg->max_header_bytes;
     m->max_line = cfg->max_request_line;

@@ -11,6 +11,8 @@
 typedef struct {
     double keepalive_timeout;   /* seconds an idle connection is kept */
     double read_timeout;        /* seconds for a whole head, from its first byte */
+    double read_timeout_max;    /* ...moved on while it arrives fast enough, up to this */
+    double min_head_rate;       /* bytes a second that move it on (0: never) */
     size_t max_connections;     /* connections held at once; 0: no limit */
     size_t max_header_bytes;    /* a buffered head longer than this goes to a worker (431) */
     size_t max_request_line;    /* a first line longer than this, no LF yet: to a worker (414) */

@@ -84,7 +84,15 @@ my @TABLE = (
       max => _c('MAX_SECONDS'), c => 1, manager => 'read-timeout', group => 'Connections', arg => 'SECS',
       help => 'deadline for a whole request head (then 408)',
       pod => 'Deadline for a whole request head from its first byte: a slow client gets 408 and '
-           . 'cannot hold a worker longer.' },
+           . 'cannot hold a worker longer. While the head arrives at least --min-head-rate bytes '
+           . 'a second, the deadline moves on, up to --read-timeout-max.' },
+    { name => 'read_timeout_max', type => 'seconds', default => _c('DEFAULT_READ_TIMEOUT_MAX'),
+      min_excl => 0, max => _c('MAX_SECONDS'), c => 1, manager => 'read-timeout-max',
+      group => 'Connections', arg => 'SECS',
+      help => 'a head arriving fast enough gets up to this (never less than --read-timeout)' },
+    { name => 'min_head_rate', type => 'count', default => _c('DEFAULT_MIN_HEAD_RATE'), c => 1,
+      manager => 'min-head-rate', group => 'Connections', arg => 'BYTES',
+      help => 'each this many bytes of a head move its deadline one second on (0: never)' },
     { name => 'keepalive_timeout', type => 'seconds', default => _c('DEFAULT_KEEPALIVE_TIMEOUT'),
       min_excl => 0, max => _c('MAX_SECONDS'), c => 1, manager => 'keepalive-timeout', group => 'Connections', arg => 'SECS',
       help => 'idle time allowed between requests' },

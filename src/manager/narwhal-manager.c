@@ -36,6 +36,8 @@ static const struct option manager_opts[] = {
     { "max-connections",   required_argument, NULL, 'c' },
     { "max-header-bytes",  required_argument, NULL, 'b' },
     { "max-request-line",  required_argument, NULL, 'l' },
+    { "read-timeout-max",  required_argument, NULL, 'R' },
+    { "min-head-rate",     required_argument, NULL, 'm' },
     { "help",              no_argument,       NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -109,6 +111,8 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'c': bad = parse_count(optarg, 0, &cfg->max_connections); *max_given = 1; break;
         case 'b': bad = parse_count(optarg, 1, &cfg->max_header_bytes); break;
         case 'l': bad = parse_count(optarg, 1, &cfg->max_request_line); break;
+        case 'R': bad = parse_seconds(optarg, &cfg->read_timeout_max); break;
+        case 'm': { size_t rate; bad = parse_count(optarg, 0, &rate); cfg->min_head_rate = (double)rate; break; }
         case 'h': usage(stdout); exit(0);
         default:  return -1;   /* getopt_long has said why */
         }
@@ -128,6 +132,8 @@ int main(int argc, char **argv)
     nw_manager_config cfg = {
         .keepalive_timeout = NW_DEFAULT_KEEPALIVE_TIMEOUT,
         .read_timeout = NW_DEFAULT_READ_TIMEOUT,
+        .read_timeout_max = NW_DEFAULT_READ_TIMEOUT_MAX,
+        .min_head_rate = NW_DEFAULT_MIN_HEAD_RATE,
         .max_connections = 0,
         .max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES,
         .max_request_line = NW_DEFAULT_MAX_REQUEST_LINE,
