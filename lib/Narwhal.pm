@@ -168,8 +168,8 @@ and cannot hold a worker longer. While the head arrives at least
 
 =item --read-timeout-max SECS
 
-A head arriving fast enough gets up to this. Default: C<60>. More than C<0>.
-At most C<2000000>.
+A head arriving fast enough gets up to this (never less than --read-timeout).
+Default: C<60>. More than C<0>. At most C<2000000>.
 
 =item --min-head-rate BYTES
 
