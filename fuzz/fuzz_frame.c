@@ -9,8 +9,9 @@
  *   - nothing leaks: after the call (and closing what it returned) the
  *     process has exactly the descriptors it had before;
  *   - a frame it accepts (1) has the magic, a known type, data_len within
- *     the buffer and equal to what was sent after the header, and at most
- *     one descriptor, only when some were sent;
+ *     the buffer and equal to what was sent after the header, and one of
+ *     the descriptors sent when any were (open, close-on-exec), none
+ *     otherwise;
  *   - a frame it refuses (-1) says EBADMSG and returns no descriptor.
  *
  * Build and run: make -f fuzz.mk run-frame (fuzz/README.md).
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nw_frame.h"
@@ -41,6 +43,20 @@ static int fz_open_fds(void)
         n++;
     closedir(d);
     return n;
+}
+
+/* An accepted frame passes on one of the descriptors sent, if any were:
+ * open, close-on-exec (a worker's exec must not inherit a client), and
+ * the /dev/null fz_send opened, not some other descriptor. */
+static int fz_fd_is_sent_one(int fd, int nfds)
+{
+    struct stat got, devnull;
+    if (nfds == 0)
+        return fd == -1;
+    if (fd < 0 || !(fcntl(fd, F_GETFD) & FD_CLOEXEC))
+        return 0;
+    return fstat(fd, &got) == 0 && stat("/dev/null", &devnull) == 0
+           && got.st_rdev == devnull.st_rdev && S_ISCHR(got.st_mode);
 }
 
 /* Send bytes with nfds descriptors (new ones) as one datagram. */
@@ -95,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(f.magic == NW_FRAME_MAGIC);
         FZ_CHECK(f.type == NW_FRAME_HANDOFF || f.type == NW_FRAME_SERVE || f.type == NW_FRAME_STATS);
         FZ_CHECK(f.data_len <= cap && sizeof f + f.data_len == len);
-        FZ_CHECK(fd == -1 || nfds > 0);
+        FZ_CHECK(fz_fd_is_sent_one(fd, nfds));
         FZ_CHECK(memcmp(&f, bytes, sizeof f) == 0 && memcmp(buf, bytes + sizeof f, f.data_len) == 0);
     } else {
         FZ_CHECK(r == -1 && errno == EBADMSG && fd == -1);

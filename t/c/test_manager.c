@@ -9,9 +9,10 @@
  *
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
  *      -Isrc -o /tmp/narwhal-manager src/manager/narwhal-manager.c \
- *      src/nw_manager.c src/nw_frame.c src/nw_io.c
+ *      src/nw_manager.c src/nw_frame.c src/nw_http.c src/nw_io.c
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
- *      -Isrc -It/c -o /tmp/test_manager t/c/test_manager.c src/nw_frame.c src/nw_io.c
+ *      -Isrc -It/c -o /tmp/test_manager t/c/test_manager.c src/nw_frame.c src/nw_io.c \
+ *      src/nw_conn.c src/nw_http.c src/nw_response.c
  *   /tmp/test_manager /tmp/narwhal-manager
  *
  * With "--measure N" after the binary it prints, instead of tests, the
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -40,6 +42,7 @@
 #include "nw_frame.h"
 #include "nw_http.h"
 #include "nw_io.h"
+#include "nw_limits.h"
 #include "tap.h"
 
 #define REQ_A "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -1114,77 +1117,156 @@ static int measure(int n)
 
 /* ------------------------------------------------------------ one scanner */
 
-/* The same byte streams, in the same pieces, through both paths that find
- * the end of a request head: the manager's (a held connection, SERVE once
- * the head is complete) and the worker's (nw_conn_read_head). Both must
- * see the end after the same piece, the one a plain scan of everything
- * sent so far names. */
+/* The same byte streams, cut into the same pieces, through both paths that
+ * find the end of a request head: the manager's (a held connection, SERVE
+ * once the head is complete or over a limit) and the worker's
+ * (nw_conn_read_head). Each stream is cut at every point into two pieces,
+ * and at random points (fixed seed) into up to six. Both paths must decide
+ * after the piece the reference below names, the worker's head must end
+ * where the reference says, and so must one nw_http_head_end call over the
+ * whole stream. The reference is written here, simply, on purpose: it is
+ * not the scanner under test. */
+#define SCAN_MAX_HEADER 512     /* both paths' head limit in these tests */
+#define SCAN_MAX_PIECES 6
+#define SCAN_RANDOM_CUTS 40     /* random cuttings per stream */
+
 typedef struct {
     const char *name;
-    const char *piece[4];
-} stream_t;
+    const char *bytes;
+} scan_stream_t;
 
-static const stream_t g_streams[] = {
-    { "CRLF CRLF in one piece", { "GET /a HTTP/1.1\r\nHost: x\r\n\r\n" } },
-    { "the last CRLF alone", { "GET /a HTTP/1.1\r\nHost: x\r\n", "\r\n" } },
-    { "split between CR and LF", { "GET /a HTTP/1.1\r\nHost: x\r\n\r", "\n" } },
-    { "split after the first LF", { "GET /a HTTP/1.1\r\nHost: x\r", "\n", "\r\n" } },
-    { "bare LF line ends", { "GET /a HTTP/1.1\nHost: x\n", "\n" } },
-    { "CRLF then a bare LF", { "GET /a HTTP/1.1\r\nHost: x\r\n", "\n" } },
-    { "empty lines before the request line", { "\r\n", "\r\nGET /a HTTP/1.1\r\n", "Host: x\r\n\r\n" } },
-    { "LF CR that is not an end", { "GET /a HTTP/1.1\r\nX: a\n", "\rY: b\r\n", "\r\n" } },
-    { "a body after the head", { "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n", "\r\nabc" } },
-    { "byte by byte", { "GET /a HTTP/1.1\r\nHost: x\r", "\n", "\r", "\n" } },
+static char g_oversized[SCAN_MAX_HEADER + 160];
+
+static const scan_stream_t g_scan_streams[] = {
+    { "complete, CRLF", "GET /a HTTP/1.1\r\nHost: x\r\n\r\n" },
+    { "pipelined", "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n" },
+    { "LF only", "GET /a HTTP/1.1\nHost: x\nAccept: */*\n\n" },
+    { "CRLF lines, a bare LF ends", "GET /a HTTP/1.1\r\nHost: x\r\n\n" },
+    { "LF lines, CRLF ends", "GET /a HTTP/1.1\nHost: x\n\r\n" },
+    { "empty lines before the request line", "\r\n\r\n\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n" },
+    { "LF CR that is not an end", "GET /a HTTP/1.1\r\nX: a\n\rY: b\r\n\r\n" },
+    { "a body after the head",
+      "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab\r\n\r\ncd\n\n" },
+    { "oversized", g_oversized },
 };
 
-/* The piece after which a plain scan of all bytes so far finds the end. */
-static int reference_end(const stream_t *st)
+static void scan_streams_init(void)
 {
-    char all[512] = "";
-    for (int k = 0; k < 4 && st->piece[k]; k++) {
-        strcat(all, st->piece[k]);
-        const char *p = all;
-        while (*p == '\r' || *p == '\n')
-            p++;
-        if (*p && (strstr(p, "\n\n") || strstr(p, "\n\r\n")))
-            return k;
+    char pad[SCAN_MAX_HEADER + 1];
+    memset(pad, 'a', SCAN_MAX_HEADER);
+    pad[SCAN_MAX_HEADER] = 0;
+    snprintf(g_oversized, sizeof g_oversized,
+             "GET /a HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", pad);
+}
+
+/* Empty lines (any CR and LF) before the request line. */
+static size_t scan_blank_prefix(const char *p, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (p[i] == '\r' || p[i] == '\n'))
+        i++;
+    return i;
+}
+
+/* Just past the first LF LF or LF CR LF after the empty lines, or 0. */
+static size_t scan_reference_end(const char *p, size_t len)
+{
+    for (size_t j = scan_blank_prefix(p, len); j < len; j++) {
+        if (p[j] != '\n')
+            continue;
+        if (j + 1 < len && p[j + 1] == '\n')
+            return j + 2;
+        if (j + 2 < len && p[j + 1] == '\r' && p[j + 2] == '\n')
+            return j + 3;
     }
+    return 0;
+}
+
+/* The piece after which a path must decide: the head has ended, or what
+ * has arrived is already over the head limit. */
+static int scan_reference_piece(const char *bytes, const size_t *upto, int npieces)
+{
+    for (int k = 0; k < npieces; k++)
+        if (scan_reference_end(bytes, upto[k]) || upto[k] > SCAN_MAX_HEADER)
+            return k;
     return -1;
 }
 
-static int manager_end(mgr_t *m, const stream_t *st)
+/* Wait until the manager has read everything sent on the connection
+ * (watch is our copy of its server end) or has put it on the serve queue:
+ * so each piece is read alone. */
+static void scan_wait_manager_read(mgr_t *m, int watch)
 {
-    int c, s, at = -1;
-    tcp_pair(&c, &s);
-    handoff(m->tom, s, 0, -1, 0, NULL);
-    for (int k = 0; k < 4 && st->piece[k] && at < 0; k++) {
-        put(c, st->piece[k]);
-        if (got_serve(m->tow, 150)) {
-            at = k;
-            close_served();
-        }
+    nw_msec end = nw_now_ms() + 2000;
+    int queued = 1;
+    while (nw_now_ms() < end) {
+        if (ioctl(watch, FIONREAD, &queued) == 0 && queued == 0)
+            return;
+        if (wait_fd(m->tow, POLLIN, 1))
+            return;
     }
+}
+
+/* The piece after which the manager served the connection, from the bytes
+ * it served (every byte so far but the empty lines before the head): -1
+ * not served, -2 served with bytes that match no piece. */
+static int scan_manager_piece(mgr_t *m, const char *bytes, const size_t *upto, int npieces)
+{
+    int c, s;
+    tcp_pair(&c, &s);
+    int watch = dup(s);
+    if (watch < 0)
+        die("dup");
+    handoff(m->tom, s, 0, -1, 0, NULL);
+    for (int k = 0; k < npieces; k++) {
+        size_t from = k ? upto[k - 1] : 0;
+        if (send(c, bytes + from, upto[k] - from, MSG_NOSIGNAL) != (ssize_t)(upto[k] - from))
+            die("send a piece");
+        scan_wait_manager_read(m, watch);
+        if (wait_fd(m->tow, POLLIN, 0))
+            break;
+    }
+    int at = -1;
+    if (got_serve(m->tow, 2000)) {
+        size_t skip = scan_blank_prefix(bytes, upto[npieces - 1]);
+        at = -2;
+        for (int k = 0; k < npieces && at == -2; k++)
+            if (upto[k] > skip && g_sv.f.data_len == upto[k] - skip
+                && memcmp(g_sv.data, bytes + skip, g_sv.f.data_len) == 0)
+                at = k;
+        close_served();
+    }
+    close(watch);
     close(c);
     return at;
 }
 
-static int worker_end(const stream_t *st)
+/* The piece after which the worker decided (-1: never), and in *head_len
+ * where its head ends (0: it answered an error instead). */
+static int scan_worker_piece(const char *bytes, const size_t *upto, int npieces,
+                             size_t *head_len)
 {
     int sv[2], at = -1;
     nw_conn_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.parse.max_request_line = 8192;
-    cfg.parse.max_header_bytes = 65536;
+    cfg.parse.max_request_line = NW_DEFAULT_MAX_REQUEST_LINE;
+    cfg.parse.max_header_bytes = SCAN_MAX_HEADER;
     cfg.parse.max_headers = 100;
     cfg.timeout = cfg.read_timeout = cfg.keepalive_timeout = 5;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) < 0)
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         die("socketpair");
     nw_conn *c = nw_conn_new(sv[0], 0, &cfg);
-    for (int k = 0; k < 4 && st->piece[k] && at < 0; k++) {
-        put(sv[1], st->piece[k]);
-        int r = nw_conn_read_head(c, 0.05, 1);
-        if (r == NW_REQ_READY || r == NW_REQ_ERROR)   /* parsed: the end was found (the
-                                                     * LF CR stream is not valid HTTP) */
+    if (!c)
+        die("nw_conn_new");
+    *head_len = 0;
+    for (int k = 0; k < npieces && at < 0; k++) {
+        size_t from = k ? upto[k - 1] : 0;
+        if (send(sv[1], bytes + from, upto[k] - from, MSG_NOSIGNAL) != (ssize_t)(upto[k] - from))
+            die("send a piece");
+        int r = nw_conn_read_head(c, 0.0005, 1);   /* a brief look: the piece is there */
+        if (r == NW_REQ_READY)
+            *head_len = c->head_len;
+        if (r == NW_REQ_READY || r == NW_REQ_ERROR)
             at = k;
     }
     nw_conn_destroy(c);
@@ -1192,20 +1274,87 @@ static int worker_end(const stream_t *st)
     return at;
 }
 
+/* One cutting of a stream through both paths. 0: they agree with the
+ * reference; otherwise says how they differ. */
+static int scan_check_cutting(mgr_t *m, const char *bytes, const size_t *upto, int npieces)
+{
+    size_t len = upto[npieces - 1], whole_end = scan_reference_end(bytes, len);
+    nw_head_scan fresh = { 0, 0 };
+    size_t one_call = nw_http_head_end(bytes, len, &fresh);
+    int want = scan_reference_piece(bytes, upto, npieces);
+    size_t worker_head;
+    int by_worker = scan_worker_piece(bytes, upto, npieces, &worker_head);
+    int by_manager = scan_manager_piece(m, bytes, upto, npieces);
+    int head_ok = worker_head == 0 || worker_head == whole_end;
+    if (want >= 0 && by_worker == want && by_manager == want && head_ok && one_call == whole_end)
+        return 0;
+    char cuts[160] = "";
+    for (int k = 0, n = 0; k < npieces - 1 && n < (int)sizeof cuts - 8; k++)
+        n += snprintf(cuts + n, sizeof cuts - (size_t)n, " %zu", upto[k]);
+    diag("cut at%s: want piece %d; worker piece %d (head %zu), manager piece %d; "
+         "the end at %zu, one call says %zu", cuts, want, by_worker, worker_head,
+         by_manager, whole_end, one_call);
+    return 1;
+}
+
+static uint32_t g_scan_seed = 20261124u;
+
+static uint32_t scan_random(uint32_t below)
+{
+    g_scan_seed = g_scan_seed * 1103515245u + 12345u;   /* fixed seed: reproducible */
+    return (g_scan_seed >> 8) % below;
+}
+
+/* A random cutting of len bytes: sorted distinct cut points, then len. */
+static int scan_random_cutting(size_t len, size_t *upto)
+{
+    int npieces = 2 + (int)scan_random(SCAN_MAX_PIECES - 1);
+    if ((size_t)npieces > len)
+        npieces = (int)len;
+    for (int k = 0; k < npieces - 1; k++) {
+        size_t cut;
+        int fresh;
+        do {
+            cut = 1 + scan_random((uint32_t)len - 1);
+            fresh = 1;
+            for (int j = 0; j < k; j++)
+                fresh &= upto[j] != cut;
+        } while (!fresh);
+        int j = k;
+        for (; j > 0 && upto[j - 1] > cut; j--)
+            upto[j] = upto[j - 1];
+        upto[j] = cut;
+    }
+    upto[npieces - 1] = len;
+    return npieces;
+}
+
 static void test_one_scanner(void)
 {
-    static const char *const opts[] = { "--keepalive-timeout", "10", "--read-timeout", "10", NULL };
+    static const char *const opts[] = { "--keepalive-timeout", "10", "--read-timeout", "10",
+                                        "--max-header-bytes", "512", NULL };
     mgr_t m;
     mgr_open(&m);
     mgr_exec(&m, opts);
-    for (size_t i = 0; i < sizeof g_streams / sizeof g_streams[0]; i++) {
-        const stream_t *st = &g_streams[i];
-        int want = reference_end(st), by_manager = manager_end(&m, st), by_worker = worker_end(st);
-        char name[160];
-        snprintf(name, sizeof name, "one scanner, %s: the end is seen after piece %d by both paths",
-                 st->name, want);
-        if (!ok(want >= 0 && by_manager == want && by_worker == want, name))
-            diag("manager after piece %d, worker after piece %d", by_manager, by_worker);
+    scan_streams_init();
+    for (size_t i = 0; i < sizeof g_scan_streams / sizeof g_scan_streams[0]; i++) {
+        const scan_stream_t *st = &g_scan_streams[i];
+        size_t len = strlen(st->bytes), upto[SCAN_MAX_PIECES];
+        int bad = 0, tried = 0;
+        for (size_t cut = 1; cut < len; cut++, tried++) {
+            upto[0] = cut;
+            upto[1] = len;
+            bad += bad < 5 ? scan_check_cutting(&m, st->bytes, upto, 2) : 0;
+        }
+        for (int r = 0; r < SCAN_RANDOM_CUTS; r++, tried++) {
+            int npieces = scan_random_cutting(len, upto);
+            bad += bad < 5 ? scan_check_cutting(&m, st->bytes, upto, npieces) : 0;
+        }
+        char name[200];
+        snprintf(name, sizeof name, "one scanner, %s: the manager and the worker decide after "
+                 "the same piece, the worker's head ends where a whole scan says (%d cuttings)",
+                 st->name, tried);
+        ok(bad == 0, name);
     }
     mgr_finish(&m, "one scanner");
 }
