@@ -422,8 +422,9 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
          * and destroy responses it has not read yet. Half-close and drain
          * (bounded) instead: a lingering close. Nothing left unread (the
          * last read was short and used up): a plain close, at no cost. */
-        if (c->fd >= 0 && !c->lent && (c->in.len > c->consumed || !c->drained))
-            return close_gently(w, wc);
+        if (c->fd >= 0 && !c->lent
+            && (c->in.len > c->consumed || (c->responded && !c->drained)))
+            return close_gently(w, wc);   /* (an idle timeout has nothing unread) */
         unwatch(w, wc);
         if (c->fd >= 0) {
             close(c->fd);
