@@ -26,6 +26,23 @@ static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
 /* This worker's slot on the scoreboard (Narwhal::Scoreboard::attach), or
  * NULL: one worker per process, so a process-wide pointer. */
 static nw_score_slot *score_slot;
+/* The master's scoreboard memfd (Narwhal::Scoreboard->fd), for the manager. */
+static int scoreboard_fd = -1;
+
+static nw_scoreboard *board_of(pTHX_ SV *self)
+{
+    if (!SvROK(self))
+        croak("not a scoreboard");
+    return INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
+}
+
+static nw_score_slot *slot_of(pTHX_ SV *self, unsigned index)
+{
+    nw_scoreboard *b = board_of(aTHX_ self);
+    if (index >= b->h.nslots)
+        croak("no scoreboard slot %u", index);
+    return &b->slot[index];
+}
 
 
 /* A parked connection's Narwhal::Conn stays alive while the worker holds
@@ -233,6 +250,35 @@ DESTROY(self)
         nw_env_recycler_unref(aTHX_ self->env[i]);
     Safefree(self);
 
+void
+arm_watchdog(self, sig)
+    nw_xs_acceptor *self
+    int sig
+  CODE:
+    /* After $SIG{sig} is set: a C handler goes in front of Perl's. */
+    PERL_UNUSED_VAR(self);
+    nw_worker_watchdog_arm(sig, score_slot);
+
+int
+watchdog_end(self)
+    nw_xs_acceptor *self
+  CODE:
+    /* The watchdog's Perl handler: 504 unless the response began; the
+     * slot says why the worker leaves. Returns 1 when the 504 went out. */
+    PERL_UNUSED_VAR(self);
+    RETVAL = nw_worker_watchdog_reply();
+  OUTPUT:
+    RETVAL
+
+double
+rss_over(limit_mb)
+    double limit_mb
+  CODE:
+    /* --max-worker-rss: the resident size in MiB when over, else 0. */
+    RETVAL = (double)nw_worker_rss_over((uint64_t)(limit_mb * 1024)) / 1024.0;
+  OUTPUT:
+    RETVAL
+
 MODULE = Narwhal    PACKAGE = Narwhal::Conn
 
 SV *
@@ -253,15 +299,18 @@ read_request(self, max_wait, wait_partial = 0)
             nw_worker_request_started(self->wc);
             if (score_slot)
                 nw_scoreboard_request_begin(score_slot, c->req.method, c->req.method_len,
-                                            c->req.target, c->req.target_len, self->wc->started);
+                                            c->req.target, c->req.target_len, self->wc->started_us);
             nw_env_body(aTHX_ env, c);
             RETVAL = newRV_noinc((SV *)env);
         } else {
             SvREFCNT_dec((SV *)env);
         }
     }
-    if (r == NW_REQ_ERROR)
+    if (r == NW_REQ_ERROR) {
         nw_conn_send_error(c, c->error_status);
+        if (score_slot)
+            nw_scoreboard_count_error(score_slot, c->error_status);
+    }
     if (r != NW_REQ_READY)
         RETVAL = newSViv(r);
   OUTPUT:
@@ -361,9 +410,9 @@ finish_request(self, env = NULL)
     nw_xs_conn *self
     SV *env
   CODE:
-    nw_conn_finish_request(self->c);
     if (score_slot)
-        nw_scoreboard_request_end(score_slot);
+        nw_scoreboard_request_end(score_slot, self->c->status, nw_now_us());
+    nw_conn_finish_request(self->c);
     if (env && SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
         nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
 
@@ -381,7 +430,7 @@ recycle_env(self, env)
     SV *env
   CODE:
     if (score_slot)
-        nw_scoreboard_request_end(score_slot);
+        nw_scoreboard_request_end(score_slot, self->c->status, nw_now_us());
     if (SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
         nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
 
@@ -425,12 +474,26 @@ new(class, nslots)
     const char *class
     unsigned nslots
   CODE:
-    /* Mapped by the master before the first fork: every worker shares it. */
-    nw_scoreboard *b = nw_scoreboard_create(nslots);
+    /* Mapped by the master before the first fork: every worker shares it,
+     * and the manager maps it from the memfd (fd). */
+    int fd;
+    nw_scoreboard *b = nw_scoreboard_create(nslots, &fd);
     if (!b)
         croak("cannot map the scoreboard: %s", strerror(errno));
+    b->h.master_pid = (int32_t)getpid();
+    b->h.started_unix = (int64_t)time(NULL);
+    scoreboard_fd = fd;
     RETVAL = newSV(0);
     sv_setref_pv(RETVAL, class, (void *)b);
+  OUTPUT:
+    RETVAL
+
+int
+fd(self)
+    SV *self
+  CODE:
+    PERL_UNUSED_VAR(self);
+    RETVAL = scoreboard_fd;
   OUTPUT:
     RETVAL
 
@@ -438,21 +501,18 @@ unsigned
 slots(self)
     SV *self
   CODE:
-    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
-    RETVAL = b->nslots;
+    RETVAL = board_of(aTHX_ self)->h.nslots;
   OUTPUT:
     RETVAL
 
 void
-claim(self, index, pid)
+claim(self, index, pid, generation = 0)
     SV *self
     unsigned index
     int pid
+    int generation
   CODE:
-    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
-    if (index >= b->nslots)
-        croak("no scoreboard slot %u", index);
-    nw_scoreboard_claim(&b->slot[index], pid);
+    nw_scoreboard_claim(slot_of(aTHX_ self, index), pid, generation, nw_now_ms());
 
 void
 attach(self, index)
@@ -460,12 +520,22 @@ attach(self, index)
     unsigned index
   CODE:
     /* In a worker: its slot, written on every request from now on. */
-    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
-    if (index >= b->nslots)
-        croak("no scoreboard slot %u", index);
-    score_slot = &b->slot[index];
+    score_slot = slot_of(aTHX_ self, index);
     score_slot->pid = (int32_t)getpid();
     score_slot->state = NW_WORKER_IDLE;
+
+void
+leaving(self, reason = 0)
+    SV *self
+    int reason
+  CODE:
+    /* In a worker: it is on its way out, and why (enum nw_exit_reason). */
+    PERL_UNUSED_VAR(self);
+    if (score_slot) {
+        if (reason)
+            score_slot->exit_reason = reason;
+        score_slot->state = NW_WORKER_STOPPING;
+    }
 
 SV *
 slot(self, index)
@@ -473,21 +543,25 @@ slot(self, index)
     unsigned index
   CODE:
     /* What the master knows of a worker: {pid, state, started, served,
-     * request (its current or last "METHOD target"), running_ms}. */
-    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
-    if (index >= b->nslots)
-        croak("no scoreboard slot %u", index);
-    const nw_score_slot *s = &b->slot[index];
-    static const char *const state_name[] = { "free", "starting", "idle", "busy" };
+     * request (its current or last "METHOD target"), running_ms,
+     * exit_reason, since_us}. */
+    const nw_score_slot *s = slot_of(aTHX_ self, index);
+    static const char *const state_name[] = { "free", "starting", "idle", "busy", "stopping" };
+    static const char *const reason_name[] = { "", "max-requests", "memory", "watchdog", "retired" };
     HV *hv = newHV();
     uint32_t len = s->request_len < sizeof s->request ? s->request_len : sizeof s->request;
+    int state = s->state, reason = s->exit_reason;
     (void)hv_stores(hv, "pid", newSViv(s->pid));
-    (void)hv_stores(hv, "state", newSVpv(s->state >= 0 && s->state <= NW_WORKER_BUSY
-                                         ? state_name[s->state] : "free", 0));
+    (void)hv_stores(hv, "state", newSVpv(state >= 0 && state <= NW_WORKER_STOPPING
+                                         ? state_name[state] : "free", 0));
     (void)hv_stores(hv, "started", newSVuv(s->started));
-    (void)hv_stores(hv, "served", newSVuv(s->served));
+    (void)hv_stores(hv, "served", newSVuv(s->counts.served));
     (void)hv_stores(hv, "request", newSVpvn(s->request, len));
-    (void)hv_stores(hv, "running_ms", newSViv(s->state == NW_WORKER_BUSY ? nw_now_ms() - s->since : 0));
+    (void)hv_stores(hv, "since_us", newSVnv((NV)s->since_us));
+    (void)hv_stores(hv, "running_ms", newSViv(state == NW_WORKER_BUSY
+                                              ? (IV)((nw_now_us() - s->since_us) / 1000) : 0));
+    (void)hv_stores(hv, "exit_reason", newSVpv(reason > 0 && reason <= NW_EXIT_RETIRED
+                                               ? reason_name[reason] : "", 0));
     RETVAL = newRV_noinc((SV *)hv);
   OUTPUT:
     RETVAL
@@ -497,9 +571,46 @@ release(self, index)
     SV *self
     unsigned index
   CODE:
-    nw_scoreboard *b = INT2PTR(nw_scoreboard *, SvIV(SvRV(self)));
-    if (index < b->nslots)
-        memset(&b->slot[index], 0, sizeof b->slot[index]);
+    /* A reaped worker: its counts join the totals, its slot is free. */
+    nw_scoreboard_fold(board_of(aTHX_ self), slot_of(aTHX_ self, index));
+
+void
+set_stopping(self, on)
+    SV *self
+    int on
+  CODE:
+    board_of(aTHX_ self)->h.stopping = on;
+
+void
+set_workers_wanted(self, n)
+    SV *self
+    int n
+  CODE:
+    board_of(aTHX_ self)->h.workers_wanted = n;
+
+void
+count_restart(self, reason)
+    SV *self
+    int reason
+  CODE:
+    if (reason >= 0 && reason < NW_RESTART_REASONS)
+        board_of(aTHX_ self)->h.restarts[reason]++;
+
+SV *
+totals(self)
+    SV *self
+  CODE:
+    nw_score_counts t;
+    nw_scoreboard_totals(board_of(aTHX_ self), &t);
+    HV *hv = newHV();
+    AV *cl = newAV();
+    for (int i = 0; i < NW_SCORE_CLASSES; i++)
+        av_push(cl, newSVnv((NV)t.by_class[i]));
+    (void)hv_stores(hv, "served", newSVnv((NV)t.served));
+    (void)hv_stores(hv, "by_class", newRV_noinc((SV *)cl));
+    RETVAL = newRV_noinc((SV *)hv);
+  OUTPUT:
+    RETVAL
 
 MODULE = Narwhal    PACKAGE = Narwhal::Channel
 
@@ -527,6 +638,7 @@ recv_stats(control)
         (void)hv_stores(hv, "closed_full", newSVuv(st.closed_full));
         (void)hv_stores(hv, "closed_peer", newSVuv(st.closed_peer));
         (void)hv_stores(hv, "serve_queue_full", newSVuv(st.serve_queue_full));
+        (void)hv_stores(hv, "shed", newSVuv(st.shed));
         RETVAL = newRV_noinc((SV *)hv);
     }
   OUTPUT:
@@ -541,6 +653,21 @@ BOOT:
     acceptor_stash = gv_stashpvs("Narwhal::Acceptor", GV_ADD);
     /* Why a connection is let go (Narwhal::Acceptor::release), what came
      * of it, and what read_request and write_common_response answer. */
+    {
+        /* Why a worker leaves (Narwhal::Scoreboard->leaving) and why the
+         * master started another (->count_restart). */
+        HV *sb = gv_stashpvs("Narwhal::Scoreboard", GV_ADD);
+        export_constant(aTHX_ sb, "EXIT_MAX_REQUESTS", NW_EXIT_MAX_REQUESTS);
+        export_constant(aTHX_ sb, "EXIT_MEMORY", NW_EXIT_MEMORY);
+        export_constant(aTHX_ sb, "EXIT_WATCHDOG", NW_EXIT_WATCHDOG);
+        export_constant(aTHX_ sb, "EXIT_RETIRED", NW_EXIT_RETIRED);
+        export_constant(aTHX_ sb, "RESTART_MAX_REQUESTS", NW_RESTART_MAX_REQUESTS);
+        export_constant(aTHX_ sb, "RESTART_CRASH", NW_RESTART_CRASH);
+        export_constant(aTHX_ sb, "RESTART_WATCHDOG", NW_RESTART_WATCHDOG);
+        export_constant(aTHX_ sb, "RESTART_MEMORY", NW_RESTART_MEMORY);
+        export_constant(aTHX_ sb, "RESTART_SIGNAL", NW_RESTART_SIGNAL);
+        export_constant(aTHX_ sb, "WORKER_EXIT_WATCHDOG", NW_WORKER_EXIT_WATCHDOG);
+    }
     export_constant(aTHX_ acceptor_stash, "KEEPALIVE", NW_RELEASE_KEEPALIVE);
     export_constant(aTHX_ acceptor_stash, "IDLE", NW_RELEASE_IDLE);
     export_constant(aTHX_ acceptor_stash, "QUANTUM", NW_RELEASE_QUANTUM);

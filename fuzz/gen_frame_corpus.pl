@@ -5,7 +5,7 @@
 use strict; use warnings;
 my $dir = 'fuzz/corpus-frame'; mkdir $dir;
 sub frame { my ($type, $data, %o) = @_;
-  pack('VvvVlVV', $o{magic} // 0x3146574e, $type, $o{listener} // 0, $o{requests} // 0, $o{deadline} // -1, $o{flags} // 0, $o{len} // length $data) . $data }
+  pack('VvvVlVVV', $o{magic} // 0x3146574e, $type, $o{listener} // 0, $o{requests} // 0, $o{deadline} // -1, $o{flags} // 0, $o{len} // length $data, $o{ready} // 0) . $data }
 my %seeds = (
   'handoff-empty'      => [1, frame(1, '')],
   'handoff-partial'    => [1, frame(1, "GET / HTTP/1.1\r\nHo", flags => 1, deadline => 5000)],

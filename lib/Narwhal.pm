@@ -257,6 +257,48 @@ At most C<1024>.
 
 =back
 
+=head2 Operations
+
+=over 4
+
+=item --status-listen ADDR
+
+Serve the status pages on this address (C<host:port>, C<:port> or a unix
+socket path): C</status> (HTML), C</status.json>, C</metrics> (Prometheus
+text format) and C</health> (200, or 503 once a stop or drain has begun).
+Never one of the app's listeners. The connection manager answers them, from
+C, even when every worker is busy or stuck, so it needs the manager (not
+C<--no-manager>). Off by default; it shows request lines, so bind it to
+loopback or a private socket.
+
+=item --request-timeout SECS
+
+A request that has run longer than this is ended: its worker logs where the
+app is (a Perl backtrace with file and line; a worker stuck in C code says
+so), answers C<504 Gateway Timeout> if no response byte was sent yet (else
+the connection is closed), and is replaced. Checked twice a second, so a
+request may run up to half a second more. 0 (the default) means no limit.
+Default: C<0>. At most C<2000000>.
+
+=item --max-worker-rss MB
+
+A worker whose resident size passes this many MiB after a request finishes
+that request, hands its kept-alive connections to the manager and is
+replaced; the error log says how large it was. Checked after every request
+with one C<getrusage> (the peak size); C</proc> is read only once the peak is
+over. 0 (the default) means no limit. Default: C<0>.
+
+=item --max-queue-wait MS
+
+When every worker is busy, a complete request that has waited longer than
+this many milliseconds in the connection manager is answered C<503 Service
+Unavailable> with C<Retry-After: 1> and closed (counted in
+C<narwhal_shed_total>), instead of the queue growing without bound. Needs the
+manager. 0 (the default) means no limit. Default: C<0>. At most
+C<2000000000>.
+
+=back
+
 =head2 Process
 
 =over 4

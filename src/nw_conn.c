@@ -322,6 +322,8 @@ void nw_conn_finish_request(nw_conn *c)
     body_reset(c);
     c->out.len = 0;
     c->responded = 0;
+    c->status = 0;
+    c->body_sent = 0;
     c->out_framing = 0;
     c->idle_deadline = nw_deadline_in(c->cfg.keepalive_timeout);
 }
@@ -364,6 +366,7 @@ void nw_conn_close_gently(nw_conn *c)
 void nw_conn_send_error(nw_conn *c, int status)
 {
     nw_buf b = { 0 };
+    c->status = status;
     if (nw_head_error(&b, status) == 0)
         nw_conn_send_raw(c, b.data, b.len);
     nw_buf_free(&b);
@@ -410,6 +413,12 @@ static int flush(nw_conn *c, struct iovec *v, int n)
     if (c->broken)
         return NW_IO_CLOSED;
     int r = nw_io_writev_all(c->fd, v, n, c->cfg.timeout);
+    if (r == NW_IO_OK) {    /* v[0] is the head when one was pending */
+        size_t total = 0;
+        for (int i = 0; i < n; i++)
+            total += v[i].iov_len;
+        c->body_sent += total - c->out.len;
+    }
     c->out.len = 0;
     if (r != NW_IO_OK)
         c->broken = 1;
@@ -490,6 +499,7 @@ int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len)
         c->broken = 1;
         return r;
     }
+    c->body_sent += len;
     if (c->out_framing == NW_OUT_LENGTH)
         c->out_left -= (int64_t)len;
     if (c->out_framing == NW_OUT_CHUNKED)

@@ -60,6 +60,8 @@ typedef struct {
     int out_framing;            /* enum nw_out_framing */
     int64_t out_left;           /* NW_OUT_LENGTH: bytes still owed */
     int responded;              /* a response head was decided for this request */
+    int status;                 /* its status (0: none yet) */
+    uint64_t body_sent;         /* response body bytes written (framing included) */
     int keep_alive;             /* the connection stays open after this response */
     int broken;                 /* a write failed: stop writing, close */
     int lent;                   /* the socket is in blocking mode for the app

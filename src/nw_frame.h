@@ -18,6 +18,10 @@
 #define NW_MANAGER_CONTROL_FD       3   /* control: STATS to the master */
 #define NW_MANAGER_HANDOFF_QUEUE_FD 4   /* HANDOFF frames from every worker */
 #define NW_MANAGER_SERVE_QUEUE_FD   5   /* SERVE frames for whichever worker is free */
+#define NW_MANAGER_SCOREBOARD_FD    6   /* the scoreboard's memfd (read-only) */
+#define NW_MANAGER_SERVE_READER_FD  7   /* the workers' end of the serve queue (shedding) */
+#define NW_MANAGER_STATUS_FD        8   /* the --status-listen listener */
+#define NW_MANAGER_LISTENERS_FD     9   /* the app's listeners from here on (never accepted on) */
 
 enum nw_frame_type {
     NW_FRAME_HANDOFF = 1,   /* worker -> manager (the handoff queue): a connection going idle, fd + unread bytes */
@@ -36,6 +40,7 @@ typedef struct {
     int32_t  deadline_ms;   /* ms left on the connection's deadline; -1: none */
     uint32_t flags;
     uint32_t data_len;      /* bytes following the header */
+    uint32_t ready_ms;      /* SERVE: the monotonic clock (ms, mod 2^32) when the head was complete */
 } nw_frame;
 
 typedef struct {
@@ -47,7 +52,7 @@ typedef struct {
     uint64_t closed_full;       /* closed to stay under --max-connections, total */
     uint64_t closed_peer;       /* closed by the client while idle, total */
     uint64_t serve_queue_full;  /* times the serve queue had no room, total */
-    uint64_t reserved;
+    uint64_t shed;              /* requests answered 503 by --max-queue-wait, total */
 } nw_manager_stats;
 
 void nw_frame_init(nw_frame *f, int type);

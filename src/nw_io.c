@@ -8,7 +8,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/un.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -19,6 +24,13 @@ nw_msec nw_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (nw_msec)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t nw_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 nw_msec nw_deadline_in(double seconds)
@@ -213,4 +225,28 @@ nw_msec nw_head_deadline(nw_msec started, size_t bytes, double base, double max,
     else if (max <= base)
         seconds = base;
     return started + (nw_msec)(seconds * 1000.0 + 0.5);
+}
+
+void nw_format_address(const struct sockaddr *sa, unsigned len, char *out, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN];
+    if (cap == 0)
+        return;
+    snprintf(out, cap, "?");
+    if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        snprintf(out, cap, "%s:%u", host, ntohs(in->sin_port));
+    } else if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        snprintf(out, cap, "[%s]:%u", host, ntohs(in6->sin6_port));
+    } else if (sa->sa_family == AF_UNIX) {
+        const struct sockaddr_un *un = (const struct sockaddr_un *)sa;
+        size_t n = len > offsetof(struct sockaddr_un, sun_path)
+                 ? len - offsetof(struct sockaddr_un, sun_path) : 0;
+        if (n > sizeof un->sun_path)
+            n = sizeof un->sun_path;
+        snprintf(out, cap, "%.*s", (int)strnlen(un->sun_path, n), un->sun_path);
+    }
 }

@@ -19,6 +19,8 @@
 typedef int64_t nw_msec;
 
 nw_msec nw_now_ms(void);
+/* The same clock in microseconds. */
+uint64_t nw_now_us(void);
 
 /* The deadline of a request head that began at started and has brought
  * bytes so far: base seconds, plus one second per min_rate bytes (a head
@@ -60,5 +62,10 @@ int nw_io_accept(int listen_fd, int is_tcp, struct sockaddr *peer,
 
 /* Set O_NONBLOCK on fd. Returns 0 or -1. */
 int nw_io_set_nonblocking(int fd);
+
+/* "host:port" ([v6]:port) or a unix path for a socket address, in out
+ * (always NUL-terminated; "?" when the family is unknown). */
+struct sockaddr;
+void nw_format_address(const struct sockaddr *sa, unsigned len, char *out, size_t cap);
 
 #endif

@@ -55,6 +55,10 @@
                                                * next request comes this soon (then FIN) */
 #define NW_CRASH_LOCK_TRIES           500     /* a crashing worker waits up to 50 ms for the parked set */
 
+/* The operator layer (DESIGN.md). */
+#define NW_RSS_LOOK_MS                1000    /* --max-worker-rss: /proc/self/statm at most this often,
+                                               * once the peak size passed the limit */
+
 /* Signals a worker defers until it is between requests. */
 #define NW_SIGNAL_LOOK_MS             50      /* a worker that never waits looks for them this often */
 

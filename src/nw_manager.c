@@ -30,8 +30,14 @@
 #include "nw_http.h"
 #include "nw_io.h"
 #include "nw_limits.h"
+#include "nw_scoreboard.h"
+#include "nw_status.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/un.h>
+#include <time.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +57,20 @@ enum {
     NW_MANAGER_QUEUED,      /* client, head complete, the serve queue full: queue, not in epoll */
 };
 
+#define NW_STATUS_CLIENTS       16      /* status requests served at once; more wait in the backlog */
+#define NW_STATUS_HEAD_MAX      4096    /* a status request's head */
+#define NW_STATUS_DEADLINE_MS   5000    /* to send the head and read the answer */
+#define NW_SHED_TICK_MAX_MS     50      /* --max-queue-wait: look at the oldest request this often */
+
+/* A connection to the status listener. */
+typedef struct {
+    int     fd;             /* -1: free */
+    int     answering;      /* the answer is rendered: writing it */
+    nw_msec deadline;
+    nw_buf  in, out;
+    size_t  sent;
+} nw_status_client;
+
 #define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
 
 #define NW_MANAGER_NONE             (-1)
@@ -60,7 +80,7 @@ enum {
 #define NW_MANAGER_HEAD_MIN         1024    /* first allocation for a partial head */
 #define NW_MANAGER_DRAIN_READS      4       /* reads before a 408, so close() sends FIN, not RST */
 
-/* 40 bytes on LP64. */
+/* 48 bytes on LP64. */
 typedef struct {
     char    *head;          /* bytes of a head read so far; NULL while none */
     nw_msec  deadline;      /* absolute; lists are ordered by it */
@@ -68,6 +88,7 @@ typedef struct {
     int32_t  prev, next;    /* list links (fds) */
     uint32_t head_len, head_cap;
     uint32_t requests;      /* connection: requests served; worker: its pid */
+    uint32_t ready_ms;      /* its head was complete then (SERVE's ready_ms) */
     uint16_t listener;
     uint8_t  kind;
     uint8_t  flags;
@@ -98,6 +119,15 @@ typedef struct {
     int     stop;
     nw_msec serve_until;    /* a stop signal came: serve until then, then close (0: none) */
     int     bad_frame_logged;
+    /* the operator layer (DESIGN.md) */
+    const nw_scoreboard *board;     /* read-only; NULL when the master gave none */
+    int     serve_reader;           /* the workers' end of the serve queue, or -1 */
+    nw_msec max_queue_wait, next_shed;
+    int     status_fd;              /* the status listener, or -1 */
+    int     status_active;          /* clients in use */
+    nw_status_client status[NW_STATUS_CLIENTS];
+    int     listeners[16];
+    int     nlisteners;
 } nw_manager;
 
 /* ------------------------------------------------------------ records */
@@ -324,6 +354,7 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     nw_frame_init(&f, NW_FRAME_SERVE);
     f.listener = s->listener;
     f.requests = s->requests;
+    f.ready_ms = s->ready_ms;
     f.data_len = (uint32_t)len;
     if (nw_frame_send(m->serve_queue, &f, data, fd) == 0) {
         m->st.handed_off++;
@@ -345,9 +376,19 @@ static void nw_manager_watch_serve_queue(nw_manager *m, int on)
         m->serve_queue_watched = on;
 }
 
+static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t len);
+
 /* fd (detached) has a head to serve: on the serve queue now, or to the back of
  * the queue until there is room. */
 static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t len)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    s->ready_ms = (uint32_t)m->now;
+    nw_manager_queue_up(m, fd, data, len);
+}
+
+/* nw_manager_hand_over for a head that was complete at s->ready_ms. */
+static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t len)
 {
     nw_manager_slot *s = &m->slots[fd];
     if (m->queue.first == NW_MANAGER_NONE) {   /* never overtake the queue */
@@ -560,6 +601,238 @@ static void nw_manager_control_readable(nw_manager *m)
     }
 }
 
+/* ------------------------------------------------------------ shedding */
+
+/* 503 for a request that waited too long for a worker (--max-queue-wait).
+ * Like the 408: never blocking, unread input drained first. */
+static void nw_manager_send_503(int fd)
+{
+    static const char resp[] =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+        "Content-Length: 24\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+        "503 Service Unavailable\n";
+    char sink[NW_READ_CHUNK];
+    for (int i = 0; i < NW_MANAGER_DRAIN_READS; i++)
+        if (recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
+            break;
+    (void)!send(fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static int nw_manager_waited_too_long(const nw_manager *m, uint32_t ready_ms)
+{
+    return (uint32_t)((uint32_t)m->now - ready_ms) >= (uint32_t)m->max_queue_wait;
+}
+
+static void nw_manager_shed_one(nw_manager *m, int fd)
+{
+    nw_manager_send_503(fd);
+    close(fd);
+    m->st.shed++;
+}
+
+/* A frame taken back from the serve queue that has not waited too long
+ * after all (a worker took the older one in between): it goes back. */
+static void nw_manager_put_back(nw_manager *m, int fd, const nw_frame *f)
+{
+    if (nw_manager_reserve(m, fd) < 0) {
+        close(fd);
+        return;
+    }
+    nw_manager_slot *s = &m->slots[fd];
+    memset(s, 0, sizeof *s);
+    s->requests = f->requests;
+    s->listener = f->listener;
+    s->ready_ms = f->ready_ms;
+    s->flags = NW_MANAGER_F_LINE_SEEN;
+    nw_manager_queue_up(m, fd, m->frame_data, f->data_len);
+}
+
+/* The oldest requests on the serve queue (peeked at on the workers' end)
+ * and in the manager's own queue: those past --max-queue-wait get 503. */
+static void nw_manager_shed(nw_manager *m)
+{
+    if (!m->max_queue_wait || m->now < m->next_shed)
+        return;
+    nw_msec tick = m->max_queue_wait / 4;
+    m->next_shed = m->now + (tick < 1 ? 1 : tick > NW_SHED_TICK_MAX_MS ? NW_SHED_TICK_MAX_MS : tick);
+    for (int i = 0; m->serve_reader >= 0 && i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
+        nw_frame f;
+        int fd;
+        if (recv(m->serve_reader, &f, sizeof f, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof f
+            || !nw_manager_waited_too_long(m, f.ready_ms))
+            break;
+        if (nw_frame_recv(m->serve_reader, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
+            break;
+        if (fd < 0 || f.type != NW_FRAME_SERVE) {
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        if (nw_manager_waited_too_long(m, f.ready_ms))
+            nw_manager_shed_one(m, fd);
+        else
+            nw_manager_put_back(m, fd, &f);
+    }
+    while (m->queue.first != NW_MANAGER_NONE
+           && nw_manager_waited_too_long(m, m->slots[m->queue.first].ready_ms)) {
+        int fd = m->queue.first;
+        nw_manager_list_remove(m, &m->queue, fd);
+        nw_manager_clear(&m->slots[fd]);
+        nw_manager_shed_one(m, fd);
+    }
+    if (m->queue.first == NW_MANAGER_NONE)
+        nw_manager_watch_serve_queue(m, 0);
+}
+
+/* ------------------------------------------------------------ status */
+
+static void nw_manager_listener_info(const nw_manager *m, nw_status_manager *sm)
+{
+    sm->nlisteners = 0;
+    for (int i = 0; i < m->nlisteners && i < NW_STATUS_MAX_LISTENERS; i++) {
+        nw_status_listener *l = &sm->listener[sm->nlisteners++];
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        memset(l, 0, sizeof *l);
+        if (getsockname(m->listeners[i], (struct sockaddr *)&ss, &len) != 0)
+            continue;
+        nw_format_address((struct sockaddr *)&ss, len, l->address, sizeof l->address);
+        struct tcp_info ti;
+        socklen_t tl = sizeof ti;
+        if (ss.ss_family != AF_UNIX
+            && getsockopt(m->listeners[i], IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0) {
+            l->known = 1;
+            l->queue = ti.tcpi_unacked;    /* on a listener: its accept queue */
+            l->backlog = ti.tcpi_sacked;   /* ... and that queue's limit */
+        }
+    }
+}
+
+static void nw_manager_status_numbers(const nw_manager *m, nw_status_manager *sm)
+{
+    memset(sm, 0, sizeof *sm);
+    sm->held_idle = m->idle.len;
+    sm->held_reading = m->reading.len;
+    sm->held_queued = m->queue.len;
+    sm->handoffs_in = m->st.received;
+    sm->handoffs_out = m->st.handed_off;
+    sm->shed = m->st.shed;
+    sm->stopping = m->serve_until != 0;
+    nw_manager_listener_info(m, sm);
+}
+
+static void nw_manager_status_close(nw_manager *m, nw_status_client *c)
+{
+    nw_manager_unwatch(m, c->fd);
+    close(c->fd);
+    nw_buf_free(&c->in);
+    nw_buf_free(&c->out);
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+    m->status_active--;
+}
+
+static void nw_manager_status_accept(nw_manager *m)
+{
+    for (int tries = 0; tries < NW_STATUS_CLIENTS; tries++) {
+        int i = 0;
+        while (i < NW_STATUS_CLIENTS && m->status[i].fd >= 0)
+            i++;
+        if (i == NW_STATUS_CLIENTS)
+            return;     /* all in use: the rest wait in the listen queue */
+        int fd = accept4(m->status_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+        if (epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            close(fd);
+            return;
+        }
+        nw_status_client *c = &m->status[i];
+        c->fd = fd;
+        c->deadline = m->now + NW_STATUS_DEADLINE_MS;
+        m->status_active++;
+    }
+}
+
+static const nw_scoreboard *nw_manager_board(const nw_manager *m)
+{
+    static const nw_scoreboard empty;   /* no slots, no counts */
+    return m->board ? m->board : &empty;
+}
+
+static void nw_manager_status_answer(nw_manager *m, nw_status_client *c)
+{
+    int head_only;
+    int page = nw_status_route(c->in.data, c->in.len, &head_only);
+    nw_status_manager sm;
+    nw_manager_status_numbers(m, &sm);
+    if (nw_status_respond(&c->out, page, head_only, nw_manager_board(m), &sm, nw_now_us(),
+                          (int64_t)time(NULL)) < 0) {
+        nw_manager_status_close(m, c);
+        return;
+    }
+    c->answering = 1;
+    struct epoll_event ev = { .events = EPOLLOUT, .data.fd = c->fd };
+    epoll_ctl(m->ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void nw_manager_status_read(nw_manager *m, nw_status_client *c)
+{
+    char buf[NW_STATUS_HEAD_MAX];
+    ssize_t n = recv(c->fd, buf, NW_STATUS_HEAD_MAX - c->in.len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0 || nw_buf_append(&c->in, buf, (size_t)n) < 0) {
+        nw_manager_status_close(m, c);
+        return;
+    }
+    nw_head_scan scan = { 0, 0 };
+    if (nw_http_head_end(c->in.data, c->in.len, &scan) || c->in.len >= NW_STATUS_HEAD_MAX)
+        nw_manager_status_answer(m, c);
+}
+
+static void nw_manager_status_write(nw_manager *m, nw_status_client *c)
+{
+    ssize_t n = send(c->fd, c->out.data + c->sent, c->out.len - c->sent,
+                     MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n > 0)
+        c->sent += (size_t)n;
+    if (n <= 0 || c->sent == c->out.len) {
+        shutdown(c->fd, SHUT_WR);
+        nw_manager_status_close(m, c);
+    }
+}
+
+/* An event on a status connection or the status listener: 1 when fd was one. */
+static int nw_manager_status_event(nw_manager *m, int fd)
+{
+    if (fd == m->status_fd) {
+        nw_manager_status_accept(m);
+        return 1;
+    }
+    for (int i = 0; m->status_active && i < NW_STATUS_CLIENTS; i++) {
+        nw_status_client *c = &m->status[i];
+        if (c->fd != fd)
+            continue;
+        if (c->answering)
+            nw_manager_status_write(m, c);
+        else
+            nw_manager_status_read(m, c);
+        return 1;
+    }
+    return 0;
+}
+
+static void nw_manager_status_expire(nw_manager *m)
+{
+    for (int i = 0; m->status_active && i < NW_STATUS_CLIENTS; i++)
+        if (m->status[i].fd >= 0 && m->status[i].deadline <= m->now)
+            nw_manager_status_close(m, &m->status[i]);
+}
+
 /* ------------------------------------------------------------ time */
 
 static void nw_manager_expire(nw_manager *m)
@@ -602,6 +875,10 @@ static int nw_manager_timeout(const nw_manager *m)
         next = m->slots[m->idle.first].deadline;
     if (m->reading.first != NW_MANAGER_NONE && m->slots[m->reading.first].deadline < next)
         next = m->slots[m->reading.first].deadline;
+    if (m->max_queue_wait && m->next_shed < next)
+        next = m->next_shed;
+    if (m->status_active && m->now + 1000 < next)
+        next = m->now + 1000;
     nw_msec left = next - nw_now_ms();
     return left <= 0 ? 0 : (int)left;
 }
@@ -610,6 +887,8 @@ static int nw_manager_timeout(const nw_manager *m)
 
 static void nw_manager_event(nw_manager *m, int fd)
 {
+    if ((m->status_fd >= 0 || m->status_active) && nw_manager_status_event(m, fd))
+        return;
     if (fd == m->control) {
         nw_manager_control_readable(m);
     } else if (fd == m->sigfd) {
@@ -659,6 +938,15 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->max_line = cfg->max_request_line;
     m->now = nw_now_ms();
     m->next_stats = m->now + NW_MANAGER_STATS_MS;
+    m->serve_reader = cfg->serve_reader_fd;
+    m->max_queue_wait = nw_manager_ms(cfg->max_queue_wait);
+    m->status_fd = cfg->status_fd;
+    for (int i = 0; i < NW_STATUS_CLIENTS; i++)
+        m->status[i].fd = -1;
+    m->nlisteners = cfg->nlisteners;
+    memcpy(m->listeners, cfg->listener_fds, sizeof m->listeners);
+    if (cfg->scoreboard_fd >= 0 && !(m->board = nw_scoreboard_map(cfg->scoreboard_fd)))
+        fprintf(stderr, "narwhal-manager: cannot map the scoreboard: %s\n", strerror(errno));
 
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
@@ -677,6 +965,11 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     if (nw_manager_watch(m, m->sigfd) < 0 || nw_manager_watch(m, control) < 0
         || nw_manager_watch(m, handoff_queue) < 0)
         return -1;
+    if (m->status_fd >= 0) {
+        nw_io_set_nonblocking(m->status_fd);
+        if (nw_manager_watch(m, m->status_fd) < 0)
+            return -1;
+    }
     /* Room for the largest SERVE frame even where the default socket
      * buffer is small (the kernel caps this at net.core.wmem_max). */
     int sndbuf = 0, want = NW_FRAME_MAX_DATA + 4096;
@@ -758,6 +1051,12 @@ static void nw_manager_close(nw_manager *m)
             close((int)fd);
         }
     }
+    for (int i = 0; i < NW_STATUS_CLIENTS; i++)
+        if (m->status[i].fd >= 0)
+            nw_manager_status_close(m, &m->status[i]);
+    if (m->status_fd >= 0)
+        close(m->status_fd);
+    nw_scoreboard_unmap(m->board);
     free(m->slots);
     free(m->frame_data);
     if (m->ep >= 0)
@@ -801,6 +1100,8 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
         for (int i = 0; i < n && !m.stop; i++)
             nw_manager_event(&m, ev[i].data.fd);
         nw_manager_expire(&m);
+        nw_manager_shed(&m);
+        nw_manager_status_expire(&m);
         nw_manager_send_stats(&m);
     }
     if (m.serve_until) {

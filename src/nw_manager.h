@@ -16,6 +16,12 @@ typedef struct {
     size_t max_connections;     /* connections held at once; 0: no limit */
     size_t max_header_bytes;    /* a buffered head longer than this goes to a worker (431) */
     size_t max_request_line;    /* a first line longer than this, no LF yet: to a worker (414) */
+    double max_queue_wait;      /* seconds a complete request may wait for a worker, then 503 (0: no limit) */
+    int scoreboard_fd;          /* the scoreboard's memfd, or -1 */
+    int serve_reader_fd;        /* the workers' end of the serve queue (for shedding), or -1 */
+    int status_fd;              /* the --status-listen listener, or -1 */
+    int listener_fds[16];       /* the app's listeners (queue lengths only) */
+    int nlisteners;
 } nw_manager_config;
 
 /* Run the manager until the master closes control_fd (end of stream) or

@@ -1,40 +1,111 @@
 /* The scoreboard (see nw_scoreboard.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include "nw_scoreboard.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-static size_t board_bytes(uint32_t nslots)
+static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
+
+size_t nw_scoreboard_bytes(uint32_t nslots)
 {
     return sizeof(nw_scoreboard) + (size_t)nslots * sizeof(nw_score_slot);
 }
 
-nw_scoreboard *nw_scoreboard_create(uint32_t nslots)
+nw_scoreboard *nw_scoreboard_create(uint32_t nslots, int *fd_out)
 {
-    void *p = mmap(NULL, board_bytes(nslots), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    size_t bytes = nw_scoreboard_bytes(nslots);
+    int fd = memfd_create("narwhal-scoreboard", MFD_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    nw_scoreboard *b = p;           /* zeroed by the kernel: every slot free */
+    b->h.magic = NW_SCOREBOARD_MAGIC;
+    b->h.nslots = nslots;
+    *fd_out = fd;
+    return b;
+}
+
+const nw_scoreboard *nw_scoreboard_map(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return NULL;
+    if ((size_t)st.st_size < sizeof(nw_scoreboard)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return NULL;
-    nw_scoreboard *b = p;           /* zeroed by the kernel: every slot free */
-    b->nslots = nslots;
+    const nw_scoreboard *b = p;
+    if (b->h.magic != NW_SCOREBOARD_MAGIC
+        || nw_scoreboard_bytes(b->h.nslots) > (size_t)st.st_size) {
+        munmap(p, (size_t)st.st_size);
+        errno = EINVAL;
+        return NULL;
+    }
     return b;
 }
 
 void nw_scoreboard_destroy(nw_scoreboard *b)
 {
     if (b)
-        munmap(b, board_bytes(b->nslots));
+        munmap(b, nw_scoreboard_bytes(b->h.nslots));
 }
 
-void nw_scoreboard_claim(nw_score_slot *s, int pid)
+void nw_scoreboard_unmap(const nw_scoreboard *b)
+{
+    if (b)
+        munmap((void *)b, nw_scoreboard_bytes(b->h.nslots));
+}
+
+void nw_scoreboard_claim(nw_score_slot *s, int pid, int generation, nw_msec now)
 {
     memset((void *)s, 0, sizeof *s);
-    s->pid = pid;
+    s->generation = generation;
+    s->born = now;
     s->state = NW_WORKER_STARTING;
+    s->pid = pid;
+}
+
+static void add_counts(nw_score_counts *to, const nw_score_counts *from)
+{
+    to->served += from->served;
+    for (int i = 0; i < NW_SCORE_CLASSES; i++)
+        to->by_class[i] += from->by_class[i];
+    for (int i = 0; i < NW_SCORE_BUCKETS; i++)
+        to->bucket[i] += from->bucket[i];
+    to->duration_us += from->duration_us;
+}
+
+void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s)
+{
+    __atomic_add_fetch(&b->h.seq, 1, __ATOMIC_SEQ_CST);     /* odd: folding */
+    add_counts(&b->h.gone, &s->counts);
+    memset((void *)s, 0, sizeof *s);
+    __atomic_add_fetch(&b->h.seq, 1, __ATOMIC_SEQ_CST);     /* even: done */
 }
 
 void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t method_len,
-                                 const char *target, size_t target_len, nw_msec now)
+                                 const char *target, size_t target_len, uint64_t now_us)
 {
     size_t room = sizeof s->request;
     if (method_len > room - 1)
@@ -49,13 +120,56 @@ void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t me
         n += target_len;
     }
     s->request_len = (uint32_t)n;
-    s->since = now;
+    s->since_us = now_us;
     s->started++;
     s->state = NW_WORKER_BUSY;
 }
 
-void nw_scoreboard_request_end(nw_score_slot *s)
+int nw_scoreboard_bucket(uint64_t duration_us)
 {
-    s->served++;
-    s->state = NW_WORKER_IDLE;
+    int i = 0;
+    while (i < NW_SCORE_BUCKETS - 1 && duration_us > bounds_us[i])
+        i++;
+    return i;
+}
+
+void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us)
+{
+    uint64_t d = now_us > s->since_us ? now_us - s->since_us : 0;
+    int class = status / 100 - 1;
+    if (class >= 0 && class < NW_SCORE_CLASSES)
+        s->counts.by_class[class]++;
+    s->counts.bucket[nw_scoreboard_bucket(d)]++;
+    s->counts.duration_us += d;
+    s->counts.served++;
+    if (s->state == NW_WORKER_BUSY)
+        s->state = NW_WORKER_IDLE;
+}
+
+void nw_scoreboard_count_error(nw_score_slot *s, int status)
+{
+    int class = status / 100 - 1;
+    if (class >= 0 && class < NW_SCORE_CLASSES)
+        s->counts.by_class[class]++;
+    s->counts.bucket[0]++;
+    s->counts.served++;
+}
+
+void nw_scoreboard_totals(const nw_scoreboard *b, nw_score_counts *out)
+{
+    for (int tries = 0; tries < 1000; tries++) {
+        uint32_t seq = __atomic_load_n(&b->h.seq, __ATOMIC_ACQUIRE);
+        if (seq & 1)
+            continue;
+        nw_score_counts t = b->h.gone;
+        for (uint32_t i = 0; i < b->h.nslots; i++)
+            if (b->slot[i].pid)
+                add_counts(&t, &b->slot[i].counts);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&b->h.seq, __ATOMIC_ACQUIRE) == seq) {
+            *out = t;
+            return;
+        }
+    }
+    memset(out, 0, sizeof *out);
 }

@@ -1,9 +1,10 @@
-/* The scoreboard: one slot per worker in memory shared by the master and
- * every process it forks, mapped by the master before the first fork.
- * A worker writes its own slot (a few stores per request, no system
- * call); the master reads it, also after the worker has died, to know
- * whether it had served anything and what it was serving. See "The
- * scoreboard" in docs/DESIGN.md. */
+/* The scoreboard: shared memory the master maps before the first fork
+ * (a memfd, so the exec'd manager can map it too). A header the master
+ * writes, and one slot per worker written only by that worker: a few
+ * stores per request, no system call. The master reads it to supervise
+ * (also after a worker died); the manager reads it to answer the status
+ * listener. See "The scoreboard and supervision" and "The operator layer"
+ * in docs/DESIGN.md. */
 #ifndef NW_SCOREBOARD_H
 #define NW_SCOREBOARD_H
 
@@ -11,42 +12,114 @@
 #include <stdint.h>
 #include "nw_io.h"
 
+#define NW_SCOREBOARD_MAGIC   0x3142534eu  /* "NSB1" */
 #define NW_SCOREBOARD_SLOTS   1024  /* workers alive at once, all generations */
 #define NW_SCOREBOARD_REQUEST 160   /* bytes of "METHOD target" kept */
+#define NW_SCORE_CLASSES      5     /* status classes 1xx .. 5xx */
+#define NW_SCORE_BUCKETS      12    /* duration histogram: 11 bounds and +Inf */
+
+/* The histogram's upper bounds, in microseconds (the last bucket is +Inf). */
+#define NW_SCORE_BOUNDS_US { 5000, 10000, 25000, 50000, 100000, 250000, 500000, \
+                             1000000, 2500000, 5000000, 10000000 }
 
 enum nw_worker_state {
     NW_WORKER_FREE = 0,     /* no worker in this slot */
     NW_WORKER_STARTING,     /* forked, loading or setting up */
     NW_WORKER_IDLE,         /* between requests */
     NW_WORKER_BUSY,         /* running a request */
+    NW_WORKER_STOPPING,     /* leaving: finishing what it has */
 };
+
+/* Why a worker leaves, as it says in its slot before it goes. */
+enum nw_exit_reason {
+    NW_EXIT_NONE = 0,       /* not said (a crash, a kill, a stop) */
+    NW_EXIT_MAX_REQUESTS,   /* --max-reqs-per-child */
+    NW_EXIT_MEMORY,         /* --max-worker-rss */
+    NW_EXIT_WATCHDOG,       /* --request-timeout */
+    NW_EXIT_RETIRED,        /* the master asked (HUP, TTOU) */
+};
+
+/* Why the master started a worker in place of another (the restarts
+ * counter's labels). */
+enum nw_restart_reason {
+    NW_RESTART_MAX_REQUESTS = 0,
+    NW_RESTART_CRASH,
+    NW_RESTART_WATCHDOG,
+    NW_RESTART_MEMORY,
+    NW_RESTART_SIGNAL,
+    NW_RESTART_REASONS
+};
+
+/* Counts a worker keeps of the requests it finished. */
+typedef struct {
+    uint64_t served;                        /* requests finished */
+    uint64_t by_class[NW_SCORE_CLASSES];    /* responses by status class */
+    uint64_t bucket[NW_SCORE_BUCKETS];      /* durations, per bucket (not cumulative) */
+    uint64_t duration_us;                   /* sum of durations */
+} nw_score_counts;
 
 typedef struct {
     volatile int32_t pid;
     volatile int32_t state;             /* enum nw_worker_state */
+    volatile int32_t exit_reason;       /* enum nw_exit_reason */
+    volatile int32_t generation;        /* the master's generation when forked */
     volatile uint64_t started;          /* requests begun, ever */
-    volatile uint64_t served;           /* requests finished */
-    volatile nw_msec since;             /* the current request began (monotonic ms) */
+    volatile nw_msec born;              /* forked (monotonic ms) */
+    volatile uint64_t since_us;         /* the current request began (monotonic us) */
+    nw_score_counts counts;
     volatile uint32_t request_len;
     char request[NW_SCOREBOARD_REQUEST]; /* "METHOD target" of the current or last request */
 } nw_score_slot;
 
 typedef struct {
+    uint32_t magic;
     uint32_t nslots;
+    int32_t  master_pid;
+    volatile int32_t stopping;          /* a graceful stop (or a drain) has begun */
+    int64_t  started_unix;              /* the master started (seconds since the epoch) */
+    volatile uint32_t seq;              /* odd while the master folds a slot into gone */
+    volatile int32_t workers_wanted;    /* --max-workers now */
+    volatile uint64_t restarts[NW_RESTART_REASONS];
+    nw_score_counts gone;               /* the counts of workers reaped */
+} nw_score_header;
+
+typedef struct {
+    nw_score_header h;
     nw_score_slot slot[];
 } nw_scoreboard;
 
-/* Map a zeroed board of nslots shared with every child forked after it.
- * NULL with errno on failure. */
-nw_scoreboard *nw_scoreboard_create(uint32_t nslots);
-void nw_scoreboard_destroy(nw_scoreboard *b);
+/* Bytes of a board of nslots. */
+size_t nw_scoreboard_bytes(uint32_t nslots);
 
-/* The slot of worker pid, about to start. */
-void nw_scoreboard_claim(nw_score_slot *s, int pid);
+/* A zeroed board of nslots in a memfd mapped shared, inherited by every
+ * child forked after it; *fd_out gets the memfd (close-on-exec) for a
+ * program that maps it itself (nw_scoreboard_map). NULL with errno. */
+nw_scoreboard *nw_scoreboard_create(uint32_t nslots, int *fd_out);
+/* Map the board in fd read-only. NULL with errno (EINVAL: not a board). */
+const nw_scoreboard *nw_scoreboard_map(int fd);
+void nw_scoreboard_destroy(nw_scoreboard *b);
+void nw_scoreboard_unmap(const nw_scoreboard *b);
+
+/* The master: the slot of worker pid, about to start. */
+void nw_scoreboard_claim(nw_score_slot *s, int pid, int generation, nw_msec now);
+/* The master: a reaped worker's counts go into the header's, and its slot
+ * is freed, under the sequence counter. */
+void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s);
 
 /* A request begins and ends (the worker, on its own slot). */
 void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t method_len,
-                                 const char *target, size_t target_len, nw_msec now);
-void nw_scoreboard_request_end(nw_score_slot *s);
+                                 const char *target, size_t target_len, uint64_t now_us);
+void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us);
+
+/* A request answered with an error before it reached the app (400, 408,
+ * 413...): counted by its status, with no duration. */
+void nw_scoreboard_count_error(nw_score_slot *s, int status);
+
+/* Which bucket a duration falls in. */
+int nw_scoreboard_bucket(uint64_t duration_us);
+
+/* A reader's consistent copy of the totals: the header's counts of the
+ * workers gone plus every live slot's (retried while the master folds). */
+void nw_scoreboard_totals(const nw_scoreboard *b, nw_score_counts *out);
 
 #endif

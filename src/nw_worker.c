@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/resource.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "nw_frame.h"
+#include "nw_scoreboard.h"
 
 #define SIGNAL_EVENT      63    /* epoll data for the signalfd (listeners are 0..62) */
 #define SERVE_QUEUE_EVENT 64    /* epoll data for the serve queue */
@@ -42,10 +45,15 @@ static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
     return wc;
 }
 
+/* The connection whose request is running (the request watchdog's). */
+static nw_wconn *volatile serving;
+
 void nw_wconn_free(nw_wconn *wc)
 {
     if (!wc)
         return;
+    if (serving == wc)
+        serving = NULL;
     nw_conn_destroy(wc->c);
     free(wc);
 }
@@ -399,6 +407,8 @@ static nw_release_result park_or_hand_off(nw_worker *w, nw_wconn *wc)
 nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reason why)
 {
     nw_conn *c = wc->c;
+    if (serving == wc)
+        serving = NULL;
     switch (why) {
     case NW_RELEASE_KEEPALIVE:
         /* A client that waits for each response has not sent its next
@@ -453,7 +463,9 @@ void nw_worker_drain(nw_worker *w)
 
 void nw_worker_request_started(nw_wconn *wc)
 {
-    wc->started = nw_now_ms();
+    serving = wc;
+    wc->started_us = nw_now_us();
+    wc->started = (nw_msec)(wc->started_us / 1000);
 }
 
 int nw_worker_has_manager(const nw_worker *w)
@@ -649,7 +661,7 @@ static int crash_lock(nw_worker *w)
  * only when nobody is changing it: the lock is free (the main thread is
  * out serving, the watcher asleep), or there is no watcher and the main
  * thread was not inside. */
-static void crash_hand_off(int sig)
+static void hand_off_parked_from_handler(void)
 {
     nw_worker *w = process_worker;
     if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->park.count > 0) {
@@ -661,6 +673,11 @@ static void crash_hand_off(int sig)
                     nw_conn_handoff(wc->c, w->handoff_queue);   /* our copy is closed */
         }
     }
+}
+
+static void crash_hand_off(int sig)
+{
+    hand_off_parked_from_handler();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -675,6 +692,109 @@ void nw_worker_hand_off_on_crash(nw_worker *w)
     for (size_t i = 0; i < sizeof crash_signals / sizeof crash_signals[0]; i++)
         sigaction(crash_signals[i], &sa, NULL);
     (void)w;
+}
+
+/* ---- the memory limit ---------------------------------------------- */
+
+/* The peak RSS (getrusage) is one system call and never reads a file; only
+ * when the peak passes the limit is the current size read from /proc, at
+ * most every NW_RSS_LOOK_MS (the peak stays high after a big request whose
+ * memory went back). */
+uint64_t nw_worker_rss_over(uint64_t limit_kb)
+{
+    static nw_msec next_look;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0 || (uint64_t)ru.ru_maxrss <= limit_kb)
+        return 0;
+    nw_msec now = nw_now_ms();
+    if (now < next_look)
+        return 0;
+    next_look = now + NW_RSS_LOOK_MS;
+    char text[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = 0;
+    unsigned long long size, resident;
+    if (sscanf(text, "%llu %llu", &size, &resident) != 2)
+        return 0;
+    uint64_t kb = (uint64_t)resident * (uint64_t)(sysconf(_SC_PAGESIZE) / 1024);
+    return kb > limit_kb ? kb : 0;
+}
+
+/* ---- the request watchdog ------------------------------------------ */
+
+static struct sigaction watchdog_next;      /* the handler in front of which ours sits */
+static nw_score_slot *watchdog_slot;        /* the worker's scoreboard slot, or NULL */
+static volatile sig_atomic_t watchdog_hits;
+
+int nw_worker_watchdog_reply(void)
+{
+    static const char resp[] =
+        "HTTP/1.1 504 Gateway Timeout\r\nContent-Type: text/plain\r\n"
+        "Content-Length: 20\r\nConnection: close\r\n\r\n504 Gateway Timeout\n";
+    nw_wconn *wc = serving;
+    if (!wc || !wc->c || wc->c->fd < 0)
+        return 0;
+    int answered = 0;
+    if (!wc->c->responded && !wc->c->broken)
+        answered = send(wc->c->fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL) > 0;
+    wc->c->broken = 1;
+    shutdown(wc->c->fd, SHUT_WR);
+    if (watchdog_slot) {    /* counted as what the client got */
+        nw_scoreboard_request_end(watchdog_slot, answered || !wc->c->status ? 504 : wc->c->status,
+                                  nw_now_us());
+        watchdog_slot->exit_reason = NW_EXIT_WATCHDOG;
+        watchdog_slot->state = NW_WORKER_STOPPING;
+    }
+    return answered;
+}
+
+/* The second signal: the first one's Perl handler never ran, so the app is
+ * in C code (or a system call that restarts). Only async-signal-safe calls. */
+static void watchdog_last_resort(void)
+{
+    static const char msg[] =
+        ": the request watchdog found the app outside Perl (in C code or a system call "
+        "that does not return), so no Perl backtrace; answering 504 and exiting\n";
+    char line[sizeof msg + 40] = "narwhal: worker ", digits[12];
+    size_t n = strlen(line), k = 0;
+    for (unsigned pid = (unsigned)getpid(); pid && k < sizeof digits; pid /= 10)
+        digits[k++] = (char)('0' + pid % 10);
+    while (k)
+        line[n++] = digits[--k];
+    memcpy(line + n, msg, sizeof msg - 1);
+    (void)!write(2, line, n + sizeof msg - 1);
+    nw_worker_watchdog_reply();
+    hand_off_parked_from_handler();
+    _exit(NW_WORKER_EXIT_WATCHDOG);
+}
+
+static void watchdog_handler(int sig, siginfo_t *si, void *uc)
+{
+    if (++watchdog_hits >= 2)
+        watchdog_last_resort();
+    if (watchdog_next.sa_flags & SA_SIGINFO)
+        watchdog_next.sa_sigaction(sig, si, uc);
+    else if (watchdog_next.sa_handler != SIG_DFL && watchdog_next.sa_handler != SIG_IGN)
+        watchdog_next.sa_handler(sig);
+}
+
+void nw_worker_watchdog_arm(int sig, nw_score_slot *slot)
+{
+    watchdog_slot = slot;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    if (sigaction(sig, NULL, &watchdog_next) != 0)
+        return;
+    sa.sa_sigaction = watchdog_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
 }
 
 void nw_worker_enter(nw_worker *w)

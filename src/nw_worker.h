@@ -25,6 +25,7 @@
 #include "nw_conn.h"
 #include "nw_limits.h"
 #include "nw_park.h"
+#include "nw_scoreboard.h"
 
 #define NW_WORKER_MAX_LISTENERS 63
 
@@ -34,6 +35,7 @@ typedef struct {
     struct sockaddr_storage peer;   /* the client's address, from accept4 or getpeername */
     socklen_t peer_len;             /* 0 when unknown */
     nw_msec started;                /* the current request's head was complete then; 0 between requests */
+    uint64_t started_us;            /* the same, in microseconds (its duration's start) */
     nw_park_watch watch;            /* its registration in the worker's epoll set */
     int peer_closed;                /* its peer's FIN was reported while parked */
     int socket_lent;                /* the app got a dup of the socket (psgix.io): it may
@@ -186,6 +188,27 @@ int nw_worker_deliver_signals(nw_worker *w);
 void nw_worker_request_started(nw_wconn *wc);
 
 int nw_worker_has_manager(const nw_worker *w);
+
+/* --max-worker-rss: this process's resident size in KiB when it is over
+ * limit_kb, else 0. Cheap enough for every request (see the .c). */
+uint64_t nw_worker_rss_over(uint64_t limit_kb);
+
+/* The request watchdog (DESIGN.md, "The operator layer"). A worker it
+ * ends exits with this status. */
+#define NW_WORKER_EXIT_WATCHDOG 72
+
+/* Put a handler for sig in front of the one installed now (Perl's): the
+ * first signal goes on to it (the Perl handler logs a backtrace at the
+ * next safe point); a second one means Perl never got there, and the
+ * handler answers 504, hands the parked connections to the manager and
+ * exits with NW_WORKER_EXIT_WATCHDOG. The request is counted on slot (if
+ * any) with the status the client got. */
+void nw_worker_watchdog_arm(int sig, nw_score_slot *slot);
+
+/* Answer 504 on the connection whose request is running, unless a byte of
+ * its response went out already, and end the connection's output.
+ * Async-signal-safe. Returns 1 when the 504 was sent. */
+int nw_worker_watchdog_reply(void);
 
 /* Stop the watcher (it reads the parked connections, which the caller is
  * about to free). Idempotent. */

@@ -90,6 +90,10 @@ void nw_config_export_limits(pTHX)
         { "MANAGER_CONTROL_FD", NW_MANAGER_CONTROL_FD },
         { "MANAGER_HANDOFF_QUEUE_FD", NW_MANAGER_HANDOFF_QUEUE_FD },
         { "MANAGER_SERVE_QUEUE_FD", NW_MANAGER_SERVE_QUEUE_FD },
+        { "MANAGER_SCOREBOARD_FD", NW_MANAGER_SCOREBOARD_FD },
+        { "MANAGER_SERVE_READER_FD", NW_MANAGER_SERVE_READER_FD },
+        { "MANAGER_STATUS_FD", NW_MANAGER_STATUS_FD },
+        { "MANAGER_LISTENERS_FD", NW_MANAGER_LISTENERS_FD },
     };
     for (size_t i = 0; i < sizeof limit / sizeof limit[0]; i++)
         newCONSTSUB(stash, limit[i].name, newSVnv(limit[i].value));

@@ -51,6 +51,7 @@ int nw_response_start(pTHX_ nw_conn *c, int status, SV *headers_rv,
     }
     nw_conn_head_ready(c, f, seen.has_content_length ? seen.content_length
                                                      : known_length, ka);
+    c->status = status;
     return f;
 }
 

@@ -20,6 +20,9 @@ use constant BACKOFF_MAX       => 10;    # ...doubling up to this
 use constant CRASH_LOG_EVERY   => 10;    # seconds: worker deaths past the first are summed up
 use constant KILL_REAP_WAIT    => 0.5;   # after KILL at the graceful deadline, wait this long
 use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long at most for the manager
+use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
+use constant MANAGER_MAX_LISTENERS => 16; # listeners whose queue the manager reports
+use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between the watchdog's steps
 
 sub new {
     my ($class, %args) = @_;
@@ -40,8 +43,9 @@ sub run {
     Narwhal::open_error_log($o);
     $self->{ids} = _user_ids($o);
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o) ];
-    $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
+    $self->{status_listener} = _open_status_listener($o) if defined $o->{status_listen};
     $self->_open_scoreboard;
+    $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
     $self->_prepare_app;
     $self->_write_pid;
     $self->_signals;
@@ -54,7 +58,19 @@ sub run {
 
 sub _wants_manager {
     my ($o) = @_;
-    return $o->{manager} && !$o->{disable_keepalive} && $o->{max_keepalive_reqs} > 1;
+    return $o->{manager} && ((!$o->{disable_keepalive} && $o->{max_keepalive_reqs} > 1)
+                             || defined $o->{status_listen} || $o->{max_queue_wait});
+}
+
+# The status pages' listener (--status-listen): opened here, with the app's,
+# and answered by the manager (DESIGN.md, "The operator layer").
+sub _open_status_listener {
+    my ($o) = @_;
+    my $spec = Narwhal::Listener::parse_spec($o->{status_listen});
+    my $same = grep { Narwhal::Listener::describe($_) eq Narwhal::Listener::describe($spec) }
+               map { Narwhal::Listener::parse_spec($_) } @{ $o->{listen} || [] };
+    die "--status-listen must not be one of the app's listeners\n" if $same;
+    return Narwhal::Listener::open_one($spec, { backlog => STATUS_BACKLOG });
 }
 
 # The connection manager is a C program, exec'd so that it holds nothing of
@@ -88,14 +104,10 @@ sub _start_manager {
     my @args = Narwhal::Options::manager_argv($o);
     my $pid = fork // die "fork: $!\n";
     if (!$pid) {
-        # Move the three ends out of the way first, then onto their numbers.
-        my @high = map { fcntl($s->{$_}, F_DUPFD, 10) }
-                   qw(control_manager handoff_manager serve_manager);
-        my @fd = (Narwhal::Limits::MANAGER_CONTROL_FD(), Narwhal::Limits::MANAGER_HANDOFF_QUEUE_FD(),
-                  Narwhal::Limits::MANAGER_SERVE_QUEUE_FD());
-        POSIX::close($_->{fd}) for @{ $self->{listeners} };
-        POSIX::dup2($high[$_], $fd[$_]) for 0 .. 2;
-        POSIX::close($_) for @high;
+        eval { push @args, $self->_place_manager_descriptors; 1 } or do {
+            print STDERR "narwhal: connection manager: $@";
+            POSIX::_exit(1);
+        };
         # It reads request heads from the network: never as root.
         eval { _drop_privileges($self->{ids}); 1 } or do {
             print STDERR "narwhal: connection manager: $@";
@@ -106,6 +118,58 @@ sub _start_manager {
         POSIX::_exit(127);
     }
     $self->{manager} = { pid => $pid, started => Time::HiRes::time() };
+}
+
+# What the manager gets, by role: [the master's handle or fd, its number
+# there] (docs/PROTOCOL.md, "Sockets").
+sub _manager_descriptors {
+    my $self = shift;
+    my $s = $self->{sockets};
+    my %to = (
+        control    => [ $s->{control_manager}, Narwhal::Limits::MANAGER_CONTROL_FD() ],
+        handoff    => [ $s->{handoff_manager}, Narwhal::Limits::MANAGER_HANDOFF_QUEUE_FD() ],
+        serve      => [ $s->{serve_manager}, Narwhal::Limits::MANAGER_SERVE_QUEUE_FD() ],
+        scoreboard => [ $self->{scoreboard}->fd, Narwhal::Limits::MANAGER_SCOREBOARD_FD() ],
+        reader     => [ $s->{serve_worker}, Narwhal::Limits::MANAGER_SERVE_READER_FD() ],
+    );
+    $to{status} = [ $self->{status_listener}{fd}, Narwhal::Limits::MANAGER_STATUS_FD() ]
+        if $self->{status_listener};
+    my $n = 0;
+    $to{"listener$n"} = [ $_->{fd}, Narwhal::Limits::MANAGER_LISTENERS_FD() + $n++ ]
+        for grep { $n < MANAGER_MAX_LISTENERS } @{ $self->{listeners} };
+    return %to;
+}
+
+# In the manager's child: every descriptor onto its number (each moved out
+# of the way first); returns the arguments that name them.
+sub _place_manager_descriptors {
+    my $self = shift;
+    my %to = $self->_manager_descriptors;
+    my $above = (sort { $b <=> $a } map { $_->[1] } values %to)[0] + 1;
+    my %high = map { $_ => _dup_above($to{$_}[0], $above) } keys %to;
+    POSIX::close($_->{fd}) for @{ $self->{listeners} };
+    POSIX::dup2($high{$_}, $to{$_}[1]) // die "dup2: $!\n" for keys %to;
+    POSIX::close($_) for values %high;
+    return $self->_manager_descriptor_args(\%to);
+}
+
+sub _manager_descriptor_args {
+    my ($self, $to) = @_;
+    my @listeners = map { $to->{$_}[1] } sort grep { /^listener/ } keys %$to;
+    return ('--scoreboard-fd', $to->{scoreboard}[1], '--serve-reader-fd', $to->{reader}[1],
+            ($to->{status} ? ('--status-fd', $to->{status}[1]) : ()),
+            (@listeners ? ('--listener-fds', join ',', @listeners) : ()));
+}
+
+# A copy of a handle or fd numbered $min or more.
+sub _dup_above {
+    my ($h, $min) = @_;
+    if (!ref $h) {
+        open(my $fh, '+<&=', $h) or die "fd $h: $!\n";
+        $h = $fh;
+    }
+    my $fd = fcntl($h, F_DUPFD, $min) or die "F_DUPFD: $!\n";
+    return $fd + 0;
 }
 
 sub _manager_gone {
@@ -259,6 +323,7 @@ sub _manage {
         } else {
             $self->_spawn_missing;
         }
+        $self->_watch_requests if $self->{options}{request_timeout};
         select(undef, undef, undef, $self->_sleep_for);
     }
 }
@@ -297,6 +362,7 @@ sub _handle_signals {
     if (my $n = delete $p->{ttou}) {
         $self->_shrink($n);
     }
+    $self->{scoreboard}->set_workers_wanted($self->{options}{max_workers});
     $self->_log_stats if delete $p->{usr2};
     $self->_reopen_logs if delete $p->{usr1};
 }
@@ -328,6 +394,7 @@ sub _begin_stop {
     my ($self, $sig) = @_;
     my $now = Time::HiRes::time();
     $self->{stop_deadline} = $now + $self->{options}{graceful_timeout};
+    $self->{scoreboard}->set_stopping(1);
     close $_->{handle} for grep { $_->{handle} } @{ $self->{listeners} };
     if ($self->{manager}) {
         kill TERM => $self->{manager}{pid};
@@ -443,13 +510,14 @@ my @FORK_BLOCKED = qw(TERM INT QUIT HUP TTIN TTOU USR1);
 sub _open_scoreboard {
     my $self = shift;
     $self->{scoreboard} = Narwhal::Scoreboard->new(Narwhal::Limits::SCOREBOARD_SLOTS());
+    $self->{scoreboard}->set_workers_wanted($self->{options}{max_workers});
     $self->{free_slots} = [ 0 .. Narwhal::Limits::SCOREBOARD_SLOTS() - 1 ];
 }
 
 sub _spawn {
     my $self = shift;
     my $slot = shift @{ $self->{free_slots} || [] };
-    $self->{scoreboard}->claim($slot, 0) if defined $slot;
+    $self->{scoreboard}->claim($slot, 0, $self->{generation}) if defined $slot;
     my $block = POSIX::SigSet->new(map { POSIX->can("SIG$_")->() } @FORK_BLOCKED);
     my $saved = POSIX::SigSet->new;
     POSIX::sigprocmask(POSIX::SIG_BLOCK(), $block, $saved);
@@ -541,13 +609,62 @@ sub _worker_gone {
         return $self->_abandon_reload($pid, $status & 127 ? "was killed by signal " . ($status & 127)
                                                           : "exited with status " . ($status >> 8));
     }
-    $self->_log_death($pid, $status, $score) if $status != 0 && !$w->{leaving};
+    $self->_log_death($pid, $status, $score) if $status != 0 && !$w->{leaving} && !$w->{watchdog};
+    $self->_count_restart($w, $status, $score) unless $self->{stop_deadline};
     return if $self->{stop_deadline} || $w->{generation} != $self->{generation};
     my $served = ($score->{started} // 0) > 0;
     if ($status != 0 && !$served && Time::HiRes::time() - $w->{started} < QUICK_DEATH) {
         $self->{next_spawn} = Time::HiRes::time() + _backoff($self->{failures}++);
     } else {
         $self->{failures} = 0;
+    }
+}
+
+# Why a worker that left is replaced (narwhal_worker_restarts_total). A
+# worker retired by TTOU is not replaced, nor one of a reload given up.
+my %CRASH_SIGNAL = map { (POSIX->can("SIG$_")->() => 1) } qw(SEGV BUS FPE ILL ABRT);
+sub _count_restart {
+    my ($self, $w, $status, $score) = @_;
+    my $sb = 'Narwhal::Scoreboard';
+    my $reason = $score->{exit_reason} // '';
+    my $code = $w->{watchdog} || $reason eq 'watchdog' ? $sb->RESTART_WATCHDOG
+             : $reason eq 'memory'                      ? $sb->RESTART_MEMORY
+             : $reason eq 'max-requests'                ? $sb->RESTART_MAX_REQUESTS
+             : $w->{leaving} || $reason eq 'retired'    ? ($w->{generation} != $self->{generation}
+                                                            ? $sb->RESTART_SIGNAL : return)
+             : ($status & 127) && !$CRASH_SIGNAL{ $status & 127 } ? $sb->RESTART_SIGNAL
+             : $status != 0                             ? $sb->RESTART_CRASH
+             :                                            $sb->RESTART_SIGNAL;
+    return if $w->{generation} != $self->{generation} && $code != $sb->RESTART_SIGNAL;
+    $self->{scoreboard}->count_restart($code);
+}
+
+# --request-timeout: a request running longer gets its worker XCPU (its
+# Perl handler logs a backtrace, answers 504 and exits); still there a
+# second later, XCPU again (a C handler does the same without Perl: the app
+# is in C code); still there, KILL. DESIGN.md, "The operator layer".
+sub _watch_requests {
+    my $self = shift;
+    my $limit_ms = $self->{options}{request_timeout} * 1000;
+    my $now = Time::HiRes::time();
+    for my $pid (keys %{ $self->{workers} }) {
+        my $w = $self->{workers}{$pid};
+        next unless defined $w->{slot};
+        my $score = $self->{scoreboard}->slot($w->{slot});
+        my $d = $w->{watchdog};
+        if ($d && $d->{started} == $score->{started} && $score->{state} ne 'idle') {
+            next if $now < $d->{at} + WATCHDOG_GRACE || $d->{step} >= 3;
+            $d->{step}++;
+            $d->{at} = $now;
+            kill(($d->{step} == 2 ? 'XCPU' : 'KILL') => $pid);
+            next;
+        }
+        next unless $score->{state} eq 'busy' && $score->{running_ms} >= $limit_ms;
+        printf STDERR "narwhal: worker %d: %s has run for %.1f s, over --request-timeout %s; "
+                    . "ending it\n", $pid, $score->{request}, $score->{running_ms} / 1000,
+                    $self->{options}{request_timeout};
+        $w->{watchdog} = { started => $score->{started}, at => $now, step => 1 };
+        kill XCPU => $pid;
     }
 }
 

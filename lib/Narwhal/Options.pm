@@ -26,7 +26,7 @@ use Narwhal::Listener ();
 my $L = 'Narwhal::Limits';
 sub _c { my ($name) = @_; return $L->can($name)->() }
 
-use constant GROUPS => qw(Listening Workers Connections Limits Process);
+use constant GROUPS => qw(Listening Workers Connections Limits Operations Process);
 
 my @TABLE = (
     { name => 'listen', alias => ['l'], type => 'list', group => 'Listening', arg => 'ADDR',
@@ -149,6 +149,38 @@ my @TABLE = (
     { name => 'max_headers', type => 'count', default => _c('DEFAULT_MAX_HEADERS'), min => 1,
       max => _c('MAX_HEADERS_HARD'), c => 1, group => 'Limits', arg => 'N', help => '431 beyond',
       pod => 'A request with more header fields gets 431.' },
+
+    { name => 'status_listen', type => 'string', group => 'Operations', arg => 'ADDR',
+      help => 'serve /status, /status.json, /metrics and /health here (host:port or a path)',
+      pod => 'Serve the status pages on this address (C<host:port>, C<:port> or a unix socket '
+           . 'path): C</status> (HTML), C</status.json>, C</metrics> (Prometheus text format) and '
+           . 'C</health> (200, or 503 once a stop or drain has begun). Never one of the app\'s '
+           . 'listeners. The connection manager answers them, from C, even when every worker is '
+           . 'busy or stuck, so it needs the manager (not C<--no-manager>). Off by default; it '
+           . 'shows request lines, so bind it to loopback or a private socket.' },
+    { name => 'request_timeout', type => 'seconds', default => 0, max => _c('MAX_SECONDS'),
+      group => 'Operations', arg => 'SECS',
+      help => 'end a request running longer: backtrace to the log, 504, worker replaced (0: off)',
+      pod => 'A request that has run longer than this is ended: its worker logs where the app '
+           . 'is (a Perl backtrace with file and line; a worker stuck in C code says so), answers '
+           . 'C<504 Gateway Timeout> if no response byte was sent yet (else the connection is '
+           . 'closed), and is replaced. Checked twice a second, so a request may run up to half '
+           . 'a second more. 0 (the default) means no limit.' },
+    { name => 'max_worker_rss', type => 'count', default => 0, group => 'Operations', arg => 'MB',
+      help => 'replace a worker whose resident size passes this, after its request (0: off)',
+      pod => 'A worker whose resident size passes this many MiB after a request finishes that '
+           . 'request, hands its kept-alive connections to the manager and is replaced; the '
+           . 'error log says how large it was. Checked after every request with one '
+           . 'C<getrusage> (the peak size); C</proc> is read only once the peak is over. 0 (the '
+           . 'default) means no limit.' },
+    { name => 'max_queue_wait', type => 'count', default => 0, max => _c('MAX_SECONDS') * 1000,
+      manager => 'max-queue-wait', group => 'Operations', arg => 'MS',
+      help => 'a request waiting longer for a free worker gets 503 (0: off)',
+      pod => 'When every worker is busy, a complete request that has waited longer than this '
+           . 'many milliseconds in the connection manager is answered C<503 Service '
+           . 'Unavailable> with C<Retry-After: 1> and closed (counted in C<narwhal_shed_total>), '
+           . 'instead of the queue growing without bound. Needs the manager. 0 (the default) '
+           . 'means no limit.' },
 
     { name => 'graceful_timeout', type => 'seconds', default => 30, group => 'Process', arg => 'SECS',
       help => 'stop: wait this long for requests in flight, then KILL' },
@@ -321,6 +353,10 @@ sub _check_relations {
     my ($o) = @_;
     die "--max-header-bytes must be at least --max-request-line\n"
         if $o->{max_header_bytes} < $o->{max_request_line};
+    for my $needs (qw(status_listen max_queue_wait)) {
+        die cli_name($needs) . " needs the connection manager (it answers while every worker "
+            . "is busy): drop --no-manager\n" if $o->{$needs} && !$o->{manager};
+    }
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"
         if defined $o->{min_reqs_per_child} && $o->{max_reqs_per_child}
         && $o->{min_reqs_per_child} > $o->{max_reqs_per_child};

@@ -49,8 +49,14 @@ sub run {
     # A crash in the app costs only its own request: the parked
     # connections go to the manager first.
     $acceptor->hand_off_on_crash;
-    $self->{scoreboard}->attach($self->{score_slot})
-        if $self->{scoreboard} && defined $self->{score_slot};
+    my $board = $self->{scoreboard};
+    $board = undef unless $board && defined $self->{score_slot};
+    $board->attach($self->{score_slot}) if $board;
+    # --request-timeout: the master's XCPU; a C handler in front of the
+    # Perl one takes a second XCPU when the app is stuck outside Perl.
+    Narwhal::Acceptor::arm_watchdog($acceptor, POSIX::SIGXCPU())
+        if $self->{options}{request_timeout};
+    my $rss_limit = $self->{options}{max_worker_rss};
     my $app = $self->{app};
     my $keepalive = $self->{keepalive};
     my $managed = $self->{managed} = $acceptor->has_manager && $keepalive;
@@ -123,6 +129,10 @@ sub run {
         $kept = $self->respond($conn, $env, $res, $may_keep, $@) if $kept < 0;
         undef $res;    # the response goes first, as it always did (and stops holding $env)
         $$served++;
+        if ($rss_limit) {
+            my $rss = Narwhal::Acceptor::rss_over($rss_limit);
+            $self->_over_memory($rss) if $rss;
+        }
         # Inside an eval: the app may have locked $env, tied its values
         # or deleted the handlers, and none of that may stop the worker.
         # No reference to the handlers' array may outlive this, or the
@@ -171,6 +181,8 @@ sub run {
     }
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
+    $self->{exit_reason} //= Narwhal::Scoreboard::EXIT_MAX_REQUESTS() if $limit && $$served >= $limit;
+    $board->leaving($self->{exit_reason} // 0) if $board;
     $acceptor->release_parked($$closing ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
     $self->_exit(0);
 }
@@ -180,6 +192,48 @@ sub run {
 # objects, stops before Perl's global destruction frees them, and the
 # parked connections go to the manager rather than die with the worker.
 END { Narwhal::Acceptor::leave_process() if defined &Narwhal::Acceptor::leave_process }
+
+# --max-worker-rss: this request was served; the worker leaves as a
+# recycled one does (its kept-alive connections go to the manager).
+sub _over_memory {
+    my ($self, $mb) = @_;
+    return if $self->{exit_reason};
+    printf STDERR "narwhal: worker %d: resident size %.0f MiB is over --max-worker-rss %d after "
+                . "%d requests; it is replaced\n", $$, $mb, $self->{options}{max_worker_rss},
+                $self->{served};
+    $self->{exit_reason} = Narwhal::Scoreboard::EXIT_MEMORY();
+    $self->{stopping} = 1;
+}
+
+# --request-timeout: the master's XCPU, run by Perl at the next safe point
+# inside the app (the statement after a sleep, the next turn of a busy
+# loop). Where the app is goes to the log; the client gets 504 unless its
+# response began; the parked connections go to the manager; the worker
+# exits at once, without unwinding the app.
+sub _request_timed_out {
+    my $self = shift;
+    my $score = $self->{scoreboard} && defined $self->{score_slot}
+        ? $self->{scoreboard}->slot($self->{score_slot}) : {};
+    print STDERR map { "narwhal: worker $$: $_\n" }
+        "request timeout (--request-timeout $self->{options}{request_timeout}): "
+        . ($score->{request} || 'a request') . ' was stopped', _app_backtrace();
+    my $answered = Narwhal::Acceptor::watchdog_end($self->{acceptor});
+    print STDERR "narwhal: worker $$: ", ($answered ? 'answered 504' : 'its response had begun: closed'),
+                 "; the worker is replaced\n";
+    Narwhal::Acceptor::leave_process();
+    POSIX::_exit(Narwhal::Scoreboard::WORKER_EXIT_WATCHDOG());
+}
+
+# From a signal handler: where the app was, innermost first, down to the
+# worker's call of the app (the server's own frames say nothing).
+sub _app_backtrace {
+    my @lines;
+    for (my $i = 2; my @c = caller($i); $i++) {    # 0, 1: this sub and the handler
+        last if $c[1] =~ m{Narwhal/Worker\.pm\z} && @lines;
+        push @lines, @lines ? "  $c[3] called at $c[1] line $c[2]" : "  at $c[1] line $c[2]";
+    }
+    return @lines;
+}
 
 # Nothing to serve for a while: a worker whose master is gone leaves.
 sub _leave_if_orphaned {
@@ -193,7 +247,11 @@ sub _signals {
     # The listeners stay open until what is queued on them is served.
     my $stop = sub {
         $self->{stopping} = 1;
-        $self->{closing} = 1 unless $_[0] eq 'USR2';
+        if ($_[0] eq 'USR2') {
+            $self->{exit_reason} //= Narwhal::Scoreboard::EXIT_RETIRED();
+        } else {
+            $self->{closing} = 1;
+        }
     };
     # TERM, INT, QUIT: the server stops, idle connections are closed.
     # USR2 (from the master on HUP and TTOU): this worker retires while the
@@ -207,6 +265,7 @@ sub _signals {
             or print STDERR "narwhal: worker $$: cannot reopen the error log: $!\n";
     };
     $SIG{CHLD} = 'DEFAULT';
+    $SIG{XCPU} = sub { $self->_request_timed_out } if $self->{options}{request_timeout};
 }
 
 sub _load_app {
@@ -270,8 +329,10 @@ sub _after_response {
     for my $handler (@handlers) {
         eval { $handler->($env); 1 } or _log_error($env, "cleanup handler died: $@");
     }
-    $self->{stopping} = 1
-        if eval { exists $env->{'psgix.harakiri.commit'} && $env->{'psgix.harakiri.commit'} };
+    if (eval { exists $env->{'psgix.harakiri.commit'} && $env->{'psgix.harakiri.commit'} }) {
+        $self->{stopping} = 1;
+        $self->{exit_reason} //= Narwhal::Scoreboard::EXIT_MAX_REQUESTS();    # the app's own limit
+    }
 }
 
 # Write what the app returned (anything but the common case, which the

@@ -6,7 +6,9 @@
  *
  *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
  *                   [--max-connections N] [--max-header-bytes N]
- *                   [--max-request-line N]
+ *                   [--max-request-line N] [--max-queue-wait MS]
+ *                   [--scoreboard-fd FD] [--serve-reader-fd FD]
+ *                   [--status-fd FD] [--listener-fds FD,FD...]
  *
  * Defaults come from src/nw_limits.h; --max-connections defaults to what
  * the fd limit allows (after raising the soft limit to the hard one). */
@@ -38,15 +40,26 @@ static const struct option manager_opts[] = {
     { "max-request-line",  required_argument, NULL, 'l' },
     { "read-timeout-max",  required_argument, NULL, 'R' },
     { "min-head-rate",     required_argument, NULL, 'm' },
+    { "max-queue-wait",    required_argument, NULL, 'q' },
     { "help",              no_argument,       NULL, 'h' },
+    /* descriptors the master passes (docs/PROTOCOL.md), not options of
+     * the option table: usage() lists them apart */
+    { "scoreboard-fd",     required_argument, NULL, 'S' },
+    { "serve-reader-fd",   required_argument, NULL, 'Q' },
+    { "status-fd",         required_argument, NULL, 'T' },
+    { "listener-fds",      required_argument, NULL, 'L' },
     { NULL, 0, NULL, 0 },
 };
+#define FIRST_DESCRIPTOR_OPT "scoreboard-fd"
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: narwhal-manager [options]\n");
-    for (const struct option *o = manager_opts; o->name; o++)
+    for (const struct option *o = manager_opts; o->name; o++) {
+        if (!strcmp(o->name, FIRST_DESCRIPTOR_OPT))
+            fprintf(out, "Descriptors from the master:\n");
         fprintf(out, "  --%s%s\n", o->name, o->has_arg ? " VALUE" : "");
+    }
     fprintf(out, "Runs Narwhal's connection manager; fds 3, 4 and 5 must be its sockets\n"
                  "from the master (SOCK_SEQPACKET).\n");
 }
@@ -100,6 +113,41 @@ static int control_fd_ok(int fd)
     return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_SEQPACKET;
 }
 
+static int parse_fd(const char *s, int *out)
+{
+    size_t v;
+    if (parse_count(s, 0, &v) < 0 || v > 1 << 20)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* "9,10,11": the app's listeners. */
+static int parse_fd_list(const char *s, nw_manager_config *cfg)
+{
+    char copy[256];
+    if (strlen(s) >= sizeof copy)
+        return -1;
+    strcpy(copy, s);
+    cfg->nlisteners = 0;
+    for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int max = (int)(sizeof cfg->listener_fds / sizeof cfg->listener_fds[0]);
+        if (cfg->nlisteners == max || parse_fd(t, &cfg->listener_fds[cfg->nlisteners]) < 0)
+            return -1;
+        cfg->nlisteners++;
+    }
+    return 0;
+}
+
+static int parse_ms(const char *s, double *seconds)
+{
+    size_t ms;
+    if (parse_count(s, 0, &ms) < 0 || ms > (size_t)NW_MAX_SECONDS * 1000)
+        return -1;
+    *seconds = (double)ms / 1000.0;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_given)
 {
     const struct option *opts = manager_opts;
@@ -113,6 +161,11 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'l': bad = parse_count(optarg, 1, &cfg->max_request_line); break;
         case 'R': bad = parse_seconds(optarg, &cfg->read_timeout_max); break;
         case 'm': { size_t rate; bad = parse_count(optarg, 0, &rate); cfg->min_head_rate = (double)rate; break; }
+        case 'q': bad = parse_ms(optarg, &cfg->max_queue_wait); break;
+        case 'S': bad = parse_fd(optarg, &cfg->scoreboard_fd); break;
+        case 'Q': bad = parse_fd(optarg, &cfg->serve_reader_fd); break;
+        case 'T': bad = parse_fd(optarg, &cfg->status_fd); break;
+        case 'L': bad = parse_fd_list(optarg, cfg); break;
         case 'h': usage(stdout); exit(0);
         default:  return -1;   /* getopt_long has said why */
         }
@@ -137,6 +190,10 @@ int main(int argc, char **argv)
         .max_connections = 0,
         .max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES,
         .max_request_line = NW_DEFAULT_MAX_REQUEST_LINE,
+        .max_queue_wait = 0,
+        .scoreboard_fd = -1,
+        .serve_reader_fd = -1,
+        .status_fd = -1,
     };
     int max_given = 0;
     if (parse_args(argc, argv, &cfg, &max_given) < 0) {

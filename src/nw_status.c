@@ -1,0 +1,500 @@
+/* The status pages (see nw_status.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "nw_status.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const state_names[] = { "free", "starting", "idle", "busy", "stopping" };
+static const char *const restart_names[NW_RESTART_REASONS] = {
+    "max-requests", "crash", "watchdog", "memory", "signal" };
+static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
+
+/* One worker as the pages show it. */
+typedef struct {
+    int pid, state, generation;
+    uint64_t served, rss;
+    double running_s, age_s;
+    char request[NW_SCOREBOARD_REQUEST + 1];
+} worker_row;
+
+/* ------------------------------------------------------------ buffers */
+
+static int put(nw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int put(nw_buf *b, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->data ? b->data + b->len : NULL, room, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return -1;
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return 0;
+        }
+        if (nw_buf_reserve(b, (size_t)n + 1) < 0)
+            return -1;
+    }
+    return -1;
+}
+
+static int put_html(nw_buf *b, const char *s)
+{
+    for (; *s; s++) {
+        int r;
+        switch (*s) {
+        case '<': r = put(b, "&lt;"); break;
+        case '>': r = put(b, "&gt;"); break;
+        case '&': r = put(b, "&amp;"); break;
+        case '"': r = put(b, "&quot;"); break;
+        default:
+            r = (unsigned char)*s < 0x20 ? put(b, "?") : nw_buf_append(b, s, 1);
+        }
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int put_json_string(nw_buf *b, const char *s)
+{
+    if (nw_buf_append(b, "\"", 1) < 0)
+        return -1;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        int r;
+        if (c == '"' || c == '\\')
+            r = put(b, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            r = put(b, "\\u%04x", c);     /* bytes, not UTF-8: each one shown as itself */
+        else
+            r = nw_buf_append(b, s, 1);
+        if (r < 0)
+            return -1;
+    }
+    return nw_buf_append(b, "\"", 1);
+}
+
+/* ------------------------------------------------------------ reading */
+
+uint64_t nw_status_rss_bytes(int pid)
+{
+    char path[64], text[128];
+    snprintf(path, sizeof path, "/proc/%d/statm", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = 0;
+    unsigned long long size, resident;
+    if (sscanf(text, "%llu %llu", &size, &resident) != 2)
+        return 0;
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
+{
+    w->pid = s->pid;
+    w->state = s->state;
+    if (!w->pid || w->state <= NW_WORKER_FREE || w->state > NW_WORKER_STOPPING)
+        return 0;
+    w->generation = s->generation;
+    w->served = s->counts.served;
+    uint32_t len = s->request_len < NW_SCOREBOARD_REQUEST ? s->request_len : NW_SCOREBOARD_REQUEST;
+    memcpy(w->request, s->request, len);
+    w->request[len] = 0;
+    uint64_t since = s->since_us;
+    w->running_s = w->state == NW_WORKER_BUSY && now_us > since ? (double)(now_us - since) / 1e6 : 0;
+    uint64_t born_us = (uint64_t)s->born * 1000;
+    w->age_s = now_us > born_us ? (double)(now_us - born_us) / 1e6 : 0;
+    w->rss = nw_status_rss_bytes(w->pid);
+    return 1;
+}
+
+/* Every worker on the board; *n gets the count. The caller frees. */
+static worker_row *read_rows(const nw_scoreboard *b, size_t *n, uint64_t now_us)
+{
+    worker_row *rows = calloc(b->h.nslots ? b->h.nslots : 1, sizeof *rows);
+    *n = 0;
+    if (!rows)
+        return NULL;
+    for (uint32_t i = 0; i < b->h.nslots; i++)
+        if (b->slot[i].pid && read_row(&b->slot[i], &rows[*n], now_us))
+            (*n)++;
+    return rows;
+}
+
+static void count_states(const worker_row *rows, size_t n, uint64_t by_state[5])
+{
+    memset(by_state, 0, 5 * sizeof *by_state);
+    for (size_t i = 0; i < n; i++)
+        by_state[rows[i].state]++;
+}
+
+/* ------------------------------------------------------------ routes */
+
+int nw_status_route(const char *head, size_t len, int *head_only)
+{
+    const char *sp = memchr(head, ' ', len);
+    *head_only = 0;
+    if (!sp)
+        return NW_STATUS_NOT_FOUND;
+    size_t mlen = (size_t)(sp - head);
+    if (mlen == 4 && !memcmp(head, "HEAD", 4))
+        *head_only = 1;
+    else if (!(mlen == 3 && !memcmp(head, "GET", 3)))
+        return NW_STATUS_BAD_METHOD;
+    const char *path = sp + 1, *end = head + len;
+    size_t plen = 0;
+    while (path + plen < end && path[plen] != ' ' && path[plen] != '?' && path[plen] != '\r')
+        plen++;
+    static const struct { const char *path; int page; } routes[] = {
+        { "/metrics", NW_STATUS_METRICS }, { "/status", NW_STATUS_HTML },
+        { "/status.json", NW_STATUS_JSON }, { "/health", NW_STATUS_HEALTH },
+        { "/", NW_STATUS_HTML },
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (strlen(routes[i].path) == plen && !memcmp(routes[i].path, path, plen))
+            return routes[i].page;
+    return NW_STATUS_NOT_FOUND;
+}
+
+/* ------------------------------------------------------------ metrics */
+
+static int metric_head(nw_buf *o, const char *name, const char *type, const char *help)
+{
+    return put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static int metrics_requests(nw_buf *o, const nw_score_counts *t)
+{
+    int r = metric_head(o, "narwhal_requests_total", "counter",
+                        "Requests answered by the workers, by status class.");
+    for (int i = 0; i < NW_SCORE_CLASSES; i++)
+        r |= put(o, "narwhal_requests_total{class=\"%dxx\"} %llu\n", i + 1,
+                 (unsigned long long)t->by_class[i]);
+    r |= metric_head(o, "narwhal_request_duration_seconds", "histogram",
+                     "Time from a complete request to the end of its response.");
+    uint64_t cumulative = 0;
+    for (int i = 0; i < NW_SCORE_BUCKETS; i++) {
+        cumulative += t->bucket[i];
+        if (i < NW_SCORE_BUCKETS - 1)
+            r |= put(o, "narwhal_request_duration_seconds_bucket{le=\"%g\"} %llu\n",
+                     (double)bounds_us[i] / 1e6, (unsigned long long)cumulative);
+        else
+            r |= put(o, "narwhal_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+                     (unsigned long long)cumulative);
+    }
+    r |= put(o, "narwhal_request_duration_seconds_sum %.6f\n", (double)t->duration_us / 1e6);
+    r |= put(o, "narwhal_request_duration_seconds_count %llu\n", (unsigned long long)cumulative);
+    return r;
+}
+
+static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *rows, size_t n)
+{
+    uint64_t by_state[5];
+    count_states(rows, n, by_state);
+    int r = metric_head(o, "narwhal_workers", "gauge", "Worker processes, by state.");
+    for (int s = NW_WORKER_STARTING; s <= NW_WORKER_STOPPING; s++)
+        r |= put(o, "narwhal_workers{state=\"%s\"} %llu\n", state_names[s],
+                 (unsigned long long)by_state[s]);
+    r |= metric_head(o, "narwhal_workers_wanted", "gauge", "Workers the master keeps running.");
+    r |= put(o, "narwhal_workers_wanted %d\n", b->h.workers_wanted);
+    r |= metric_head(o, "narwhal_worker_restarts_total", "counter",
+                     "Workers started in place of one that left, by why it left.");
+    for (int i = 0; i < NW_RESTART_REASONS; i++)
+        r |= put(o, "narwhal_worker_restarts_total{reason=\"%s\"} %llu\n", restart_names[i],
+                 (unsigned long long)b->h.restarts[i]);
+    r |= metric_head(o, "narwhal_worker_resident_bytes", "gauge",
+                     "Resident set size of each worker.");
+    for (size_t i = 0; i < n; i++)
+        r |= put(o, "narwhal_worker_resident_bytes{pid=\"%d\"} %llu\n", rows[i].pid,
+                 (unsigned long long)rows[i].rss);
+    return r;
+}
+
+static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy)
+{
+    int r = metric_head(o, "narwhal_connections", "gauge",
+                        "Client connections: held idle or reading a head in the manager, "
+                        "queued for a worker, or with a worker (being served).");
+    r |= put(o, "narwhal_connections{state=\"idle\"} %llu\n", (unsigned long long)m->held_idle);
+    r |= put(o, "narwhal_connections{state=\"reading\"} %llu\n", (unsigned long long)m->held_reading);
+    r |= put(o, "narwhal_connections{state=\"queued\"} %llu\n", (unsigned long long)m->held_queued);
+    r |= put(o, "narwhal_connections{state=\"worker\"} %llu\n", (unsigned long long)busy);
+    r |= metric_head(o, "narwhal_handoffs_total", "counter",
+                     "Connections passed between workers and the manager.");
+    r |= put(o, "narwhal_handoffs_total{direction=\"to_manager\"} %llu\n",
+             (unsigned long long)m->handoffs_in);
+    r |= put(o, "narwhal_handoffs_total{direction=\"to_worker\"} %llu\n",
+             (unsigned long long)m->handoffs_out);
+    r |= metric_head(o, "narwhal_shed_total", "counter",
+                     "Requests answered 503 after waiting longer than --max-queue-wait.");
+    r |= put(o, "narwhal_shed_total %llu\n", (unsigned long long)m->shed);
+    r |= metric_head(o, "narwhal_listen_queue_length", "gauge",
+                     "Connections in a listener's accept queue (TCP listeners).");
+    for (int i = 0; i < m->nlisteners; i++)
+        if (m->listener[i].known)
+            r |= put(o, "narwhal_listen_queue_length{listener=\"%s\"} %u\n",
+                     m->listener[i].address, m->listener[i].queue);
+    r |= metric_head(o, "narwhal_listen_queue_limit", "gauge", "A listener's backlog.");
+    for (int i = 0; i < m->nlisteners; i++)
+        if (m->listener[i].known)
+            r |= put(o, "narwhal_listen_queue_limit{listener=\"%s\"} %u\n",
+                     m->listener[i].address, m->listener[i].backlog);
+    return r;
+}
+
+static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
+                          const worker_row *rows, size_t n, int64_t now_unix)
+{
+    nw_score_counts t;
+    uint64_t by_state[5];
+    nw_scoreboard_totals(b, &t);
+    count_states(rows, n, by_state);
+    int r = metrics_requests(o, &t);
+    r |= metrics_workers(o, b, rows, n);
+    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY]);
+    r |= metric_head(o, "narwhal_start_time_seconds", "gauge",
+                     "When the master started, in seconds since the epoch.");
+    r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);
+    r |= metric_head(o, "narwhal_up", "gauge", "1 while the server accepts work, 0 once it stops.");
+    r |= put(o, "narwhal_up %d\n", !(b->h.stopping || m->stopping));
+    (void)now_unix;
+    return r;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+static int json_workers(nw_buf *o, const worker_row *rows, size_t n)
+{
+    int r = put(o, "\"workers\":[");
+    for (size_t i = 0; i < n; i++) {
+        const worker_row *w = &rows[i];
+        r |= put(o, "%s{\"pid\":%d,\"state\":\"%s\",\"generation\":%d,\"served\":%llu,"
+                 "\"rss_bytes\":%llu,\"age_seconds\":%.3f,\"running_seconds\":%.3f,\"request\":",
+                 i ? "," : "", w->pid, state_names[w->state], w->generation,
+                 (unsigned long long)w->served, (unsigned long long)w->rss, w->age_s,
+                 w->running_s);
+        r |= put_json_string(o, w->request);
+        r |= put(o, "}");
+    }
+    return r | put(o, "]");
+}
+
+static int json_counts(nw_buf *o, const nw_scoreboard *b, const nw_score_counts *t)
+{
+    int r = put(o, "\"requests\":{\"total\":%llu,\"by_class\":{", (unsigned long long)t->served);
+    for (int i = 0; i < NW_SCORE_CLASSES; i++)
+        r |= put(o, "%s\"%dxx\":%llu", i ? "," : "", i + 1, (unsigned long long)t->by_class[i]);
+    r |= put(o, "},\"duration_seconds_sum\":%.6f},\"restarts\":{", (double)t->duration_us / 1e6);
+    for (int i = 0; i < NW_RESTART_REASONS; i++)
+        r |= put(o, "%s\"%s\":%llu", i ? "," : "", restart_names[i],
+                 (unsigned long long)b->h.restarts[i]);
+    return r | put(o, "}");
+}
+
+static int json_manager(nw_buf *o, const nw_status_manager *m)
+{
+    int r = put(o, "\"connections\":{\"idle\":%llu,\"reading\":%llu,\"queued\":%llu},"
+                "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
+                "\"listeners\":[",
+                (unsigned long long)m->held_idle, (unsigned long long)m->held_reading,
+                (unsigned long long)m->held_queued, (unsigned long long)m->handoffs_in,
+                (unsigned long long)m->handoffs_out, (unsigned long long)m->shed);
+    for (int i = 0; i < m->nlisteners; i++) {
+        r |= put(o, "%s{\"address\":", i ? "," : "");
+        r |= put_json_string(o, m->listener[i].address);
+        if (m->listener[i].known)
+            r |= put(o, ",\"queue\":%u,\"backlog\":%u", m->listener[i].queue,
+                     m->listener[i].backlog);
+        r |= put(o, "}");
+    }
+    return r | put(o, "]");
+}
+
+static int render_json(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
+                       const worker_row *rows, size_t n, int64_t now_unix)
+{
+    nw_score_counts t;
+    nw_scoreboard_totals(b, &t);
+    int r = put(o, "{\"master_pid\":%d,\"started\":%lld,\"uptime_seconds\":%lld,"
+                "\"stopping\":%s,\"workers_wanted\":%d,",
+                b->h.master_pid, (long long)b->h.started_unix,
+                (long long)(now_unix - b->h.started_unix),
+                b->h.stopping || m->stopping ? "true" : "false", b->h.workers_wanted);
+    r |= json_workers(o, rows, n);
+    r |= put(o, ",");
+    r |= json_counts(o, b, &t);
+    r |= put(o, ",");
+    r |= json_manager(o, m);
+    return r | put(o, "}\n");
+}
+
+/* ------------------------------------------------------------ HTML */
+
+static const char html_style[] =
+    "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}"
+    "h1{font-size:1.4em;margin:0 0 .2em}p.sub{color:#666;margin:0 0 1em}"
+    "table{border-collapse:collapse;margin:0 0 1.2em}"
+    "th,td{padding:.25em .7em;border-bottom:1px solid #ddd;text-align:left}"
+    "th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    ".idle{color:#1a7f37}.busy{color:#9a6700;font-weight:600}.starting,.stopping{color:#666}"
+    ".slow{background:#fff1e5}.cards{display:flex;gap:1em;flex-wrap:wrap;margin:0 0 1.2em}"
+    ".card{border:1px solid #ddd;border-radius:6px;padding:.5em 1em;min-width:8em}"
+    ".card b{display:block;font-size:1.5em}code{font-size:13px}";
+
+static int html_duration(nw_buf *o, double s)
+{
+    if (s < 60)
+        return put(o, "%.1f s", s);
+    if (s < 3600)
+        return put(o, "%d min %d s", (int)s / 60, (int)s % 60);
+    if (s < 86400)
+        return put(o, "%d h %d min", (int)s / 3600, (int)s % 3600 / 60);
+    return put(o, "%d d %d h", (int)s / 86400, (int)s % 86400 / 3600);
+}
+
+static int html_card(nw_buf *o, const char *label, unsigned long long v)
+{
+    return put(o, "<div class=card><b>%llu</b>%s</div>", v, label);
+}
+
+static int html_summary(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
+                        const uint64_t by_state[5], int64_t now_unix)
+{
+    nw_score_counts t;
+    nw_scoreboard_totals(b, &t);
+    int stopping = b->h.stopping || m->stopping;
+    int r = put(o, "<h1>Narwhal %s</h1><p class=sub>master %d, up ",
+                stopping ? "(stopping)" : "", b->h.master_pid);
+    r |= html_duration(o, (double)(now_unix - b->h.started_unix));
+    r |= put(o, "</p><div class=cards>");
+    r |= html_card(o, "requests", (unsigned long long)t.served);
+    r |= html_card(o, "busy workers", (unsigned long long)by_state[NW_WORKER_BUSY]);
+    r |= html_card(o, "idle workers", (unsigned long long)by_state[NW_WORKER_IDLE]);
+    r |= html_card(o, "idle connections", (unsigned long long)m->held_idle);
+    r |= html_card(o, "waiting for a worker", (unsigned long long)m->held_queued);
+    r |= html_card(o, "shed (503)", (unsigned long long)m->shed);
+    r |= put(o, "</div><table><tr><th>responses</th>");
+    for (int i = 0; i < NW_SCORE_CLASSES; i++)
+        r |= put(o, "<th>%dxx</th>", i + 1);
+    r |= put(o, "<th>restarts</th>");
+    for (int i = 0; i < NW_RESTART_REASONS; i++)
+        r |= put(o, "<th>%s</th>", restart_names[i]);
+    r |= put(o, "</tr><tr><td></td>");
+    for (int i = 0; i < NW_SCORE_CLASSES; i++)
+        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)t.by_class[i]);
+    r |= put(o, "<td></td>");
+    for (int i = 0; i < NW_RESTART_REASONS; i++)
+        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)b->h.restarts[i]);
+    return r | put(o, "</tr></table>");
+}
+
+static int html_workers(nw_buf *o, const worker_row *rows, size_t n)
+{
+    int r = put(o, "<table><tr><th>pid</th><th>state</th><th>request</th><th>running</th>"
+                "<th>served</th><th>RSS</th><th>age</th></tr>");
+    for (size_t i = 0; i < n; i++) {
+        const worker_row *w = &rows[i];
+        r |= put(o, "<tr%s><td class=n>%d</td><td class=%s>%s</td><td><code>",
+                 w->running_s >= 1 ? " class=slow" : "", w->pid, state_names[w->state],
+                 state_names[w->state]);
+        r |= put_html(o, w->request);
+        r |= put(o, "</code></td><td class=n>");
+        r |= w->state == NW_WORKER_BUSY ? html_duration(o, w->running_s) : put(o, "-");
+        r |= put(o, "</td><td class=n>%llu</td><td class=n>%.1f MB</td><td class=n>",
+                 (unsigned long long)w->served, (double)w->rss / (1024.0 * 1024.0));
+        r |= html_duration(o, w->age_s);
+        r |= put(o, "</td></tr>");
+    }
+    return r | put(o, "</table>");
+}
+
+static int render_html(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
+                       const worker_row *rows, size_t n, int64_t now_unix)
+{
+    uint64_t by_state[5];
+    count_states(rows, n, by_state);
+    int r = put(o, "<!DOCTYPE html><html><head><meta charset=utf-8>"
+                "<meta http-equiv=refresh content=5><title>Narwhal status</title>"
+                "<style>%s</style></head><body>", html_style);
+    r |= html_summary(o, b, m, by_state, now_unix);
+    r |= html_workers(o, rows, n);
+    r |= put(o, "<p class=sub>listen queues:");
+    for (int i = 0; i < m->nlisteners; i++) {
+        r |= put(o, " <code>");
+        r |= put_html(o, m->listener[i].address);
+        r |= m->listener[i].known ? put(o, "</code> %u/%u", m->listener[i].queue,
+                                        m->listener[i].backlog)
+                                  : put(o, "</code> -");
+    }
+    r |= put(o, " &middot; handoffs to the manager %llu, to workers %llu &middot; "
+             "<a href=/status.json>json</a> <a href=/metrics>metrics</a></p></body></html>\n",
+             (unsigned long long)m->handoffs_in, (unsigned long long)m->handoffs_out);
+    return r;
+}
+
+/* ------------------------------------------------------------ responses */
+
+static int render_body(nw_buf *o, int page, const nw_scoreboard *b, const nw_status_manager *m,
+                       uint64_t now_us, int64_t now_unix)
+{
+    size_t n = 0;
+    worker_row *rows = read_rows(b, &n, now_us);
+    if (!rows)
+        return -1;
+    int r = page == NW_STATUS_METRICS ? render_metrics(o, b, m, rows, n, now_unix)
+          : page == NW_STATUS_JSON    ? render_json(o, b, m, rows, n, now_unix)
+          :                             render_html(o, b, m, rows, n, now_unix);
+    free(rows);
+    return r ? -1 : 0;
+}
+
+int nw_status_respond(nw_buf *out, int page, int head_only, const nw_scoreboard *b,
+                      const nw_status_manager *m, uint64_t now_us, int64_t now_unix)
+{
+    nw_buf body = { 0 };
+    int code = 200;
+    const char *type = "text/plain; charset=utf-8", *extra = "";
+    int r = 0;
+    switch (page) {
+    case NW_STATUS_METRICS: type = "text/plain; version=0.0.4; charset=utf-8"; break;
+    case NW_STATUS_JSON:    type = "application/json"; break;
+    case NW_STATUS_HTML:    type = "text/html; charset=utf-8"; break;
+    case NW_STATUS_HEALTH:
+        code = b->h.stopping || m->stopping ? 503 : 200;
+        r = put(&body, code == 200 ? "ok\n" : "stopping\n");
+        break;
+    case NW_STATUS_BAD_METHOD:
+        code = 405;
+        extra = "Allow: GET, HEAD\r\n";
+        r = put(&body, "405 Method Not Allowed\n");
+        break;
+    default:
+        code = 404;
+        r = put(&body, "404 Not Found: try /status, /status.json, /metrics or /health\n");
+    }
+    if (code == 200 && page != NW_STATUS_HEALTH)
+        r = render_body(&body, page, b, m, now_us, now_unix);
+    const char *reason = code == 200 ? "OK" : code == 503 ? "Service Unavailable"
+                       : code == 405 ? "Method Not Allowed" : "Not Found";
+    r |= put(out, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+             "Cache-Control: no-store\r\n%sConnection: close\r\n\r\n",
+             code, reason, type, body.len, extra);
+    if (!head_only && body.len)
+        r |= nw_buf_append(out, body.data, body.len);
+    free(body.data);
+    return r ? -1 : 0;
+}
