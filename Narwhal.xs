@@ -307,9 +307,9 @@ read_request(self, max_wait, wait_partial = 0)
         }
     }
     if (r == NW_REQ_ERROR) {
-        nw_conn_send_error(c, c->error_status);
-        if (score_slot)
+        if (score_slot)     /* (first: the close lingers) */
             nw_scoreboard_count_error(score_slot, c->error_status);
+        nw_conn_send_error(c, c->error_status);
     }
     if (r != NW_REQ_READY)
         RETVAL = newSViv(r);

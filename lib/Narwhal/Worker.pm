@@ -122,6 +122,12 @@ sub run {
             && ($managed ? !$$closing
                          : !$$stopping && !($limit && $$served + 1 >= $limit));
         my $res = eval { $app->($env) };
+        # --max-worker-rss, looked at before the response is written: a
+        # worker without a manager must say Connection: close when it leaves.
+        if ($rss_limit && !$self->{exit_reason}) {
+            my $rss = Narwhal::Acceptor::rss_over($rss_limit);
+            $rss and $self->_over_memory($rss) and !$managed and $may_keep = 0;
+        }
         # The common case, [status, headers, [pieces]], goes straight to
         # C, which checks the shape; any other shape (OTHER_SHAPE) or
         # invalid headers (-1) go through respond.
@@ -129,10 +135,7 @@ sub run {
         $kept = $self->respond($conn, $env, $res, $may_keep, $@) if $kept < 0;
         undef $res;    # the response goes first, as it always did (and stops holding $env)
         $$served++;
-        if ($rss_limit) {
-            my $rss = Narwhal::Acceptor::rss_over($rss_limit);
-            $self->_over_memory($rss) if $rss;
-        }
+
         # Inside an eval: the app may have locked $env, tied its values
         # or deleted the handlers, and none of that may stop the worker.
         # No reference to the handlers' array may outlive this, or the
@@ -193,7 +196,7 @@ sub run {
 # parked connections go to the manager rather than die with the worker.
 END { Narwhal::Acceptor::leave_process() if defined &Narwhal::Acceptor::leave_process }
 
-# --max-worker-rss: this request was served; the worker leaves as a
+# --max-worker-rss: the worker finishes this request and leaves as a
 # recycled one does (its kept-alive connections go to the manager).
 sub _over_memory {
     my ($self, $mb) = @_;
@@ -202,7 +205,7 @@ sub _over_memory {
                 . "%d requests; it is replaced\n", $$, $mb, $self->{options}{max_worker_rss},
                 $self->{served};
     $self->{exit_reason} = Narwhal::Scoreboard::EXIT_MEMORY();
-    $self->{stopping} = 1;
+    return $self->{stopping} = 1;
 }
 
 # --request-timeout: the master's XCPU, run by Perl at the next safe point

@@ -1,0 +1,328 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use JSON::PP ();
+use POSIX ();
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
+                   worker_pids manager_fallback narwhal_cmd run_cmd free_port http_get);
+
+# The operator layer as an operator meets it (DESIGN.md, "The operator
+# layer"): the status pages answer while every worker is stuck, the
+# metrics count what clients got, a stuck request is ended with a
+# backtrace and a 504, a leaking worker is replaced without its clients
+# noticing, and requests that wait too long for a worker are shed.
+
+my @NM = manager_fallback();
+my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $TMP = tmpdir();
+
+my $APP = write_app(<<'APP');
+use strict;
+use Time::HiRes ();
+my @leak;
+sub {
+    my $env = shift;
+    my $p = $env->{PATH_INFO};
+    if ($p eq '/sleep') {
+        Time::HiRes::sleep($env->{QUERY_STRING} =~ /^([\d.]+)/ ? $1 : 1);
+        return [200, ['Content-Type' => 'text/plain'], ["slept\n"]];
+    }
+    if ($p eq '/busy') { my $n = 0; while (1) { $n++ } }
+    # crypt runs in C for seconds: no Perl statement boundary to stop at
+    if ($p eq '/crypt') { return [200, [], [crypt($$ . time, '$5$rounds=60000000$salt') . "\n"]] }
+    if ($p eq '/stream-then-sleep') {
+        return sub {
+            my $w = $_[0]->([200, ['Content-Type' => 'text/plain']]);
+            $w->write("first part\n");
+            Time::HiRes::sleep(30);
+            $w->write("never\n");
+            $w->close;
+        };
+    }
+    if ($p eq '/leak') { push @leak, 'x' x (4 << 20); return [200, [], ["pid=$$ leaked=" . @leak . "\n"]] }
+    return [404, [], ["no\n"]] if $p eq '/missing';
+    return [500, [], ["boom\n"]] if $p eq '/fail';
+    [200, ['Content-Type' => 'text/plain'], ["pid=$$\n"]];
+}
+APP
+
+sub server {
+    my (%a) = @_;
+    return spawn_server(app => $APP, args => [ @NM, @{ $a{args} } ], %{ $a{spawn} || {} });
+}
+
+sub get_raw {
+    my ($port, $path, $timeout) = @_;
+    my $c = raw_connect($port) or return undef;
+    syswrite($c, "GET $path HTTP/1.1\r\nHost: x\r\n\r\n");
+    my $t0 = time;
+    my $r = read_response($c, $timeout // 10);
+    $r->{elapsed} = time - $t0 if $r;
+    return $r;
+}
+
+# Prometheus text format 0.0.4: every sample line is "name{labels} value",
+# every metric has HELP and TYPE first. Returns { "name{labels}" => value }.
+sub parse_metrics {
+    my ($text) = @_;
+    my (%v, %typed, @bad);
+    for my $line (split /\n/, $text) {
+        if ($line =~ /^# (HELP|TYPE) (\w+) (.+)$/) { $typed{$2}{$1} = $3; next }
+        if ($line =~ /^(\w+)(\{[^}]*\})? (\S+)$/) {
+            my ($name, $labels, $value) = ($1, $2 // '', $3);
+            my $family = $name;
+            $family =~ s/_(?:bucket|sum|count)$// unless $typed{$name};
+            push @bad, "no TYPE for $line" unless $typed{$family}{TYPE} && $typed{$family}{HELP};
+            push @bad, "bad value: $line" unless $value =~ /^(?:[\d.]+(?:e[+-]?\d+)?|\+Inf|NaN)$/;
+            $v{"$name$labels"} = $value;
+            next;
+        }
+        push @bad, "unparsable: $line";
+    }
+    return (\%v, \@bad);
+}
+
+SKIP: {
+    skip 'the status pages need the connection manager', 1 unless $MANAGED;
+
+    # 1. The pages, their formats, and what they count.
+    {
+        my $sport = free_port();
+        my $s = server(args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$sport" ]);
+        my $port = $s->port;
+        wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+        is(get_raw($port, '/')->{status}, 200, 'the app answers') for 1 .. 5;
+        is(get_raw($port, '/fail')->{status}, 500, 'a 500') for 1 .. 2;
+        is(get_raw($port, '/missing')->{status}, 404, 'a 404');
+        my $bad = raw_connect($port);
+        syswrite($bad, "BROKEN\r\n\r\n");
+        like(NarwhalTest::read_until_close($bad, 5), qr{^HTTP/1\.1 400}, 'a malformed request gets 400');
+
+        my $h = get_raw($sport, '/health');
+        is($h->{status}, 200, '/health: 200 while serving');
+        is($h->{body}, "ok\n", '... saying ok');
+
+        my $m = get_raw($sport, '/metrics');
+        is($m->{status}, 200, '/metrics answers');
+        like($m->{headers}{'content-type'}, qr{^text/plain; version=0\.0\.4}, '... in the Prometheus text format');
+        my ($v, $errors) = parse_metrics($m->{body});
+        is_deeply($errors, [], 'every line parses, every metric has HELP and TYPE');
+        is($v->{'narwhal_requests_total{class="2xx"}'}, 5, 'requests_total counts the 2xx');
+        is($v->{'narwhal_requests_total{class="5xx"}'}, 2, '... the 5xx');
+        is($v->{'narwhal_requests_total{class="4xx"}'}, 2, '... and the 4xx: the app\'s 404 and the server\'s 400');
+        my @buckets = map { $v->{"narwhal_request_duration_seconds_bucket{le=\"$_\"}"} }
+                      qw(0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 +Inf);
+        ok(!grep({ !defined } @buckets), 'the histogram has its twelve buckets');
+        is_deeply([ sort { $a <=> $b } @buckets ], \@buckets, 'the buckets are cumulative');
+        is($buckets[-1], $v->{narwhal_request_duration_seconds_count}, '+Inf equals the count');
+        is($v->{narwhal_request_duration_seconds_count}, 9, 'the count is every request answered');
+        is($v->{'narwhal_workers{state="idle"}'}, 2, 'two idle workers');
+        is($v->{narwhal_workers_wanted}, 2, 'two wanted');
+        my @w = worker_pids($s->pid);
+        ok($v->{"narwhal_worker_resident_bytes{pid=\"$_\"}"} > 1e6, "the RSS of worker $_ is there") for @w;
+        ok(defined $v->{"narwhal_listen_queue_length{listener=\"127.0.0.1:$port\"}"},
+           'the listener\'s queue length is reported');
+        is($v->{"narwhal_listen_queue_limit{listener=\"127.0.0.1:$port\"}"}, 1024, '... with its backlog');
+        is($v->{narwhal_shed_total}, 0, 'nothing shed');
+        is($v->{narwhal_up}, 1, 'up');
+
+        # Every worker stuck: the status pages still answer, and show what
+        # each worker is doing.
+        my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?3&<b>$_ HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
+        ok(wait_until(sub {
+            my $j = get_raw($sport, '/status.json') or return 0;
+            my $d = eval { JSON::PP::decode_json($j->{body}) } or return 0;
+            2 == grep { $_->{state} eq 'busy' } @{ $d->{workers} };
+        }, 5), 'both workers busy, seen through /status.json');
+        my $t0 = time;
+        my $j = get_raw($sport, '/status.json');
+        ok(time - $t0 < 1, 'the status listener answers at once while every worker is stuck');
+        my $d = JSON::PP::decode_json($j->{body});
+        is(scalar @{ $d->{workers} }, 2, 'status.json lists both workers');
+        is_deeply([ sort map { $_->{pid} } @{ $d->{workers} } ], [ sort @w ], '... by their pids');
+        like($_->{request}, qr{^GET /sleep\?3&<b>\d$}, "worker $_->{pid} shows its request line")
+            for @{ $d->{workers} };
+        is($d->{master_pid}, $s->pid, 'the master\'s pid');
+        is($d->{requests}{by_class}{'2xx'}, 5, 'the same counts as /metrics');
+        my $html = get_raw($sport, '/status');
+        like($html->{headers}{'content-type'}, qr{^text/html}, '/status is HTML');
+        like($html->{body}, qr{\Q$_\E}, "it shows worker $_") for @w;
+        like($html->{body}, qr{GET /sleep\?3&amp;&lt;b&gt;1}, 'request lines are escaped');
+        unlike($html->{body}, qr{<b>1}, '... never inserted raw');
+        is(read_response($_, 10)->{status}, 200, 'the stuck requests finish') for @stuck;
+
+        is(get_raw($sport, '/nope')->{status}, 404, 'an unknown page: 404');
+        my $post = raw_connect($sport);
+        syswrite($post, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+        my $r = read_response($post, 5);
+        is($r->{status}, 405, 'POST: 405');
+        is($r->{headers}{allow}, 'GET, HEAD', '... with Allow');
+        is(get_raw($port, '/metrics')->{body}, "no\n", 'the app\'s own listener never serves the status pages')
+            if 0;    # (the app answers its own /metrics: nothing to check but that it is the app)
+        like(get_raw($port, '/metrics')->{body}, qr/^pid=/, 'the app\'s listener serves the app, not the pages');
+
+        # A graceful stop: /health says 503 at once.
+        # (the first answers may come before the master has read its TERM)
+        kill TERM => $s->pid;
+        my $health;
+        wait_until(sub { $health = get_raw($sport, '/health', 2); !$health || $health->{status} != 200 }, 2);
+        is($health && $health->{status}, 503, '/health: 503 once a stop has begun');
+        $s->wait_exit(10);
+    }
+
+    # 2. A unix socket for the pages; refusals with one line and a
+    # non-zero exit.
+    {
+        my $path = "$TMP/status.sock";
+        my $s = server(args => [ '--status-listen', $path ]);
+        my $c = raw_connect($path);
+        syswrite($c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        is(read_response($c, 5)->{status}, 200, '--status-listen on a unix socket');
+        $s->stop;
+        my $port = free_port();
+        for my $case ([ "--status-listen with --no-manager",
+                        [ '--listen', "127.0.0.1:$port", '--no-manager', '--status-listen', '127.0.0.1:1' ],
+                        qr/--status-listen needs the connection manager/ ],
+                      [ "--max-queue-wait with --no-manager",
+                        [ '--listen', "127.0.0.1:$port", '--no-manager', '--max-queue-wait', 100 ],
+                        qr/--max-queue-wait needs the connection manager/ ],
+                      [ "--status-listen on the app's listener",
+                        [ '--listen', "127.0.0.1:$port", '--status-listen', "127.0.0.1:$port" ],
+                        qr/must not be one of the app's listeners/ ]) {
+            my ($name, $args, $want) = @$case;
+            my $r = run_cmd([ narwhal_cmd(), @$args, $APP ], timeout => 10);
+            isnt($r->{code}, 0, "$name: non-zero exit");
+            like($r->{err}, $want, "... saying why");
+            is(scalar(() = $r->{err} =~ /\n/g), 1, '... in one line');
+        }
+    }
+
+    # 3. Load shedding: both workers stuck, requests that arrive on
+    # connections the manager holds get 503 + Retry-After after
+    # --max-queue-wait, not an unbounded wait.
+    {
+        my $sport = free_port();
+        my $s = server(args => [ '--max-workers', 2, '--max-queue-wait', 300, '--keepalive-wait', 0,
+                                 '--status-listen', "127.0.0.1:$sport" ]);
+        my $port = $s->port;
+        wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+        my @idle = map { raw_connect($port) } 1 .. 6;
+        for my $c (@idle) {
+            syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+            read_response($c, 5);
+        }
+        sleep 0.3;    # the connections are the manager's now
+        my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?4 HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
+        sleep 0.5;
+        syswrite($_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") for @idle;
+        my $t0 = time;
+        my @r = map { read_response($_, 10) } @idle;
+        my $waited = time - $t0;
+        is(scalar(grep { $_ && $_->{status} == 503 } @r), 6, 'every waiting request got 503');
+        is(scalar(grep { $_ && ($_->{headers}{'retry-after'} // '') eq '1' } @r), 6, '... with Retry-After');
+        is(scalar(grep { $_ && ($_->{headers}{connection} // '') eq 'close' } @r), 6, '... and Connection: close');
+        ok($waited < 1.5, sprintf('... within the bound, not after the stuck requests (%.2f s)', $waited));
+        my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+        is($v->{narwhal_shed_total}, 6, 'narwhal_shed_total counts them');
+        is(read_response($_, 10)->{status}, 200, 'the stuck requests still finish') for @stuck;
+        is(get_raw($port, '/')->{status}, 200, 'and the server serves again');
+    }
+
+    # ... and without --max-queue-wait they wait for a worker (the control).
+    {
+        my $s = server(args => [ '--max-workers', 1, '--keepalive-wait', 0 ]);
+        my $port = $s->port;
+        my $c = raw_connect($port);
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        read_response($c, 5);
+        sleep 0.3;
+        my $stuck = raw_connect($port);
+        syswrite($stuck, "GET /sleep?1.5 HTTP/1.1\r\nHost: x\r\n\r\n");
+        sleep 0.3;
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $r = read_response($c, 10);
+        is($r && $r->{status}, 200, 'without --max-queue-wait a waiting request is served when a worker frees');
+    }
+}
+
+# 4. The request watchdog: a sleeping app, a busy Perl loop, an app stuck
+# in C, and a response that had begun. Each worker is replaced.
+{
+    my $sport = free_port();
+    my $s = server(args => [ '--max-workers', 2, '--request-timeout', 1,
+                             ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
+    my $port = $s->port;
+    wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+    for my $case ([ '/sleep?30', 'a sleeping request', qr{at \S+ line 9\n} ],
+                  [ '/busy', 'a busy Perl loop', qr{at \S+ line 11\n} ],
+                  [ '/crypt', 'an app stuck in C', qr{outside Perl \(in C code} ]) {
+        my ($path, $name, $log) = @$case;
+        my $r = get_raw($port, $path, 10);
+        is($r && $r->{status}, 504, "$name gets 504");
+        ok($r && $r->{elapsed} >= 1 && $r->{elapsed} < 4.5, sprintf('... after the timeout (%.1f s)', $r ? $r->{elapsed} : -1));
+        like($s->log_text, qr/\Q$path\E has run for [\d.]+ s, over --request-timeout 1/, '... the master says which request');
+        ok(wait_until(sub { $s->log_text =~ $log }, 3), '... and the log says where the app was')
+            or diag $s->log_text;
+    }
+    my $c = raw_connect($port);
+    syswrite($c, "GET /stream-then-sleep HTTP/1.1\r\nHost: x\r\n\r\n");
+    my $data = NarwhalTest::read_until_close($c, 8);
+    like($data, qr{^HTTP/1\.1 200 .*first part\n}s, 'a response that had begun keeps its status line');
+    unlike($data, qr{0\r\n\r\n\z}, '... and is cut short, never complete');
+    ok(wait_until(sub { $s->log_text =~ /its response had begun: closed/ }, 3), '... the log says so');
+    ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), 'the workers were replaced');
+    is(get_raw($port, '/')->{status}, 200, 'and serve');
+    if ($MANAGED) {
+        my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+        is($v->{'narwhal_worker_restarts_total{reason="watchdog"}'}, 4, 'restarts_total counts four watchdog restarts');
+        is($v->{'narwhal_requests_total{class="5xx"}'}, 3, 'the 504s are counted as 5xx');
+    }
+    $s->stop;
+
+    # Off by default: a slow request passes.
+    my $s2 = server(args => [ '--max-workers', 1 ]);
+    is(get_raw($s2->port, '/sleep?2', 10)->{status}, 200, 'without --request-timeout a 2 s request is served');
+}
+
+# 5. The memory limit: a leaking worker is replaced after its request,
+# and a keep-alive client that never retries sees no failure.
+{
+    my $sport = free_port();
+    my $s = server(args => [ '--max-workers', 1, '--max-worker-rss', 60,
+                             ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
+    my $port = $s->port;
+    my ($ok, $failed, %pids) = (0, 0);
+    my $c;
+    for (1 .. 30) {
+        $c ||= raw_connect($port);
+        syswrite($c, "GET /leak HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $r = read_response($c, 10);
+        if ($r && $r->{status} == 200) { $ok++; $pids{$1}++ if $r->{body} =~ /pid=(\d+)/ }
+        else { $failed++ }
+        undef $c if !$r || ($r->{headers}{connection} // '') eq 'close';
+    }
+    is($failed, 0, "30 requests to a leaking app, none failed ($ok answered)");
+    ok(keys %pids >= 2, 'served by more than one worker: the leaking one was replaced');
+    like($s->log_text, qr/resident size \d+ MiB is over --max-worker-rss 60 after \d+ requests/,
+         'the log says how large it was');
+    if ($MANAGED) {
+        my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+        ok($v->{'narwhal_worker_restarts_total{reason="memory"}'} >= 1, 'restarts_total counts memory restarts');
+    }
+}
+
+# 6. Worker recycling is counted as such.
+SKIP: {
+    skip 'the status pages need the connection manager', 1 unless $MANAGED;
+    my $sport = free_port();
+    my $s = server(args => [ '--max-workers', 1, '--max-requests', 3, '--status-listen', "127.0.0.1:$sport" ]);
+    get_raw($s->port, '/') for 1 .. 7;
+    ok(wait_until(sub {
+        my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+        $v->{'narwhal_worker_restarts_total{reason="max-requests"}'} == 2
+    }, 5), 'two workers replaced after --max-requests 3, counted as max-requests');
+}
+
+done_testing();
