@@ -330,6 +330,29 @@ Malformed requests get 400 (501 for a transfer coding other than chunked,
 505 for an HTTP version other than 1.0/1.1, 417 for an Expect other than
 100-continue) and the connection is closed.
 
+=head1 OPERATIONS
+
+C<--status-listen ADDR> serves C</status> (HTML), C</status.json>,
+C</metrics> (Prometheus text format 0.0.4) and C</health> (200, or 503
+once a stop has begun) from the connection manager, which answers even
+when every worker is stuck. The metrics: C<narwhal_requests_total> by
+status class, C<narwhal_request_duration_seconds> (histogram),
+C<narwhal_workers> by state, C<narwhal_workers_wanted>,
+C<narwhal_connections> by state, C<narwhal_worker_restarts_total> by
+reason (max-requests, crash, watchdog, memory, signal),
+C<narwhal_handoffs_total>, C<narwhal_listen_queue_length> and
+C<narwhal_listen_queue_limit>, C<narwhal_shed_total>,
+C<narwhal_worker_resident_bytes> per worker, C<narwhal_start_time_seconds>
+and C<narwhal_up>.
+
+C<--request-timeout SECS> ends a request that runs longer: a backtrace to
+the error log, C<504 Gateway Timeout> (or a closed connection when the
+response had begun), the worker replaced. C<--max-worker-rss MB> replaces
+a worker that grew past the limit after its request, keeping its clients'
+connections. C<--max-queue-wait MS> answers C<503> with C<Retry-After> to
+requests that waited that long for a free worker. See "The operator layer"
+in F<docs/DESIGN.md>.
+
 =head1 SIGNALS
 
 Master: TERM, INT and QUIT stop gracefully (listeners closed, requests in

@@ -349,7 +349,7 @@ static const char html_style[] =
     "h1{font-size:1.4em;margin:0 0 .2em}p.sub{color:#666;margin:0 0 1em}"
     "table{border-collapse:collapse;margin:0 0 1.2em}"
     "th,td{padding:.25em .7em;border-bottom:1px solid #ddd;text-align:left}"
-    "th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    "caption{text-align:left;color:#666;padding:0 0 .2em}th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}"
     ".idle{color:#1a7f37}.busy{color:#9a6700;font-weight:600}.starting,.stopping{color:#666}"
     ".slow{background:#fff1e5}.cards{display:flex;gap:1em;flex-wrap:wrap;margin:0 0 1.2em}"
     ".card{border:1px solid #ddd;border-radius:6px;padding:.5em 1em;min-width:8em}"
@@ -387,19 +387,19 @@ static int html_summary(nw_buf *o, const nw_scoreboard *b, const nw_status_manag
     r |= html_card(o, "idle connections", (unsigned long long)m->held_idle);
     r |= html_card(o, "waiting for a worker", (unsigned long long)m->held_queued);
     r |= html_card(o, "shed (503)", (unsigned long long)m->shed);
-    r |= put(o, "</div><table><tr><th>responses</th>");
+    r |= put(o, "</div><div class=cards><table><caption>responses</caption><tr>");
     for (int i = 0; i < NW_SCORE_CLASSES; i++)
         r |= put(o, "<th>%dxx</th>", i + 1);
-    r |= put(o, "<th>restarts</th>");
-    for (int i = 0; i < NW_RESTART_REASONS; i++)
-        r |= put(o, "<th>%s</th>", restart_names[i]);
-    r |= put(o, "</tr><tr><td></td>");
+    r |= put(o, "</tr><tr>");
     for (int i = 0; i < NW_SCORE_CLASSES; i++)
         r |= put(o, "<td class=n>%llu</td>", (unsigned long long)t.by_class[i]);
-    r |= put(o, "<td></td>");
+    r |= put(o, "</tr></table><table><caption>workers replaced</caption><tr>");
+    for (int i = 0; i < NW_RESTART_REASONS; i++)
+        r |= put(o, "<th>%s</th>", restart_names[i]);
+    r |= put(o, "</tr><tr>");
     for (int i = 0; i < NW_RESTART_REASONS; i++)
         r |= put(o, "<td class=n>%llu</td>", (unsigned long long)b->h.restarts[i]);
-    return r | put(o, "</tr></table>");
+    return r | put(o, "</tr></table></div>");
 }
 
 static int html_workers(nw_buf *o, const worker_row *rows, size_t n)
