@@ -5,6 +5,7 @@
 #include "nw_scoreboard.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -155,21 +156,25 @@ void nw_scoreboard_count_error(nw_score_slot *s, int status)
     s->counts.served++;
 }
 
+/* The master folds a worker in rarely (when it reaps one) and quickly, so
+ * a reader retries until it read between two folds; it yields after a
+ * few tries, and after very many takes what it read rather than zeros (a
+ * counter must never seem to go back to 0). */
 void nw_scoreboard_totals(const nw_scoreboard *b, nw_score_counts *out)
 {
-    for (int tries = 0; tries < 1000; tries++) {
+    for (int tries = 0;; tries++) {
         uint32_t seq = __atomic_load_n(&b->h.seq, __ATOMIC_ACQUIRE);
-        if (seq & 1)
-            continue;
         nw_score_counts t = b->h.gone;
         for (uint32_t i = 0; i < b->h.nslots; i++)
             if (b->slot[i].pid)
                 add_counts(&t, &b->slot[i].counts);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&b->h.seq, __ATOMIC_ACQUIRE) == seq) {
+        if ((!(seq & 1) && __atomic_load_n(&b->h.seq, __ATOMIC_ACQUIRE) == seq)
+            || tries >= NW_SCOREBOARD_READ_TRIES) {
             *out = t;
             return;
         }
+        if (tries >= 8)
+            sched_yield();
     }
-    memset(out, 0, sizeof *out);
 }

@@ -17,6 +17,7 @@
 #define NW_SCOREBOARD_REQUEST 160   /* bytes of "METHOD target" kept */
 #define NW_SCORE_CLASSES      5     /* status classes 1xx .. 5xx */
 #define NW_SCORE_BUCKETS      12    /* duration histogram: 11 bounds and +Inf */
+#define NW_SCOREBOARD_READ_TRIES 100000 /* a reader's retries while the master folds */
 
 /* The histogram's upper bounds, in microseconds (the last bucket is +Inf). */
 #define NW_SCORE_BOUNDS_US { 5000, 10000, 25000, 50000, 100000, 250000, 500000, \

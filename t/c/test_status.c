@@ -1,0 +1,195 @@
+/* Unit tests of the scoreboard (src/nw_scoreboard.c) and the status pages
+ * (src/nw_status.c): a board in a real memfd, mapped again read-only as
+ * the manager maps it; counts folded in while a reader reads; the pages
+ * rendered from it and checked as a client would read them. */
+#define _GNU_SOURCE
+#include "tap.h"
+#include "nw_scoreboard.h"
+#include "nw_status.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static char *page(const nw_scoreboard *b, const nw_status_manager *m, const char *request,
+                  size_t *len)
+{
+    int head_only;
+    nw_buf out = { 0 };
+    int p = nw_status_route(request, strlen(request), &head_only);
+    if (nw_status_respond(&out, p, head_only, b, m, nw_now_us(), 1700000000) < 0)
+        return NULL;
+    nw_buf_append(&out, "", 1);
+    *len = out.len - 1;
+    return out.data;
+}
+
+static void test_buckets(void)
+{
+    is(nw_scoreboard_bucket(0), 0, "a zero duration is in the first bucket");
+    is(nw_scoreboard_bucket(5000), 0, "5 ms is in le=0.005 (bounds are inclusive)");
+    is(nw_scoreboard_bucket(5001), 1, "5.001 ms is in le=0.01");
+    is(nw_scoreboard_bucket(10000000), 10, "10 s is in le=10");
+    is(nw_scoreboard_bucket(10000001), 11, "more than 10 s is in +Inf");
+}
+
+static void test_routes(void)
+{
+    int h;
+    is(nw_status_route("GET /metrics HTTP/1.1\r\n", 23, &h), NW_STATUS_METRICS, "GET /metrics");
+    is(nw_status_route("GET /status?x=1 HTTP/1.1\r\n", 26, &h), NW_STATUS_HTML, "a query string is ignored");
+    is(nw_status_route("GET /status.json HTTP/1.0\r\n", 27, &h), NW_STATUS_JSON, "GET /status.json");
+    is(nw_status_route("HEAD /health HTTP/1.1\r\n", 23, &h), NW_STATUS_HEALTH, "HEAD /health");
+    is(h, 1, "... is a HEAD");
+    is(nw_status_route("POST /health HTTP/1.1\r\n", 23, &h), NW_STATUS_BAD_METHOD, "POST is refused");
+    is(nw_status_route("GET /metricsx HTTP/1.1\r\n", 24, &h), NW_STATUS_NOT_FOUND, "no prefix matches");
+    is(nw_status_route("GET", 3, &h), NW_STATUS_NOT_FOUND, "a cut line is no page");
+}
+
+/* The board as workers write it and the manager reads it. */
+static void test_board(void)
+{
+    int fd = -1;
+    nw_scoreboard *b = nw_scoreboard_create(4, &fd);
+    ok(b && fd >= 0, "a board in a memfd");
+    const nw_scoreboard *ro = nw_scoreboard_map(fd);
+    ok(ro != NULL, "mapped again read-only from its fd");
+    int junk = memfd_create("junk", MFD_CLOEXEC);
+    ok(junk >= 0 && ftruncate(junk, 65536) == 0 && nw_scoreboard_map(junk) == NULL,
+       "a memfd that is no board is refused");
+    close(junk);
+    b->h.master_pid = 77;
+    b->h.workers_wanted = 2;
+    nw_scoreboard_claim(&b->slot[0], 1001, 1, nw_now_ms());
+    nw_scoreboard_claim(&b->slot[1], 1002, 1, nw_now_ms());
+    b->slot[0].state = b->slot[1].state = NW_WORKER_IDLE;
+    uint64_t t0 = nw_now_us();
+    nw_scoreboard_request_begin(&b->slot[0], "GET", 3, "/a", 2, t0);
+    nw_scoreboard_request_end(&b->slot[0], 200, t0 + 3000);
+    nw_scoreboard_request_begin(&b->slot[0], "POST", 4, "/b", 2, t0);
+    nw_scoreboard_request_end(&b->slot[0], 503, t0 + 2000000);
+    nw_scoreboard_count_error(&b->slot[1], 400);
+    nw_scoreboard_request_begin(&b->slot[1], "GET", 3, "/</script><b>\"x\"\x01", 17, t0);
+    nw_score_counts t;
+    nw_scoreboard_totals(ro, &t);
+    is(t.served, 3, "totals: three requests ended");
+    is(t.by_class[1], 1, "one 2xx");
+    is(t.by_class[3], 1, "one 4xx");
+    is(t.by_class[4], 1, "one 5xx");
+    is(t.bucket[0], 2, "two in the first bucket");
+    is(t.bucket[8], 1, "2 s in le=2.5");
+    is(t.duration_us, 2003000, "the sum of durations");
+
+    /* A reaped worker's counts move into the header: the totals stay. */
+    nw_scoreboard_fold(b, &b->slot[0]);
+    nw_scoreboard_totals(ro, &t);
+    is(t.served, 3, "folding a reaped worker keeps the totals");
+    is(ro->slot[0].pid, 0, "... and frees its slot");
+    is(ro->h.gone.served, 2, "... its counts are in the header");
+
+    size_t len;
+    nw_status_manager m = { .held_idle = 5, .shed = 2, .nlisteners = 1 };
+    strcpy(m.listener[0].address, "127.0.0.1:5000");
+    m.listener[0].known = 1;
+    m.listener[0].queue = 3;
+    m.listener[0].backlog = 1024;
+    char *metrics = page(ro, &m, "GET /metrics HTTP/1.1\r\n\r\n", &len);
+    ok(metrics && !strncmp(metrics, "HTTP/1.1 200 OK\r\n", 17), "/metrics: 200");
+    ok(strstr(metrics, "Content-Type: text/plain; version=0.0.4"), "... Prometheus 0.0.4");
+    ok(strstr(metrics, "\nnarwhal_requests_total{class=\"4xx\"} 1\n"), "... 4xx counted");
+    ok(strstr(metrics, "\nnarwhal_request_duration_seconds_bucket{le=\"+Inf\"} 3\n"), "... +Inf is the count");
+    ok(strstr(metrics, "\nnarwhal_request_duration_seconds_bucket{le=\"2.5\"} 3\n"), "... cumulative buckets");
+    ok(strstr(metrics, "\nnarwhal_request_duration_seconds_bucket{le=\"1\"} 2\n"), "... le=1 has two");
+    ok(strstr(metrics, "\nnarwhal_workers{state=\"busy\"} 1\n"), "... one busy worker");
+    ok(strstr(metrics, "\nnarwhal_connections{state=\"idle\"} 5\n"), "... the manager's idle connections");
+    ok(strstr(metrics, "\nnarwhal_shed_total 2\n"), "... shed");
+    ok(strstr(metrics, "\nnarwhal_listen_queue_length{listener=\"127.0.0.1:5000\"} 3\n"), "... the listen queue");
+    const char *body = strstr(metrics, "\r\n\r\n") + 4;
+    char want[64];
+    snprintf(want, sizeof want, "Content-Length: %zu\r\n", strlen(body));
+    ok(strstr(metrics, want), "... Content-Length is the body's");
+    free(metrics);
+
+    char *json = page(ro, &m, "GET /status.json HTTP/1.1\r\n\r\n", &len);
+    ok(json && strstr(json, "\"request\":\"GET /</script><b>\\\"x\\\"\\u0001\""),
+       "JSON escapes quotes and control bytes in request lines");
+    ok(strstr(json, "\"master_pid\":77"), "... the master's pid");
+    free(json);
+    char *html = page(ro, &m, "GET /status HTTP/1.1\r\n\r\n", &len);
+    ok(html && strstr(html, "GET /&lt;/script&gt;&lt;b&gt;&quot;x&quot;?"), "HTML escapes request lines");
+    ok(!strstr(html, "</script><b>"), "... never raw");
+    free(html);
+
+    char *head = page(ro, &m, "HEAD /status HTTP/1.1\r\n\r\n", &len);
+    ok(head && strstr(head, "\r\n\r\n") + 4 == head + len, "HEAD: no body");
+    free(head);
+    char *health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
+    ok(health && strstr(health, "200 OK") && strstr(health, "\r\n\r\nok\n"), "/health: 200 ok");
+    free(health);
+    b->h.stopping = 1;
+    health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
+    ok(health && strstr(health, "503 Service Unavailable"), "/health: 503 once stopping");
+    free(health);
+    char *missing = page(ro, &m, "GET /x HTTP/1.1\r\n\r\n", &len);
+    ok(missing && strstr(missing, "404 Not Found"), "unknown page: 404");
+    free(missing);
+    nw_scoreboard_unmap(ro);
+    nw_scoreboard_destroy(b);
+    close(fd);
+}
+
+/* Totals read while the master folds workers in: never counted twice,
+ * never missing (the sequence counter). */
+static nw_scoreboard *race_board;
+static volatile int race_done;
+
+static void *folder(void *arg)
+{
+    (void)arg;
+    for (int round = 0; round < 20000; round++) {
+        nw_score_slot *s = &race_board->slot[round % 2];
+        nw_scoreboard_claim(s, 100 + round, 1, 0);
+        s->counts.served = 1;
+        nw_scoreboard_fold(race_board, s);
+    }
+    race_done = 1;
+    return NULL;
+}
+
+static void test_fold_race(void)
+{
+    int fd;
+    race_board = nw_scoreboard_create(2, &fd);
+    pthread_t t;
+    pthread_create(&t, NULL, folder, NULL);
+    uint64_t last = 0;
+    int backwards = 0, reads = 0;
+    while (!race_done) {
+        nw_score_counts c;
+        nw_scoreboard_totals(race_board, &c);
+        if (c.served < last)
+            backwards++;
+        last = c.served;
+        reads++;
+    }
+    pthread_join(t, NULL);
+    is(backwards, 0, "totals never go backwards while workers are folded in");
+    ok(reads > 0, "... over many reads");
+    nw_score_counts c;
+    nw_scoreboard_totals(race_board, &c);
+    is(c.served, 20000, "... and end at the sum");
+    nw_scoreboard_destroy(race_board);
+    close(fd);
+}
+
+int main(void)
+{
+    test_buckets();
+    test_routes();
+    test_board();
+    test_fold_race();
+    done_testing();
+    return tap_failed ? 1 : 0;
+}
