@@ -303,6 +303,17 @@ C<2000000000>.
 
 =over 4
 
+=item --drain-delay SECS
+
+On a stop signal, C</health> (see C<--status-listen>) answers 503 at once
+while the listeners and workers go on serving for this many seconds, so that
+a load balancer or a Kubernetes readiness probe takes the instance out of its
+pool before the graceful stop begins. A second stop signal begins it at once.
+The signal must reach the master alone (systemd: C<KillMode=mixed>;
+Kubernetes signals the container's first process): workers that get it
+themselves stop at once. 0 (the default): no drain. Default: C<0>. At most
+C<2000000>.
+
 =item --graceful-timeout SECS
 
 Stop: wait this long for requests in flight, then KILL. Default: C<30>.

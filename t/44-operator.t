@@ -325,4 +325,38 @@ SKIP: {
     }, 5), 'two workers replaced after --max-requests 3, counted as max-requests');
 }
 
+# 7. --drain-delay: on TERM, /health says 503 at once while the app is
+# still served; the stop begins when the delay is over, or at once on a
+# second signal.
+{
+    my $sport = free_port();
+    my $s = server(args => [ '--drain-delay', 1.5,
+                             ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
+    my $port = $s->port;
+    my $t0 = time;
+    kill TERM => $s->pid;
+    if ($MANAGED) {
+        my $h;
+        wait_until(sub { $h = get_raw($sport, '/health', 2); $h && $h->{status} == 503 }, 1);
+        is($h && $h->{status}, 503, 'draining: /health says 503 at once');
+        ok(time - $t0 < 1, '... well before the drain is over');
+    }
+    sleep 0.7;
+    my $r = get_raw($port, '/');
+    is($r && $r->{status}, 200, 'draining: a new connection is still served');
+    like($s->log_text, qr/draining for 1\.5 s/, 'the log says the server drains');
+    my $status = $s->wait_exit(10);
+    my $took = time - $t0;
+    is($status, 0, 'then it stops cleanly');
+    ok($took >= 1.5 && $took < 4, sprintf('... after the drain (%.1f s)', $took));
+
+    my $s2 = server(args => [ '--drain-delay', 30 ]);
+    $t0 = time;
+    kill TERM => $s2->pid;
+    ok(wait_until(sub { $s2->log_text =~ /draining for 30 s/ }, 5), 'a drain of 30 s begins');
+    kill TERM => $s2->pid;
+    is($s2->wait_exit(10), 0, 'a second TERM during the drain stops at once');
+    ok(time - $t0 < 3, sprintf('... (%.1f s, not 30)', time - $t0));
+}
+
 done_testing();

@@ -307,6 +307,7 @@ sub _manage {
     my $self = shift;
     while (1) {
         $self->_handle_signals;
+        $self->_tend_drain;
         $self->_reap;
         $self->_tend_manager;
         $self->_flush_crash_log;
@@ -332,7 +333,8 @@ sub _sleep_for {
     my $self = shift;
     my $now = Time::HiRes::time();
     my $wait = MANAGE_TICK;
-    for my $at ($self->{next_spawn}, $self->{stop_deadline} // 0, $self->{stop_workers_at} // 0) {
+    for my $at ($self->{next_spawn}, $self->{stop_deadline} // 0, $self->{stop_workers_at} // 0,
+                $self->{drain_until} // 0) {
         $wait = $at - $now if $at > $now && $at - $now < $wait;
     }
     return $wait;
@@ -352,7 +354,12 @@ sub _handle_signals {
     my $self = shift;
     my $p = $self->{pending};
     if (my $sig = delete $p->{stop}) {
-        $self->_begin_stop($sig) unless $self->{stop_deadline};
+        if ($self->{options}{drain_delay} && !$self->{drain_until} && !$self->{stop_deadline}) {
+            $self->_begin_drain;
+        } elsif (!$self->{stop_deadline}) {
+            delete $self->{drain_until};    # a second stop signal does not wait for the drain
+            $self->_begin_stop($sig);
+        }
     }
     return if $self->{stop_deadline};
     $self->_restart_workers if delete $p->{hup};
@@ -385,6 +392,26 @@ sub _reopen_logs {
             if defined $ids->{uid} || defined $ids->{gid};
     }
     kill USR1 => keys %{ $self->{workers} };
+}
+
+# --drain-delay: /health says 503 at once, so that load balancers take the
+# instance out of their pools, while everything goes on serving; the
+# graceful stop begins when the delay is over (or at a second stop signal).
+sub _begin_drain {
+    my $self = shift;
+    my $delay = $self->{options}{drain_delay};
+    $self->{drain_until} = Time::HiRes::time() + $delay;
+    $self->{scoreboard}->set_stopping(1);
+    print STDERR "narwhal: draining for $delay s (/health answers 503), then stopping; "
+               . "a second signal stops now\n";
+}
+
+sub _tend_drain {
+    my $self = shift;
+    my $until = $self->{drain_until} or return;
+    return if Time::HiRes::time() < $until;
+    delete $self->{drain_until};
+    $self->_begin_stop('TERM');
 }
 
 # A graceful stop. The manager goes first: it hands the requests that have

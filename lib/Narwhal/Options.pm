@@ -182,6 +182,16 @@ my @TABLE = (
            . 'instead of the queue growing without bound. Needs the manager. 0 (the default) '
            . 'means no limit.' },
 
+    { name => 'drain_delay', type => 'seconds', default => 0, max => _c('MAX_SECONDS'),
+      group => 'Process', arg => 'SECS',
+      help => 'on TERM/INT/QUIT, /health says 503 and serving goes on this long, then the stop',
+      pod => 'On a stop signal, C</health> (see C<--status-listen>) answers 503 at once while the '
+           . 'listeners and workers go on serving for this many seconds, so that a load balancer '
+           . 'or a Kubernetes readiness probe takes the instance out of its pool before the '
+           . 'graceful stop begins. A second stop signal begins it at once. The signal must '
+           . 'reach the master alone (systemd: C<KillMode=mixed>; Kubernetes signals the '
+           . 'container\'s first process): workers that get it themselves stop at once. '
+           . '0 (the default): no drain.' },
     { name => 'graceful_timeout', type => 'seconds', default => 30, group => 'Process', arg => 'SECS',
       help => 'stop: wait this long for requests in flight, then KILL' },
     { name => 'pid', alias => ['pid-file'], type => 'string', group => 'Process', arg => 'FILE',
