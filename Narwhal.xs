@@ -13,6 +13,8 @@
 #include "src/nw_frame.h"
 #include "src/nw_manager.h"
 #include "src/nw_scoreboard.h"
+#include "src/nw_accesslog.h"
+#include <strings.h>
 
 /* A worker's Narwhal::Acceptor: its scheduling, and each listener's $env. */
 typedef struct {
@@ -26,6 +28,62 @@ static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
 /* This worker's slot on the scoreboard (Narwhal::Scoreboard::attach), or
  * NULL: one worker per process, so a process-wide pointer. */
 static nw_score_slot *score_slot;
+/* This worker's access log (Narwhal::AccessLog::open), or NULL: off. */
+static nw_access_log *access_log;
+static int access_log_pid;
+
+static void flush_access_log(void)
+{
+    if (access_log)
+        nw_access_log_flush(access_log);
+}
+
+static nw_str header_value(const nw_request *r, const char *name, size_t len)
+{
+    for (size_t i = 0; i < r->num_headers; i++)
+        if (r->headers[i].name_len == len && !strncasecmp(r->headers[i].name, name, len))
+            return (nw_str){ r->headers[i].value, r->headers[i].value_len };
+    return (nw_str){ NULL, 0 };
+}
+
+/* One line for the request that ends on self (parsed: its request line and
+ * headers are there to read). */
+static void log_request(pTHX_ nw_xs_conn *self, int parsed, uint64_t now_us)
+{
+    nw_conn *c = self->c;
+    nw_access_entry e;
+    STRLEN alen = 0;
+    const char *addr = self->remote_addr ? SvPV(self->remote_addr, alen) : NULL;
+    memset(&e, 0, sizeof e);
+    e.remote_addr = (nw_str){ addr, alen };
+    e.minor_version = -1;
+    if (parsed) {
+        e.method = (nw_str){ c->req.method, c->req.method_len };
+        e.target = (nw_str){ c->req.target, c->req.target_len };
+        e.minor_version = c->req.minor_version;
+        e.referer = header_value(&c->req, "Referer", 7);
+        e.user_agent = header_value(&c->req, "User-Agent", 10);
+        e.duration_us = self->wc->started_us && now_us > self->wc->started_us
+                      ? now_us - self->wc->started_us : 0;
+    }
+    if (c->request_id_len)
+        e.request_id = (nw_str){ c->request_id, c->request_id_len };
+    e.status = c->status;
+    e.bytes = c->body_sent;
+    e.pid = access_log_pid;
+    nw_access_log_record(access_log, &e, (nw_msec)(now_us / 1000));
+}
+
+/* The end of a request on self: the scoreboard and the access log. */
+static void request_ended(pTHX_ nw_xs_conn *self)
+{
+    uint64_t now = nw_now_us();
+    if (score_slot)
+        nw_scoreboard_request_end(score_slot, self->c->status, now);
+    if (access_log)
+        log_request(aTHX_ self, 1, now);
+}
+
 /* The master's scoreboard memfd (Narwhal::Scoreboard->fd), for the manager. */
 static int scoreboard_fd = -1;
 
@@ -257,16 +315,25 @@ arm_watchdog(self, sig)
   CODE:
     /* After $SIG{sig} is set: a C handler goes in front of Perl's. */
     PERL_UNUSED_VAR(self);
-    nw_worker_watchdog_arm(sig, score_slot);
+    nw_worker_watchdog_arm(sig, score_slot, flush_access_log);
 
 int
-watchdog_end(self)
+watchdog_end(self, conn = NULL)
     nw_xs_acceptor *self
+    SV *conn
   CODE:
     /* The watchdog's Perl handler: 504 unless the response began; the
-     * slot says why the worker leaves. Returns 1 when the 504 went out. */
+     * slot says why the worker leaves; the access log has its line, and is
+     * flushed. Returns 1 when the 504 went out. */
     PERL_UNUSED_VAR(self);
     RETVAL = nw_worker_watchdog_reply();
+    if (access_log && conn && SvROK(conn) && sv_derived_from(conn, "Narwhal::Conn")) {
+        nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
+        if (RETVAL)
+            xc->c->status = 504;
+        log_request(aTHX_ xc, 1, nw_now_us());
+    }
+    flush_access_log();
   OUTPUT:
     RETVAL
 
@@ -310,6 +377,8 @@ read_request(self, max_wait, wait_partial = 0)
         if (score_slot)     /* (first: the close lingers) */
             nw_scoreboard_count_error(score_slot, c->error_status);
         nw_conn_send_error(c, c->error_status);
+        if (access_log)
+            log_request(aTHX_ self, c->req.method_len > 0 && c->req.target_len > 0, nw_now_us());
     }
     if (r != NW_REQ_READY)
         RETVAL = newSViv(r);
@@ -410,8 +479,7 @@ finish_request(self, env = NULL)
     nw_xs_conn *self
     SV *env
   CODE:
-    if (score_slot)
-        nw_scoreboard_request_end(score_slot, self->c->status, nw_now_us());
+    request_ended(aTHX_ self);
     nw_conn_finish_request(self->c);
     if (env && SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
         nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
@@ -429,8 +497,7 @@ recycle_env(self, env)
     nw_xs_conn *self
     SV *env
   CODE:
-    if (score_slot)
-        nw_scoreboard_request_end(score_slot, self->c->status, nw_now_us());
+    request_ended(aTHX_ self);
     if (SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
         nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
 
@@ -609,6 +676,47 @@ totals(self)
     (void)hv_stores(hv, "served", newSVnv((NV)t.served));
     (void)hv_stores(hv, "by_class", newRV_noinc((SV *)cl));
     RETVAL = newRV_noinc((SV *)hv);
+  OUTPUT:
+    RETVAL
+
+MODULE = Narwhal    PACKAGE = Narwhal::AccessLog
+
+void
+open(path, json)
+    const char *path
+    int json
+  CODE:
+    /* In a worker, as its user: --access-log. */
+    if (access_log)
+        nw_access_log_close(access_log);
+    access_log = nw_access_log_open(path, json ? NW_ACCESS_JSON : NW_ACCESS_COMBINED);
+    if (!access_log)
+        croak("cannot open the access log %s: %s\n", path, strerror(errno));
+    access_log_pid = (int)getpid();
+
+int
+reopen()
+  CODE:
+    RETVAL = !access_log || nw_access_log_reopen(access_log) == 0;
+  OUTPUT:
+    RETVAL
+
+void
+tick()
+  CODE:
+    if (access_log)
+        nw_access_log_tick(access_log, nw_now_ms());
+
+void
+close()
+  CODE:
+    nw_access_log_close(access_log);
+    access_log = NULL;
+
+double
+lost()
+  CODE:
+    RETVAL = access_log ? (double)nw_access_log_lost(access_log) : 0;
   OUTPUT:
     RETVAL
 

@@ -297,6 +297,22 @@ C<narwhal_shed_total>), instead of the queue growing without bound. Needs the
 manager. 0 (the default) means no limit. Default: C<0>. At most
 C<2000000000>.
 
+=item --access-log PATH
+
+Append one line per request to this file (C<-> for standard error), written
+in C by the worker after the response: the client's address, the time, the
+request line, the status, the body bytes sent, the referer and user agent,
+the duration in microseconds and the worker's pid (and, in JSON, the
+response's C<X-Request-Id>). Lines are buffered and written at least once a
+second, and when the worker is idle or leaves; USR1 reopens the file (the
+master creates it and gives it to C<--user>). See "The access log" in
+F<docs/DESIGN.md> for the layouts.
+
+=item --access-log-format FORMAT
+
+Combined (with duration and pid at the end) or json, one object per line.
+Default: C<combined>.
+
 =back
 
 =head2 Process

@@ -324,6 +324,7 @@ void nw_conn_finish_request(nw_conn *c)
     c->responded = 0;
     c->status = 0;
     c->body_sent = 0;
+    c->request_id_len = 0;
     c->out_framing = 0;
     c->idle_deadline = nw_deadline_in(c->cfg.keepalive_timeout);
 }

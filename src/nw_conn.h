@@ -12,6 +12,8 @@
 #include "nw_io.h"
 #include "nw_response.h"
 
+#define NW_REQUEST_ID_MAX 64    /* bytes of a response's X-Request-Id kept for the log */
+
 typedef struct {
     nw_parse_limits parse;
     uint64_t max_request_body;  /* 0: no limit */
@@ -62,6 +64,8 @@ typedef struct {
     int responded;              /* a response head was decided for this request */
     int status;                 /* its status (0: none yet) */
     uint64_t body_sent;         /* response body bytes written (framing included) */
+    char request_id[NW_REQUEST_ID_MAX];  /* the response's X-Request-Id (the access log's) */
+    unsigned request_id_len;
     int keep_alive;             /* the connection stays open after this response */
     int broken;                 /* a write failed: stop writing, close */
     int lent;                   /* the socket is in blocking mode for the app

@@ -730,6 +730,7 @@ uint64_t nw_worker_rss_over(uint64_t limit_kb)
 
 static struct sigaction watchdog_next;      /* the handler in front of which ours sits */
 static nw_score_slot *watchdog_slot;        /* the worker's scoreboard slot, or NULL */
+static void (*watchdog_before_exit)(void);  /* the last resort's last words (flush a log) */
 static volatile sig_atomic_t watchdog_hits;
 
 int nw_worker_watchdog_reply(void)
@@ -771,6 +772,8 @@ static void watchdog_last_resort(void)
     (void)!write(2, line, n + sizeof msg - 1);
     nw_worker_watchdog_reply();
     hand_off_parked_from_handler();
+    if (watchdog_before_exit)
+        watchdog_before_exit();
     _exit(NW_WORKER_EXIT_WATCHDOG);
 }
 
@@ -784,9 +787,10 @@ static void watchdog_handler(int sig, siginfo_t *si, void *uc)
         watchdog_next.sa_handler(sig);
 }
 
-void nw_worker_watchdog_arm(int sig, nw_score_slot *slot)
+void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void))
 {
     watchdog_slot = slot;
+    watchdog_before_exit = before_exit;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     if (sigaction(sig, NULL, &watchdog_next) != 0)

@@ -202,8 +202,9 @@ uint64_t nw_worker_rss_over(uint64_t limit_kb);
  * next safe point); a second one means Perl never got there, and the
  * handler answers 504, hands the parked connections to the manager and
  * exits with NW_WORKER_EXIT_WATCHDOG. The request is counted on slot (if
- * any) with the status the client got. */
-void nw_worker_watchdog_arm(int sig, nw_score_slot *slot);
+ * any) with the status the client got; before_exit (if any) runs just
+ * before the last resort exits, in the signal handler. */
+void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void));
 
 /* Answer 504 on the connection whose request is running, unless a byte of
  * its response went out already, and end the connection's output.

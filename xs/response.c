@@ -3,6 +3,8 @@
  * an array body, one writev. */
 #include "narwhal_xs.h"
 
+#include <strings.h>
+
 #define SMALL_PIECES 16   /* body pieces handled without a heap array */
 
 /* Copy the app's header pairs into the head. Returns -1 when invalid. */
@@ -20,6 +22,10 @@ static int head_from_av(pTHX_ nw_conn *c, AV *headers, nw_app_headers *seen)
         const char *vp = SvOK(*v) ? SvPV(*v, vl) : (vl = 0, "");
         if (nw_head_app_header(&c->out, seen, kp, kl, vp, vl) < 0)
             return -1;
+        if (kl == 12 && !strncasecmp(kp, "X-Request-Id", 12)) {   /* for the access log */
+            c->request_id_len = vl < NW_REQUEST_ID_MAX ? (unsigned)vl : NW_REQUEST_ID_MAX;
+            memcpy(c->request_id, vp, c->request_id_len);
+        }
     }
     return 0;
 }

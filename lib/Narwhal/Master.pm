@@ -44,6 +44,7 @@ sub run {
     $self->{ids} = _user_ids($o);
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o) ];
     $self->{status_listener} = _open_status_listener($o) if defined $o->{status_listen};
+    $self->_create_access_log;
     $self->_open_scoreboard;
     $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
     $self->_prepare_app;
@@ -386,12 +387,30 @@ sub _reopen_logs {
             print STDERR "narwhal: cannot reopen the error log $o->{error_log}: $!\n";
             return;
         }
-        my $ids = $self->{ids} || {};
-        chown($ids->{uid} // -1, $ids->{gid} // -1, $o->{error_log})
-            or print STDERR "narwhal: cannot give $o->{error_log} to the workers' user: $!\n"
-            if defined $ids->{uid} || defined $ids->{gid};
+        $self->_give_to_workers($o->{error_log});
     }
+    eval { $self->_create_access_log; 1 } or print STDERR "narwhal: $@";
     kill USR1 => keys %{ $self->{workers} };
+}
+
+# The workers write the access log as their user: the master makes the
+# file (at start and on USR1, when the old one was moved away) and gives
+# it to them; each worker opens it itself.
+sub _create_access_log {
+    my $self = shift;
+    my $path = $self->{options}{access_log};
+    return if !defined $path || $path eq '-';
+    open(my $fh, '>>', $path) or die "cannot open the access log $path: $!\n";
+    close $fh;
+    $self->_give_to_workers($path);
+}
+
+sub _give_to_workers {
+    my ($self, $path) = @_;
+    my $ids = $self->{ids} || {};
+    return unless defined $ids->{uid} || defined $ids->{gid};
+    chown($ids->{uid} // -1, $ids->{gid} // -1, $path)
+        or print STDERR "narwhal: cannot give $path to the workers' user: $!\n";
 }
 
 # --drain-delay: /health says 503 at once, so that load balancers take the

@@ -182,6 +182,18 @@ my @TABLE = (
            . 'instead of the queue growing without bound. Needs the manager. 0 (the default) '
            . 'means no limit.' },
 
+    { name => 'access_log', type => 'string', group => 'Operations', arg => 'PATH',
+      help => 'one line per request here (- : stderr), written by C, buffered (USR1 reopens it)',
+      pod => 'Append one line per request to this file (C<-> for standard error), written in C by '
+           . 'the worker after the response: the client\'s address, the time, the request line, '
+           . 'the status, the body bytes sent, the referer and user agent, the duration in '
+           . 'microseconds and the worker\'s pid (and, in JSON, the response\'s C<X-Request-Id>). '
+           . 'Lines are buffered and written at least once a second, and when the worker is idle '
+           . 'or leaves; USR1 reopens the file (the master creates it and gives it to '
+           . 'C<--user>). See "The access log" in F<docs/DESIGN.md> for the layouts.' },
+    { name => 'access_log_format', type => 'enum', values => [qw(combined json)], default => 'combined',
+      group => 'Operations', arg => 'FORMAT',
+      help => 'combined (with duration and pid at the end) or json, one object per line' },
     { name => 'drain_delay', type => 'seconds', default => 0, max => _c('MAX_SECONDS'),
       group => 'Process', arg => 'SECS',
       help => 'on TERM/INT/QUIT, /health says 503 and serving goes on this long, then the stop',
@@ -268,6 +280,7 @@ my %CHECK = (
     count   => sub { defined $_[0] && $_[0] =~ /^\d+$/ },
     size    => sub { defined $_[0] && $_[0] =~ /^\d+$/ },
     seconds => sub { defined $_[0] && $_[0] =~ /^(?:\d+(?:\.\d*)?|\.\d+)$/ },
+    enum    => sub { my ($v, $opt) = @_; defined $v && grep { $_ eq $v } @{ $opt->{values} } },
 );
 
 my %WANT = (
@@ -275,6 +288,11 @@ my %WANT = (
     size => 'a number of bytes', seconds => 'a number of seconds',
     string => 'a value', code => 'Perl code',
 );
+
+sub _want {
+    my ($opt) = @_;
+    return $opt->{type} eq 'enum' ? 'one of ' . join(', ', @{ $opt->{values} }) : $WANT{ $opt->{type} };
+}
 
 # Turn handler arguments or parsed command-line values into the canonical
 # hash: aliases resolved, kebab-case folded, defaults filled, values checked.
@@ -299,8 +317,8 @@ sub normalize {
     for my $key (sort keys %o) {
         my $opt = $BY_NAME{$key} or next;
         next unless defined $o{$key};
-        $CHECK{ $opt->{type} }->($o{$key})
-            or die cli_name($key) . " wants $WANT{$opt->{type}}, not '$o{$key}'\n";
+        $CHECK{ $opt->{type} }->($o{$key}, $opt)
+            or die cli_name($key) . ' wants ' . _want($opt) . ", not '$o{$key}'\n";
         _check_bounds($opt, $o{$key});
     }
     for my $opt (@TABLE) {

@@ -52,6 +52,9 @@ sub run {
     my $board = $self->{scoreboard};
     $board = undef unless $board && defined $self->{score_slot};
     $board->attach($self->{score_slot}) if $board;
+    my $access_log = defined $self->{options}{access_log};
+    Narwhal::AccessLog::open($self->{options}{access_log},
+                             $self->{options}{access_log_format} eq 'json') if $access_log;
     # --request-timeout: the master's XCPU; a C handler in front of the
     # Perl one takes a second XCPU when the app is stuck outside Perl.
     Narwhal::Acceptor::arm_watchdog($acceptor, POSIX::SIGXCPU())
@@ -88,6 +91,7 @@ sub run {
                 $draining++ or Narwhal::Acceptor::drain($acceptor);
                 $conn = Narwhal::Acceptor::next_conn($acceptor, 0) or last;
             } elsif (!($conn = Narwhal::Acceptor::next_conn($acceptor, WAIT))) {
+                Narwhal::AccessLog::tick() if $access_log;    # idle: what is buffered goes out
                 Narwhal::Acceptor::deliver_signals($acceptor);
                 $self->_leave_if_orphaned($master);
                 next;
@@ -187,6 +191,7 @@ sub run {
     $self->{exit_reason} //= Narwhal::Scoreboard::EXIT_MAX_REQUESTS() if $limit && $$served >= $limit;
     $board->leaving($self->{exit_reason} // 0) if $board;
     $acceptor->release_parked($$closing ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
+    Narwhal::AccessLog::close() if $access_log;
     $self->_exit(0);
 }
 
@@ -194,7 +199,10 @@ sub run {
 # watcher thread (src/nw_worker.c), which reads the parked connections'
 # objects, stops before Perl's global destruction frees them, and the
 # parked connections go to the manager rather than die with the worker.
-END { Narwhal::Acceptor::leave_process() if defined &Narwhal::Acceptor::leave_process }
+END {
+    Narwhal::Acceptor::leave_process() if defined &Narwhal::Acceptor::leave_process;
+    Narwhal::AccessLog::close() if defined &Narwhal::AccessLog::close;
+}
 
 # --max-worker-rss: the worker finishes this request and leaves as a
 # recycled one does (its kept-alive connections go to the manager).
@@ -220,7 +228,7 @@ sub _request_timed_out {
     print STDERR map { "narwhal: worker $$: $_\n" }
         "request timeout (--request-timeout $self->{options}{request_timeout}): "
         . ($score->{request} || 'a request') . ' was stopped', _app_backtrace();
-    my $answered = Narwhal::Acceptor::watchdog_end($self->{acceptor});
+    my $answered = Narwhal::Acceptor::watchdog_end($self->{acceptor}, $self->{conn});
     print STDERR "narwhal: worker $$: ", ($answered ? 'answered 504' : 'its response had begun: closed'),
                  "; the worker is replaced\n";
     Narwhal::Acceptor::leave_process();
@@ -266,6 +274,8 @@ sub _signals {
     $SIG{USR1} = sub {
         Narwhal::reopen_error_log($self->{options})
             or print STDERR "narwhal: worker $$: cannot reopen the error log: $!\n";
+        Narwhal::AccessLog::reopen()
+            or print STDERR "narwhal: worker $$: cannot reopen the access log: $!\n";
     };
     $SIG{CHLD} = 'DEFAULT';
     $SIG{XCPU} = sub { $self->_request_timed_out } if $self->{options}{request_timeout};
