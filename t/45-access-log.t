@@ -52,6 +52,7 @@ sub lines_when {
     my $log = "$TMP/combined.log";
     my $s = server('--max-workers', 1, '--access-log', $log);
     my $port = $s->port;
+    wait_until(sub { worker_pids($s->pid) == 1 }, 10);
     my ($w) = worker_pids($s->pid);
     request($port, "GET /a?b=1 HTTP/1.1\r\nHost: x\r\nReferer: http://ref.example/\r\nUser-Agent: test-agent/1.0\r\n\r\n");
     request($port, "GET /empty HTTP/1.0\r\n\r\n");
