@@ -21,6 +21,7 @@ use POSIX ();
 use Socket qw(IPPROTO_TCP TCP_NODELAY);
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(free_port write_app root perl_cmd wait_until worker_pids children_of);
+use NarwhalTest::Clients ();
 
 my %opt = (servers => 'narwhal,starman', seconds => 6);
 GetOptions(\%opt, 'servers=s', 'only=s', 'seconds=f') or die "usage: see the top of $0\n";
@@ -67,74 +68,9 @@ my %SERVERS = (
 
 # ---------------------------------------------------------------- clients
 
-# One client process: keep-alive GETs of $path on one connection for
-# $seconds (or $count requests), never retrying: a request that gets no
-# complete answer counts as failed (or reset when the connection broke
-# before any byte of an answer), and the next one opens a new connection.
-# Writes "sent answered failed reset" to $out.
-sub client {
-    my ($port, $path, $seconds, $out, $count) = @_;
-    my $pid = fork // die "fork: $!";
-    return $pid if $pid;
-    my %n = (sent => 0, answered => 0, failed => 0, reset => 0);
-    my $end = time + $seconds;
-    my $c;
-    while (time < $end && (!$count || $n{sent} < $count)) {
-        $c ||= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 2);
-        if (!$c) { sleep 0.05; next }     # refused: not a request sent
-        $n{sent}++;
-        my ($r, $close) = one_request($c, $path);
-        $n{$r}++;
-        undef $c if $r ne 'answered' || $close;    # Connection: close is honoured
-    }
-    open(my $f, '>', $out) or POSIX::_exit(1);
-    print $f join(' ', @n{qw(sent answered failed reset)}), "\n";
-    close $f;
-    POSIX::_exit(0);
-}
-
-sub one_request {
-    my ($c, $path) = @_;
-    syswrite($c, "GET $path HTTP/1.1\r\nHost: x\r\n\r\n") or return 'reset';
-    my $buf = '';
-    my $deadline = time + 10;
-    while (time < $deadline) {
-        my $rin = '';
-        vec($rin, fileno($c), 1) = 1;
-        select(my $rout = $rin, undef, undef, 0.5) or next;
-        my $n = sysread($c, $buf, 65536, length $buf);
-        return length $buf ? 'failed' : 'reset' unless $n;
-        next unless $buf =~ /\r\n\r\n/;
-        my ($status) = $buf =~ m{^HTTP/1\.\d (\d{3})};
-        my ($len) = $buf =~ /^Content-Length:\s*(\d+)/mi;
-        my $head = index($buf, "\r\n\r\n") + 4;
-        next if defined $len && length($buf) - $head < $len;
-        my $close = $buf =~ /^Connection:\s*close/mi;
-        return ($status && $status == 200 ? 'answered' : 'failed', $close);
-    }
-    return 'failed';
-}
-
-sub collect {
-    my (@runs) = @_;
-    my %t = (sent => 0, answered => 0, failed => 0, reset => 0);
-    for my $r (@runs) {
-        waitpid($r->{pid}, 0);
-        open(my $f, '<', $r->{out}) or next;
-        my @v = split ' ', (<$f> // '');
-        @t{qw(sent answered failed reset)} = map { $t{$_} + (shift(@v) // 0) } qw(sent answered failed reset);
-    }
-    return \%t;
-}
-
-my $NCLIENT = 0;
-sub start_clients {
-    my ($port, $n, $path, $seconds, $count) = @_;
-    return map {
-        my $out = "$TMP/client-" . $NCLIENT++;
-        { pid => client($port, $path, $seconds, $out, $count), out => $out }
-    } 1 .. $n;
-}
+# (NarwhalTest::Clients: keep-alive GETs that never retry.)
+sub start_clients { NarwhalTest::Clients::start_clients($TMP, @_) }
+sub collect { NarwhalTest::Clients::collect(@_) }
 
 # ---------------------------------------------------------------- servers
 
