@@ -82,6 +82,27 @@ sub catalog {
           program => 'plackup', version_from => 'Plack',
           note => 'one process, no keep-alive (Plack\'s reference server)',
           cmd => plackup('HTTP::Server::PSGI') },
+        # The set-up prefork servers are usually deployed in: nginx (2
+        # workers) in front, the server on a unix socket behind it, upstream
+        # keep-alive (32 connections). Run only when named in --servers.
+        (map {
+            my ($id, $label, $module, $program, $backend) = @$_;
+            { id => "${id}_nginx", label => "nginx → $label", kind => 'front_nginx',
+              explicit_only => 1, module => $module, program => $program,
+              nginx_workers => 2, backend => $backend,
+              note => "$label on a unix socket behind nginx (2 workers, upstream keep-alive 32)" }
+        } [ 'narwhal', 'Narwhal', undef, undef, sub {
+                my ($sock, $app) = @_;
+                [ $^X, "-I$root/blib/lib", "-I$root/blib/arch", "$root/bin/narwhal",
+                  '--listen', $sock, '--max-workers', $WORKERS, $app ] } ],
+          [ 'starlet', 'Starlet', 'Starlet', 'plackup', sub {
+                my ($sock, $app) = @_;
+                [ 'plackup', '-s', 'Starlet', '-E', 'deployment', '--max-workers', $WORKERS,
+                  '--max-keepalive-reqs', 1000, '--listen', $sock, $app ] } ],
+          [ 'starman', 'Starman', 'Starman', 'starman', sub {
+                my ($sock, $app) = @_;
+                [ 'starman', '--workers', $WORKERS, '--preload-app', '-E', 'deployment',
+                  '--listen', $sock, $app ] } ]),
         { id => 'nginx_1w', label => 'nginx 1w', kind => 'nginx', nginx_workers => 1,
           program => 'nginx', note => 'C ceiling: return 200 / static file' },
         { id => 'nginx_2w', label => 'nginx 2w', kind => 'nginx', nginx_workers => 2,
@@ -167,6 +188,10 @@ sub check_server {
     if (($s->{kind} // '') eq 'nginx') {
         ($s->{version}) = capture('nginx', '-v') =~ m{nginx/(\S+)};
     }
+    if (($s->{kind} // '') eq 'front_nginx') {
+        return 'nginx not installed' unless which('nginx');
+        return check_narwhal($s, $root, $log, $build) if $s->{id} eq 'narwhal_nginx';
+    }
     return '';
 }
 
@@ -215,8 +240,46 @@ http {
 CONF
 }
 
+# nginx in front of a server on a unix socket (kind front_nginx).
+sub front_nginx_conf {
+    my ($dir, $port, $workers, $sock) = @_;
+    my $conf = nginx_conf($dir, $port, $workers, '/dev/null');
+    my $server = index($conf, '    server {');
+    return substr($conf, 0, $server) . <<"CONF";
+    upstream app {
+        server unix:$sock;
+        keepalive 32;
+    }
+    server {
+        listen 127.0.0.1:$port;
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_set_header X-Forwarded-For \$remote_addr;
+        }
+    }
+}
+CONF
+}
+
+sub front_nginx_cmd {
+    my ($s, $port, $app, $ctx) = @_;
+    my $dir = "$ctx->{tmp}/$s->{id}-$port";
+    make_path($dir);
+    my $sock = "$dir/app.sock";
+    open my $fh, '>', "$dir/nginx.conf" or die "$dir/nginx.conf: $!\n";
+    print $fh front_nginx_conf($dir, $port, $s->{nginx_workers}, $sock);
+    close $fh;
+    my $backend = join ' ', map { "'$_'" } @{ $s->{backend}->($sock, $app) };
+    # both in one session: the harness stops the session
+    return [ 'sh', '-c', "$backend & exec nginx -p '$dir/' -c '$dir/nginx.conf' -e '$dir/error.log'" ];
+}
+
 sub server_cmd {
     my ($s, $port, $app, $ctx) = @_;
+    return front_nginx_cmd($s, $port, $app, $ctx) if ($s->{kind} // '') eq 'front_nginx';
     return $s->{cmd}->($port, $app) unless ($s->{kind} // '') eq 'nginx';
     my $dir = "$ctx->{tmp}/$s->{id}-$port";
     make_path($dir);
