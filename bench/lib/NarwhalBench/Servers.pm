@@ -87,7 +87,7 @@ sub catalog {
         # keep-alive (32 connections). Run only when named in --servers.
         (map {
             my ($id, $label, $module, $program, $backend) = @$_;
-            { id => "${id}_nginx", label => "nginx → $label", kind => 'front_nginx',
+            { id => "${id}_nginx", label => "$label behind nginx", kind => 'front_nginx',
               explicit_only => 1, module => $module, program => $program,
               nginx_workers => 2, backend => $backend,
               note => "$label on a unix socket behind nginx (2 workers, upstream keep-alive 32)" }
