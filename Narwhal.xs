@@ -317,6 +317,12 @@ arm_watchdog(self, sig)
     PERL_UNUSED_VAR(self);
     nw_worker_watchdog_arm(sig, score_slot, flush_access_log);
 
+void
+watchdog_rearm()
+  CODE:
+    /* The Perl handler let a late signal go: the next one is a first one. */
+    nw_worker_watchdog_rearm();
+
 int
 watchdog_end(self, conn = NULL)
     nw_xs_acceptor *self

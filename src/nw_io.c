@@ -250,3 +250,24 @@ void nw_format_address(const struct sockaddr *sa, unsigned len, char *out, size_
         snprintf(out, cap, "%.*s", (int)strnlen(un->sun_path, n), un->sun_path);
     }
 }
+
+uint64_t nw_rss_bytes(int pid)
+{
+    char path[64], text[128];
+    if (pid > 0)
+        snprintf(path, sizeof path, "/proc/%d/statm", pid);
+    else
+        snprintf(path, sizeof path, "/proc/self/statm");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = 0;
+    unsigned long long size, resident;
+    if (sscanf(text, "%llu %llu", &size, &resident) != 2)
+        return 0;
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}

@@ -63,6 +63,10 @@ int nw_io_accept(int listen_fd, int is_tcp, struct sockaddr *peer,
 /* Set O_NONBLOCK on fd. Returns 0 or -1. */
 int nw_io_set_nonblocking(int fd);
 
+/* A process's resident set size in bytes, from /proc/PID/statm (pid 0:
+ * this process); 0 when it cannot be read. */
+uint64_t nw_rss_bytes(int pid);
+
 /* "host:port" ([v6]:port) or a unix path for a socket address, in out
  * (always NUL-terminated; "?" when the family is unknown). */
 struct sockaddr;

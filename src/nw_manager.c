@@ -295,19 +295,26 @@ static int nw_manager_make_room(nw_manager *m)
     return 1;
 }
 
-/* A 408 for a head that did not arrive in time. Best effort and never
- * blocking: unread input is drained first, because closing a socket with
- * unread input sends RST, which can destroy the response in flight. */
+/* The manager's own answers (408, 503), sent just before it closes fd.
+ * Best effort and never blocking: unread input is drained first, because
+ * closing a socket with unread input sends RST, which can destroy the
+ * response in flight. */
+static void nw_manager_send_final(int fd, const char *resp, size_t len)
+{
+    char sink[NW_READ_CHUNK];
+    for (int i = 0; i < NW_MANAGER_DRAIN_READS; i++)
+        if (recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
+            break;
+    (void)!send(fd, resp, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* A head that did not arrive in time. */
 static void nw_manager_send_408(int fd)
 {
     static const char resp[] =
         "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\n"
         "Content-Length: 20\r\nConnection: close\r\n\r\n408 Request Timeout\n";
-    char sink[NW_READ_CHUNK];
-    for (int i = 0; i < NW_MANAGER_DRAIN_READS; i++)
-        if (recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
-            break;
-    (void)!send(fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    nw_manager_send_final(fd, resp, sizeof resp - 1);
 }
 
 /* ------------------------------------------------------------ heads */
@@ -439,18 +446,27 @@ static nw_msec nw_manager_handoff_deadline(nw_manager *m, const nw_frame *f, int
     return m->now + limit;
 }
 
-/* HANDOFF: a connection with whatever the worker read past its last request. */
-static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char *data)
+/* A record for a connection that came in a frame (NULL: no memory, fd closed). */
+static nw_manager_slot *nw_manager_adopt(nw_manager *m, int fd, const nw_frame *f)
 {
-    m->st.received++;
     if (nw_manager_reserve(m, fd) < 0) {
         close(fd);
-        return;
+        return NULL;
     }
     nw_manager_slot *s = &m->slots[fd];
     memset(s, 0, sizeof *s);
     s->requests = f->requests;
     s->listener = f->listener;
+    return s;
+}
+
+/* HANDOFF: a connection with whatever the worker read past its last request. */
+static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char *data)
+{
+    m->st.received++;
+    nw_manager_slot *s = nw_manager_adopt(m, fd, f);
+    if (!s)
+        return;
     size_t skip = nw_manager_blank_prefix(data, f->data_len);
     size_t len = f->data_len - skip;
     data += skip;
@@ -603,19 +619,14 @@ static void nw_manager_control_readable(nw_manager *m)
 
 /* ------------------------------------------------------------ shedding */
 
-/* 503 for a request that waited too long for a worker (--max-queue-wait).
- * Like the 408: never blocking, unread input drained first. */
+/* A request that waited too long for a worker (--max-queue-wait). */
 static void nw_manager_send_503(int fd)
 {
     static const char resp[] =
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
         "Content-Length: 24\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
         "503 Service Unavailable\n";
-    char sink[NW_READ_CHUNK];
-    for (int i = 0; i < NW_MANAGER_DRAIN_READS; i++)
-        if (recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
-            break;
-    (void)!send(fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    nw_manager_send_final(fd, resp, sizeof resp - 1);
 }
 
 static int nw_manager_waited_too_long(const nw_manager *m, uint32_t ready_ms)
@@ -634,14 +645,9 @@ static void nw_manager_shed_one(nw_manager *m, int fd)
  * after all (a worker took the older one in between): it goes back. */
 static void nw_manager_put_back(nw_manager *m, int fd, const nw_frame *f)
 {
-    if (nw_manager_reserve(m, fd) < 0) {
-        close(fd);
+    nw_manager_slot *s = nw_manager_adopt(m, fd, f);
+    if (!s)
         return;
-    }
-    nw_manager_slot *s = &m->slots[fd];
-    memset(s, 0, sizeof *s);
-    s->requests = f->requests;
-    s->listener = f->listener;
     s->ready_ms = f->ready_ms;
     s->flags = NW_MANAGER_F_LINE_SEEN;
     nw_manager_queue_up(m, fd, m->frame_data, f->data_len);

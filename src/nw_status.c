@@ -85,24 +85,6 @@ static int put_json_string(nw_buf *b, const char *s)
 
 /* ------------------------------------------------------------ reading */
 
-uint64_t nw_status_rss_bytes(int pid)
-{
-    char path[64], text[128];
-    snprintf(path, sizeof path, "/proc/%d/statm", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    text[n] = 0;
-    unsigned long long size, resident;
-    if (sscanf(text, "%llu %llu", &size, &resident) != 2)
-        return 0;
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
 {
     w->pid = s->pid;
@@ -118,7 +100,7 @@ static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
     w->running_s = w->state == NW_WORKER_BUSY && now_us > since ? (double)(now_us - since) / 1e6 : 0;
     uint64_t born_us = (uint64_t)s->born * 1000;
     w->age_s = now_us > born_us ? (double)(now_us - born_us) / 1e6 : 0;
-    w->rss = nw_status_rss_bytes(w->pid);
+    w->rss = nw_rss_bytes(w->pid);
     return 1;
 }
 

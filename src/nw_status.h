@@ -52,7 +52,4 @@ int nw_status_route(const char *head, size_t len, int *head_only);
 int nw_status_respond(nw_buf *out, int page, int head_only, const nw_scoreboard *b,
                       const nw_status_manager *m, uint64_t now_us, int64_t now_unix);
 
-/* A process's resident set size in bytes from /proc/PID/statm (0: unknown). */
-uint64_t nw_status_rss_bytes(int pid);
-
 #endif

@@ -710,19 +710,7 @@ uint64_t nw_worker_rss_over(uint64_t limit_kb)
     if (now < next_look)
         return 0;
     next_look = now + NW_RSS_LOOK_MS;
-    char text[128];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    text[n] = 0;
-    unsigned long long size, resident;
-    if (sscanf(text, "%llu %llu", &size, &resident) != 2)
-        return 0;
-    uint64_t kb = (uint64_t)resident * (uint64_t)(sysconf(_SC_PAGESIZE) / 1024);
+    uint64_t kb = nw_rss_bytes(0) / 1024;
     return kb > limit_kb ? kb : 0;
 }
 
@@ -785,6 +773,11 @@ static void watchdog_handler(int sig, siginfo_t *si, void *uc)
         watchdog_next.sa_sigaction(sig, si, uc);
     else if (watchdog_next.sa_handler != SIG_DFL && watchdog_next.sa_handler != SIG_IGN)
         watchdog_next.sa_handler(sig);
+}
+
+void nw_worker_watchdog_rearm(void)
+{
+    watchdog_hits = 0;
 }
 
 void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void))

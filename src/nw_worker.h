@@ -206,6 +206,9 @@ uint64_t nw_worker_rss_over(uint64_t limit_kb);
  * before the last resort exits, in the signal handler. */
 void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void));
 
+/* A first signal was let go (its request had ended): the next is a first. */
+void nw_worker_watchdog_rearm(void);
+
 /* Answer 504 on the connection whose request is running, unless a byte of
  * its response went out already, and end the connection's output.
  * Async-signal-safe. Returns 1 when the 504 was sent. */

@@ -255,6 +255,12 @@ SKIP: {
                              ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
     my $port = $s->port;
     wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+    # A late signal (its request ended just after the master looked) finds
+    # the worker idle: it must neither die nor count it as a first signal.
+    my @before = sort { $a <=> $b } worker_pids($s->pid);
+    kill XCPU => @before;
+    sleep 1.5;
+    is_deeply([ sort { $a <=> $b } worker_pids($s->pid) ], \@before, 'an idle worker ignores a late XCPU');
     for my $case ([ '/sleep?30', 'a sleeping request', qr{at \S+ line 9\n} ],
                   [ '/busy', 'a busy Perl loop', qr{at \S+ line 11\n} ],
                   [ '/crypt', 'an app stuck in C', qr{outside Perl \(in C code} ]) {
@@ -333,6 +339,7 @@ SKIP: {
     my $s = server(args => [ '--drain-delay', 1.5,
                              ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
     my $port = $s->port;
+    wait_until(sub { worker_pids($s->pid) >= 1 }, 10);    # (a TERM before the master's handlers kills it)
     my $t0 = time;
     kill TERM => $s->pid;
     if ($MANAGED) {
@@ -351,6 +358,7 @@ SKIP: {
     ok($took >= 1.5 && $took < 4, sprintf('... after the drain (%.1f s)', $took));
 
     my $s2 = server(args => [ '--drain-delay', 30 ]);
+    wait_until(sub { worker_pids($s2->pid) >= 1 }, 10);
     $t0 = time;
     kill TERM => $s2->pid;
     ok(wait_until(sub { $s2->log_text =~ /draining for 30 s/ }, 5), 'a drain of 30 s begins');

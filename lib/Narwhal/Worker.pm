@@ -225,6 +225,13 @@ sub _request_timed_out {
     my $self = shift;
     my $score = $self->{scoreboard} && defined $self->{score_slot}
         ? $self->{scoreboard}->slot($self->{score_slot}) : {};
+    # A signal sent for a request that ended meanwhile (the master looked
+    # just before) must not end the next one, nor count as a first signal.
+    if (%$score && !($score->{state} eq 'busy'
+                     && $score->{running_ms} >= $self->{options}{request_timeout} * 1000 - 100)) {
+        Narwhal::Acceptor::watchdog_rearm();
+        return;
+    }
     print STDERR map { "narwhal: worker $$: $_\n" }
         "request timeout (--request-timeout $self->{options}{request_timeout}): "
         . ($score->{request} || 'a request') . ' was stopped', _app_backtrace();
