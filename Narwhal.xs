@@ -318,6 +318,14 @@ arm_watchdog(self, sig)
     nw_worker_watchdog_arm(sig, score_slot, flush_access_log);
 
 void
+proxy_from(self, cidr)
+    nw_xs_acceptor *self
+    const char *cidr
+  CODE:
+    if (nw_worker_proxy_from(self->w, cidr) < 0)
+        croak("--proxy-from: not an address or CIDR: '%s'\n", cidr);
+
+void
 watchdog_rearm()
   CODE:
     /* The Perl handler let a late signal go: the next one is a first one. */
@@ -365,6 +373,11 @@ read_request(self, max_wait, wait_partial = 0)
      * it has. The connection's own deadlines hold either way. */
     nw_conn *c = self->c;
     int r = c->fd < 0 ? NW_REQ_CLOSED : nw_conn_read_head(c, max_wait, wait_partial);
+    if (r == NW_REQ_READY && c->proxy_fresh) {     /* --proxy-protocol: the client's address */
+        c->proxy_fresh = 0;
+        if (!c->proxy.local && c->proxy.src_len)
+            nw_env_peer(aTHX_ self, &c->proxy.src, c->proxy.src_len);
+    }
     if (r == NW_REQ_READY) {
         HV *env = nw_env_build(aTHX_ self, ST(0));
         r = nw_conn_read_body(c);
@@ -682,6 +695,17 @@ totals(self)
     (void)hv_stores(hv, "served", newSVnv((NV)t.served));
     (void)hv_stores(hv, "by_class", newRV_noinc((SV *)cl));
     RETVAL = newRV_noinc((SV *)hv);
+  OUTPUT:
+    RETVAL
+
+MODULE = Narwhal    PACKAGE = Narwhal::Proxy
+
+int
+cidr_ok(text)
+    const char *text
+  CODE:
+    nw_proxy_cidr c;
+    RETVAL = nw_proxy_cidr_parse(text, &c) == 0;
   OUTPUT:
     RETVAL
 

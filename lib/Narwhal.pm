@@ -103,6 +103,23 @@ A unix socket listener.
 
 Listen queue length. Default: C<1024>. At least C<1>.
 
+=item --proxy-protocol
+
+Every listener requires a PROXY protocol header (version 1 or 2, as HAProxy's
+C<send-proxy> and C<send-proxy-v2> send) before the HTTP request;
+C<REMOTE_ADDR> and C<REMOTE_PORT> come from it (a C<LOCAL> header, a
+balancer's health check, keeps the socket's own). A connection without a
+valid header is closed without an answer: the server never guesses. Only for
+listeners that nothing but the balancer can reach, or with C<--proxy-from>.
+Default: C<off>.
+
+=item --proxy-from CIDR
+
+With C<--proxy-protocol>, connections from any other address are closed at
+once (C<10.0.0.0/8>, C<fd00::/8>, or an address; repeatable; IPv4-mapped IPv6
+peers match IPv4 entries; unix-socket peers are local processes and always
+allowed).
+
 =back
 
 =head2 Workers

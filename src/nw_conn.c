@@ -47,6 +47,7 @@ nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
     c->is_tcp = is_tcp;
     c->cfg = *cfg;
     c->body_fd = -1;
+    c->proxy_pending = cfg->proxy_protocol;
     c->idle_deadline = nw_deadline_in(cfg->read_timeout);
     return c;
 }
@@ -111,10 +112,42 @@ static int parse_ready_head(nw_conn *c)
     return NW_REQ_READY;
 }
 
+/* The PROXY header before the head: NW_REQ_READY when it is parsed (and
+ * consumed), NW_REQ_AGAIN while it is incomplete, NW_REQ_CLOSED when it is
+ * not one (closed: never guess). */
+static int read_proxy_header(nw_conn *c)
+{
+    size_t used = 0;
+    int r = nw_proxy_parse(c->in.data, c->in.len, &c->proxy, &used);
+    if (r == NW_PROXY_MORE)
+        return NW_REQ_AGAIN;
+    if (r == NW_PROXY_BAD) {
+        close(c->fd);
+        c->fd = -1;
+        return NW_REQ_CLOSED;
+    }
+    nw_buf_consume(&c->in, used);
+    c->proxy_pending = 0;
+    c->proxy_fresh = 1;
+    return NW_REQ_READY;
+}
+
 int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
 {
     for (;;) {
-        if (c->in.len > 0) {
+        if (c->in.len > 0 && c->proxy_pending) {
+            int r = read_proxy_header(c);
+            if (r == NW_REQ_CLOSED)
+                return r;
+            if (r == NW_REQ_READY)
+                continue;
+        }
+        if (c->in.len > 0 && c->proxy_pending) {
+            if (c->head_deadline == 0)
+                c->head_started = nw_now_ms();
+            c->head_deadline = nw_head_deadline(c->head_started, c->in.len, c->cfg.read_timeout,
+                                                c->cfg.read_timeout_max, c->cfg.min_head_rate);
+        } else if (c->in.len > 0) {
             if (nw_http_head_end(c->in.data, c->in.len, &c->head_scan)) {
                 int r = parse_ready_head(c);
                 if (r != NW_REQ_AGAIN)
@@ -538,27 +571,51 @@ int nw_conn_end_body(nw_conn *c)
     return c->keep_alive;
 }
 
+/* What goes in front of the unread bytes in a hand-off under
+ * --proxy-protocol: nothing while the header has not been parsed (it is
+ * still at their front), else a v2 header saying what the last one said. */
+static size_t proxy_header(const nw_conn *c, char *out)
+{
+    if (c->proxy_pending)
+        return 0;
+    if (c->proxy.local)
+        return nw_proxy_encode_v2(out, NULL, 0, NULL, 0);
+    return nw_proxy_encode_v2(out, (const struct sockaddr *)&c->proxy.src, c->proxy.src_len,
+                              (const struct sockaddr *)&c->proxy.dst, c->proxy.dst_len);
+}
+
 int nw_conn_handoff(nw_conn *c, int channel)
 {
     nw_frame f;
     nw_msec now = nw_now_ms();
-    if (c->fd < 0 || c->in.len > NW_FRAME_MAX_DATA) {
+    if (c->fd < 0) {
         errno = EINVAL;
         return -1;
     }
+    char header[NW_PROXY_V2_ROOM];
+    size_t header_len = 0;
     nw_frame_init(&f, NW_FRAME_HANDOFF);
+    if (c->cfg.proxy_protocol) {    /* the addresses travel with it (DESIGN.md) */
+        header_len = proxy_header(c, header);
+        f.flags = NW_FRAME_F_PROXY;
+    }
+    size_t len = header_len + c->in.len;
     f.listener = (uint16_t)c->listener;
     f.requests = c->requests;
     if (c->in.len > 0) {
         if (c->head_deadline == 0)
             c->head_deadline = nw_deadline_in(c->cfg.read_timeout);
-        f.flags = NW_FRAME_F_HEAD_STARTED;
+        f.flags |= NW_FRAME_F_HEAD_STARTED;
         f.deadline_ms = (int32_t)(c->head_deadline > now ? c->head_deadline - now : 0);
     } else {
         f.deadline_ms = (int32_t)(c->idle_deadline > now ? c->idle_deadline - now : 0);
     }
-    f.data_len = (uint32_t)c->in.len;
-    if (nw_frame_send(channel, &f, c->in.data, c->fd) < 0)
+    if (len > NW_FRAME_MAX_DATA) {
+        errno = EINVAL;
+        return -1;
+    }
+    f.data_len = (uint32_t)len;
+    if (nw_frame_send_prefixed(channel, &f, header, header_len, c->in.data, c->fd) < 0)
         return -1;
     close(c->fd);
     c->fd = -1;

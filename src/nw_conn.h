@@ -11,6 +11,7 @@
 #include "nw_http.h"
 #include "nw_io.h"
 #include "nw_response.h"
+#include "nw_proxy.h"
 
 #define NW_REQUEST_ID_MAX 64    /* bytes of a response's X-Request-Id kept for the log */
 
@@ -24,7 +25,11 @@ typedef struct {
     double min_head_rate;       /* bytes a second that move it on (0: never) */
     double keepalive_timeout;   /* between requests */
     double max_keepalive_reqs;  /* no keep-alive once this many requests were read; 0: no limit */
+    int proxy_protocol;         /* a PROXY header comes first (nw_proxy.h) */
 } nw_conn_config;
+
+/* A connection whose PROXY header is bad: nw_conn_read_head closes it
+ * without an answer (NW_REQ_CLOSED). */
 
 /* Results of nw_conn_read_head and nw_conn_read_body. */
 #define NW_REQ_READY     1
@@ -64,6 +69,9 @@ typedef struct {
     int responded;              /* a response head was decided for this request */
     int status;                 /* its status (0: none yet) */
     uint64_t body_sent;         /* response body bytes written (framing included) */
+    int proxy_pending;          /* its PROXY header is not parsed yet */
+    int proxy_fresh;            /* one was just parsed: its addresses are news */
+    nw_proxy_info proxy;        /* what the last one said */
     char request_id[NW_REQUEST_ID_MAX];  /* the response's X-Request-Id (the access log's) */
     unsigned request_id_len;
     int keep_alive;             /* the connection stays open after this response */

@@ -19,9 +19,20 @@ void nw_frame_init(nw_frame *f, int type)
 
 int nw_frame_send(int sock, const nw_frame *f, const void *data, int fd)
 {
+    return nw_frame_send_prefixed(sock, f, NULL, 0, data, fd);
+}
+
+int nw_frame_send_prefixed(int sock, const nw_frame *f, const void *prefix, size_t prefix_len,
+                           const void *data, int fd)
+{
     union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } ctl;
-    struct iovec iov[2] = { { (void *)f, sizeof *f }, { (void *)data, f->data_len } };
-    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = f->data_len ? 2 : 1 };
+    struct iovec iov[3] = { { (void *)f, sizeof *f }, { (void *)prefix, prefix_len },
+                            { (void *)data, f->data_len - prefix_len } };
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 3 };
+    if (prefix_len > f->data_len) {
+        errno = EINVAL;
+        return -1;
+    }
     if (f->data_len > NW_FRAME_MAX_DATA) {
         errno = EMSGSIZE;
         return -1;

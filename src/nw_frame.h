@@ -31,6 +31,7 @@ enum nw_frame_type {
 #define NW_FRAME_LAST NW_FRAME_STATS
 
 #define NW_FRAME_F_HEAD_STARTED 1u  /* deadline_ms is a read deadline: part of a head arrived */
+#define NW_FRAME_F_PROXY        2u  /* --proxy-protocol: the data begins with a PROXY header */
 
 typedef struct {
     uint32_t magic;
@@ -60,6 +61,11 @@ void nw_frame_init(nw_frame *f, int type);
 /* Send one frame; fd < 0 sends none. Returns 0, or -1 with errno
  * (EAGAIN when the socket is full and non-blocking). */
 int nw_frame_send(int sock, const nw_frame *f, const void *data, int fd);
+
+/* The same with the data in two pieces, prefix_len bytes of prefix then
+ * data (f->data_len counts both): no copy, and safe in a signal handler. */
+int nw_frame_send_prefixed(int sock, const nw_frame *f, const void *prefix, size_t prefix_len,
+                           const void *data, int fd);
 
 /* Receive one frame into *f and data (room for cap bytes). *fd_out gets the
  * passed fd or -1. Returns 1 for a frame, 0 at end of stream, -1 with errno

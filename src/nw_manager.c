@@ -30,6 +30,7 @@
 #include "nw_http.h"
 #include "nw_io.h"
 #include "nw_limits.h"
+#include "nw_proxy.h"
 #include "nw_scoreboard.h"
 #include "nw_status.h"
 
@@ -72,6 +73,7 @@ typedef struct {
 } nw_status_client;
 
 #define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
+#define NW_MANAGER_F_PROXY      2u  /* connection: its bytes begin with a PROXY header */
 
 #define NW_MANAGER_NONE             (-1)
 #define NW_MANAGER_EVENTS           256
@@ -335,6 +337,19 @@ static size_t nw_manager_blank_prefix(const char *p, size_t len)
 static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
                                 const char *p, size_t len, size_t old)
 {
+    if (s->flags & NW_MANAGER_F_PROXY) {
+        /* the head begins after the PROXY header: a worker parses both */
+        nw_proxy_info info;
+        size_t used = 0;
+        int r = nw_proxy_parse(p, len, &info, &used);
+        if (r == NW_PROXY_MORE)
+            return len >= NW_FRAME_MAX_DATA;
+        if (r == NW_PROXY_BAD)
+            return 1;           /* a worker closes it */
+        p += used;
+        len -= used;
+        old = old > used ? old - used : 0;
+    }
     if (!(s->flags & NW_MANAGER_F_LINE_SEEN) && memchr(p + old, '\n', len - old))
         s->flags |= NW_MANAGER_F_LINE_SEEN;
     /* the buffered bytes start at the request line (empty lines before it
@@ -362,6 +377,8 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     f.listener = s->listener;
     f.requests = s->requests;
     f.ready_ms = s->ready_ms;
+    if (s->flags & NW_MANAGER_F_PROXY)
+        f.flags = NW_FRAME_F_PROXY;
     f.data_len = (uint32_t)len;
     if (nw_frame_send(m->serve_queue, &f, data, fd) == 0) {
         m->st.handed_off++;
@@ -457,7 +474,20 @@ static nw_manager_slot *nw_manager_adopt(nw_manager *m, int fd, const nw_frame *
     memset(s, 0, sizeof *s);
     s->requests = f->requests;
     s->listener = f->listener;
+    if (f->flags & NW_FRAME_F_PROXY)
+        s->flags = NW_MANAGER_F_PROXY;
     return s;
+}
+
+/* The length of the complete PROXY header in front of a connection's
+ * bytes (0: none, or not complete). */
+static size_t nw_manager_proxy_len(const nw_manager_slot *s, const char *p, size_t len)
+{
+    nw_proxy_info info;
+    size_t used = 0;
+    if (!(s->flags & NW_MANAGER_F_PROXY) || nw_proxy_parse(p, len, &info, &used) != NW_PROXY_DONE)
+        return 0;
+    return used;
 }
 
 /* HANDOFF: a connection with whatever the worker read past its last request. */
@@ -467,7 +497,7 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
     nw_manager_slot *s = nw_manager_adopt(m, fd, f);
     if (!s)
         return;
-    size_t skip = nw_manager_blank_prefix(data, f->data_len);
+    size_t skip = s->flags & NW_MANAGER_F_PROXY ? 0 : nw_manager_blank_prefix(data, f->data_len);
     size_t len = f->data_len - skip;
     data += skip;
     if (len > 0 && nw_manager_head_done(m, s, data, len, 0)) {
@@ -483,7 +513,8 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
         nw_manager_forget(m, fd);   /* no memory, or not something epoll can watch */
         return;
     }
-    int reading = len > 0 || (f->flags & NW_FRAME_F_HEAD_STARTED);
+    /* (a PROXY header alone is not the start of a head: the connection is idle) */
+    int reading = len > nw_manager_proxy_len(s, data, len) || (f->flags & NW_FRAME_F_HEAD_STARTED);
     s->head_started = m->now;   /* (for the rate; the worker's deadline stands until bytes come) */
     nw_manager_enlist(m, fd, reading ? NW_MANAGER_READING : NW_MANAGER_IDLE,
                       nw_manager_handoff_deadline(m, f, reading));
@@ -495,7 +526,7 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
 static void nw_manager_first_bytes(nw_manager *m, int fd, const char *p, size_t n)
 {
     nw_manager_slot *s = &m->slots[fd];
-    size_t skip = nw_manager_blank_prefix(p, n);
+    size_t skip = s->flags & NW_MANAGER_F_PROXY ? 0 : nw_manager_blank_prefix(p, n);
     p += skip;
     n -= skip;
     if (n == 0)
@@ -518,6 +549,12 @@ static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n
 {
     nw_manager_slot *s = &m->slots[fd];
     size_t old = s->head_len;
+    if (s->kind == NW_MANAGER_IDLE) {   /* after a PROXY header: the head begins now */
+        nw_manager_list_remove(m, &m->idle, fd);
+        s->head_started = m->now;
+        nw_manager_enlist(m, fd, NW_MANAGER_READING, nw_head_deadline(m->now, n,
+                          m->read_timeout, m->read_timeout_max, m->min_head_rate));
+    }
     if (nw_manager_keep(s, p, n) < 0) {
         nw_manager_drop_conn(m, fd);
         return;
@@ -649,7 +686,7 @@ static void nw_manager_put_back(nw_manager *m, int fd, const nw_frame *f)
     if (!s)
         return;
     s->ready_ms = f->ready_ms;
-    s->flags = NW_MANAGER_F_LINE_SEEN;
+    s->flags |= NW_MANAGER_F_LINE_SEEN;
     nw_manager_queue_up(m, fd, m->frame_data, f->data_len);
 }
 

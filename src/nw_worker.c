@@ -93,6 +93,12 @@ static nw_wconn *accept_ready(nw_worker *w)
         struct sockaddr_storage peer;
         unsigned plen = sizeof peer;
         int fd = nw_io_accept(l->fd, l->is_tcp, (struct sockaddr *)&peer, &plen);
+        if (fd >= 0 && w->proxy_from_n
+            && !nw_proxy_cidr_match(w->proxy_from, w->proxy_from_n, (struct sockaddr *)&peer)) {
+            close(fd);      /* --proxy-from: not a peer that may send a PROXY header */
+            i--;
+            continue;
+        }
         if (fd >= 0) {
             w->next = idx + 1;
             return wconn_new(w, idx, fd, &peer, plen);
@@ -122,6 +128,7 @@ static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
         close(fd);
     }
     wc->c->requests = f->requests;
+    wc->c->proxy_pending = (f->flags & NW_FRAME_F_PROXY) != 0;
     return wc;
 }
 
@@ -775,6 +782,19 @@ static void watchdog_handler(int sig, siginfo_t *si, void *uc)
         watchdog_next.sa_handler(sig);
 }
 
+int nw_worker_proxy_from(nw_worker *w, const char *cidr)
+{
+    nw_proxy_cidr one;
+    if (nw_proxy_cidr_parse(cidr, &one) < 0)
+        return -1;
+    nw_proxy_cidr *p = realloc(w->proxy_from, (w->proxy_from_n + 1) * sizeof *p);
+    if (!p)
+        return -1;
+    p[w->proxy_from_n++] = one;
+    w->proxy_from = p;
+    return 0;
+}
+
 void nw_worker_watchdog_rearm(void)
 {
     watchdog_hits = 0;
@@ -944,6 +964,7 @@ void nw_worker_free(nw_worker *w)
 {
     if (!w)
         return;
+    free(w->proxy_from);
     if (w->has_watcher) {
         nw_worker_enter(w);
         nw_worker_stop_watcher(w);

@@ -25,6 +25,7 @@
 #include "nw_conn.h"
 #include "nw_limits.h"
 #include "nw_park.h"
+#include "nw_proxy.h"
 #include "nw_scoreboard.h"
 
 #define NW_WORKER_MAX_LISTENERS 63
@@ -122,6 +123,9 @@ typedef struct {
                                  * connections' next requests until drain_until */
     nw_msec drain_until;
     nw_msec next_signal_look;   /* a busy worker looks for pending signals then */
+
+    nw_proxy_cidr *proxy_from;  /* --proxy-from: the peers that may connect (none: any) */
+    size_t proxy_from_n;
 } nw_worker;
 
 /* A worker with no listeners yet. park_ms 0 turns parking off. Returns
@@ -188,6 +192,10 @@ int nw_worker_deliver_signals(nw_worker *w);
 void nw_worker_request_started(nw_wconn *wc);
 
 int nw_worker_has_manager(const nw_worker *w);
+
+/* --proxy-from: add a CIDR to the peers allowed to connect (then only
+ * those may). -1 when it does not parse. */
+int nw_worker_proxy_from(nw_worker *w, const char *cidr);
 
 /* --max-worker-rss: this process's resident size in KiB when it is over
  * limit_kb, else 0. Cheap enough for every request (see the .c). */

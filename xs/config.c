@@ -10,7 +10,7 @@
 /* The worker's configuration, filled from a list the option table
  * (Narwhal::Options::c_config) builds in the order of config_field: a
  * typed struct, never a hash read by string key. */
-enum field_type { F_SIZE, F_U64, F_SECONDS };
+enum field_type { F_SIZE, F_U64, F_SECONDS, F_BOOL };
 static const struct {
     const char *name;       /* the option's name in Narwhal::Options */
     enum field_type type;
@@ -28,6 +28,7 @@ static const struct {
     { "keepalive_timeout",  F_SECONDS, offsetof(nw_worker_config, conn.keepalive_timeout) },
     { "max_keepalive_reqs", F_SECONDS, offsetof(nw_worker_config, conn.max_keepalive_reqs) },
     { "keepalive_wait",     F_SECONDS, offsetof(nw_worker_config, keepalive_wait) },
+    { "proxy_protocol",     F_BOOL,    offsetof(nw_worker_config, conn.proxy_protocol) },
 };
 #define CONFIG_FIELDS (sizeof config_field / sizeof config_field[0])
 
@@ -56,6 +57,7 @@ void nw_config_from_av(pTHX_ AV *values, nw_worker_config *cfg)
         case F_SIZE:    *(size_t *)at = (size_t)n; break;
         case F_U64:     *(uint64_t *)at = (uint64_t)n; break;
         case F_SECONDS: *(double *)at = (double)n; break;
+        case F_BOOL:    *(int *)at = n != 0; break;
         }
     }
     if (cfg->conn.parse.max_headers < 1 || cfg->conn.parse.max_headers > NW_MAX_HEADERS_HARD)

@@ -150,6 +150,19 @@ my @TABLE = (
       max => _c('MAX_HEADERS_HARD'), c => 1, group => 'Limits', arg => 'N', help => '431 beyond',
       pod => 'A request with more header fields gets 431.' },
 
+    { name => 'proxy_protocol', type => 'bool', default => 0, c => 1, group => 'Listening',
+      help => 'every connection starts with a PROXY header (v1 or v2): REMOTE_ADDR from it',
+      pod => 'Every listener requires a PROXY protocol header (version 1 or 2, as HAProxy\'s '
+           . 'C<send-proxy> and C<send-proxy-v2> send) before the HTTP request; C<REMOTE_ADDR> '
+           . 'and C<REMOTE_PORT> come from it (a C<LOCAL> header, a balancer\'s health check, '
+           . 'keeps the socket\'s own). A connection without a valid header is closed without '
+           . 'an answer: the server never guesses. Only for listeners that nothing but the '
+           . 'balancer can reach, or with C<--proxy-from>.' },
+    { name => 'proxy_from', type => 'list', group => 'Listening', arg => 'CIDR',
+      help => 'with --proxy-protocol, only these peers may connect (repeatable)',
+      pod => 'With C<--proxy-protocol>, connections from any other address are closed at once '
+           . '(C<10.0.0.0/8>, C<fd00::/8>, or an address; repeatable; IPv4-mapped IPv6 peers '
+           . 'match IPv4 entries; unix-socket peers are local processes and always allowed).' },
     { name => 'status_listen', type => 'string', group => 'Operations', arg => 'ADDR',
       help => 'serve /status, /status.json, /metrics and /health here (host:port or a path)',
       pod => 'Serve the status pages on this address (C<host:port>, C<:port> or a unix socket '
@@ -385,6 +398,10 @@ sub _check_relations {
         die cli_name($needs) . " needs the connection manager (it answers while every worker "
             . "is busy): drop --no-manager\n" if $o->{$needs} && !$o->{manager};
     }
+    for my $cidr (@{ $o->{proxy_from} || [] }) {
+        die "--proxy-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
+    }
+    die "--proxy-from needs --proxy-protocol\n" if @{ $o->{proxy_from} || [] } && !$o->{proxy_protocol};
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"
         if defined $o->{min_reqs_per_child} && $o->{max_reqs_per_child}
         && $o->{min_reqs_per_child} > $o->{max_reqs_per_child};

@@ -49,6 +49,7 @@ sub run {
     # A crash in the app costs only its own request: the parked
     # connections go to the manager first.
     $acceptor->hand_off_on_crash;
+    $acceptor->proxy_from($_) for @{ $self->{options}{proxy_from} || [] };
     my $board = $self->{scoreboard};
     $board = undef unless $board && defined $self->{score_slot};
     $board->attach($self->{score_slot}) if $board;
