@@ -5,6 +5,8 @@
 #                          inputs go to work/, crashes to findings/
 #   make -f fuzz.mk run-frame FUZZ_TIME=300  the same for the frame decoder
 #                          (work-frame/, findings-frame/)
+#   make -f fuzz.mk run-proxy FUZZ_TIME=300  the same for the PROXY protocol
+#                          parser (work-proxy/, findings-proxy/)
 #   make -f fuzz.mk replay          build ./replay and ./replay_frame with gcc and
 #                          replay corpus/ and corpus-frame/
 #   make -f fuzz.mk clean
@@ -14,11 +16,20 @@ FUZZ_TIME ?= 300
 SRC      = ../src/nw_http.c
 HDRS     = ../src/nw_http.h ../src/nw_limits.h
 
-.PHONY: all fuzz run run-frame replay clean
+.PHONY: all fuzz run run-frame run-proxy replay clean
 
 all: fuzz replay
 
-fuzz: fuzz_http fuzz_frame
+fuzz: fuzz_http fuzz_frame fuzz_proxy
+
+fuzz_proxy: fuzz_proxy.c ../src/nw_proxy.c ../src/nw_proxy.h
+	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+		-I../src fuzz_proxy.c ../src/nw_proxy.c -o $@
+
+run-proxy: fuzz_proxy
+	mkdir -p work-proxy findings-proxy
+	./fuzz_proxy -max_total_time=$(FUZZ_TIME) -max_len=2048 -artifact_prefix=findings-proxy/ \
+		-print_final_stats=1 work-proxy corpus-proxy
 
 fuzz_http: fuzz_http.c $(SRC) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -47,4 +58,4 @@ replay: replay.c fuzz_http.c $(SRC) $(HDRS)
 	./replay_frame corpus-frame
 
 clean:
-	rm -rf fuzz_http fuzz_frame replay replay_frame work findings work-frame findings-frame
+	rm -rf fuzz_http fuzz_frame fuzz_proxy replay replay_frame work findings work-frame findings-frame work-proxy findings-proxy

@@ -148,8 +148,10 @@ static void v2_unix(const unsigned char *a, nw_proxy_info *out)
 {
     struct sockaddr_un *s = (struct sockaddr_un *)&out->src, *d = (struct sockaddr_un *)&out->dst;
     s->sun_family = d->sun_family = AF_UNIX;
-    memcpy(s->sun_path, a, 107);        /* 108 bytes each; kept NUL-terminated */
-    memcpy(d->sun_path, a + 108, 107);
+    /* 108 bytes each: the path up to its NUL (at most 107 bytes), so the
+     * rest of sun_path stays zero whatever the header held after it */
+    memcpy(s->sun_path, a, strnlen((const char *)a, 107));
+    memcpy(d->sun_path, a + 108, strnlen((const char *)a + 108, 107));
     out->src_len = out->dst_len = sizeof(struct sockaddr_un);
 }
 

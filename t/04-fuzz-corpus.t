@@ -44,4 +44,22 @@ is($status, 0, 'frame replay exited with status 0') or do {
 };
 like($out, qr/^replayed ${\ scalar @ffiles} files$/m, 'every frame corpus file replayed');
 is($err, '', 'no sanitizer report from the frame decoder') or diag($err);
+
+# The PROXY protocol parser's harness (fuzz/fuzz_proxy.c) over its corpus.
+my $pcorpus = File::Spec->catdir(root(), 'fuzz', 'corpus-proxy');
+opendir($dh, $pcorpus) or die "$pcorpus: $!";
+my @pfiles = sort map { File::Spec->catfile($pcorpus, $_) }
+             grep { !/^\./ && -f File::Spec->catfile($pcorpus, $_) } readdir $dh;
+closedir $dh;
+cmp_ok(scalar @pfiles, '>=', 20, 'PROXY corpus has at least 20 files');
+my $pexe = build('replay_proxy', [qw(fuzz/replay.c fuzz/fuzz_proxy.c src/nw_proxy.c)]);
+($status, $out, $err) = run_program($pexe, @pfiles);
+is($status, 0, 'PROXY replay exited with status 0') or do {
+    for my $file (@pfiles) {
+        my ($st) = run_program($pexe, $file);
+        diag("fails: $file") if $st != 0;
+    }
+};
+like($out, qr/^replayed ${\ scalar @pfiles} files$/m, 'every PROXY corpus file replayed');
+is($err, '', 'no sanitizer report from the PROXY parser') or diag($err);
 done_testing();
