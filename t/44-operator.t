@@ -258,6 +258,8 @@ SKIP: {
     # A late signal (its request ended just after the master looked) finds
     # the worker idle: it must neither die nor count it as a first signal.
     my @before = sort { $a <=> $b } worker_pids($s->pid);
+    get_raw($port, '/') for 1 .. 4;
+    sleep 1;    # (a worker forked a moment ago may not have its handlers yet)
     kill XCPU => @before;
     sleep 1.5;
     is_deeply([ sort { $a <=> $b } worker_pids($s->pid) ], \@before, 'an idle worker ignores a late XCPU');
