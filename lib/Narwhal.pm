@@ -99,6 +99,27 @@ The port of that listener.
 
 A unix socket listener.
 
+=item --socket-mode OCTAL
+
+The mode of unix socket listeners (octal, e.g. C<0660>), set between C<bind>
+and C<listen>: no client can connect before it is in place. Without it, the
+process's umask decides (usually C<0755>: only root can connect). With
+C<--socket-group www-data>, C<0660> lets nginx's workers in and nobody else.
+
+=item --socket-group GROUP
+
+Unix socket listeners belong to this group (a name or a gid).
+
+=item --reuse-port
+
+Set C<SO_REUSEPORT> on TCP listeners, so that a new instance can listen on
+the same port while the old one drains (a hand-over without Server::Starter).
+The kernel spreads new connections over every listener on the port; a
+connection still in the old instance's accept queue when its last worker
+closes the listener is reset, so stop the old one with C<--drain-delay> long
+enough for the new one to be up, or set C<net.ipv4.tcp_migrate_req=1> (Linux
+5.14+), which moves those connections to the new listener. Default: C<off>.
+
 =item --backlog N
 
 Listen queue length. Default: C<1024>. At least C<1>.

@@ -52,31 +52,60 @@ sub open_all {
     return map { open_one(parse_spec($_), $opts) } @specs;
 }
 
+# The same listener, however it was spelled: ":5000" and "0.0.0.0:5000",
+# "unix:/p" and "/p". (Different addresses stay different: "localhost"
+# and "127.0.0.1" are two names.)
+sub canonical {
+    my ($text) = @_;
+    my $spec = parse_spec($text);
+    return $spec->{path} ? "unix:$spec->{path}" : lc($spec->{host}) . ":$spec->{port}";
+}
+
 sub open_one {
     my ($spec, $opts) = @_;
     my $backlog = $opts->{backlog};    # normalized: the option table's default
-    return _open_unix($spec, $backlog) if $spec->{path};
+    return _open_unix($spec, $backlog, $opts) if $spec->{path};
     my $sock = IO::Socket::IP->new(
         LocalHost => $spec->{host}, LocalPort => $spec->{port},
         Listen => $backlog, ReuseAddr => 1, Proto => 'tcp',
+        ($opts->{reuse_port} ? (ReusePort => 1) : ()),
         ($spec->{host} =~ /:/ ? (V6Only => 1) : ()),
     ) or die "cannot listen on $spec->{host}:$spec->{port}: $@\n";
     return _tcp_listener($sock, "$spec->{host}:$spec->{port}");
 }
 
+# A unix socket gets its mode and group (--socket-mode, --socket-group)
+# between bind and listen: the file is made under a umask that lets nobody
+# else in, changed, and only then does listen make it connectable.
 sub _open_unix {
-    my ($spec, $backlog) = @_;
+    my ($spec, $backlog, $opts) = @_;
     my $path = $spec->{path};
     if (-S $path) {
         my $probe = IO::Socket::UNIX->new(Peer => $path, Type => SOCK_STREAM);
         die "cannot listen on $path: another server is listening there\n" if $probe;
         unlink $path;
     }
-    my $sock = IO::Socket::UNIX->new(Local => $path, Listen => $backlog,
-                                     Type => SOCK_STREAM)
+    my $sock = IO::Socket::UNIX->new(Type => SOCK_STREAM)
         or die "cannot listen on $path: $!\n";
+    my $old = umask(0177);
+    my $bound = bind($sock, Socket::pack_sockaddr_un($path));
+    my $err = $!;
+    umask($old);
+    die "cannot listen on $path: $err\n" unless $bound;
+    _socket_permissions($path, $opts, $old);
+    listen($sock, $backlog) or die "cannot listen on $path: $!\n";
     return { fd => fileno($sock), is_tcp => 0, path => $path, handle => $sock,
              spec => $path, owned_path => 1 };
+}
+
+sub _socket_permissions {
+    my ($path, $opts, $umask) = @_;
+    my $mode = defined $opts->{socket_mode} ? oct($opts->{socket_mode}) : 0777 & ~$umask;
+    chmod($mode, $path) or die "cannot set the mode of $path: $!\n";
+    return unless defined $opts->{socket_group};
+    my $gid = $opts->{socket_group} =~ /^\d+$/ ? $opts->{socket_group} : getgrnam($opts->{socket_group});
+    die "--socket-group: no group '$opts->{socket_group}'\n" unless defined $gid;
+    chown(-1, $gid, $path) or die "cannot give $path to group $opts->{socket_group}: $!\n";
 }
 
 sub _tcp_listener {

@@ -43,6 +43,23 @@ my @TABLE = (
       help => 'the port of that listener' },
     { name => 'socket', alias => ['S'], type => 'list', group => 'Listening', arg => 'PATH',
       help => 'a unix socket listener' },
+    { name => 'socket_mode', type => 'string', group => 'Listening', arg => 'OCTAL',
+      help => 'unix socket listeners get this mode (e.g. 0660), set before they accept',
+      pod => 'The mode of unix socket listeners (octal, e.g. C<0660>), set between C<bind> and '
+           . 'C<listen>: no client can connect before it is in place. Without it, the process\'s '
+           . 'umask decides (usually C<0755>: only root can connect). With '
+           . 'C<--socket-group www-data>, C<0660> lets nginx\'s workers in and nobody else.' },
+    { name => 'socket_group', type => 'string', group => 'Listening', arg => 'GROUP',
+      help => 'unix socket listeners belong to this group (a name or a gid)' },
+    { name => 'reuse_port', type => 'bool', default => 0, group => 'Listening',
+      help => 'SO_REUSEPORT on TCP listeners: another instance may listen on the same port',
+      pod => 'Set C<SO_REUSEPORT> on TCP listeners, so that a new instance can listen on the '
+           . 'same port while the old one drains (a hand-over without Server::Starter). The '
+           . 'kernel spreads new connections over every listener on the port; a connection '
+           . 'still in the old instance\'s accept queue when its last worker closes the '
+           . 'listener is reset, so stop the old one with C<--drain-delay> long enough for '
+           . 'the new one to be up, or set C<net.ipv4.tcp_migrate_req=1> (Linux 5.14+), which '
+           . 'moves those connections to the new listener.' },
     { name => 'backlog', type => 'count', default => 1024, min => 1, group => 'Listening', arg => 'N',
       help => 'listen queue length' },
 
@@ -343,12 +360,13 @@ sub normalize {
     return \%o;
 }
 
-# --listen and --socket together, each address once: plackup -S PATH
-# passes PATH as both.
+# --listen and --socket together, each listener once however it is
+# spelled: plackup passes a path as both, and ":5000" is "0.0.0.0:5000".
 sub _listeners {
     my ($o) = @_;
     my %seen;
-    return [ grep { !$seen{$_}++ } @{ $o->{listen} || [] }, @{ delete $o->{socket} || [] } ];
+    return [ grep { !$seen{ Narwhal::Listener::canonical($_) }++ }
+             @{ $o->{listen} || [] }, @{ delete $o->{socket} || [] } ];
 }
 
 # (name, value) pairs a given key and value stand for; () when unknown.
@@ -398,6 +416,11 @@ sub _check_relations {
         die cli_name($needs) . " needs the connection manager (it answers while every worker "
             . "is busy): drop --no-manager\n" if $o->{$needs} && !$o->{manager};
     }
+    die "--socket-mode wants an octal mode (at most 0777), not '$o->{socket_mode}'\n"
+        if defined $o->{socket_mode} && ($o->{socket_mode} !~ /^0?[0-7]{3}$/ || oct($o->{socket_mode}) > 0777);
+    die "--socket-group: no group '$o->{socket_group}'\n"
+        if defined $o->{socket_group} && $o->{socket_group} !~ /^\d+$/
+        && !defined getgrnam($o->{socket_group});
     for my $cidr (@{ $o->{proxy_from} || [] }) {
         die "--proxy-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
     }

@@ -1,0 +1,151 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use File::Temp ();
+use POSIX ();
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until narwhal_cmd
+                   run_cmd free_port manager_fallback perl_cmd root);
+
+# Listening as deployments need it: unix sockets with a mode and group set
+# before anyone can connect (and the README's nginx recipe, with Debian's
+# nginx running its workers as www-data), one listener however it is
+# spelled (plackup passes a path twice), and --reuse-port.
+
+my @NM = manager_fallback();
+my $APP = write_app("sub { [200, ['Content-Type' => 'text/plain'], [\"ok \$\$\\n\"]] }");
+my $DIR = File::Temp::tempdir('narwhal-sock-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+chmod 0755, $DIR;
+
+sub get_unix {
+    my ($path) = @_;
+    my $c = raw_connect($path) or return undef;
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    return read_response($c, 5);
+}
+
+# 1. --socket-mode and --socket-group
+{
+    my $path = "$DIR/mode.sock";
+    my $s = spawn_server(app => $APP, no_listen => 1, unix => $path,
+                         args => [ @NM, '--socket-mode', '0660', '--socket-group', scalar getgrgid(0) ]);
+    my @st = stat $path;
+    is(sprintf('%04o', $st[2] & 07777), '0660', '--socket-mode 0660');
+    is($st[5], 0, '--socket-group sets the group');
+    is(get_unix($path)->{status}, 200, 'and it serves');
+    $s->stop;
+    my $plain = "$DIR/plain.sock";
+    my $s2 = spawn_server(app => $APP, no_listen => 1, unix => $plain, args => [@NM]);
+    my $mode = (stat $plain)[2] & 07777;
+    is(sprintf('%04o', $mode), sprintf('%04o', 0777 & ~umask), 'without --socket-mode: the umask decides');
+}
+
+# 2. Refusals: one line, non-zero.
+for my $case ([ [ '--socket-mode', '0999' ], qr/--socket-mode wants an octal mode/ ],
+              [ [ '--socket-mode', 'rw' ], qr/--socket-mode wants an octal mode/ ],
+              [ [ '--socket-group', 'no-such-group-here' ], qr/--socket-group: no group 'no-such-group-here'/ ]) {
+    my ($args, $want) = @$case;
+    my $r = run_cmd([ narwhal_cmd(), '--listen', "$DIR/x.sock", @$args, $APP ], timeout => 10);
+    isnt($r->{code}, 0, "@$args: refused");
+    like($r->{err}, $want, '... saying why');
+}
+
+# 3. One listener however it is spelled: the second spelling used to fail
+# with "address in use" (or "another server is listening there").
+{
+    my $port = free_port();
+    my $s = spawn_server(app => $APP, no_listen => 1, port => $port,
+                         command => [ narwhal_cmd(), @NM, '--listen', ":$port", '--listen', "0.0.0.0:$port", $APP ]);
+    ok($s->pid, ':PORT and 0.0.0.0:PORT open one listener');
+    my $path = "$DIR/twice.sock";
+    my $u = spawn_server(app => $APP, no_listen => 1, unix => $path,
+                         command => [ narwhal_cmd(), @NM, '--listen', $path, '--listen', "unix:$path", $APP ]);
+    is(get_unix($path)->{status}, 200, 'PATH and unix:PATH open one listener');
+    $u->stop;
+    SKIP: {
+        my $plackup = (grep { -x } '/usr/bin/plackup')[0] or skip 'plackup not installed', 1;
+        my $p2 = "$DIR/plackup.sock";
+        my $pl = spawn_server(app => $APP, no_listen => 1, unix => $p2,
+                              command => [ perl_cmd(), $plackup, '-s', 'Narwhal', @NM ? ('--no-manager=1') : (),
+                                           '--listen', $p2, $APP ]);
+        is(get_unix($p2)->{status}, 200, 'plackup -s Narwhal --listen PATH starts and serves');
+    }
+}
+
+# 4. --reuse-port: a second instance on the same port starts; without it, not.
+{
+    my $port = free_port();
+    my $a = spawn_server(app => $APP, port => $port, args => [ @NM, '--reuse-port' ]);
+    my $b = spawn_server(app => $APP, port => $port, args => [ @NM, '--reuse-port' ]);
+    ok($a->pid && $b->pid, 'two instances with --reuse-port share a port');
+    $a->stop;
+    my $c = raw_connect($port);
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    is(read_response($c, 5)->{status}, 200, 'the second serves when the first has gone');
+    my $r = run_cmd([ narwhal_cmd(), '--listen', "127.0.0.1:$port", $APP ], timeout => 10);
+    isnt($r->{code}, 0, 'without --reuse-port a second instance is refused');
+    like($r->{err}, qr/cannot listen on 127\.0\.0\.1:$port/, '... saying so');
+}
+
+# 5. The README's nginx recipe, as written, with Debian's nginx running its
+# workers as www-data.
+SKIP: {
+    skip 'needs root and nginx', 3 if $> || !-x '/usr/sbin/nginx' || !defined getpwnam('www-data');
+    open(my $rf, '<', root() . '/README.md') or die;
+    my $readme = do { local $/; <$rf> };
+    my ($cmd) = $readme =~ m{^    (narwhal --listen /run/narwhal/app\.sock[^\n]*)$}m
+        or skip 'the README has no nginx recipe command', 3;
+    my @args = split ' ', $cmd;
+    shift @args;
+    pop @args;    # app.psgi
+    my $sock = "$DIR/run/app.sock";
+    mkdir "$DIR/run";
+    s{/run/narwhal/app\.sock}{$sock} for @args;
+    my $s = spawn_server(app => $APP, no_listen => 1, unix => $sock, args => [ @NM, @args ]);
+    my $port = free_port();
+    my $conf = "$DIR/nginx.conf";
+    open(my $nf, '>', $conf) or die;
+    print $nf <<"CONF";
+user www-data;
+daemon off;
+pid $DIR/nginx.pid;
+error_log $DIR/nginx-error.log;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $DIR/tmp_body;
+    proxy_temp_path $DIR/tmp_proxy;
+    fastcgi_temp_path $DIR/tmp_fastcgi;
+    uwsgi_temp_path $DIR/tmp_uwsgi;
+    scgi_temp_path $DIR/tmp_scgi;
+    upstream narwhal { server unix:$sock; keepalive 32; }
+    server {
+        listen 127.0.0.1:$port;
+        location / {
+            proxy_pass http://narwhal;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+        }
+    }
+}
+CONF
+    close $nf;
+    my $ng = spawn_server(app => $APP, port => $port, command => [ '/usr/sbin/nginx', '-c', $conf, '-e', "$DIR/nginx-error.log" ]);
+    my $c = raw_connect($port);
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    my $r = read_response($c, 5);
+    is($r && $r->{status}, 200, "nginx as www-data reaches Narwhal through the README's recipe ($cmd)");
+    like($r->{body}, qr/^ok \d+/, '... and gets the app\'s answer');
+    $s->stop;
+    # the same without the socket options: nginx's workers cannot connect
+    my $s2 = spawn_server(app => $APP, no_listen => 1, unix => $sock, args => [ @NM, '--listen', $sock ]);
+    $c = raw_connect($port);
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    $r = read_response($c, 5);
+    is($r && $r->{status}, 502, 'without --socket-mode/--socket-group nginx gets 502 (what the recipe used to give)');
+    $ng->stop;
+}
+
+done_testing();
