@@ -609,6 +609,7 @@ attach(self, index)
     score_slot = slot_of(aTHX_ self, index);
     score_slot->pid = (int32_t)getpid();
     score_slot->state = NW_WORKER_IDLE;
+    nw_conn_watch_closing(&board_of(aTHX_ self)->h.stopping);
 
 void
 leaving(self, reason = 0)

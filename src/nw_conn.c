@@ -32,6 +32,18 @@ static ssize_t conn_read_brief(nw_conn *c, char *buf, size_t len, double wait_s)
     return n;
 }
 
+static const volatile int32_t *closing_flag;
+
+void nw_conn_watch_closing(const volatile int32_t *flag)
+{
+    closing_flag = flag;
+}
+
+int nw_conn_server_closing(void)
+{
+    return closing_flag && *closing_flag;
+}
+
 nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
 {
     nw_conn *c = calloc(1, sizeof *c);

@@ -31,6 +31,12 @@ typedef struct {
 /* A connection whose PROXY header is bad: nw_conn_read_head closes it
  * without an answer (NW_REQ_CLOSED). */
 
+/* The server is stopping or draining (a flag the master sets on the
+ * scoreboard): responses stop keeping connections alive, so clients move
+ * to a new connection before this server closes. NULL: never. */
+void nw_conn_watch_closing(const volatile int32_t *flag);
+int nw_conn_server_closing(void);
+
 /* Results of nw_conn_read_head and nw_conn_read_body. */
 #define NW_REQ_READY     1
 #define NW_REQ_AGAIN     0    /* no bytes of a request yet: the wait is over, or a signal */

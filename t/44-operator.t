@@ -353,6 +353,7 @@ SKIP: {
     sleep 0.7;
     my $r = get_raw($port, '/');
     is($r && $r->{status}, 200, 'draining: a new connection is still served');
+    is($r && $r->{headers}{connection}, 'close', '... with Connection: close, so clients move on before the stop');
     like($s->log_text, qr/draining for 1\.5 s/, 'the log says the server drains');
     my $status = $s->wait_exit(10);
     my $took = time - $t0;

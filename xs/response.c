@@ -48,7 +48,8 @@ int nw_response_start(pTHX_ nw_conn *c, int status, SV *headers_rv,
      * worker calling Narwhal::Conn::requests before every response */
     nw_conn_reclaim(c);     /* the app may have had the socket, blocking */
     int ka = may_keep_alive && c->framing.keep_alive
-             && (c->cfg.max_keepalive_reqs <= 0 || c->requests < c->cfg.max_keepalive_reqs);
+             && (c->cfg.max_keepalive_reqs <= 0 || c->requests < c->cfg.max_keepalive_reqs)
+             && !nw_conn_server_closing();   /* draining: clients move on now */
     int f = nw_head_finish(&c->out, &seen, c->req.minor_version, status,
                            c->is_head_method, known_length, &ka);
     if (f < 0) {
