@@ -128,11 +128,11 @@ Listen queue length. Default: C<1024>. At least C<1>.
 
 Every listener requires a PROXY protocol header (version 1 or 2, as HAProxy's
 C<send-proxy> and C<send-proxy-v2> send) before the HTTP request;
-C<REMOTE_ADDR> and C<REMOTE_PORT> come from it (a C<LOCAL> header, a
-balancer's health check, keeps the socket's own). A connection without a
-valid header is closed without an answer: the server never guesses. Only for
-listeners that nothing but the balancer can reach, or with C<--proxy-from>.
-Default: C<off>.
+C<REMOTE_ADDR> and C<REMOTE_PORT> come from it, and C<SERVER_PORT> from its
+destination port (a C<LOCAL> header, a balancer's health check, keeps the
+socket's own). A connection without a valid header is closed without an
+answer: the server never guesses. Only for listeners that nothing but the
+balancer can reach, or with C<--proxy-from>. Default: C<off>.
 
 =item --proxy-from CIDR
 

@@ -17,7 +17,9 @@ my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
 my $APP = write_app(<<'APP');
 sub { my $env = shift;
-      [200, ['Content-Type' => 'text/plain'], ["remote=$env->{REMOTE_ADDR} port=$env->{REMOTE_PORT}\n"]] }
+      $env->{PATH_INFO} eq '/server'
+          ? [200, ['Content-Type' => 'text/plain'], ["server_port=$env->{SERVER_PORT}\n"]]
+          : [200, ['Content-Type' => 'text/plain'], ["remote=$env->{REMOTE_ADDR} port=$env->{REMOTE_PORT}\n"]] }
 APP
 
 sub server { spawn_server(app => $APP, args => [ @NM, '--proxy-protocol', @_ ]) }
@@ -55,6 +57,14 @@ wait_until(sub { worker_pids($s->pid) == 2 }, 10);
     sleep 0.5;    # the header is incomplete: the connection may go to the manager meanwhile
     syswrite($c, substr($V1, 12) . $GET);
     is(body_of(read_response($c, 5)), "remote=203.0.113.7 port=51234\n", 'a header split across a pause');
+}
+{
+    my $c = raw_connect($port);
+    syswrite($c, $V1 . "GET /server HTTP/1.1\r\nHost: x\r\n\r\n");
+    is(body_of(read_response($c, 5)), "server_port=80\n", 'SERVER_PORT is the port the client reached the balancer on');
+    my $l = raw_connect($port);
+    syswrite($l, $V2_LOCAL . "GET /server HTTP/1.1\r\nHost: x\r\n\r\n");
+    is(body_of(read_response($l, 5)), "server_port=$port\n", '... and the listener\'s after a LOCAL header (never a stale one)');
 }
 {
     my $c = raw_connect($port);

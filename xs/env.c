@@ -623,6 +623,26 @@ static HV *env_fresh(pTHX_ nw_xs_conn *xc, SV *self_rv)
     return env;
 }
 
+/* --proxy-protocol: the port the client reached the balancer on, when the
+ * header gave one; else the listener's (a recycled $env may hold another
+ * connection's). */
+static void env_server_port_from_proxy(pTHX_ HV *env, nw_xs_conn *xc)
+{
+    const nw_proxy_info *p = &xc->c->proxy;
+    int port = -1;
+    if (!p->local && p->dst.ss_family == AF_INET)
+        port = ntohs(((const struct sockaddr_in *)&p->dst)->sin_port);
+    else if (!p->local && p->dst.ss_family == AF_INET6)
+        port = ntohs(((const struct sockaddr_in6 *)&p->dst)->sin6_port);
+    if (port >= 0) {
+        (void)hv_stores(env, "SERVER_PORT", newSViv(port));
+        return;
+    }
+    SV **t = hv_fetchs(xc->env->template, "SERVER_PORT", 0);
+    if (t)
+        (void)hv_stores(env, "SERVER_PORT", newSVsv(*t));
+}
+
 HV *nw_env_build(pTHX_ nw_xs_conn *xc, SV *self_rv)
 {
     HV *env = env_from_spare(aTHX_ xc, self_rv);
@@ -635,6 +655,8 @@ HV *nw_env_build(pTHX_ nw_xs_conn *xc, SV *self_rv)
                         newSVpvn(xc->c->req.authority, xc->c->req.authority_len));
     if (!xc->c->is_tcp)
         env_server_from_host(aTHX_ env, &xc->c->req);
+    if (xc->c->cfg.proxy_protocol)
+        env_server_port_from_proxy(aTHX_ env, xc);
     return env;
 }
 
