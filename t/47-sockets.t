@@ -78,11 +78,17 @@ for my $case ([ [ '--socket-mode', '0999' ], qr/--socket-mode wants an octal mod
     my $port = free_port();
     my $a = spawn_server(app => $APP, port => $port, args => [ @NM, '--reuse-port' ]);
     my $b = spawn_server(app => $APP, port => $port, args => [ @NM, '--reuse-port' ]);
-    ok($a->pid && $b->pid, 'two instances with --reuse-port share a port');
+    # (a connect proves nothing here: the first answers it) two listening sockets on the port
+    ok(wait_until(sub { 2 == grep { /:$port\b/ } `ss -Hltn 2>/dev/null` }, 10),
+       'two instances with --reuse-port listen on one port');
     $a->stop;
-    my $c = raw_connect($port);
-    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    is(read_response($c, 5)->{status}, 200, 'the second serves when the first has gone');
+    my $r0;
+    wait_until(sub {
+        my $c = raw_connect($port) or return 0;
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        $r0 = read_response($c, 5);
+    }, 5);
+    is($r0 && $r0->{status}, 200, 'the second serves when the first has gone');
     my $r = run_cmd([ narwhal_cmd(), '--listen', "127.0.0.1:$port", $APP ], timeout => 10);
     isnt($r->{code}, 0, 'without --reuse-port a second instance is refused');
     like($r->{err}, qr/cannot listen on 127\.0\.0\.1:$port/, '... saying so');
