@@ -267,6 +267,12 @@ static void park_expire(nw_worker *w, nw_msec now, int everything)
 {
     nw_wconn *wc;
     int patience = NW_HANDOFF_PATIENCE_MS;
+    /* The server is draining or stopping: the manager may stop reading the
+     * handoff queue at any moment, and a connection left there would be
+     * lost. Parked ones stay here: the worker's own stop serves their next
+     * request or closes them. */
+    if (!everything && nw_conn_server_closing())
+        return;
     while ((wc = nw_park_take_expired(&w->park, now, everything))) {
         wc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
         if (wc->c->fd >= 0 && hand_off(w, wc, patience) < 0)
@@ -406,6 +412,8 @@ static nw_release_result park_or_hand_off(nw_worker *w, nw_wconn *wc)
 {
     if (park(w, wc) == 0)
         return NW_RELEASE_PARKED;
+    if (nw_conn_server_closing())
+        return NW_RELEASE_KEPT;     /* (see park_expire) the worker waits for it itself */
     if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
         return NW_RELEASE_HANDED_OFF;
     return NW_RELEASE_KEPT;
@@ -497,6 +505,8 @@ static enum evict_result evict_parked(nw_worker *w)
 {
     nw_wconn *wc;
     nw_msec now = nw_now_ms();
+    if (nw_conn_server_closing())
+        return EVICT_MANAGER_GONE;  /* (see park_expire) they stay parked */
     while ((wc = nw_park_take_expired(&w->park, now, 1))) {
         wc->watch.registered = 0;     /* it left the epoll set */
         if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, w->handoff_queue) < 0) {
