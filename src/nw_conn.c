@@ -370,6 +370,7 @@ void nw_conn_finish_request(nw_conn *c)
     c->status = 0;
     c->body_sent = 0;
     c->request_id_len = 0;
+    memset(&c->req, 0, sizeof c->req);  /* its pointers were into bytes now consumed */
     c->out_framing = 0;
     c->idle_deadline = nw_deadline_in(c->cfg.keepalive_timeout);
 }

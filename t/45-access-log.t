@@ -58,8 +58,16 @@ sub lines_when {
     request($port, "GET /empty HTTP/1.0\r\n\r\n");
     request($port, "GET /q HTTP/1.1\r\nHost: x\r\nUser-Agent: evil \"quoted\" \\back \xc3\xa9 \t end\r\n\r\n");
     request($port, "BROKEN\r\n\r\n");
-    my @l = lines_when($log, 4);
-    is(scalar @l, 4, 'four requests, four lines');
+    # a bad request after a good one on the same connection: nothing of the
+    # first may show up in the second's line
+    my $ka = raw_connect($port);
+    syswrite($ka, "GET /first-on-conn HTTP/1.1\r\nHost: x\r\n\r\n");
+    read_response($ka, 5);
+    syswrite($ka, "BROKEN AGAIN\r\n\r\n");
+    NarwhalTest::read_until_close($ka, 5);
+    my @l = lines_when($log, 6);
+    is(scalar @l, 6, 'six requests, six lines');
+    like($l[5], qr{^127\.0\.0\.1 - - \[[^]]+\] "-" 400 }, 'a bad request after a good one on one connection logs "-", not the earlier request line');
     like($l[0], qr{^127\.0\.0\.1 - - \[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\] "GET /a\?b=1 HTTP/1\.1" 200 6 "http://ref\.example/" "test-agent/1\.0" (\d+) (\d+)$},
          'host, time, request line, status, bytes, referer, agent, duration, pid');
     my ($us, $pid) = $l[0] =~ / (\d+) (\d+)$/;
