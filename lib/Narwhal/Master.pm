@@ -596,6 +596,7 @@ sub _become_worker {
     my $s = $self->{sockets} || {};
     close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager handoff_manager
                                              serve_manager);
+    close $self->{status_listener}{handle} if $self->{status_listener};    # the manager's alone
     eval {
         _drop_privileges($self->{ids});
         Narwhal::Worker->new(
