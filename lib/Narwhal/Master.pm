@@ -71,7 +71,9 @@ sub _open_status_listener {
     my $same = grep { Narwhal::Listener::describe($_) eq Narwhal::Listener::describe($spec) }
                map { Narwhal::Listener::parse_spec($_) } @{ $o->{listen} || [] };
     die "--status-listen must not be one of the app's listeners\n" if $same;
-    return Narwhal::Listener::open_one($spec, { backlog => STATUS_BACKLOG });
+    # SO_REUSEPORT: during a hand-over (Server::Starter, --reuse-port) the
+    # new instance opens the same status address while the old one serves.
+    return Narwhal::Listener::open_one($spec, { backlog => STATUS_BACKLOG, reuse_port => 1 });
 }
 
 # The connection manager is a C program, exec'd so that it holds nothing of
