@@ -333,6 +333,29 @@ SKIP: {
     }, 5), 'two workers replaced after --max-requests 3, counted as max-requests');
 }
 
+# 6b. Under Server::Starter the status address is shared across a hand-over:
+# the new generation opens it while the old one still holds it.
+SKIP: {
+    skip 'needs the manager and start_server', 3 unless $MANAGED && -x '/usr/bin/start_server';
+    my $sport = free_port();
+    my $port = free_port();
+    my $s = spawn_server(app => $APP, port => $port, command => [
+        '/usr/bin/start_server', '--port', "127.0.0.1:$port", '--interval', 1, '--',
+        narwhal_cmd(), '--max-workers', 1, '--status-listen', "127.0.0.1:$sport", $APP ]);
+    my $first;
+    ok(wait_until(sub { my $r = get_raw($sport, '/status.json'); $first = $r && eval { JSON::PP::decode_json($r->{body})->{master_pid} } }, 10),
+       'the first generation answers on the status address');
+    kill HUP => $s->pid;
+    my $second;
+    ok(wait_until(sub {
+        my $r = get_raw($sport, '/status.json');
+        $second = $r && eval { JSON::PP::decode_json($r->{body})->{master_pid} };
+        $second && $second != $first;
+    }, 15), 'after a HUP to start_server the new generation answers there');
+    unlike($s->log_text, qr/cannot listen/, '... it could open the address');
+    $s->stop;
+}
+
 # 7. --drain-delay: on TERM, /health says 503 at once while the app is
 # still served; the stop begins when the delay is over, or at once on a
 # second signal.
