@@ -87,7 +87,9 @@ sub start_client_loop {
     my $pid = fork // die "fork: $!";
     if (!$pid) {
         require HTTP::Tiny;
-        my $http = HTTP::Tiny->new(timeout => 5, keep_alive => 1);
+        # (a long timeout: a request lost would still fail it; a worker
+        # starved of CPU by the rest of a parallel suite would not)
+        my $http = HTTP::Tiny->new(timeout => 15, keep_alive => 1);
         open(my $fh, '>', $out) or POSIX::_exit(1);
         $fh->autoflush(1);
         my $end = time + $seconds;
@@ -183,10 +185,14 @@ sub finish_client_loop {
     my $s = server(args => [ '--max-workers', '2' ]);
     my $port = $s->port;
     my $before = wait_workers($s, 2) || [];
-    my $loop = start_client_loop($port, 3);
+    my $loop = start_client_loop($port, 4);
     sleep 0.7;
     kill HUP => $s->pid;
-    sleep 1;
+    # the second HUP once the first generation has been replaced (under a
+    # loaded parallel suite that can take longer than a second)
+    my %first = map { $_ => 1 } @$before;
+    wait_until(sub { my @w = workers($s); @w == 2 && !grep { $first{$_} } @w }, 5);
+    sleep 0.3;
     kill HUP => $s->pid;
     my $r = finish_client_loop($loop);
     cmp_ok($r->{ok}, '>', 20, "HUP: the client made requests ($r->{ok})");
