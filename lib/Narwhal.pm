@@ -122,7 +122,12 @@ enough for the new one to be up, or set C<net.ipv4.tcp_migrate_req=1> (Linux
 
 =item --backlog N
 
-Listen queue length. Default: C<1024>. At least C<1>.
+Length of the listen queue: connections the kernel completes and holds until
+a worker accepts them. By default the kernel's C<net.core.somaxconn> (which
+also caps any larger value), and at least 1024: a burst of new connections
+beyond it is answered with SYN cookies or, when the queue of completed
+connections overflows, dropped (the client retries after a second). See
+"Bursts of new connections" in F<docs/DESIGN.md>. At least C<1>.
 
 =item --proxy-protocol
 
@@ -240,7 +245,8 @@ C<--disable-X> into C<< X => 0 >>).
 =item --max-connections N
 
 Connections the manager holds at once; when full, the longest-idle one is
-closed. Default: C<10000>. At least C<1>.
+closed. By default, as many as its open-file limit allows (it raises its soft
+limit to the hard one and keeps 256 descriptors for itself). At least C<1>.
 
 =item --keepalive-wait SECS
 

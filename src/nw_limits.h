@@ -42,6 +42,11 @@
 #define NW_MAX_SECONDS                2000000 /* a timeout's bound: deadlines travel to and
                                                * from the manager as int32 milliseconds */
 
+/* The connection manager keeps this many descriptors of its open-file
+ * limit for itself (worker channels, epoll, signalfd, stdio, status
+ * clients); the rest is --max-connections' default. */
+#define NW_MANAGER_RESERVED_FDS 256
+
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */
 #define NW_MAX_PARKED 1024

@@ -3,6 +3,7 @@ use warnings;
 use Test::More;
 use lib 't/lib';
 use JSON::PP ();
+use Narwhal::Listener ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
@@ -124,7 +125,8 @@ SKIP: {
         ok($v->{"narwhal_worker_resident_bytes{pid=\"$_\"}"} > 1e6, "the RSS of worker $_ is there") for @w;
         ok(defined $v->{"narwhal_listen_queue_length{listener=\"127.0.0.1:$port\"}"},
            'the listener\'s queue length is reported');
-        is($v->{"narwhal_listen_queue_limit{listener=\"127.0.0.1:$port\"}"}, 1024, '... with its backlog');
+        is($v->{"narwhal_listen_queue_limit{listener=\"127.0.0.1:$port\"}"},
+           Narwhal::Listener::default_backlog(), '... with its backlog');
         is($v->{narwhal_shed_total}, 0, 'nothing shed');
         is($v->{narwhal_up}, 1, 'up');
 

@@ -154,4 +154,23 @@ CONF
     $ng->stop;
 }
 
+# 6. --backlog: by default the kernel's somaxconn (at least 1024), as the
+# listen queue's limit that ss shows; a given value is used as it is.
+{
+    open my $fh, '<', '/proc/sys/net/core/somaxconn' or die "somaxconn: $!";
+    my ($somaxconn) = <$fh> =~ /(\d+)/;
+    my $want = $somaxconn > 1024 ? $somaxconn : 1024;
+    $want = $somaxconn if $want > $somaxconn;   # listen() caps it
+    for my $case ([ [], $want, "the default follows net.core.somaxconn ($somaxconn)" ],
+                  [ [ '--backlog', 100 ], 100, '--backlog 100' ]) {
+        my ($args, $limit, $name) = @$case;
+        my $port = free_port();
+        my $s = spawn_server(app => $APP, port => $port, args => [ @NM, @$args ]);
+        my ($line) = grep { /127\.0\.0\.1:$port\s/ } split /\n/, run_cmd([ 'ss', '-Hltn' ])->{out};
+        my (undef, undef, $sendq) = split ' ', $line // '';
+        is($sendq, $limit, "$name: a listen queue of $limit");
+        $s->stop;
+    }
+}
+
 done_testing();

@@ -13,6 +13,10 @@ use Socket qw(IPPROTO_TCP TCP_NODELAY SOL_SOCKET SOCK_STREAM AF_INET AF_INET6
 use constant DEFAULT_HOST    => '0.0.0.0';
 use constant DEFAULT_PORT    => 5000;
 use constant DEFER_ACCEPT_SECONDS => 1;
+# --backlog's default: the kernel's net.core.somaxconn (the cap listen()
+# applies anyway), and never less than this.
+use constant MIN_DEFAULT_BACKLOG => 1024;
+use constant SOMAXCONN_FILE => '/proc/sys/net/core/somaxconn';
 
 # A listener is a hash: { fd, is_tcp, host, port, path, handle, spec }.
 # The master opens them (or inherits them from Server::Starter or systemd)
@@ -52,6 +56,15 @@ sub open_all {
     return map { open_one(parse_spec($_), $opts) } @specs;
 }
 
+# The listen queue length when --backlog is not given.
+sub default_backlog {
+    my $somaxconn = 0;
+    if (open my $fh, '<', SOMAXCONN_FILE) {
+        ($somaxconn) = (<$fh> // '') =~ /^(\d+)/;
+    }
+    return ($somaxconn // 0) > MIN_DEFAULT_BACKLOG ? $somaxconn + 0 : MIN_DEFAULT_BACKLOG;
+}
+
 # The same listener, however it was spelled: ":5000" and "0.0.0.0:5000",
 # "unix:/p" and "/p". (Different addresses stay different: "localhost"
 # and "127.0.0.1" are two names.)
@@ -63,7 +76,7 @@ sub canonical {
 
 sub open_one {
     my ($spec, $opts) = @_;
-    my $backlog = $opts->{backlog};    # normalized: the option table's default
+    my $backlog = $opts->{backlog} // default_backlog();
     return _open_unix($spec, $backlog, $opts) if $spec->{path};
     my $sock = IO::Socket::IP->new(
         LocalHost => $spec->{host}, LocalPort => $spec->{port},

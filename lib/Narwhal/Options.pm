@@ -60,8 +60,15 @@ my @TABLE = (
            . 'listener is reset, so stop the old one with C<--drain-delay> long enough for '
            . 'the new one to be up, or set C<net.ipv4.tcp_migrate_req=1> (Linux 5.14+), which '
            . 'moves those connections to the new listener.' },
-    { name => 'backlog', type => 'count', default => 1024, min => 1, group => 'Listening', arg => 'N',
-      help => 'listen queue length' },
+    { name => 'backlog', type => 'count', min => 1, group => 'Listening', arg => 'N',
+      help => 'listen queue length (default: net.core.somaxconn, at least '
+          . Narwhal::Listener::MIN_DEFAULT_BACKLOG() . ')',
+      pod => 'Length of the listen queue: connections the kernel completes and holds until a '
+           . 'worker accepts them. By default the kernel\'s C<net.core.somaxconn> (which also '
+           . 'caps any larger value), and at least ' . Narwhal::Listener::MIN_DEFAULT_BACKLOG()
+           . ': a burst of new connections beyond it is answered with SYN cookies or, when the '
+           . 'queue of completed connections overflows, dropped (the client retries after a '
+           . 'second). See "Bursts of new connections" in F<docs/DESIGN.md>.' },
 
     { name => 'max_workers', alias => ['workers'], type => 'count', default => 4, min => 1,
       group => 'Workers', arg => 'N', help => 'worker processes' },
@@ -125,10 +132,13 @@ my @TABLE = (
       pod => 'Hold idle keep-alive connections and slow request heads in the connection manager. '
            . 'With C<--no-manager>, idle connections stay in a worker until '
            . 'C<--keepalive-timeout>, as in other prefork servers.' },
-    { name => 'max_connections', type => 'count', default => 10000, min => 1,
+    { name => 'max_connections', type => 'count', min => 1,
       manager => 'max-connections', group => 'Connections', arg => 'N',
-      help => 'connections the manager holds; beyond, the longest idle is closed',
-      pod => 'Connections the manager holds at once; when full, the longest-idle one is closed.' },
+      help => 'connections the manager holds; beyond, the longest idle is closed '
+          . '(default: what its open-file limit allows)',
+      pod => 'Connections the manager holds at once; when full, the longest-idle one is closed. '
+           . 'By default, as many as its open-file limit allows (it raises its soft limit to the '
+           . 'hard one and keeps ' . _c('MANAGER_RESERVED_FDS') . ' descriptors for itself).' },
     { name => 'keepalive_wait', type => 'seconds', default => 0.05, c => 1, group => 'Connections',
       arg => 'SECS', help => 'how long a worker keeps a served connection parked before the manager takes it',
       pod => 'How long a worker keeps a connection it has just served parked, watching for its '
@@ -456,7 +466,8 @@ sub c_config {
 # The manager program's arguments, from the options it takes.
 sub manager_argv {
     my ($o) = @_;
-    return map { ("--$_->{manager}", $o->{ $_->{name} }) } grep { $_->{manager} } @TABLE;
+    return map { ("--$_->{manager}", $o->{ $_->{name} }) }
+           grep { $_->{manager} && defined $o->{ $_->{name} } } @TABLE;
 }
 
 # The --help text, grouped as the table is.

@@ -28,7 +28,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
-#define RESERVED_FDS 256    /* worker channels, epoll, signalfd, stdio */
 
 /* Every option the manager takes; --help lists them from here, and
  * t/31-options.t checks them against the master's option table. */
@@ -103,7 +102,7 @@ static size_t raise_fd_limit(void)
 
 static size_t default_max_connections(size_t fd_limit)
 {
-    return fd_limit > 2 * RESERVED_FDS ? fd_limit - RESERVED_FDS : fd_limit / 2;
+    return fd_limit > 2 * NW_MANAGER_RESERVED_FDS ? fd_limit - NW_MANAGER_RESERVED_FDS : fd_limit / 2;
 }
 
 static int control_fd_ok(int fd)
