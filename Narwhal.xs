@@ -610,6 +610,7 @@ attach(self, index)
     score_slot->pid = (int32_t)getpid();
     score_slot->state = NW_WORKER_IDLE;
     nw_conn_watch_closing(&board_of(aTHX_ self)->h.stopping);
+    nw_conn_watch_offload(&board_of(aTHX_ self)->h.offload_bytes);
 
 void
 leaving(self, reason = 0)
@@ -778,6 +779,8 @@ recv_stats(control)
         (void)hv_stores(hv, "closed_peer", newSVuv(st.closed_peer));
         (void)hv_stores(hv, "serve_queue_full", newSVuv(st.serve_queue_full));
         (void)hv_stores(hv, "shed", newSVuv(st.shed));
+        (void)hv_stores(hv, "writing", newSVuv(st.writing));
+        (void)hv_stores(hv, "offloaded", newSVuv(st.offloaded));
         RETVAL = newRV_noinc((SV *)hv);
     }
   OUTPUT:

@@ -199,8 +199,9 @@ Workers (and the manager) switch to this group after the listeners are open.
 
 =item --timeout SECS
 
-Deadline for one read or write. Default: C<300>. More than C<0>. At most
-C<2000000>.
+Deadline for one read or write that makes no progress, in a worker and in the
+manager (which finishes responses for slow readers: C<--max-offload-bytes>).
+Default: C<300>. More than C<0>. At most C<2000000>.
 
 =item --read-timeout SECS
 
@@ -278,6 +279,24 @@ C<1>.
 Larger bodies get 413, without being read. A limit by default, so that no
 client can make a worker spool gigabytes to C<$TMPDIR>; 0 means none: raise
 it for uploads. Default: C<67108864>.
+
+=item --max-offload-bytes BYTES
+
+When a client does not read a response as fast as it is written, the worker
+does not wait: it gives the connection and what is left of the response to
+the connection manager, which writes it as the client reads, and goes back to
+work. For an in-memory body (an array), the unsent bytes are copied into
+anonymous memory (a memfd); a rest larger than this stays with the worker,
+which waits as it always did. A file body's rest costs no memory (the manager
+C<sendfile>s the rest of the file) and is not limited by it. Streaming bodies
+(C<getline> objects that are not files, C<psgi.streaming> writers) always
+keep their worker. Needs the manager. 0 turns in-memory offload off. See
+"Slow readers" in F<docs/DESIGN.md>. Default: C<16777216>.
+
+=item --max-offload-total BYTES
+
+All in-memory rests the manager holds, together (beyond: the worker waits).
+Default: C<268435456>.
 
 =item --body-in-memory BYTES
 

@@ -3,6 +3,7 @@
 #endif
 #include "nw_conn.h"
 #include "nw_frame.h"
+#include "nw_scoreboard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -44,6 +46,13 @@ int nw_conn_server_closing(void)
     return closing_flag && *closing_flag;
 }
 
+static volatile int64_t *offload_counter;
+
+void nw_conn_watch_offload(volatile int64_t *counter)
+{
+    offload_counter = counter;
+}
+
 nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
 {
     nw_conn *c = calloc(1, sizeof *c);
@@ -59,6 +68,7 @@ nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
     c->is_tcp = is_tcp;
     c->cfg = *cfg;
     c->body_fd = -1;
+    c->rest_fd = -1;
     c->proxy_pending = cfg->proxy_protocol;
     c->idle_deadline = nw_deadline_in(cfg->read_timeout);
     return c;
@@ -74,10 +84,23 @@ static void body_reset(nw_conn *c)
     }
 }
 
+static void rest_drop(nw_conn *c)
+{
+    if (c->rest_fd >= 0)
+        close(c->rest_fd);
+    if (c->rest_counted && offload_counter)
+        nw_scoreboard_offload_release(offload_counter, c->rest_counted);
+    c->rest_fd = -1;
+    c->rest_is_memfd = 0;
+    c->rest_off = 0;
+    c->rest_len = c->rest_counted = 0;
+}
+
 void nw_conn_destroy(nw_conn *c)
 {
     if (!c)
         return;
+    rest_drop(c);
     if (c->fd >= 0)
         close(c->fd);
     body_reset(c);
@@ -378,6 +401,8 @@ void nw_conn_finish_request(nw_conn *c)
 int nw_conn_send_raw(nw_conn *c, const char *p, size_t len)
 {
     struct iovec iov = { (void *)p, len };
+    if (nw_conn_finish_rest(c) != NW_IO_OK)   /* (bytes never overtake a rest) */
+        return NW_IO_CLOSED;
     int r = nw_io_writev_all(c->fd, &iov, 1, c->cfg.timeout);
     if (r != NW_IO_OK)
         c->broken = 1;
@@ -455,18 +480,83 @@ static int take_head(nw_conn *c, struct iovec *v)
     return 1;
 }
 
+static size_t iov_total(const struct iovec *v, int n)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += v[i].iov_len;
+    return total;
+}
+
+/* Append v to the in-memory rest (a memfd made on first use), within
+ * --max-offload-bytes and --max-offload-total. 0, or -1: nothing kept. */
+static int rest_append(nw_conn *c, struct iovec *v, int n)
+{
+    uint64_t len = iov_total(v, n);
+    if ((c->rest_fd >= 0 && !c->rest_is_memfd) || !offload_counter
+        || c->rest_counted + len > c->cfg.max_offload_bytes
+        || nw_scoreboard_offload_reserve(offload_counter, len, c->cfg.max_offload_total) < 0)
+        return -1;
+    if (c->rest_fd < 0) {
+        c->rest_fd = memfd_create("narwhal-response-rest", MFD_CLOEXEC);
+        if (c->rest_fd < 0) {
+            nw_scoreboard_offload_release(offload_counter, len);
+            return -1;
+        }
+        c->rest_is_memfd = 1;
+    }
+    if (nw_io_writev_now(c->rest_fd, &v, &n) != NW_IO_OK) {   /* no memory: undo */
+        nw_scoreboard_offload_release(offload_counter, len);
+        if (ftruncate(c->rest_fd, (off_t)c->rest_len) != 0
+            || lseek(c->rest_fd, (off_t)c->rest_len, SEEK_SET) < 0)
+            c->broken = 1;
+        return -1;
+    }
+    c->rest_len += len;
+    c->rest_counted += len;
+    return 0;
+}
+
+/* Write v without waiting; what the socket does not take becomes the rest.
+ * Once there is a rest, later bytes go behind it. When it cannot be kept,
+ * everything is written here, waiting, as without offload. */
+static int write_or_leave(nw_conn *c, struct iovec *v, int n)
+{
+    if (c->rest_fd < 0) {
+        int r = nw_io_writev_now(c->fd, &v, &n);
+        if (r != NW_IO_AGAIN)
+            return r;
+    }
+    if (rest_append(c, v, n) == 0)
+        return NW_IO_OK;
+    if (nw_conn_finish_rest(c) != NW_IO_OK)
+        return NW_IO_CLOSED;
+    return nw_io_writev_all(c->fd, v, n, c->cfg.timeout);
+}
+
 static int flush(nw_conn *c, struct iovec *v, int n)
 {
     if (c->broken)
         return NW_IO_CLOSED;
-    int r = nw_io_writev_all(c->fd, v, n, c->cfg.timeout);
-    if (r == NW_IO_OK) {    /* v[0] is the head when one was pending */
-        size_t total = 0;
-        for (int i = 0; i < n; i++)
-            total += v[i].iov_len;
+    size_t total = iov_total(v, n);   /* v[0] is the head when one was pending */
+    int r = c->offload_response || c->rest_fd >= 0
+            ? write_or_leave(c, v, n)
+            : nw_io_writev_all(c->fd, v, n, c->cfg.timeout);
+    if (r == NW_IO_OK)
         c->body_sent += total - c->out.len;
-    }
     c->out.len = 0;
+    if (r != NW_IO_OK)
+        c->broken = 1;
+    return r;
+}
+
+int nw_conn_finish_rest(nw_conn *c)
+{
+    if (c->rest_fd < 0)
+        return c->broken ? NW_IO_CLOSED : NW_IO_OK;
+    int r = c->broken ? NW_IO_CLOSED
+          : nw_io_sendfile_all(c->fd, c->rest_fd, (off_t)c->rest_off, c->rest_len, c->cfg.timeout);
+    rest_drop(c);
     if (r != NW_IO_OK)
         c->broken = 1;
     return r;
@@ -523,6 +613,37 @@ int nw_conn_write_body(nw_conn *c, const struct iovec *pieces, int n)
     return flush(c, v, k);
 }
 
+/* The file's rest, when the socket is full: the manager sends it (a dup
+ * of the file and the offset reached). Only with a Content-Length, and
+ * when nothing is left before it. 0, or -1. */
+static int rest_file(nw_conn *c, int file_fd, off_t offset, size_t len)
+{
+    if (!c->cfg.offload || c->rest_fd >= 0 || c->out_framing != NW_OUT_LENGTH)
+        return -1;
+    c->rest_fd = fcntl(file_fd, F_DUPFD_CLOEXEC, 3);
+    if (c->rest_fd < 0)
+        return -1;
+    c->rest_off = offset;
+    c->rest_len = len;
+    return 0;
+}
+
+/* sendfile what the socket takes now, leaving the rest to the manager
+ * when it may; else everything, waiting. */
+static int send_file_body(nw_conn *c, int file_fd, off_t offset, size_t len)
+{
+    if (c->cfg.offload && c->rest_fd < 0) {
+        int r = nw_io_sendfile_now(c->fd, file_fd, &offset, &len);
+        if (r != NW_IO_AGAIN && r != NW_IO_UNSUPPORTED)
+            return r;
+        if (r == NW_IO_AGAIN && rest_file(c, file_fd, offset, len) == 0)
+            return NW_IO_OK;
+    }
+    if (nw_conn_finish_rest(c) != NW_IO_OK)
+        return NW_IO_CLOSED;
+    return nw_io_sendfile_all(c->fd, file_fd, offset, len, c->cfg.timeout);
+}
+
 int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len)
 {
     if (c->out_framing == NW_OUT_LENGTH && (int64_t)len > c->out_left)
@@ -541,7 +662,7 @@ int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len)
         if (nw_conn_send_raw(c, head, (size_t)hl) != NW_IO_OK)
             return NW_IO_CLOSED;
     }
-    int r = nw_io_sendfile_all(c->fd, file_fd, offset, len, c->cfg.timeout);
+    int r = send_file_body(c, file_fd, offset, len);
     if (r != NW_IO_OK) {
         c->broken = 1;
         return r;
@@ -597,7 +718,9 @@ static size_t proxy_header(const nw_conn *c, char *out)
                               (const struct sockaddr *)&c->proxy.dst, c->proxy.dst_len);
 }
 
-int nw_conn_handoff(nw_conn *c, int channel)
+/* One HANDOFF frame: the connection, its deadline and unread bytes, and
+ * with output, the rest of its response (a second fd). */
+static int handoff(nw_conn *c, int channel, const nw_frame_output *output)
 {
     nw_frame f;
     nw_msec now = nw_now_ms();
@@ -605,17 +728,23 @@ int nw_conn_handoff(nw_conn *c, int channel)
         errno = EINVAL;
         return -1;
     }
-    char header[NW_PROXY_V2_ROOM];
-    size_t header_len = 0;
+    char prefix[sizeof(nw_frame_output) + NW_PROXY_V2_ROOM];
+    size_t prefix_len = 0;
     nw_frame_init(&f, NW_FRAME_HANDOFF);
-    if (c->cfg.proxy_protocol) {    /* the addresses travel with it (DESIGN.md) */
-        header_len = proxy_header(c, header);
-        f.flags = NW_FRAME_F_PROXY;
+    if (output) {
+        memcpy(prefix, output, sizeof *output);
+        prefix_len = sizeof *output;
+        f.flags |= NW_FRAME_F_OUTPUT;
     }
-    size_t len = header_len + c->in.len;
+    if (c->cfg.proxy_protocol) {    /* the addresses travel with it (DESIGN.md) */
+        prefix_len += proxy_header(c, prefix + prefix_len);
+        f.flags |= NW_FRAME_F_PROXY;
+    }
+    size_t unread = output && !output->keep_alive ? 0 : c->in.len;
+    size_t len = prefix_len + unread;
     f.listener = (uint16_t)c->listener;
     f.requests = c->requests;
-    if (c->in.len > 0) {
+    if (unread > 0) {
         if (c->head_deadline == 0)
             c->head_deadline = nw_deadline_in(c->cfg.read_timeout);
         f.flags |= NW_FRAME_F_HEAD_STARTED;
@@ -628,18 +757,47 @@ int nw_conn_handoff(nw_conn *c, int channel)
         return -1;
     }
     f.data_len = (uint32_t)len;
-    if (nw_frame_send_prefixed(channel, &f, header, header_len, c->in.data, c->fd) < 0)
+    int fds[2] = { c->fd, c->rest_fd };
+    if (nw_frame_send_fds(channel, &f, prefix, prefix_len, c->in.data, fds, output ? 2 : 1) < 0)
         return -1;
     close(c->fd);
     c->fd = -1;
     return 0;
 }
 
-int nw_conn_handoff_patiently(nw_conn *c, int channel, int wait_ms)
+int nw_conn_handoff(nw_conn *c, int channel)
+{
+    if (c->rest_fd >= 0) {     /* the rest must go with it */
+        errno = EINVAL;
+        return -1;
+    }
+    return handoff(c, channel, NULL);
+}
+
+int nw_conn_handoff_output(nw_conn *c, int channel, int keep_alive)
+{
+    if (c->rest_fd < 0 || c->broken) {
+        errno = EINVAL;
+        return -1;
+    }
+    nw_frame_output out = { .offset = (uint64_t)c->rest_off, .length = c->rest_len,
+                            .counted = c->rest_counted, .keep_alive = keep_alive ? 1 : 0 };
+    if (handoff(c, channel, &out) < 0)
+        return -1;
+    c->rest_counted = 0;        /* the manager gives them back now */
+    rest_drop(c);
+    return 0;
+}
+
+/* Try a hand-off (output: -1 without, else its keep_alive) until it is
+ * taken or wait_ms passed while the queue stayed full. */
+static int handoff_patiently(nw_conn *c, int channel, int output, int wait_ms)
 {
     nw_msec until = nw_now_ms() + wait_ms;
     for (;;) {
-        if (nw_conn_handoff(c, channel) == 0)
+        int r = output < 0 ? nw_conn_handoff(c, channel)
+                           : nw_conn_handoff_output(c, channel, output);
+        if (r == 0)
             return 0;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
@@ -649,4 +807,14 @@ int nw_conn_handoff_patiently(nw_conn *c, int channel, int wait_ms)
         struct pollfd p = { .fd = channel, .events = POLLOUT };
         poll(&p, 1, (int)(until - now));
     }
+}
+
+int nw_conn_handoff_patiently(nw_conn *c, int channel, int wait_ms)
+{
+    return handoff_patiently(c, channel, -1, wait_ms);
+}
+
+int nw_conn_handoff_output_patiently(nw_conn *c, int channel, int keep_alive, int wait_ms)
+{
+    return handoff_patiently(c, channel, keep_alive ? 1 : 0, wait_ms);
 }

@@ -26,6 +26,9 @@ typedef struct {
     double keepalive_timeout;   /* between requests */
     double max_keepalive_reqs;  /* no keep-alive once this many requests were read; 0: no limit */
     int proxy_protocol;         /* a PROXY header comes first (nw_proxy.h) */
+    uint64_t max_offload_bytes; /* an in-memory rest larger than this is not offloaded */
+    uint64_t max_offload_total; /* nor one that would take all of them past this */
+    int offload;                /* set by the worker: a manager can finish responses */
 } nw_conn_config;
 
 /* A connection whose PROXY header is bad: nw_conn_read_head closes it
@@ -36,6 +39,10 @@ typedef struct {
  * to a new connection before this server closes. NULL: never. */
 void nw_conn_watch_closing(const volatile int32_t *flag);
 int nw_conn_server_closing(void);
+
+/* The scoreboard's count of offloaded bytes (--max-offload-total). NULL:
+ * in-memory rests are never offloaded (files still are). */
+void nw_conn_watch_offload(volatile int64_t *counter);
 
 /* Results of nw_conn_read_head and nw_conn_read_body. */
 #define NW_REQ_READY     1
@@ -89,6 +96,14 @@ typedef struct {
                                  * triggered event (see nw_park.h) */
     struct iovec *iov;
     int iov_cap;
+    /* Output offload (DESIGN.md, "Slow readers"): what is left of the
+     * response when the socket was full, for the manager to finish. */
+    int offload_response;       /* this response's rest may be left to the manager */
+    int rest_fd;                /* a memfd of unsent bytes, or a dup of the body's file; -1: none */
+    int rest_is_memfd;
+    int64_t rest_off;           /* where the rest begins in rest_fd */
+    uint64_t rest_len;          /* bytes of it */
+    uint64_t rest_counted;      /* bytes counted against --max-offload-total */
 } nw_conn;
 
 nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg);
@@ -108,6 +123,20 @@ int nw_conn_handoff(nw_conn *c, int channel);
  * full (its socket's send buffer; a burst of hand-offs can fill it while
  * the manager is busy). */
 int nw_conn_handoff_patiently(nw_conn *c, int channel, int wait_ms);
+
+/* The response is complete but part of it could not be written yet
+ * (c->rest_fd >= 0): send the connection and the rest to the manager in one
+ * HANDOFF frame with NW_FRAME_F_OUTPUT; after the rest, the manager keeps
+ * the connection for its next request (keep_alive) or closes it. Returns 0,
+ * or -1 (nothing sent; still ours). */
+int nw_conn_handoff_output(nw_conn *c, int channel, int keep_alive);
+
+/* nw_conn_handoff_output, waiting up to wait_ms while the queue is full. */
+int nw_conn_handoff_output_patiently(nw_conn *c, int channel, int keep_alive, int wait_ms);
+
+/* Write the rest here, waiting (up to the write timeout per write), when
+ * the manager cannot take it. NW_IO_OK or an error (then broken). */
+int nw_conn_finish_rest(nw_conn *c);
 
 /* Read the whole body (answering 100-continue first when asked). */
 int nw_conn_read_body(nw_conn *c);

@@ -12,6 +12,7 @@
 
 #define NW_FRAME_MAGIC    0x3146574eu   /* "NWF1" little-endian */
 #define NW_FRAME_MAX_DATA (128 * 1024)  /* bytes after the header, at most */
+#define NW_FRAME_MAX_FDS  2             /* descriptors one frame carries, at most */
 
 /* The manager's descriptors, as the master passes them to the program it
  * execs (docs/PROTOCOL.md, "Sockets"). */
@@ -32,6 +33,8 @@ enum nw_frame_type {
 
 #define NW_FRAME_F_HEAD_STARTED 1u  /* deadline_ms is a read deadline: part of a head arrived */
 #define NW_FRAME_F_PROXY        2u  /* --proxy-protocol: the data begins with a PROXY header */
+#define NW_FRAME_F_OUTPUT       4u  /* HANDOFF: the rest of a response to write first (a second fd,
+                                     * and the data begins with an nw_frame_output) */
 
 typedef struct {
     uint32_t magic;
@@ -44,6 +47,17 @@ typedef struct {
     uint32_t ready_ms;      /* SERVE: the monotonic clock (ms, mod 2^32) when the head was complete */
 } nw_frame;
 
+/* In front of a HANDOFF's data when it has NW_FRAME_F_OUTPUT: what is left
+ * of the response, in the frame's second descriptor (a file, or a memfd
+ * holding the unsent bytes). */
+typedef struct {
+    uint64_t offset;        /* where the rest begins in that descriptor */
+    uint64_t length;        /* bytes to send from there */
+    uint64_t counted;       /* bytes of it counted against --max-offload-total (a memfd) */
+    uint32_t keep_alive;    /* 1: the connection serves another request after it; 0: close */
+    uint32_t reserved;      /* 0 */
+} nw_frame_output;
+
 typedef struct {
     uint64_t idle;              /* connections held now */
     uint64_t queued;            /* complete heads waiting for a free worker */
@@ -54,6 +68,8 @@ typedef struct {
     uint64_t closed_peer;       /* closed by the client while idle, total */
     uint64_t serve_queue_full;  /* times the serve queue had no room, total */
     uint64_t shed;              /* requests answered 503 by --max-queue-wait, total */
+    uint64_t writing;           /* connections whose response the manager is writing now */
+    uint64_t offloaded;         /* responses workers gave the manager to finish, total */
 } nw_manager_stats;
 
 void nw_frame_init(nw_frame *f, int type);
@@ -67,10 +83,18 @@ int nw_frame_send(int sock, const nw_frame *f, const void *data, int fd);
 int nw_frame_send_prefixed(int sock, const nw_frame *f, const void *prefix, size_t prefix_len,
                            const void *data, int fd);
 
+/* The same with up to NW_FRAME_MAX_FDS descriptors. */
+int nw_frame_send_fds(int sock, const nw_frame *f, const void *prefix, size_t prefix_len,
+                      const void *data, const int *fds, int nfds);
+
 /* Receive one frame into *f and data (room for cap bytes). *fd_out gets the
- * passed fd or -1. Returns 1 for a frame, 0 at end of stream, -1 with errno
+ * first passed fd or -1 (any other is closed). Returns 1 for a frame, 0 at end of stream, -1 with errno
  * (EAGAIN: nothing waiting; EBADMSG: malformed or truncated frame, any fd
  * that came with it already closed). */
 int nw_frame_recv(int sock, nw_frame *f, void *data, size_t cap, int *fd_out);
+
+/* The same keeping up to NW_FRAME_MAX_FDS descriptors, in order, in fds
+ * (the rest of it -1; any beyond closed). */
+int nw_frame_recv_fds(int sock, nw_frame *f, void *data, size_t cap, int *fds);
 
 #endif

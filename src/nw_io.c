@@ -120,32 +120,42 @@ static int wait_writable(int fd, double timeout_s)
     }
 }
 
-int nw_io_writev_all(int fd, struct iovec *iov, int iovcnt, double timeout_s)
+static void iov_skip_empty(struct iovec **iov, int *iovcnt)
 {
-    while (iovcnt > 0 && iov->iov_len == 0) {
-        iov++;
-        iovcnt--;
+    while (*iovcnt > 0 && (*iov)->iov_len == 0) {
+        (*iov)++;
+        (*iovcnt)--;
     }
-    while (iovcnt > 0) {
-        int batch = iovcnt < NW_IOV_BATCH ? iovcnt : NW_IOV_BATCH;
-        ssize_t n = writev(fd, iov, batch);
+}
+
+int nw_io_writev_now(int fd, struct iovec **iov, int *iovcnt)
+{
+    iov_skip_empty(iov, iovcnt);
+    while (*iovcnt > 0) {
+        int batch = *iovcnt < NW_IOV_BATCH ? *iovcnt : NW_IOV_BATCH;
+        ssize_t n = writev(fd, *iov, batch);
         if (n >= 0) {
-            iov_advance(&iov, &iovcnt, (size_t)n);
-            while (iovcnt > 0 && iov->iov_len == 0) {
-                iov++;
-                iovcnt--;
-            }
+            iov_advance(iov, iovcnt, (size_t)n);
+            iov_skip_empty(iov, iovcnt);
             continue;
         }
         if (errno == EINTR)
             continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return NW_IO_CLOSED;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? NW_IO_AGAIN : NW_IO_CLOSED;
+    }
+    return NW_IO_OK;
+}
+
+int nw_io_writev_all(int fd, struct iovec *iov, int iovcnt, double timeout_s)
+{
+    for (;;) {
+        int r = nw_io_writev_now(fd, &iov, &iovcnt);
+        if (r != NW_IO_AGAIN)
+            return r;
         int w = wait_writable(fd, timeout_s);
         if (w != NW_IO_OK)
             return w;
     }
-    return NW_IO_OK;
 }
 
 static int copy_file_fallback(int sock_fd, int file_fd, off_t offset,
@@ -169,13 +179,12 @@ static int copy_file_fallback(int sock_fd, int file_fd, off_t offset,
     return NW_IO_OK;
 }
 
-int nw_io_sendfile_all(int sock_fd, int file_fd, off_t offset, size_t len,
-                       double timeout_s)
+int nw_io_sendfile_now(int sock_fd, int file_fd, off_t *offset, size_t *len)
 {
-    while (len > 0) {
-        ssize_t n = sendfile(sock_fd, file_fd, &offset, len);
+    while (*len > 0) {
+        ssize_t n = sendfile(sock_fd, file_fd, offset, *len);
         if (n > 0) {
-            len -= (size_t)n;
+            *len -= (size_t)n;
             continue;
         }
         if (n == 0)
@@ -183,14 +192,25 @@ int nw_io_sendfile_all(int sock_fd, int file_fd, off_t offset, size_t len,
         if (errno == EINTR)
             continue;
         if (errno == EINVAL || errno == ENOSYS)
+            return NW_IO_UNSUPPORTED;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? NW_IO_AGAIN : NW_IO_CLOSED;
+    }
+    return NW_IO_OK;
+}
+
+int nw_io_sendfile_all(int sock_fd, int file_fd, off_t offset, size_t len,
+                       double timeout_s)
+{
+    for (;;) {
+        int r = nw_io_sendfile_now(sock_fd, file_fd, &offset, &len);
+        if (r == NW_IO_UNSUPPORTED)
             return copy_file_fallback(sock_fd, file_fd, offset, len, timeout_s);
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return NW_IO_CLOSED;
+        if (r != NW_IO_AGAIN)
+            return r;
         int w = wait_writable(sock_fd, timeout_s);
         if (w != NW_IO_OK)
             return w;
     }
-    return NW_IO_OK;
 }
 
 int nw_io_accept(int listen_fd, int is_tcp, struct sockaddr *peer,

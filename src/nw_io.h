@@ -15,6 +15,7 @@
 #define NW_IO_TIMEOUT     (-12)  /* the deadline passed */
 #define NW_IO_INTERRUPTED (-13)  /* a signal arrived; the caller decides */
 #define NW_IO_AGAIN       (-14)  /* nothing yet, the wait is over, the deadline not reached */
+#define NW_IO_UNSUPPORTED (-15)  /* sendfile(2) cannot be used for this pair */
 
 typedef int64_t nw_msec;
 
@@ -46,6 +47,17 @@ ssize_t nw_io_read_brief(int fd, char *buf, size_t len, double wait_s);
  * NW_IOV_BATCH, each wait bounded by now + timeout_s. Returns NW_IO_OK,
  * NW_IO_CLOSED or NW_IO_TIMEOUT. Signals do not interrupt a write. */
 int nw_io_writev_all(int fd, struct iovec *iov, int iovcnt, double timeout_s);
+
+/* Write what the socket takes now of iov[0..*iovcnt), without waiting:
+ * *iov and *iovcnt are advanced past what was written. Returns NW_IO_OK
+ * (all written), NW_IO_AGAIN (the socket is full; the rest is left) or
+ * NW_IO_CLOSED. */
+int nw_io_writev_now(int fd, struct iovec **iov, int *iovcnt);
+
+/* sendfile(2) what the socket takes now of *len bytes from *offset (both
+ * advanced). NW_IO_OK, NW_IO_AGAIN or NW_IO_CLOSED; NW_IO_UNSUPPORTED when
+ * sendfile cannot be used for the pair (nothing was sent). */
+int nw_io_sendfile_now(int sock_fd, int file_fd, off_t *offset, size_t *len);
 
 /* Send len bytes of file_fd from offset. Falls back to pread+write when
  * sendfile(2) is not supported for the pair. Same results as writev_all. */

@@ -20,6 +20,9 @@
                                                * spool gigabytes to $TMPDIR; 0 (the option)
                                                * means none */
 #define NW_DEFAULT_BODY_IN_MEMORY     (1024 * 1024) /* larger bodies spill to a temp file */
+#define NW_DEFAULT_MAX_OFFLOAD_BYTES  (16 * 1024 * 1024)  /* a response's unsent rest the manager
+                                                          * may finish (DESIGN.md, "Slow readers") */
+#define NW_DEFAULT_MAX_OFFLOAD_TOTAL  (256 * 1024 * 1024) /* ...all such rests together */
 #define NW_MAX_CHUNK_LINE             4096    /* chunk-size line with extensions */
 #define NW_CHUNK_OVERHEAD_ALLOWANCE   16384   /* framing bytes allowed beyond the payload size */
 #define NW_MAX_CONTENT_LENGTH_DIGITS  18      /* keeps the value inside int64 */
@@ -58,6 +61,8 @@
 #define NW_STOP_SERVE_MS              200     /* a stopping worker or manager still answers, with
                                                * Connection: close, the idle connections whose
                                                * next request comes this soon (then FIN) */
+#define NW_STOP_WRITE_MS              5000    /* ...and a stopping manager goes on writing the responses
+                                               * it finishes for slow readers up to this much longer */
 #define NW_CRASH_LOCK_TRIES           500     /* a crashing worker waits up to 50 ms for the parked set */
 
 /* The operator layer (DESIGN.md). */

@@ -56,6 +56,8 @@ enum {
     NW_MANAGER_IDLE,        /* client, no head yet: epoll + idle list */
     NW_MANAGER_READING,     /* client, part of a head: epoll + reading list */
     NW_MANAGER_QUEUED,      /* client, head complete, the serve queue full: queue, not in epoll */
+    NW_MANAGER_WRITING,     /* client, the rest of a response to write: epoll (out) + writing list */
+    NW_MANAGER_CLOSING,     /* client, written and half-closed: epoll + closing list, read and dropped */
 };
 
 #define NW_STATUS_CLIENTS       16      /* status requests served at once; more wait in the backlog */
@@ -74,6 +76,8 @@ typedef struct {
 
 #define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
 #define NW_MANAGER_F_PROXY      2u  /* connection: its bytes begin with a PROXY header */
+#define NW_MANAGER_F_OUT_KEEP   4u  /* writing: the connection stays open after the response */
+#define NW_MANAGER_F_OUT_COUNTED 8u /* writing: its rest counts against --max-offload-total */
 
 #define NW_MANAGER_NONE             (-1)
 #define NW_MANAGER_EVENTS           256
@@ -81,12 +85,17 @@ typedef struct {
 #define NW_MANAGER_STATS_MS         1000
 #define NW_MANAGER_HEAD_MIN         1024    /* first allocation for a partial head */
 #define NW_MANAGER_DRAIN_READS      4       /* reads before a 408, so close() sends FIN, not RST */
+#define NW_MANAGER_LINGER_MS        1000    /* a half-closed connection is drained this long */
 
-/* 48 bytes on LP64. */
+/* 64 bytes on LP64. */
 typedef struct {
-    char    *head;          /* bytes of a head read so far; NULL while none */
+    char    *head;          /* bytes of a head read so far (writing: read past the
+                             * last request); NULL while none */
     nw_msec  deadline;      /* absolute; lists are ordered by it */
-    nw_msec  head_started;  /* reading: the head's first byte came then */
+    union {
+        nw_msec head_started;   /* reading: the head's first byte came then */
+        int64_t out_off;        /* writing: where the rest goes on in out_fd */
+    };
     int32_t  prev, next;    /* list links (fds) */
     uint32_t head_len, head_cap;
     uint32_t requests;      /* connection: requests served; worker: its pid */
@@ -94,6 +103,9 @@ typedef struct {
     uint16_t listener;
     uint8_t  kind;
     uint8_t  flags;
+    int32_t  out_fd;        /* writing: the rest of the response (a file or a memfd);
+                             * 0: none (fd 0 is the manager's stdin, never a rest) */
+    uint64_t out_left;      /* writing: bytes of it still to send */
 } nw_manager_slot;
 
 /* DESIGN.md promises at most 64 bytes per idle connection record. */
@@ -114,7 +126,9 @@ typedef struct {
     int     serve_queue_watched; /* waiting for room on the serve queue (EPOLLOUT) */
     nw_manager_slot *slots;
     size_t  nslots;
-    nw_manager_list idle, reading, queue;
+    nw_manager_list idle, reading, queue, writing, closing;
+    nw_msec write_ms;               /* --timeout: a write making no progress */
+    volatile int64_t *offload_bytes; /* the scoreboard's count (--max-offload-total), or NULL */
     nw_manager_stats st;    /* the running totals; gauges filled in when sent */
     nw_msec now, next_stats;
     char   *frame_data;     /* NW_FRAME_MAX_DATA bytes for incoming frames */
@@ -166,6 +180,8 @@ static nw_manager_list *nw_manager_list_of(nw_manager *m, int kind)
     case NW_MANAGER_IDLE:    return &m->idle;
     case NW_MANAGER_READING: return &m->reading;
     case NW_MANAGER_QUEUED:  return &m->queue;
+    case NW_MANAGER_WRITING: return &m->writing;
+    case NW_MANAGER_CLOSING: return &m->closing;
     default:                 return NULL;
     }
 }
@@ -216,7 +232,7 @@ static void nw_manager_enlist(nw_manager *m, int fd, int kind, nw_msec deadline)
 
 static size_t nw_manager_held(const nw_manager *m)
 {
-    return m->idle.len + m->reading.len + m->queue.len;
+    return m->idle.len + m->reading.len + m->queue.len + m->writing.len + m->closing.len;
 }
 
 /* ------------------------------------------------------------ epoll */
@@ -239,7 +255,8 @@ static void nw_manager_unwatch(nw_manager *m, int fd)
 static void nw_manager_detach(nw_manager *m, int fd)
 {
     nw_manager_slot *s = &m->slots[fd];
-    if (s->kind == NW_MANAGER_IDLE || s->kind == NW_MANAGER_READING)
+    if (s->kind == NW_MANAGER_IDLE || s->kind == NW_MANAGER_READING
+        || s->kind == NW_MANAGER_WRITING || s->kind == NW_MANAGER_CLOSING)
         nw_manager_unwatch(m, fd);
     nw_manager_list *l = nw_manager_list_of(m, s->kind);
     if (l)
@@ -247,9 +264,24 @@ static void nw_manager_detach(nw_manager *m, int fd)
     s->kind = NW_MANAGER_FREE;
 }
 
+/* A response's rest is done with (sent, or given up): its descriptor is
+ * closed and what it counted against --max-offload-total given back. */
+static void nw_manager_out_done(nw_manager *m, nw_manager_slot *s)
+{
+    if (s->out_fd <= 0)
+        return;
+    close(s->out_fd);
+    if ((s->flags & NW_MANAGER_F_OUT_COUNTED) && m->offload_bytes && s->out_left)
+        nw_scoreboard_offload_release(m->offload_bytes, s->out_left);
+    s->out_fd = 0;
+    s->out_left = 0;
+    s->flags &= (uint8_t)~(NW_MANAGER_F_OUT_COUNTED | NW_MANAGER_F_OUT_KEEP);
+}
+
 /* Close a detached connection and drop its record. */
 static void nw_manager_forget(nw_manager *m, int fd)
 {
+    nw_manager_out_done(m, &m->slots[fd]);
     nw_manager_clear(&m->slots[fd]);
     close(fd);
 }
@@ -520,6 +552,123 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
                       nw_manager_handoff_deadline(m, f, reading));
 }
 
+/* ------------------------------------------------------------ output offload */
+
+/* Watch fd for events (EPOLLIN or EPOLLOUT) in place of what it had. */
+static int nw_manager_rewatch(nw_manager *m, int fd, uint32_t events)
+{
+    struct epoll_event ev = { .events = events, .data.fd = fd };
+    nw_manager_unwatch(m, fd);
+    return epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* The response is written: the connection waits for its next request as
+ * any handed-off one does (served at once if it is already here), or,
+ * without keep-alive, is half-closed and drained briefly (a FIN, not a
+ * reset that could destroy the response's last bytes in flight). */
+static void nw_manager_output_written(nw_manager *m, int fd)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    int keep = s->flags & NW_MANAGER_F_OUT_KEEP;
+    nw_manager_detach(m, fd);
+    nw_manager_out_done(m, s);
+    if (!keep) {
+        shutdown(fd, SHUT_WR);
+        if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
+            nw_manager_forget(m, fd);
+            return;
+        }
+        nw_manager_enlist(m, fd, NW_MANAGER_CLOSING, m->now + NW_MANAGER_LINGER_MS);
+        return;
+    }
+    if (s->head_len > 0 && nw_manager_head_done(m, s, s->head, s->head_len, 0)) {
+        nw_manager_hand_over(m, fd, s->head, s->head_len);   /* pipelined: serve at once */
+        return;
+    }
+    if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
+        nw_manager_forget(m, fd);
+        return;
+    }
+    int reading = s->head_len > nw_manager_proxy_len(s, s->head, s->head_len);
+    s->head_started = m->now;
+    nw_manager_enlist(m, fd, reading ? NW_MANAGER_READING : NW_MANAGER_IDLE,
+                      m->now + (reading ? m->read_ms : m->keepalive_ms));
+}
+
+/* Send what the client takes now of the rest. Each write that sends
+ * something moves the deadline on by --timeout. */
+static void nw_manager_write_some(nw_manager *m, int fd)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    off_t off = (off_t)s->out_off;
+    size_t left = (size_t)s->out_left;
+    int r = nw_io_sendfile_now(fd, s->out_fd, &off, &left);
+    uint64_t sent = s->out_left - left;
+    if (sent && (s->flags & NW_MANAGER_F_OUT_COUNTED) && m->offload_bytes)
+        nw_scoreboard_offload_release(m->offload_bytes, sent);
+    s->out_off = (int64_t)off;
+    s->out_left = left;
+    if (r == NW_IO_OK) {
+        nw_manager_output_written(m, fd);
+    } else if (r != NW_IO_AGAIN) {
+        nw_manager_drop_conn(m, fd);    /* the client went (or the rest broke) */
+    } else if (sent && s->kind == NW_MANAGER_WRITING) {
+        nw_manager_list_remove(m, &m->writing, fd);
+        nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
+    }
+}
+
+/* HANDOFF with OUTPUT: a connection, the rest of its response (fds[1]) and,
+ * with keep-alive, the bytes read past its request. */
+static void nw_manager_take_output(nw_manager *m, const int *fds, const nw_frame *f,
+                                   const char *data)
+{
+    nw_frame_output out;
+    int fd = fds[0];
+    memcpy(&out, data, sizeof out);
+    m->st.received++;
+    m->st.offloaded++;
+    nw_manager_slot *s = nw_manager_adopt(m, fd, f);
+    if (!s) {
+        if (out.counted && m->offload_bytes)
+            nw_scoreboard_offload_release(m->offload_bytes, out.counted);
+        close(fds[1]);
+        return;
+    }
+    s->out_fd = fds[1];
+    s->out_off = (int64_t)out.offset;
+    s->out_left = out.length;
+    if (out.counted)
+        s->flags |= NW_MANAGER_F_OUT_COUNTED;
+    if (out.keep_alive)
+        s->flags |= NW_MANAGER_F_OUT_KEEP;
+    data += sizeof out;
+    size_t len = f->data_len - sizeof out;
+    size_t skip = s->flags & NW_MANAGER_F_PROXY ? 0 : nw_manager_blank_prefix(data, len);
+    if (len - skip > 0 && nw_manager_keep(s, data + skip, len - skip) < 0) {
+        nw_manager_forget(m, fd);
+        return;
+    }
+    struct epoll_event ev = { .events = EPOLLOUT, .data.fd = fd };
+    if (epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        nw_manager_forget(m, fd);
+        return;
+    }
+    nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
+    nw_manager_write_some(m, fd);     /* the client may have read meanwhile */
+}
+
+/* A frame with OUTPUT must hold what it says: two fds, the output
+ * record, and counted bytes that are none or all of the rest. */
+static int nw_manager_output_frame_ok(const nw_frame *f, const int *fds, const char *data)
+{
+    nw_frame_output out;
+    if (fds[0] < 0 || fds[1] < 0 || f->data_len < sizeof out)
+        return 0;
+    memcpy(&out, data, sizeof out);
+    return out.counted == 0 || out.counted == out.length;
+}
+
 /* ------------------------------------------------------------ client input */
 
 /* Bytes on a connection with nothing buffered: the head may begin here. */
@@ -573,6 +722,18 @@ static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n
     }
 }
 
+/* A half-closed connection: what the client still sends is dropped; its
+ * end (or an error) closes ours. */
+static void nw_manager_closing_readable(nw_manager *m, int fd)
+{
+    char sink[NW_READ_CHUNK];
+    ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0)
+        nw_manager_drop_conn(m, fd);
+}
+
 static void nw_manager_client_readable(nw_manager *m, int fd)
 {
     char buf[NW_READ_CHUNK];
@@ -606,22 +767,36 @@ static void nw_manager_bad_frame(nw_manager *m, const char *from)
             "from %s (%s); further ones are dropped silently\n", from, strerror(errno));
 }
 
-static void nw_manager_handoff_frame(nw_manager *m, const nw_frame *f, int fd)
+static void nw_manager_close_fds(int *fds)
 {
-    if (f->type == NW_FRAME_HANDOFF && fd >= 0)
-        nw_manager_take(m, fd, f, m->frame_data);
-    else if (fd >= 0)
-        close(fd);   /* an fd on a frame that carries none */
+    for (int i = 0; i < NW_FRAME_MAX_FDS; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+static void nw_manager_handoff_frame(nw_manager *m, const nw_frame *f, int *fds)
+{
+    if (f->type == NW_FRAME_HANDOFF && (f->flags & NW_FRAME_F_OUTPUT)) {
+        if (nw_manager_output_frame_ok(f, fds, m->frame_data)) {
+            nw_manager_take_output(m, fds, f, m->frame_data);
+            return;
+        }
+        nw_manager_bad_frame(m, "a worker");
+    } else if (f->type == NW_FRAME_HANDOFF && fds[0] >= 0 && fds[1] < 0) {
+        nw_manager_take(m, fds[0], f, m->frame_data);
+        return;
+    }
+    nw_manager_close_fds(fds);   /* fds a frame should not carry */
 }
 
 static void nw_manager_handoff_queue_readable(nw_manager *m)
 {
     for (int i = 0; i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
         nw_frame f;
-        int fd;
-        int r = nw_frame_recv(m->handoff_queue, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd);
+        int fds[NW_FRAME_MAX_FDS];
+        int r = nw_frame_recv_fds(m->handoff_queue, &f, m->frame_data, NW_FRAME_MAX_DATA, fds);
         if (r > 0) {
-            nw_manager_handoff_frame(m, &f, fd);
+            nw_manager_handoff_frame(m, &f, fds);
             continue;
         }
         if (r < 0 && errno == EBADMSG) {
@@ -757,6 +932,9 @@ static void nw_manager_status_numbers(const nw_manager *m, nw_status_manager *sm
     sm->held_idle = m->idle.len;
     sm->held_reading = m->reading.len;
     sm->held_queued = m->queue.len;
+    sm->held_writing = m->writing.len;
+    sm->offloaded = m->st.offloaded;
+    sm->offload_bytes = m->offload_bytes ? *m->offload_bytes : 0;
     sm->handoffs_in = m->st.received;
     sm->handoffs_out = m->st.handed_off;
     sm->shed = m->st.shed;
@@ -893,6 +1071,14 @@ static void nw_manager_expire(nw_manager *m)
         nw_manager_forget(m, fd);
         m->st.closed_timeout++;
     }
+    while (m->writing.first != NW_MANAGER_NONE
+           && m->slots[m->writing.first].deadline <= m->now) {
+        nw_manager_drop_conn(m, m->writing.first);   /* read nothing for --timeout */
+        m->st.closed_timeout++;
+    }
+    while (m->closing.first != NW_MANAGER_NONE
+           && m->slots[m->closing.first].deadline <= m->now)
+        nw_manager_drop_conn(m, m->closing.first);
 }
 
 /* Counts to the master once a second. A full control socket drops them:
@@ -904,6 +1090,7 @@ static void nw_manager_send_stats(nw_manager *m)
     m->next_stats = m->now + NW_MANAGER_STATS_MS;
     m->st.idle = nw_manager_held(m);
     m->st.queued = m->queue.len;
+    m->st.writing = m->writing.len;
     nw_frame f;
     nw_frame_init(&f, NW_FRAME_STATS);
     f.data_len = sizeof m->st;
@@ -918,6 +1105,10 @@ static int nw_manager_timeout(const nw_manager *m)
         next = m->slots[m->idle.first].deadline;
     if (m->reading.first != NW_MANAGER_NONE && m->slots[m->reading.first].deadline < next)
         next = m->slots[m->reading.first].deadline;
+    if (m->writing.first != NW_MANAGER_NONE && m->slots[m->writing.first].deadline < next)
+        next = m->slots[m->writing.first].deadline;
+    if (m->closing.first != NW_MANAGER_NONE && m->slots[m->closing.first].deadline < next)
+        next = m->slots[m->closing.first].deadline;
     if (m->max_queue_wait && m->next_shed < next)
         next = m->next_shed;
     if (m->status_active && m->now + 1000 < next)
@@ -946,6 +1137,10 @@ static void nw_manager_event(nw_manager *m, int fd)
         int kind = m->slots[fd].kind;
         if (kind == NW_MANAGER_IDLE || kind == NW_MANAGER_READING)
             nw_manager_client_readable(m, fd);
+        else if (kind == NW_MANAGER_WRITING)
+            nw_manager_write_some(m, fd);
+        else if (kind == NW_MANAGER_CLOSING)
+            nw_manager_closing_readable(m, fd);
         /* anything else: a stale event for an fd closed in this batch */
     }
 }
@@ -970,7 +1165,8 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->handoff_queue = handoff_queue;
     m->serve_queue = serve_queue;
     m->idle.first = m->idle.last = NW_MANAGER_NONE;
-    m->reading = m->queue = m->idle;
+    m->reading = m->queue = m->writing = m->closing = m->idle;
+    m->write_ms = nw_manager_ms(cfg->timeout ? cfg->timeout : NW_DEFAULT_TIMEOUT);
     m->keepalive_ms = nw_manager_ms(cfg->keepalive_timeout);
     m->read_ms = nw_manager_ms(cfg->read_timeout);
     m->read_timeout = cfg->read_timeout;
@@ -990,6 +1186,9 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     memcpy(m->listeners, cfg->listener_fds, sizeof m->listeners);
     if (cfg->scoreboard_fd >= 0 && !(m->board = nw_scoreboard_map(cfg->scoreboard_fd)))
         fprintf(stderr, "narwhal-manager: cannot map the scoreboard: %s\n", strerror(errno));
+    /* the rests an earlier manager held went with it (DESIGN.md, "Slow readers") */
+    if (m->board && (m->offload_bytes = nw_scoreboard_map_offload(cfg->scoreboard_fd)))
+        __atomic_store_n(m->offload_bytes, 0, __ATOMIC_RELAXED);
 
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
@@ -1025,13 +1224,15 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
 /* On stop, held connections get a FIN (shutdown SHUT_WR) rather than a bare
  * close: a request that crosses it then meets end-of-stream, which clients
  * retry, instead of a reset, which they do not. What they send meanwhile is
- * read and dropped until they close or the linger time is up. */
-#define NW_MANAGER_LINGER_MS 1000
+ * read and dropped until they close or the linger time is up
+ * (NW_MANAGER_LINGER_MS, which a written response without keep-alive gets
+ * too). */
 
 static int nw_manager_is_client(const nw_manager_slot *s)
 {
     return s->kind == NW_MANAGER_IDLE || s->kind == NW_MANAGER_READING
-           || s->kind == NW_MANAGER_QUEUED;
+           || s->kind == NW_MANAGER_QUEUED || s->kind == NW_MANAGER_WRITING
+           || s->kind == NW_MANAGER_CLOSING;
 }
 
 static void nw_manager_linger(nw_manager *m)
@@ -1059,6 +1260,7 @@ static void nw_manager_linger(nw_manager *m)
                 continue;
             if (read(p[i].fd, sink, sizeof sink) > 0)
                 continue;
+            nw_manager_out_done(m, &m->slots[p[i].fd]);
             nw_manager_clear(&m->slots[p[i].fd]);
             close(p[i].fd);
             p[i].fd = -1;
@@ -1090,6 +1292,7 @@ static void nw_manager_close(nw_manager *m)
 {
     for (size_t fd = 0; fd < m->nslots; fd++) {
         if (m->slots[fd].kind != NW_MANAGER_FREE) {
+            nw_manager_out_done(m, &m->slots[fd]);
             nw_manager_clear(&m->slots[fd]);
             close((int)fd);
         }
@@ -1100,6 +1303,7 @@ static void nw_manager_close(nw_manager *m)
     if (m->status_fd >= 0)
         close(m->status_fd);
     nw_scoreboard_unmap(m->board);
+    nw_scoreboard_unmap_offload(m->offload_bytes);
     free(m->slots);
     free(m->frame_data);
     if (m->ep >= 0)
@@ -1129,10 +1333,13 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
      * the manager goes on serving (the workers are stopped after it), so
      * busy keep-alive clients get their next request answered, with
      * Connection: close, instead of a FIN that races it. */
-    while (!m.stop && !(m.serve_until && m.now >= m.serve_until)) {
+    while (!m.stop && !(m.serve_until && m.now >= m.serve_until
+                        && (m.writing.len == 0 || m.now >= m.serve_until + NW_STOP_WRITE_MS))) {
         int timeout = nw_manager_timeout(&m);
-        if (m.serve_until && (timeout < 0 || timeout > m.serve_until - m.now))
-            timeout = (int)(m.serve_until - m.now);
+        nw_msec stop_at = m.serve_until && m.now >= m.serve_until
+                          ? m.serve_until + NW_STOP_WRITE_MS : m.serve_until;
+        if (stop_at && (timeout < 0 || timeout > stop_at - m.now))
+            timeout = stop_at > m.now ? (int)(stop_at - m.now) : 0;
         int n = epoll_wait(m.ep, ev, NW_MANAGER_EVENTS, timeout);
         if (n < 0 && errno != EINTR) {
             fprintf(stderr, "narwhal-manager: epoll_wait: %s\n", strerror(errno));

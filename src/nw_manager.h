@@ -17,6 +17,7 @@ typedef struct {
     size_t max_header_bytes;    /* a buffered head longer than this goes to a worker (431) */
     size_t max_request_line;    /* a first line longer than this, no LF yet: to a worker (414) */
     double max_queue_wait;      /* seconds a complete request may wait for a worker, then 503 (0: no limit) */
+    double timeout;             /* seconds a response's write may make no progress (output offload) */
     int scoreboard_fd;          /* the scoreboard's memfd, or -1 */
     int serve_reader_fd;        /* the workers' end of the serve queue (for shedding), or -1 */
     int status_fd;              /* the --status-listen listener, or -1 */

@@ -66,6 +66,49 @@ const nw_scoreboard *nw_scoreboard_map(int fd)
     return b;
 }
 
+int nw_scoreboard_offload_reserve(volatile int64_t *counter, uint64_t n, uint64_t cap)
+{
+    int64_t after = __atomic_add_fetch(counter, (int64_t)n, __ATOMIC_RELAXED);
+    if (after > (int64_t)cap) {
+        __atomic_sub_fetch(counter, (int64_t)n, __ATOMIC_RELAXED);
+        return -1;
+    }
+    return 0;
+}
+
+void nw_scoreboard_offload_release(volatile int64_t *counter, uint64_t n)
+{
+    __atomic_sub_fetch(counter, (int64_t)n, __ATOMIC_RELAXED);
+}
+
+/* The header's first page(s) mapped writable, for the counter alone. */
+static size_t offload_map_bytes(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t end = offsetof(nw_score_header, offload_bytes) + sizeof(int64_t);
+    return (end + page - 1) / page * page;
+}
+
+volatile int64_t *nw_scoreboard_map_offload(int fd)
+{
+    void *p = mmap(NULL, offload_map_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    nw_score_header *h = p;
+    if (h->magic != NW_SCOREBOARD_MAGIC) {
+        munmap(p, offload_map_bytes());
+        errno = EINVAL;
+        return NULL;
+    }
+    return &h->offload_bytes;
+}
+
+void nw_scoreboard_unmap_offload(volatile int64_t *counter)
+{
+    if (counter)
+        munmap((char *)counter - offsetof(nw_score_header, offload_bytes), offload_map_bytes());
+}
+
 void nw_scoreboard_destroy(nw_scoreboard *b)
 {
     if (b)

@@ -82,6 +82,8 @@ typedef struct {
     volatile int32_t workers_wanted;    /* --max-workers now */
     volatile uint64_t restarts[NW_RESTART_REASONS];
     nw_score_counts gone;               /* the counts of workers reaped */
+    volatile int64_t offload_bytes;     /* bytes of responses in memfds the manager is writing:
+                                         * workers raise it, the manager lowers it */
 } nw_score_header;
 
 typedef struct {
@@ -115,6 +117,16 @@ void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us);
 /* A request answered with an error before it reached the app (400, 408,
  * 413...): counted by its status, with no duration. */
 void nw_scoreboard_count_error(nw_score_slot *s, int status);
+
+/* --max-offload-total: take n bytes of the offload budget (0), or none
+ * when that would pass cap (-1). */
+int nw_scoreboard_offload_reserve(volatile int64_t *counter, uint64_t n, uint64_t cap);
+/* Give n bytes back. */
+void nw_scoreboard_offload_release(volatile int64_t *counter, uint64_t n);
+/* The manager's one writable word of the board in fd (the counter it
+ * lowers), or NULL with errno; and its unmapping. */
+volatile int64_t *nw_scoreboard_map_offload(int fd);
+void nw_scoreboard_unmap_offload(volatile int64_t *counter);
 
 /* Which bucket a duration falls in. */
 int nw_scoreboard_bucket(uint64_t duration_us);

@@ -214,6 +214,7 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy)
     r |= put(o, "narwhal_connections{state=\"idle\"} %llu\n", (unsigned long long)m->held_idle);
     r |= put(o, "narwhal_connections{state=\"reading\"} %llu\n", (unsigned long long)m->held_reading);
     r |= put(o, "narwhal_connections{state=\"queued\"} %llu\n", (unsigned long long)m->held_queued);
+    r |= put(o, "narwhal_connections{state=\"writing\"} %llu\n", (unsigned long long)m->held_writing);
     r |= put(o, "narwhal_connections{state=\"worker\"} %llu\n", (unsigned long long)busy);
     r |= metric_head(o, "narwhal_handoffs_total", "counter",
                      "Connections passed between workers and the manager.");
@@ -221,6 +222,12 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy)
              (unsigned long long)m->handoffs_in);
     r |= put(o, "narwhal_handoffs_total{direction=\"to_worker\"} %llu\n",
              (unsigned long long)m->handoffs_out);
+    r |= metric_head(o, "narwhal_offloaded_total", "counter",
+                     "Responses a worker left to the manager to finish for a slow reader.");
+    r |= put(o, "narwhal_offloaded_total %llu\n", (unsigned long long)m->offloaded);
+    r |= metric_head(o, "narwhal_offload_bytes", "gauge",
+                     "Bytes of such responses held in memory (--max-offload-total).");
+    r |= put(o, "narwhal_offload_bytes %lld\n", (long long)(m->offload_bytes > 0 ? m->offload_bytes : 0));
     r |= metric_head(o, "narwhal_shed_total", "counter",
                      "Requests answered 503 after waiting longer than --max-queue-wait.");
     r |= put(o, "narwhal_shed_total %llu\n", (unsigned long long)m->shed);
@@ -289,12 +296,17 @@ static int json_counts(nw_buf *o, const nw_scoreboard *b, const nw_score_counts 
 
 static int json_manager(nw_buf *o, const nw_status_manager *m)
 {
-    int r = put(o, "\"connections\":{\"idle\":%llu,\"reading\":%llu,\"queued\":%llu},"
+    int r = put(o, "\"connections\":{\"idle\":%llu,\"reading\":%llu,\"queued\":%llu,"
+                "\"writing\":%llu},"
                 "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
+                "\"offloaded\":%llu,\"offload_bytes\":%lld,"
                 "\"listeners\":[",
                 (unsigned long long)m->held_idle, (unsigned long long)m->held_reading,
-                (unsigned long long)m->held_queued, (unsigned long long)m->handoffs_in,
-                (unsigned long long)m->handoffs_out, (unsigned long long)m->shed);
+                (unsigned long long)m->held_queued, (unsigned long long)m->held_writing,
+                (unsigned long long)m->handoffs_in,
+                (unsigned long long)m->handoffs_out, (unsigned long long)m->shed,
+                (unsigned long long)m->offloaded,
+                (long long)(m->offload_bytes > 0 ? m->offload_bytes : 0));
     for (int i = 0; i < m->nlisteners; i++) {
         r |= put(o, "%s{\"address\":", i ? "," : "");
         r |= put_json_string(o, m->listener[i].address);

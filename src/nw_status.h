@@ -34,6 +34,9 @@ typedef struct {
     uint64_t held_idle;     /* connections held idle */
     uint64_t held_reading;  /* ... with part of a head */
     uint64_t held_queued;   /* ... with a complete head, waiting for a worker */
+    uint64_t held_writing;  /* ... whose response it is finishing (a slow reader) */
+    uint64_t offloaded;     /* responses workers left to the manager to finish, total */
+    int64_t  offload_bytes; /* bytes of those responses held in memory now */
     uint64_t handoffs_in;   /* connections workers gave the manager, total */
     uint64_t handoffs_out;  /* connections the manager gave workers, total */
     uint64_t shed;          /* answered 503 by --max-queue-wait, total */

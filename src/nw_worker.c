@@ -419,11 +419,36 @@ static nw_release_result park_or_hand_off(nw_worker *w, nw_wconn *wc)
     return NW_RELEASE_KEPT;
 }
 
+/* A response whose rest could not be written yet (output offload,
+ * DESIGN.md) goes to the manager with it, which then keeps the connection
+ * for its next request or closes it. 1: handed off. 0: the manager did
+ * not take it, and the rest was written here, waiting (or failed: broken). */
+static int hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive)
+{
+    nw_conn *c = wc->c;
+    if (w->handoff_queue >= 0 && c->fd >= 0 && !c->broken) {
+        unwatch(w, wc);
+        if (nw_conn_handoff_output_patiently(c, w->handoff_queue, keep_alive,
+                                             NW_HANDOFF_PATIENCE_MS) == 0)
+            return 1;
+    }
+    nw_conn_finish_rest(c);
+    return 0;
+}
+
 nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reason why)
 {
     nw_conn *c = wc->c;
     if (serving == wc)
         serving = NULL;
+    if (c->rest_fd >= 0) {
+        if (why == NW_RELEASE_STOP)
+            nw_conn_finish_rest(c);         /* the server stops: finish it here */
+        else if (hand_off_rest(w, wc, why != NW_RELEASE_CLOSE))
+            return NW_RELEASE_HANDED_OFF;
+        if (c->broken)
+            why = NW_RELEASE_CLOSE;
+    }
     switch (why) {
     case NW_RELEASE_KEEPALIVE:
         /* A client that waits for each response has not sent its next
@@ -927,6 +952,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
         return NULL;
     }
     w->cfg = *cfg;
+    w->cfg.offload = handoff_queue >= 0;    /* a manager can finish responses */
     w->sigfd = -1;
     if (ops)
         w->ops = *ops;

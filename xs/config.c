@@ -29,6 +29,8 @@ static const struct {
     { "max_keepalive_reqs", F_SECONDS, offsetof(nw_worker_config, conn.max_keepalive_reqs) },
     { "keepalive_wait",     F_SECONDS, offsetof(nw_worker_config, keepalive_wait) },
     { "proxy_protocol",     F_BOOL,    offsetof(nw_worker_config, conn.proxy_protocol) },
+    { "max_offload_bytes",  F_U64,     offsetof(nw_worker_config, conn.max_offload_bytes) },
+    { "max_offload_total",  F_U64,     offsetof(nw_worker_config, conn.max_offload_total) },
 };
 #define CONFIG_FIELDS (sizeof config_field / sizeof config_field[0])
 
@@ -77,6 +79,8 @@ void nw_config_export_limits(pTHX)
         { "MAX_HEADER_BYTES_HARD", NW_FRAME_MAX_DATA },
         { "DEFAULT_MAX_REQUEST_BODY", NW_DEFAULT_MAX_REQUEST_BODY },
         { "DEFAULT_BODY_IN_MEMORY", NW_DEFAULT_BODY_IN_MEMORY },
+        { "DEFAULT_MAX_OFFLOAD_BYTES", NW_DEFAULT_MAX_OFFLOAD_BYTES },
+        { "DEFAULT_MAX_OFFLOAD_TOTAL", NW_DEFAULT_MAX_OFFLOAD_TOTAL },
         { "DEFAULT_TIMEOUT", NW_DEFAULT_TIMEOUT },
         { "DEFAULT_READ_TIMEOUT", NW_DEFAULT_READ_TIMEOUT },
         { "DEFAULT_READ_TIMEOUT_MAX", NW_DEFAULT_READ_TIMEOUT_MAX },

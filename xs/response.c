@@ -96,8 +96,12 @@ int nw_response_write_array(pTHX_ nw_conn *c, int status, SV *headers, AV *body,
         Newx(v, n, struct iovec);
     int k = pieces_from_av(aTHX_ body, v, &total);
     if (nw_response_start(aTHX_ c, status, headers, total, may_keep_alive) >= 0) {
+        /* the whole body is here: what the socket does not take now may
+         * be left to the manager (DESIGN.md, "Slow readers") */
+        c->offload_response = c->cfg.offload;
         nw_conn_write_body(c, v, k);
         ret = nw_conn_end_body(c);
+        c->offload_response = 0;
     }
     if (v != small)
         Safefree(v);

@@ -102,8 +102,10 @@ my @TABLE = (
       pod => 'Workers (and the manager) switch to this group after the listeners are open.' },
 
     { name => 'timeout', type => 'seconds', default => _c('DEFAULT_TIMEOUT'), min_excl => 0,
-      max => _c('MAX_SECONDS'), c => 1,
-      group => 'Connections', arg => 'SECS', help => 'deadline for one read or write' },
+      max => _c('MAX_SECONDS'), c => 1, manager => 'timeout',
+      group => 'Connections', arg => 'SECS', help => 'deadline for one read or write',
+      pod => 'Deadline for one read or write that makes no progress, in a worker and in the '
+           . 'manager (which finishes responses for slow readers: C<--max-offload-bytes>).' },
     { name => 'read_timeout', type => 'seconds', default => _c('DEFAULT_READ_TIMEOUT'), min_excl => 0,
       max => _c('MAX_SECONDS'), c => 1, manager => 'read-timeout', group => 'Connections', arg => 'SECS',
       help => 'deadline for a whole request head (then 408)',
@@ -162,6 +164,21 @@ my @TABLE = (
       pod => 'Larger bodies get 413, without being read. A limit by default, so that no client '
            . 'can make a worker spool gigabytes to C<$TMPDIR>; 0 means none: raise it for '
            . 'uploads.' },
+    { name => 'max_offload_bytes', type => 'size', default => _c('DEFAULT_MAX_OFFLOAD_BYTES'), c => 1,
+      group => 'Limits', arg => 'BYTES',
+      help => 'a response the client is slow to read: up to this much of its rest goes to the manager (0: none)',
+      pod => 'When a client does not read a response as fast as it is written, the worker does '
+           . 'not wait: it gives the connection and what is left of the response to the '
+           . 'connection manager, which writes it as the client reads, and goes back to work. '
+           . 'For an in-memory body (an array), the unsent bytes are copied into anonymous memory '
+           . '(a memfd); a rest larger than this stays with the worker, which waits as it always '
+           . 'did. A file body\'s rest costs no memory (the manager C<sendfile>s the rest of the '
+           . 'file) and is not limited by it. Streaming bodies (C<getline> objects that are not '
+           . 'files, C<psgi.streaming> writers) always keep their worker. Needs the manager. '
+           . '0 turns in-memory offload off. See "Slow readers" in F<docs/DESIGN.md>.' },
+    { name => 'max_offload_total', type => 'size', default => _c('DEFAULT_MAX_OFFLOAD_TOTAL'), c => 1,
+      group => 'Limits', arg => 'BYTES',
+      help => 'all in-memory rests the manager holds, together (beyond: the worker waits)' },
     { name => 'body_in_memory', type => 'size', default => _c('DEFAULT_BODY_IN_MEMORY'), c => 1,
       group => 'Limits', arg => 'BYTES', help => 'larger bodies go to an unlinked temp file' },
     { name => 'max_request_line', type => 'size', default => _c('DEFAULT_MAX_REQUEST_LINE'),

@@ -6,7 +6,7 @@
  *
  *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
  *                   [--max-connections N] [--max-header-bytes N]
- *                   [--max-request-line N] [--max-queue-wait MS]
+ *                   [--max-request-line N] [--max-queue-wait MS] [--timeout SECS]
  *                   [--scoreboard-fd FD] [--serve-reader-fd FD]
  *                   [--status-fd FD] [--listener-fds FD,FD...]
  *
@@ -40,6 +40,7 @@ static const struct option manager_opts[] = {
     { "read-timeout-max",  required_argument, NULL, 'R' },
     { "min-head-rate",     required_argument, NULL, 'm' },
     { "max-queue-wait",    required_argument, NULL, 'q' },
+    { "timeout",           required_argument, NULL, 't' },
     { "help",              no_argument,       NULL, 'h' },
     /* descriptors the master passes (docs/PROTOCOL.md), not options of
      * the option table: usage() lists them apart */
@@ -161,6 +162,7 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'R': bad = parse_seconds(optarg, &cfg->read_timeout_max); break;
         case 'm': { size_t rate; bad = parse_count(optarg, 0, &rate); cfg->min_head_rate = (double)rate; break; }
         case 'q': bad = parse_ms(optarg, &cfg->max_queue_wait); break;
+        case 't': bad = parse_seconds(optarg, &cfg->timeout); break;
         case 'S': bad = parse_fd(optarg, &cfg->scoreboard_fd); break;
         case 'Q': bad = parse_fd(optarg, &cfg->serve_reader_fd); break;
         case 'T': bad = parse_fd(optarg, &cfg->status_fd); break;
@@ -190,6 +192,7 @@ int main(int argc, char **argv)
         .max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES,
         .max_request_line = NW_DEFAULT_MAX_REQUEST_LINE,
         .max_queue_wait = 0,
+        .timeout = NW_DEFAULT_TIMEOUT,
         .scoreboard_fd = -1,
         .serve_reader_fd = -1,
         .status_fd = -1,

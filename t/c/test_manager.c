@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -1359,6 +1360,147 @@ static void test_one_scanner(void)
     mgr_finish(&m, "one scanner");
 }
 
+/* ---- output offload: the manager finishes a response ---------------- */
+
+/* A memfd holding len bytes of a pattern (byte i is 'a' + i % 26). */
+static int pattern_memfd(size_t len)
+{
+    int fd = memfd_create("test-rest", MFD_CLOEXEC);
+    char buf[65536];
+    if (fd < 0)
+        die("memfd_create");
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (char)('a' + i % 26);
+    for (size_t done = 0; done < len;) {
+        size_t want = len - done < sizeof buf ? len - done : sizeof buf;
+        /* keep the pattern continuous across pieces: sizeof buf % 26 != 0 */
+        size_t shift = done % 26;
+        char piece[sizeof buf];
+        for (size_t i = 0; i < want; i++)
+            piece[i] = (char)('a' + (i + shift) % 26);
+        if (write(fd, piece, want) != (ssize_t)want)
+            die("write memfd");
+        done += want;
+    }
+    return fd;
+}
+
+/* Hand server to the manager with the rest [offset, offset+length) of
+ * rest_fd and the bytes read past the request; closes our copies. */
+static int handoff_output(int tom, int server, int rest_fd, uint64_t offset, uint64_t length,
+                          uint64_t counted, int keep, const char *unread, int nfds)
+{
+    char data[sizeof(nw_frame_output) + 256];
+    nw_frame_output out = { .offset = offset, .length = length, .counted = counted,
+                            .keep_alive = (uint32_t)keep };
+    size_t ulen = unread ? strlen(unread) : 0;
+    memcpy(data, &out, sizeof out);
+    memcpy(data + sizeof out, unread ? unread : "", ulen);
+    nw_frame f;
+    nw_frame_init(&f, NW_FRAME_HANDOFF);
+    f.flags = NW_FRAME_F_OUTPUT;
+    f.listener = g_listener_no;
+    f.requests = 1;
+    f.data_len = (uint32_t)(sizeof out + ulen);
+    int fds[2] = { server, rest_fd };
+    int r = nw_frame_send_fds(tom, &f, NULL, 0, data, fds, nfds);
+    close(server);
+    close(rest_fd);
+    return r;
+}
+
+/* Read exactly len bytes within timeout_ms and check they are the pattern
+ * from offset on. 1: all there and right. */
+static int read_pattern(int fd, uint64_t offset, size_t len, int timeout_ms)
+{
+    nw_msec end = nw_now_ms() + timeout_ms;
+    size_t got = 0;
+    int right = 1;
+    while (got < len) {
+        nw_msec left = end - nw_now_ms();
+        if (left <= 0 || !wait_fd(fd, POLLIN, (int)left)) {
+            diag("read_pattern: %zu of %zu bytes came", got, len);
+            return 0;
+        }
+        char tmp[65536];
+        size_t want = len - got < sizeof tmp ? len - got : sizeof tmp;
+        ssize_t n = recv(fd, tmp, want, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            diag("read_pattern: %zu of %zu bytes, then %s", got, len, n ? strerror(errno) : "end of stream");
+            return 0;
+        }
+        for (ssize_t i = 0; i < n; i++)
+            if (right && tmp[i] != (char)('a' + (offset + got + (size_t)i) % 26)) {
+                diag("read_pattern: byte %zu is wrong", got + (size_t)i);
+                right = 0;
+            }
+        if (n > 0)
+            got += (size_t)n;
+    }
+    return right;
+}
+
+static void test_output(void)
+{
+    static const char *const opts[] = { "--keepalive-timeout", "10", "--read-timeout", "10",
+                                        "--timeout", "3", NULL };
+    mgr_t m;
+    nw_manager_stats st;
+    int c, s;
+    const size_t big = 16u << 20;   /* more than loopback's socket buffers hold */
+
+    mgr_start(&m, opts);
+    /* Keep-alive: the rest is written as the client reads, then the
+     * pipelined request behind it is served. */
+    tcp_pair(&c, &s);
+    ok(handoff_output(m.tom, s, pattern_memfd(big), 100, big - 100, 0, 1,
+                      "GET /next HTTP/1.1\r\nHost: x\r\n\r\n", 2) == 0,
+       "a HANDOFF with OUTPUT (two fds) is sent");
+    ok(STATS_UNTIL(&m, st, st.writing == 1 && st.offloaded == 1, 3000),
+       "the manager is writing it (STATS: writing 1, offloaded 1)");
+    ok(!got_serve(m.tow, 200), "the pipelined request waits while the response is unread");
+    ok(read_pattern(c, 100, big - 100, 10000), "the client reads the whole rest, byte for byte, from the offset");
+    ok(got_serve(m.tow, 3000), "then the pipelined request goes to a worker");
+    is_str(g_sv.data, g_sv.f.data_len, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n", "... with its bytes");
+    close_served();
+    ok(STATS_UNTIL(&m, st, st.writing == 0, 3000), "nothing left being written");
+    close(c);
+
+    /* Keep-alive with nothing pipelined: idle afterwards, served on its next request. */
+    tcp_pair(&c, &s);
+    handoff_output(m.tom, s, pattern_memfd(1000), 0, 1000, 0, 1, NULL, 2);
+    ok(read_pattern(c, 0, 1000, 3000), "a short rest arrives");
+    ok(!got_serve(m.tow, 100), "then the connection is held idle");
+    put(c, REQ_A);
+    ok(got_serve(m.tow, 3000), "and its next request is served");
+    close_served();
+    close(c);
+
+    /* Without keep-alive: the rest, then end of stream. */
+    tcp_pair(&c, &s);
+    handoff_output(m.tom, s, pattern_memfd(5000), 0, 5000, 0, 0, NULL, 2);
+    char buf[8192];
+    ok(read_pattern(c, 0, 5000, 3000) && read_to_eof(c, buf, sizeof buf, 3000) >= 0 && buf[0] == 0,
+       "without keep-alive: the rest, then end of stream");
+    close(c);
+
+    /* A client that reads nothing for --timeout (3 s) is closed. */
+    tcp_pair(&c, &s);
+    handoff_output(m.tom, s, pattern_memfd(big), 0, big, 0, 1, NULL, 2);
+    ok(STATS_UNTIL(&m, st, st.writing == 1, 2000), "a client that reads nothing: being written");
+    ok(STATS_UNTIL(&m, st, st.writing == 0 && st.closed_timeout >= 1, 6000),
+       "... closed after --timeout without progress");
+    ok(!read_pattern(c, 0, big, 3000), "... and its response is cut short (never complete)");
+    close(c);
+
+    /* A frame that says OUTPUT but carries one fd is dropped, its fd closed. */
+    tcp_pair(&c, &s);
+    handoff_output(m.tom, s, pattern_memfd(10), 0, 10, 0, 1, NULL, 1);
+    ok(read_to_eof(c, buf, sizeof buf, 3000) >= 0, "OUTPUT with one fd: dropped, the connection closed");
+    close(c);
+    mgr_finish(&m, "output offload");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1380,6 +1522,7 @@ int main(int argc, char **argv)
     test_deadlines();
     test_full();
     test_many();
+    test_output();
     close(g_listen);
     return done_testing();
 }
