@@ -18,7 +18,7 @@ our @EXPORT_OK = qw(echo_app free_port spawn_server write_app raw_connect raw_re
                     read_until_close read_response parse_response tmpdir
                     wait_until root perl_cmd run_cmd http_get children_of
                     pid_alive narwhal_cmd worker_pids manager_built
-                    manager_fallback);
+                    manager_fallback extra_args);
 
 use constant SPAWN_TIMEOUT => 15;    # seconds for a server to start listening
 use constant STOP_TIMEOUT  => 10;    # seconds after TERM before KILL

@@ -1,0 +1,178 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use Digest::MD5 ();
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until free_port
+                   extra_args manager_built tmpdir);
+
+# Slow readers must not pin workers (DESIGN.md, "Slow readers"): a client
+# that asks for a large response and does not read it used to hold a
+# worker for up to --timeout. Now the worker leaves the rest of the
+# response to the manager and goes back to work. Every client here counts
+# every request and never retries.
+
+my $no_manager = grep { $_ eq '--no-manager' } extra_args();
+my $MB = 1024 * 1024;
+my $FILE = tmpdir() . '/ten-mb.bin';
+{
+    open my $fh, '>', $FILE or die "$FILE: $!";
+    print $fh join '', map { sprintf "file line %08d\n", $_ } 0 .. (10 * $MB / 19);
+    close $fh;
+}
+my $APP = write_app(<<"APP");
+my \$big = join '', map { sprintf "big line %09d\\n", \$_ } 0 .. (10 * $MB / 19);
+sub {
+    my \$env = shift;
+    my \$p = \$env->{PATH_INFO};
+    return [200, ['Content-Type' => 'text/plain'], [\$big]] if \$p eq '/big';
+    return [200, ['Content-Type' => 'text/plain'],
+            [map { substr(\$big, \$_ * 65536, 65536) } 0 .. int(length(\$big) / 65536)]] if \$p eq '/pieces';
+    if (\$p eq '/file') { open my \$f, '<', '$FILE' or die; return [200, ['Content-Type' => 'text/plain'], \$f] }
+    return [200, ['Content-Type' => 'text/plain'], ["small\\n"]];
+}
+APP
+my %WANT;
+{
+    my $big = join '', map { sprintf "big line %09d\n", $_ } 0 .. (10 * $MB / 19);
+    $WANT{'/big'} = $WANT{'/pieces'} = Digest::MD5::md5_hex($big);
+    open my $fh, '<', $FILE or die;
+    local $/;
+    $WANT{'/file'} = Digest::MD5::md5_hex(<$fh>);
+}
+
+# A client that sends a request and reads nothing.
+sub slow_client {
+    my ($port, $path, $extra) = @_;
+    my $c = raw_connect($port) or die "connect: $!";
+    syswrite($c, "GET $path HTTP/1.1\r\nHost: x\r\n" . ($extra // '') . "\r\n");
+    return $c;
+}
+
+sub body_ok {
+    my ($r, $path, $name) = @_;
+    ok($r && $r->{status} == 200 && Digest::MD5::md5_hex($r->{body}) eq $WANT{$path},
+       "$name: the whole body of $path, byte for byte")
+        or diag($r ? "status $r->{status}, " . length($r->{body}) . ' bytes' : 'no response');
+}
+
+# The worst of n small requests on new connections, each waited for up to 3 s.
+sub small_requests {
+    my ($port, $n) = @_;
+    my ($worst, $answered) = (0, 0);
+    for (1 .. $n) {
+        my $t = time;
+        my $c = raw_connect($port);
+        syswrite($c, "GET /small HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        my $r = read_response($c, 3);
+        $answered++ if $r && $r->{status} == 200 && $r->{body} eq "small\n";
+        $worst = time - $t if time - $t > $worst;
+    }
+    return ($answered, $worst);
+}
+
+sub metrics {
+    my ($sport) = @_;
+    my $c = raw_connect($sport) or return {};
+    syswrite($c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    my $r = read_response($c, 5) or return {};
+    return { map { /^(\w+(?:\{[^}]*\})?) (\S+)$/ ? ($1 => $2) : () } split /\n/, $r->{body} };
+}
+
+if ($no_manager || !manager_built()) {
+    # Without a manager the worker waits for its slow reader, as it always
+    # did; the response is still whole.
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 2 ]);
+    my $c = slow_client($s->port, '/big');
+    sleep 0.5;
+    body_ok(read_response($c, 20), '/big', 'without a manager');
+    done_testing();
+    exit;
+}
+
+# 1. Six readers that read nothing (three array bodies, three files) and
+# two workers: small requests are still answered at once; the bytes held
+# stay within the cap; then every slow reader gets its whole response and
+# its connection serves another request.
+{
+    my $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 2, '--timeout', 30,
+                                                '--status-listen', "127.0.0.1:$sport" ]);
+    my (%base, $m);
+    ok(wait_until(sub { %base = %{ metrics($sport) }; exists $base{narwhal_offloaded_total} }, 10),
+       'the metrics say how many responses were offloaded');
+    my @slow = map { [ $_, slow_client($s->port, $_) ] } qw(/big /pieces /file /big /file /file);
+    ok(wait_until(sub { $m = metrics($sport); ($m->{'narwhal_connections{state="writing"}'} // 0) == 6 }, 10),
+       'six slow readers: the manager is writing all six responses')
+        or diag explain $m;
+    is($m->{narwhal_offloaded_total} - $base{narwhal_offloaded_total}, 6, '... six responses offloaded');
+    ok($m->{narwhal_offload_bytes} > 0 && $m->{narwhal_offload_bytes} <= 3 * 10.5 * $MB,
+       "... holding $m->{narwhal_offload_bytes} bytes: the in-memory rests only (files cost none)");
+    my ($answered, $worst) = small_requests($s->port, 20);
+    is($answered, 20, 'with both workers\' slow readers offloaded, 20 small requests are answered');
+    cmp_ok($worst, '<', 1, sprintf '... the slowest in %.3f s', $worst);
+    for my $sl (@slow) {
+        my ($path, $c) = @$sl;
+        body_ok(read_response($c, 30), $path, 'a slow reader that reads at last');
+        syswrite($c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $r = read_response($c, 5);
+        is($r && $r->{body}, "small\n", '... and its connection serves its next request');
+    }
+    ok(wait_until(sub { $m = metrics($sport); $m->{narwhal_offload_bytes} == 0
+                        && $m->{'narwhal_connections{state="writing"}'} == 0 }, 10),
+       'afterwards nothing is held: 0 bytes, 0 connections being written');
+
+    # Pipelined behind an offloaded response, and Connection: close.
+    my $c = raw_connect($s->port);
+    syswrite($c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\nGET /small HTTP/1.1\r\nHost: x\r\n\r\n");
+    sleep 1;
+    body_ok(read_response($c, 20), '/big', 'pipelined');
+    my $r = read_response($c, 5);
+    is($r && $r->{body}, "small\n", '... and the request behind it is answered after it, in order');
+    $c = slow_client($s->port, '/big', "Connection: close\r\n");
+    sleep 1;
+    $r = read_response($c, 20);
+    body_ok($r, '/big', 'Connection: close');
+    is(sysread($c, my $more, 1), 0, '... then end of stream');
+}
+
+# 2. Over the caps the worker waits, as without offload. --max-offload-bytes
+# below the body: one worker, one slow reader, and a small request waits
+# for it. --max-offload-total: only what fits is offloaded.
+{
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--max-offload-bytes', 1_000_000 ]);
+    my $slow = slow_client($s->port, '/big');
+    sleep 0.5;
+    my $t = time;
+    my $c = raw_connect($s->port);
+    syswrite($c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n");
+    ok(!read_response($c, 1), '--max-offload-bytes 1000000: a 10 MB rest keeps its worker (a small request waits)');
+    body_ok(read_response($slow, 20), '/big', '... the slow reader still gets all of it');
+    my $r = read_response($c, 10);
+    is($r && $r->{body}, "small\n", '... and then the small request is answered');
+    my $f = slow_client($s->port, '/file');
+    sleep 0.5;
+    my ($answered) = small_requests($s->port, 3);
+    is($answered, 3, '... a file body is offloaded all the same (it costs no memory)');
+    body_ok(read_response($f, 20), '/file', '... and arrives whole');
+}
+{
+    my $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 3, '--max-offload-total', 12 * $MB,
+                                                '--status-listen', "127.0.0.1:$sport" ]);
+    my @slow = map { slow_client($s->port, '/big') } 1 .. 3;
+    my ($m, $max) = ({}, 0);
+    wait_until(sub {
+        $m = metrics($sport);
+        $max = $m->{narwhal_offload_bytes} if ($m->{narwhal_offload_bytes} // 0) > $max;
+        ($m->{narwhal_offloaded_total} // 0) >= 1 }, 10);
+    sleep 1;
+    $m = metrics($sport);
+    $max = $m->{narwhal_offload_bytes} if $m->{narwhal_offload_bytes} > $max;
+    is($m->{narwhal_offloaded_total}, 1, '--max-offload-total 12 MB: one 10 MB rest fits, the others keep their workers');
+    cmp_ok($max, '<=', 12 * $MB, "... the bytes held never passed it (at most $max)");
+    body_ok(read_response($_, 20), '/big', '... every slow reader gets its whole response') for @slow;
+}
+
+done_testing();
