@@ -1,9 +1,12 @@
-/* libFuzzer harness for src/nw_frame.c: nw_frame_recv on arbitrary
- * datagrams carrying arbitrary numbers of descriptors.
+/* libFuzzer harness for src/nw_frame.c: nw_frame_recv and
+ * nw_frame_recv_fds on arbitrary datagrams carrying arbitrary numbers of
+ * descriptors.
  *
  * Input: byte 0 says how many descriptors go with the datagram (low three
- * bits: 0..7, each a new descriptor) and whether the receiver's data
- * buffer is short (bit 3: 16 bytes instead of NW_FRAME_MAX_DATA); the
+ * bits: 0..7, each a new descriptor), whether the receiver's data
+ * buffer is short (bit 3: 16 bytes instead of NW_FRAME_MAX_DATA) and
+ * which receiver reads it (bit 4: nw_frame_recv_fds, keeping up to
+ * NW_FRAME_MAX_FDS descriptors, as the manager reads the handoff queue); the
  * rest is the datagram, sent as one message on a SOCK_SEQPACKET pair, as
  * the workers and the manager send frames. Checked with abort():
  *   - nothing leaks: after the call (and closing what it returned) the
@@ -101,9 +104,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (fz_send(pair[1], bytes, len, nfds) < 0)
         return 0;                   /* too big for the socket: not a frame anyone sends */
     nw_frame f;
-    int fd = -2;
+    int fd = -2, fds[NW_FRAME_MAX_FDS];
     errno = 0;
-    int r = nw_frame_recv(pair[0], &f, buf, cap, &fd);
+    int many = (data[0] & 16) != 0;
+    int r = many ? nw_frame_recv_fds(pair[0], &f, buf, cap, fds)
+                 : nw_frame_recv(pair[0], &f, buf, cap, &fd);
+    if (many) {
+        /* the first descriptor answers as the one-fd reader's does; the
+         * second is one of those sent too, or -1 when fewer came */
+        fd = fds[0];
+        if (r == 1)
+            FZ_CHECK(nfds < 2 ? fds[1] == -1 : fz_fd_is_sent_one(fds[1], nfds));
+        else
+            FZ_CHECK(fds[1] == -1);
+        if (fds[1] >= 0)
+            close(fds[1]);
+    }
     if (len == 0) {
         /* an empty datagram reads as end of stream */
         FZ_CHECK(r == 0 || (r == -1 && fd == -1));

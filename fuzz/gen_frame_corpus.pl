@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # Writes the seed inputs of fuzz/fuzz_frame.c into fuzz/corpus-frame/ (run from the top
-# directory): byte 0 is the harness's descriptor count and short-buffer flag, the
+# directory): byte 0 is the harness's descriptor count, short-buffer flag and
+# reader (16: the two-descriptor one), the
 # rest one datagram, valid frames (docs/PROTOCOL.md) and each way of being invalid.
 use strict; use warnings;
 my $dir = 'fuzz/corpus-frame'; mkdir $dir;
@@ -24,6 +25,10 @@ my %seeds = (
   'seven-fds-bad'      => [7, 'junk'],
   'short-cap'          => [8 | 1, frame(2, 'x' x 40)],
   'empty'              => [3, ''],
+  'output-two-fds'     => [16 | 2, frame(1, pack('QQQVV', 100, 5000, 0, 1, 0) . "GET /n HTTP/1.1\r\n\r\n", flags => 4)],
+  'output-one-fd'      => [16 | 1, frame(1, pack('QQQVV', 0, 10, 10, 0, 0), flags => 4)],
+  'output-three-fds'   => [16 | 3, frame(1, pack('QQQVV', 0, 10, 0, 1, 0), flags => 4)],
+  'many-reader-bad'    => [16 | 2, frame(9, '')],
 );
 for my $name (sort keys %seeds) {
   my ($b0, $bytes) = @{ $seeds{$name} };
