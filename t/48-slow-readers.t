@@ -175,4 +175,17 @@ if ($no_manager || !manager_built()) {
     body_ok(read_response($_, 20), '/big', '... every slow reader gets its whole response') for @slow;
 }
 
+# 3. A graceful stop while the manager is finishing a response: the slow
+# reader still gets all of it (the manager goes on writing for up to 5 s).
+{
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1 ]);
+    my $c = slow_client($s->port, '/big', "Connection: close\r\n");
+    sleep 0.5;
+    kill 'TERM', $s->pid;
+    sleep 0.5;
+    my $t = time;
+    body_ok(read_response($c, 20), '/big', 'a TERM while the manager writes: the slow reader');
+    is($s->wait_exit(10), 0, sprintf 'and the server exits cleanly (the body was read in %.1f s)', time - $t);
+}
+
 done_testing();
