@@ -380,6 +380,7 @@ static int html_summary(nw_buf *o, const nw_scoreboard *b, const nw_status_manag
     r |= html_card(o, "idle workers", (unsigned long long)by_state[NW_WORKER_IDLE]);
     r |= html_card(o, "idle connections", (unsigned long long)m->held_idle);
     r |= html_card(o, "waiting for a worker", (unsigned long long)m->held_queued);
+    r |= html_card(o, "writing to slow readers", (unsigned long long)m->held_writing);
     r |= html_card(o, "shed (503)", (unsigned long long)m->shed);
     r |= put(o, "</div><div class=cards><table><caption>responses</caption><tr>");
     for (int i = 0; i < NW_SCORE_CLASSES; i++)
