@@ -227,6 +227,18 @@ release(self, conn, reason)
   OUTPUT:
     RETVAL
 
+int
+hand_off_rest(self, conn, keep_alive)
+    nw_xs_acceptor *self
+    nw_xs_conn *conn
+    int keep_alive
+  CODE:
+    WORKER_SCOPE(self->w);
+    RETVAL = nw_worker_hand_off_rest(self->w, conn->wc, keep_alive);
+    WORKER_SCOPE_END;
+  OUTPUT:
+    RETVAL
+
 void
 release_parked(self, reason)
     nw_xs_acceptor *self

@@ -740,17 +740,22 @@ static int handoff(nw_conn *c, int channel, const nw_frame_output *output)
         prefix_len += proxy_header(c, prefix + prefix_len);
         f.flags |= NW_FRAME_F_PROXY;
     }
-    size_t unread = output && !output->keep_alive ? 0 : c->in.len;
+    /* bytes past the current request: all of them once it is finished
+     * (consumed 0), the pipelined ones when its rest goes before that */
+    const char *next = c->in.data ? c->in.data + c->consumed : NULL;
+    size_t unread = output && !output->keep_alive ? 0 : c->in.len - c->consumed;
     size_t len = prefix_len + unread;
     f.listener = (uint16_t)c->listener;
     f.requests = c->requests;
+    int finished = c->consumed == 0;    /* (the deadlines below are the next request's) */
     if (unread > 0) {
-        if (c->head_deadline == 0)
+        if (c->head_deadline == 0 || !finished)
             c->head_deadline = nw_deadline_in(c->cfg.read_timeout);
         f.flags |= NW_FRAME_F_HEAD_STARTED;
         f.deadline_ms = (int32_t)(c->head_deadline > now ? c->head_deadline - now : 0);
     } else {
-        f.deadline_ms = (int32_t)(c->idle_deadline > now ? c->idle_deadline - now : 0);
+        nw_msec idle = finished ? c->idle_deadline : nw_deadline_in(c->cfg.keepalive_timeout);
+        f.deadline_ms = (int32_t)(idle > now ? idle - now : 0);
     }
     if (len > NW_FRAME_MAX_DATA) {
         errno = EINVAL;
@@ -758,7 +763,7 @@ static int handoff(nw_conn *c, int channel, const nw_frame_output *output)
     }
     f.data_len = (uint32_t)len;
     int fds[2] = { c->fd, c->rest_fd };
-    if (nw_frame_send_fds(channel, &f, prefix, prefix_len, c->in.data, fds, output ? 2 : 1) < 0)
+    if (nw_frame_send_fds(channel, &f, prefix, prefix_len, next, fds, output ? 2 : 1) < 0)
         return -1;
     close(c->fd);
     c->fd = -1;

@@ -436,11 +436,20 @@ static int hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive)
     return 0;
 }
 
+int nw_worker_hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive)
+{
+    if (wc->c->rest_fd < 0 || wc->handed_off)
+        return 0;
+    return wc->handed_off = hand_off_rest(w, wc, keep_alive);
+}
+
 nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reason why)
 {
     nw_conn *c = wc->c;
     if (serving == wc)
         serving = NULL;
+    if (wc->handed_off)
+        return NW_RELEASE_HANDED_OFF;   /* (nw_worker_hand_off_rest) */
     if (c->rest_fd >= 0) {
         if (why == NW_RELEASE_STOP)
             nw_conn_finish_rest(c);         /* the server stops: finish it here */

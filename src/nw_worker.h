@@ -42,6 +42,7 @@ typedef struct {
     int socket_lent;                /* the app got a dup of the socket (psgix.io): it may
                                      * have read from it behind our back */
     void *owner;                    /* the caller's object for it (NULL: none yet) */
+    int handed_off;                 /* the manager has it (with the rest of a response) */
 } nw_wconn;
 
 /* Why the caller lets a connection go (nw_worker_release). The worker
@@ -159,6 +160,14 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms);
  * the caller's to free (nw_wconn_free), or the worker's hold on its owner
  * while parked. */
 nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reason why);
+
+/* Between the response and after-response work (cleanup handlers,
+ * harakiri): a rest of the response the client has not read yet goes to
+ * the manager now, so that the work does not hold it back; keep_alive says
+ * whether the connection then waits there for its next request. Returns 1
+ * when handed off: the connection is the manager's, and the release that
+ * follows only forgets it. 0: there was no rest (or it was written here). */
+int nw_worker_hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive);
 
 /* Let every parked connection go: RETIRE hands them to the manager, STOP
  * closes them all at once without resetting any. */

@@ -27,6 +27,10 @@ sub {
     my \$env = shift;
     my \$p = \$env->{PATH_INFO};
     return [200, ['Content-Type' => 'text/plain'], [\$big]] if \$p eq '/big';
+    if (\$p eq '/big-cleanup') {   # after-response work that takes 2 s
+        push \@{ \$env->{'psgix.cleanup.handlers'} }, sub { select undef, undef, undef, 2 };
+        return [200, ['Content-Type' => 'text/plain'], [\$big]];
+    }
     return [200, ['Content-Type' => 'text/plain'],
             [map { substr(\$big, \$_ * 65536, 65536) } 0 .. int(length(\$big) / 65536)]] if \$p eq '/pieces';
     if (\$p eq '/file') { open my \$f, '<', '$FILE' or die; return [200, ['Content-Type' => 'text/plain'], \$f] }
@@ -36,7 +40,7 @@ APP
 my %WANT;
 {
     my $big = join '', map { sprintf "big line %09d\n", $_ } 0 .. (10 * $MB / 19);
-    $WANT{'/big'} = $WANT{'/pieces'} = Digest::MD5::md5_hex($big);
+    $WANT{'/big'} = $WANT{'/pieces'} = $WANT{'/big-cleanup'} = Digest::MD5::md5_hex($big);
     open my $fh, '<', $FILE or die;
     local $/;
     $WANT{'/file'} = Digest::MD5::md5_hex(<$fh>);
@@ -186,6 +190,23 @@ if ($no_manager || !manager_built()) {
     my $t = time;
     body_ok(read_response($c, 20), '/big', 'a TERM while the manager writes: the slow reader');
     is($s->wait_exit(10), 0, sprintf 'and the server exits cleanly (the body was read in %.1f s)', time - $t);
+}
+
+# 4. After-response work (a cleanup handler that takes 2 s) does not hold
+# back the rest of a response the client is still reading: it goes to the
+# manager before the handler runs (it used to wait for it).
+{
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1 ]);
+    my $c = raw_connect($s->port);
+    my $t = time;
+    syswrite($c, "GET /big-cleanup HTTP/1.1\r\nHost: x\r\n\r\n");
+    my $r = read_response($c, 10);
+    my $took = time - $t;
+    body_ok($r, '/big-cleanup', 'a response with a 2 s cleanup handler');
+    cmp_ok($took, '<', 1.5, sprintf '... arrives without waiting for the handler (%.2f s)', $took);
+    syswrite($c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n");
+    $r = read_response($c, 5);
+    is($r && $r->{body}, "small\n", '... and the connection serves its next request');
 }
 
 done_testing();

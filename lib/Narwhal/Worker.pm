@@ -146,13 +146,18 @@ sub run {
         # No reference to the handlers' array may outlive this, or the
         # $env clean could not empty it for reuse. C answers first
         # whether there may be anything to do: nothing, usually.
-        eval {
-            $self->_after_response($env)
-                if (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
-                   || exists $env->{'psgix.harakiri.commit'};
-            1;
-        } or _log_error($env, "after the response: $@")
-            if Narwhal::Conn::needs_after($env);
+        if (Narwhal::Conn::needs_after($env)) {
+            # A rest of the response that a slow client is still reading
+            # goes to the manager first: the work after the response must
+            # not hold it back (the release below then only forgets it).
+            Narwhal::Acceptor::hand_off_rest($acceptor, $conn, $kept) if $managed;
+            eval {
+                $self->_after_response($env)
+                    if (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
+                       || exists $env->{'psgix.harakiri.commit'};
+                1;
+            } or _log_error($env, "after the response: $@");
+        }
         # $env goes back to the C side to be cleaned for the next
         # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
         if (!$kept) {
