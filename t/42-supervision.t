@@ -187,7 +187,9 @@ SKIP: {
     is($uid{'narwhal worker'}, $nobody, '--user: the workers run as nobody') or diag explain \%uid;
     SKIP: {
         skip 'no manager', 1 unless $MANAGED;
-        is($uid{'narwhal manager'}, $nobody, '--user: the manager runs as nobody too');
+        is($uid{'narwhal manager'}, $nobody, '--user: the manager runs as nobody too')
+            or diag explain { uids => \%uid, stderr => $s->log_text,
+                              error_log => do { open(my $e, '<', $log); local $/; $e ? <$e> : '' } };
     }
     rename $log, "$log.1" or die;
     kill USR1 => $s->pid;
