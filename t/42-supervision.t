@@ -2,7 +2,10 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
+use File::Copy ();
 use File::Spec ();
+use File::Temp ();
+use Narwhal ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
@@ -201,6 +204,26 @@ SKIP: {
        "USR1 under --user: the worker's warnings go to the new log");
     unlike(do { open(my $f, '<', "$log.1"); local $/; <$f> // '' }, qr/app-warning-rotated/,
            'and not to the rotated one');
+}
+
+# 7b. --user with Narwhal where that user cannot look (a checkout under
+# /root, a 0700 directory): the manager still starts (the master opens
+# the program before dropping privileges). It used to exit 127 in a loop.
+SKIP: {
+    skip 'needs root, a nobody user and the manager', 2
+        unless $> == 0 && defined getpwnam('nobody') && $MANAGED;
+    my $private = File::Temp::tempdir('narwhal-private-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    chmod 0700, $private;
+    my $copy = "$private/narwhal-manager";
+    File::Copy::copy(Narwhal::manager_path(), $copy) or die "copy: $!";
+    chmod 0755, $copy;
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--user', 'nobody' ],
+                         env => { NARWHAL_MANAGER => $copy });
+    ok(wait_until(sub {
+        grep { my $cmd = ''; if (open(my $c, '<', "/proc/$_/cmdline")) { $cmd = <$c> // '' }
+               $cmd =~ /^narwhal manager/ } children_of($s->pid) }, 5),
+       '--user with the manager in a directory only root can read: the manager runs');
+    unlike($s->log_text, qr/exited with status 127|cannot run/, '... and was never refused');
 }
 
 # 8. A reload of broken code is not an outage: with --no-preload-app, HUP

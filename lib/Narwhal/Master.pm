@@ -111,12 +111,19 @@ sub _start_manager {
             print STDERR "narwhal: connection manager: $@";
             POSIX::_exit(1);
         };
-        # It reads request heads from the network: never as root.
+        # It reads request heads from the network: never as root. The
+        # program is opened before the privileges go and run through its
+        # descriptor, so that --user works when Narwhal lives where that
+        # user cannot look (a checkout under /root).
+        open(my $program, '<', $bin) or do {
+            print STDERR "narwhal: cannot open $bin: $!\n";
+            POSIX::_exit(127);
+        };
         eval { _drop_privileges($self->{ids}); 1 } or do {
             print STDERR "narwhal: connection manager: $@";
             POSIX::_exit(1);
         };
-        { no warnings 'exec'; exec { $bin } 'narwhal manager', @args; }
+        { no warnings 'exec'; exec { '/proc/self/fd/' . fileno($program) } 'narwhal manager', @args; }
         print STDERR "narwhal: cannot run $bin: $!\n";
         POSIX::_exit(127);
     }
