@@ -554,39 +554,38 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
 
 /* ------------------------------------------------------------ output offload */
 
-/* Watch fd for events (EPOLLIN or EPOLLOUT) in place of what it had. */
+/* Watch fd (in epoll already) for events in place of what it had. */
 static int nw_manager_rewatch(nw_manager *m, int fd, uint32_t events)
 {
     struct epoll_event ev = { .events = events, .data.fd = fd };
-    nw_manager_unwatch(m, fd);
-    return epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev);
+    return epoll_ctl(m->ep, EPOLL_CTL_MOD, fd, &ev);
 }
 
 /* The response is written: the connection waits for its next request as
  * any handed-off one does (served at once if it is already here), or,
  * without keep-alive, is half-closed and drained briefly (a FIN, not a
- * reset that could destroy the response's last bytes in flight). */
+ * reset that could destroy the response's last bytes in flight). It stays
+ * in epoll, watched for input now, unless it goes to a worker. */
 static void nw_manager_output_written(nw_manager *m, int fd)
 {
     nw_manager_slot *s = &m->slots[fd];
     int keep = s->flags & NW_MANAGER_F_OUT_KEEP;
-    nw_manager_detach(m, fd);
+    nw_manager_list_remove(m, &m->writing, fd);
+    s->kind = NW_MANAGER_FREE;
     nw_manager_out_done(m, s);
-    if (!keep) {
-        shutdown(fd, SHUT_WR);
-        if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
-            nw_manager_forget(m, fd);
-            return;
-        }
-        nw_manager_enlist(m, fd, NW_MANAGER_CLOSING, m->now + NW_MANAGER_LINGER_MS);
-        return;
-    }
-    if (s->head_len > 0 && nw_manager_head_done(m, s, s->head, s->head_len, 0)) {
+    if (keep && s->head_len > 0 && nw_manager_head_done(m, s, s->head, s->head_len, 0)) {
+        nw_manager_unwatch(m, fd);
         nw_manager_hand_over(m, fd, s->head, s->head_len);   /* pipelined: serve at once */
         return;
     }
     if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
+        nw_manager_unwatch(m, fd);
         nw_manager_forget(m, fd);
+        return;
+    }
+    if (!keep) {
+        shutdown(fd, SHUT_WR);
+        nw_manager_enlist(m, fd, NW_MANAGER_CLOSING, m->now + NW_MANAGER_LINGER_MS);
         return;
     }
     int reading = s->head_len > nw_manager_proxy_len(s, s->head, s->head_len);
