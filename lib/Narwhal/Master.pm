@@ -112,9 +112,10 @@ sub _start_manager {
             POSIX::_exit(1);
         };
         # It reads request heads from the network: never as root. The
-        # program is opened before the privileges go and run through its
-        # descriptor, so that --user works when Narwhal lives where that
-        # user cannot look (a checkout under /root).
+        # program is opened before the privileges go; when the user cannot
+        # reach it by its path (a checkout under /root), it is run through
+        # that descriptor. The path comes first: an exec through /proc
+        # needs /proc, and a tool that follows execs (valgrind) cannot.
         open(my $program, '<', $bin) or do {
             print STDERR "narwhal: cannot open $bin: $!\n";
             POSIX::_exit(127);
@@ -123,7 +124,11 @@ sub _start_manager {
             print STDERR "narwhal: connection manager: $@";
             POSIX::_exit(1);
         };
-        { no warnings 'exec'; exec { '/proc/self/fd/' . fileno($program) } 'narwhal manager', @args; }
+        {
+            no warnings 'exec';
+            exec { $bin } 'narwhal manager', @args;
+            exec { '/proc/self/fd/' . fileno($program) } 'narwhal manager', @args if $!{EACCES};
+        }
         print STDERR "narwhal: cannot run $bin: $!\n";
         POSIX::_exit(127);
     }
