@@ -108,4 +108,29 @@ SKIP: {
     $s->wait_exit(6);
 }
 
+# 4. A stop that arrives while the server starts (its listeners are open,
+# the app is still loading in the master) is a graceful stop like any
+# other: the client that connected meanwhile is answered, the server exits
+# 0 and leaves no process behind. The master used to die of the signal
+# (status 15) with its manager started; a loaded machine hit it in t/48.
+{
+    my $slow_app = write_app(<<'APP');
+Time::HiRes::sleep(1.5);    # a slow start-up: the app loads for 1.5 s
+sub { [200, ['Content-Type' => 'text/plain'], ["loaded\n"]] };
+APP
+    my $s = spawn_server(app => $slow_app, args => [ '--max-workers', 1, @NM ]);
+    my $c = send_request($s->port, '/') or die "connect: $!";
+    sleep 0.3;
+    my @children = NarwhalTest::children_of($s->pid);    # the manager, by now
+    kill TERM => $s->pid;
+    my $r = read_response($c, 10);
+    ok($r && $r->{status} == 200 && $r->{body} eq "loaded\n",
+       'a TERM during start-up: the client that connected meanwhile is answered')
+        or diag($r ? "status $r->{status}" : 'no response');
+    is($s->wait_exit(10), 0, '... and the server exits 0');
+    my @left = grep { kill 0, $_ } @children;
+    ok(!@left, '... leaving no process behind (' . scalar(@children) . ' child(ren) at the stop)')
+        or diag "still running: @left";
+}
+
 done_testing;

@@ -24,6 +24,12 @@ use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
 use constant MANAGER_MAX_LISTENERS => 16; # listeners whose queue the manager reports
 use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between the watchdog's steps
 
+# The master's signals are blocked across fork: a TERM sent to a new worker
+# (or manager) before it has its own handlers must not run the master's handler (which
+# would only set a flag in the child's copy of the master, and the worker
+# would never stop). The child resets them to the default, then unblocks.
+my @FORK_BLOCKED = qw(TERM INT QUIT HUP TTIN TTOU USR1);
+
 sub new {
     my ($class, %args) = @_;
     return bless {
@@ -40,6 +46,10 @@ sub run {
     my $self = shift;
     my $o = $self->{options};
     $self->{pid} = $$;
+    # The handlers first: a stop that arrives while the server starts (the
+    # listeners are open, the app loads) is kept for the manage loop, which
+    # starts the workers anyway so that what the kernel accepted is served.
+    $self->_signals;
     Narwhal::open_error_log($o);
     $self->{ids} = _user_ids($o);
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o) ];
@@ -49,7 +59,6 @@ sub run {
     $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
     $self->_prepare_app;
     $self->_write_pid;
-    $self->_signals;
     $0 = "narwhal master " . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} });
     $self->_announce;
     $self->_manage;
@@ -105,8 +114,18 @@ sub _start_manager {
     $self->_make_manager_sockets unless $self->{sockets};
     my $s = $self->{sockets};
     my @args = Narwhal::Options::manager_argv($o);
-    my $pid = fork // die "fork: $!\n";
-    if (!$pid) {
+    # As for a worker (see _spawn): the master's handlers must not catch a
+    # stop meant for the manager before it runs its own program.
+    my $block = POSIX::SigSet->new(map { POSIX->can("SIG$_")->() } @FORK_BLOCKED);
+    my $saved = POSIX::SigSet->new;
+    POSIX::sigprocmask(POSIX::SIG_BLOCK(), $block, $saved);
+    my $pid = fork;
+    if ($pid // 1) {
+        POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
+        die "fork: $!\n" unless defined $pid;
+    } else {
+        $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED;
+        POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         eval { push @args, $self->_place_manager_descriptors; 1 } or do {
             print STDERR "narwhal: connection manager: $@";
             POSIX::_exit(1);
@@ -452,6 +471,10 @@ sub _tend_drain {
 # serving, and closes the rest; then the workers stop (_stop_workers).
 sub _begin_stop {
     my ($self, $sig) = @_;
+    # A stop during start-up: the workers start all the same (they get the
+    # stop as soon as they can take it), or the clients already in the
+    # listen queue would be reset when the listeners close.
+    $self->_spawn_missing unless $self->{started_all};
     my $now = Time::HiRes::time();
     $self->{stop_deadline} = $now + $self->{options}{graceful_timeout};
     $self->{scoreboard}->set_stopping(1);
@@ -556,12 +579,6 @@ sub _spawn_missing {
     }
     $self->{started_all} = 1;
 }
-
-# The master's signals are blocked across fork: a TERM sent to a new worker
-# before it has its own handlers must not run the master's handler (which
-# would only set a flag in the child's copy of the master, and the worker
-# would never stop). The child resets them to the default, then unblocks.
-my @FORK_BLOCKED = qw(TERM INT QUIT HUP TTIN TTOU USR1);
 
 # The scoreboard (src/nw_scoreboard.c): a slot per worker in shared
 # memory, where a worker notes each request it begins and ends. The master
