@@ -141,12 +141,14 @@ my @TABLE = (
       pod => 'Connections the manager holds at once; when full, the longest-idle one is closed. '
            . 'By default, as many as its open-file limit allows (it raises its soft limit to the '
            . 'hard one and keeps ' . _c('MANAGER_RESERVED_FDS') . ' descriptors for itself).' },
-    { name => 'keepalive_wait', type => 'seconds', default => 0.05, c => 1, group => 'Connections',
+    { name => 'keepalive_wait', type => 'seconds', default => 0.5, c => 1, group => 'Connections',
       arg => 'SECS', help => 'how long a worker keeps a served connection parked before the manager takes it',
       pod => 'How long a worker keeps a connection it has just served parked, watching for its '
            . 'next request while it serves other clients, before handing it to the manager. A '
            . 'client that comes back within this time is served by the same worker with no '
-           . 'hand-off; 0 hands every quiet connection to the manager at once. A worker parks up '
+           . 'hand-off; 0 hands every quiet connection to the manager at once. The default covers '
+           . 'a busy machine, where a client\'s next request can take tens of milliseconds to come '
+           . 'back: a shorter wait sends such clients through the manager on every request. A worker parks up '
            . 'to ' . _c('MAX_PARKED') . ' connections. When a request has run for '
            . _c('PARK_SLOW_REQUEST_MS') . ' ms, a thread in the worker hands the connections '
            . 'parked there to the manager, where any free worker takes them, so a parked '
