@@ -259,6 +259,23 @@ leave_process()
     nw_worker_leave_process(nw_worker_of_process());
 
 void
+note_stop_sender(self, ...)
+    nw_xs_acceptor *self
+  CODE:
+    /* After $SIG{...} is set for these signals: a C handler goes in front
+     * of Perl's and notes who sent each (stop_sender). */
+    PERL_UNUSED_VAR(self);
+    for (int i = 1; i < items; i++)
+        nw_worker_note_stop_sender((int)SvIV(ST(i)));
+
+long
+stop_sender()
+  CODE:
+    RETVAL = nw_worker_stop_sender();
+  OUTPUT:
+    RETVAL
+
+void
 hand_off_on_crash(self)
     nw_xs_acceptor *self
   CODE:
@@ -795,6 +812,16 @@ recv_stats(control)
         (void)hv_stores(hv, "offloaded", newSVuv(st.offloaded));
         RETVAL = newRV_noinc((SV *)hv);
     }
+  OUTPUT:
+    RETVAL
+
+MODULE = Narwhal    PACKAGE = Narwhal::Listener
+
+int
+refuse_new_connections(fd)
+    int fd
+  CODE:
+    RETVAL = nw_io_refuse_new_connections(fd) == 0;
   OUTPUT:
     RETVAL
 

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -290,4 +291,19 @@ uint64_t nw_rss_bytes(int pid)
     if (sscanf(text, "%llu %llu", &size, &resident) != 2)
         return 0;
     return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+int nw_io_refuse_new_connections(int fd)
+{
+    /* A socket filter sees the TCP header at offset 0: byte 13 holds its
+     * flags. */
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 13),
+        BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x12),         /* SYN and ACK */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x02, 0, 1),    /* SYN alone: */
+        BPF_STMT(BPF_RET | BPF_K, 0),                       /* dropped */
+        BPF_STMT(BPF_RET | BPF_K, 0xffffffffu),             /* the rest passes */
+    };
+    struct sock_fprog prog = { (unsigned short)(sizeof code / sizeof code[0]), code };
+    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
 }

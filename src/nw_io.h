@@ -84,4 +84,12 @@ uint64_t nw_rss_bytes(int pid);
 struct sockaddr;
 void nw_format_address(const struct sockaddr *sa, unsigned len, char *out, size_t cap);
 
+/* Make a TCP listener refuse new connections while the ones already in
+ * its queue can still be accepted: a socket filter drops every bare SYN
+ * (the peer's kernel sends it again, and meets a refusal once the listener
+ * is closed), so no handshake completes after the last accept and closing
+ * the listener resets nothing the kernel had accepted. Handshakes under
+ * way still complete. Returns 0, or -1 with errno. */
+int nw_io_refuse_new_connections(int fd);
+
 #endif

@@ -353,7 +353,11 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
     nw_msec now = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
     nw_wconn *wc;
     if (w->draining) {
-        until = w->park.count && w->drain_until > now ? w->drain_until : now;
+        /* The listeners too are watched until then: a handshake that
+         * completed as the stop began may bring its request a little
+         * later (TCP_DEFER_ACCEPT queues it only then), and once every
+         * worker is gone it would be reset. */
+        until = w->drain_until > now ? w->drain_until : now;
         poll_events(w, 0);          /* what has arrived, parked connections included */
     } else if (signal_pending(w, now)) {
         errno = EINTR;
@@ -385,7 +389,7 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
             return wc;
         if (!w->draining)
             park_expire(w, now, 0);
-        if (now >= until || (w->draining && !w->park.count))
+        if (now >= until)
             return NULL;
         nw_msec nearest = w->draining ? 0 : nw_park_nearest(&w->park);
         nw_msec wake = nearest && nearest < until ? nearest : until;
@@ -824,6 +828,38 @@ static void watchdog_handler(int sig, siginfo_t *si, void *uc)
         watchdog_next.sa_sigaction(sig, si, uc);
     else if (watchdog_next.sa_handler != SIG_DFL && watchdog_next.sa_handler != SIG_IGN)
         watchdog_next.sa_handler(sig);
+}
+
+/* ---- who sent the stop --------------------------------------------- */
+
+static struct sigaction stop_next[NSIG];    /* the handlers in front of which ours sit */
+static volatile sig_atomic_t stop_sender_pid = -1;
+
+static void stop_sender_handler(int sig, siginfo_t *si, void *uc)
+{
+    stop_sender_pid = si ? (sig_atomic_t)si->si_pid : 0;
+    const struct sigaction *next = &stop_next[sig];
+    if (next->sa_flags & SA_SIGINFO)
+        next->sa_sigaction(sig, si, uc);
+    else if (next->sa_handler != SIG_DFL && next->sa_handler != SIG_IGN)
+        next->sa_handler(sig);
+}
+
+void nw_worker_note_stop_sender(int sig)
+{
+    struct sigaction sa;
+    if (sig <= 0 || sig >= NSIG || sigaction(sig, NULL, &stop_next[sig]) != 0)
+        return;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = stop_sender_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+}
+
+long nw_worker_stop_sender(void)
+{
+    return stop_sender_pid;
 }
 
 int nw_worker_proxy_from(nw_worker *w, const char *cidr)

@@ -226,6 +226,14 @@ void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(vo
 /* A first signal was let go (its request had ended): the next is a first. */
 void nw_worker_watchdog_rearm(void);
 
+/* Who sent the stop signals sig (TERM, INT, QUIT): a C handler goes in
+ * front of the one installed now and notes the sender of each. The pid of
+ * the last one, 0 when the kernel sent it (Ctrl-C from a terminal), or -1
+ * when none came. The master sends TERM to retire a worker as well as to
+ * stop it; a stop sent by anybody else is the whole server's. */
+void nw_worker_note_stop_sender(int sig);
+long nw_worker_stop_sender(void);
+
 /* Answer 504 on the connection whose request is running, unless a byte of
  * its response went out already, and end the connection's output.
  * Async-signal-safe. Returns 1 when the 504 was sent. */

@@ -4,6 +4,7 @@ use Test::More;
 use lib 't/lib';
 use POSIX ();
 use Time::HiRes qw(time sleep);
+use NarwhalTest::Clients ();
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until
                    worker_pids manager_fallback);
 
@@ -131,6 +132,32 @@ APP
     my @left = grep { kill 0, $_ } @children;
     ok(!@left, '... leaving no process behind (' . scalar(@children) . ' child(ren) at the stop)')
         or diag "still running: @left";
+}
+
+# 5. Keep-alive clients under a stop: each gets Connection: close and
+# opens a new connection at once. One that the kernel completed after the
+# workers' last accept used to be reset when the last listener closed
+# (one per client, every stop: 10 of 10); now the listeners take no new
+# handshake once the stop begins, so such a client is refused before it
+# sends anything. With INT to the whole group (Ctrl-C) every process gets
+# the signal at once, and a worker could be gone before the master had
+# seen its own: the worker makes the listeners refuse too when the stop
+# was not the master's, and watches them for the 200 ms of its drain.
+{
+    my $dir = NarwhalTest::tmpdir();
+    for my $how ('TERM to the master', 'INT to the process group') {
+        my $s = spawn_server(app => $APP, args => [ '--max-workers', 4, @NM ],
+                             child_setup => sub { POSIX::setsid() });
+        my @clients = NarwhalTest::Clients::start_clients($dir, $s->port, 10, '/', 3);
+        sleep 1.5;
+        kill $how =~ /TERM/ ? ('TERM', $s->pid) : ('INT', -$s->pid);
+        is($s->wait_exit(10), 0, "$how under 10 keep-alive clients: exit 0");
+        my $t = NarwhalTest::Clients::collect(@clients);
+        my $counts = "$t->{sent} sent, $t->{answered} answered, $t->{failed} failed, $t->{reset} reset";
+        ok($t->{sent} > 100 && !$t->{failed} && !$t->{reset_new},
+           "... no new connection was reset after sending its request ($counts)");
+        is($t->{answered}, $t->{sent}, '... and every request sent was answered');
+    }
 }
 
 done_testing;

@@ -182,9 +182,20 @@ sub from_fd {
     my $name = getsockname($fh) or die "inherited fd $fd ($label) is not a socket\n";
     if (sockaddr_family($name) == AF_UNIX) {
         my $path = unpack_sockaddr_un($name);
-        return { fd => $fd, is_tcp => 0, path => $path, handle => $fh, spec => $label };
+        return { fd => $fd, is_tcp => 0, path => $path, handle => $fh, spec => $label,
+                 inherited => 1 };
     }
-    return _tcp_listener($fh, $label);
+    return { %{ _tcp_listener($fh, $label) }, inherited => 1 };
+}
+
+# On a stop: a TCP listener this server opened takes no new connection
+# from now on, while its workers accept what is queued (the C side's
+# nw_io_refuse_new_connections). An inherited one is left alone: it
+# lives on for the next instance, with its queue.
+sub refuse_new {
+    my ($l) = @_;
+    return 1 if !$l->{is_tcp} || $l->{inherited} || !$l->{handle};
+    return refuse_new_connections(fileno $l->{handle});
 }
 
 # The part of the PSGI $env that is the same for every request on it.

@@ -478,7 +478,15 @@ sub _begin_stop {
     my $now = Time::HiRes::time();
     $self->{stop_deadline} = $now + $self->{options}{graceful_timeout};
     $self->{scoreboard}->set_stopping(1);
-    close $_->{handle} for grep { $_->{handle} } @{ $self->{listeners} };
+    # No handshake completes from now on (SYNs are dropped, then refused
+    # once the listeners close), and the workers drain the queues: a
+    # client that reconnects after its Connection: close is refused,
+    # never reset after sending its request.
+    for my $l (grep { $_->{handle} } @{ $self->{listeners} }) {
+        Narwhal::Listener::refuse_new($l)
+            or print STDERR "narwhal: cannot stop new connections on " . Narwhal::Listener::describe($l) . ": $!\n";
+        close $l->{handle};
+    }
     if ($self->{manager}) {
         kill TERM => $self->{manager}{pid};
         $self->{stop_workers_at} = $now + MANAGER_STOP_WAIT;

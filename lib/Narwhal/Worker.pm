@@ -46,6 +46,7 @@ sub run {
     # The stop and retire signals never interrupt the app (a sleep, a
     # blocking call): they wait until the worker is between requests.
     $acceptor->defer_signals(map { POSIX->can("SIG$_")->() } qw(TERM INT QUIT USR1 USR2));
+    $acceptor->note_stop_sender(map { POSIX->can("SIG$_")->() } qw(TERM INT QUIT));
     # A crash in the app costs only its own request: the parked
     # connections go to the manager first.
     $acceptor->hand_off_on_crash;
@@ -89,7 +90,7 @@ sub run {
                 # listen queue, connections in the serve queue, parked
                 # ones with a request. Nothing the kernel accepted is reset.
                 last unless $$closing;
-                $draining++ or Narwhal::Acceptor::drain($acceptor);
+                $draining++ or $self->_drain($acceptor);
                 $conn = Narwhal::Acceptor::next_conn($acceptor, 0) or last;
             } elsif (!($conn = Narwhal::Acceptor::next_conn($acceptor, WAIT))) {
                 Narwhal::AccessLog::tick() if $access_log;    # idle: what is buffered goes out
@@ -199,6 +200,22 @@ sub run {
     $acceptor->release_parked($$closing ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
     Narwhal::AccessLog::close() if $access_log;
     $self->_exit(0);
+}
+
+# The worker stops: what is queued is served. When the stop was not the
+# master's (Ctrl-C and systemd signal the whole group), the server is
+# stopping and this worker may be done before the master has handled its
+# own copy of the signal: the listeners take no new handshake from now
+# on, as the master's stop does, or the master's listener would go on
+# completing handshakes that nobody accepts. (The master also sends TERM
+# to retire a worker without a manager: the server goes on then.)
+sub _drain {
+    my ($self, $acceptor) = @_;
+    my $sender = Narwhal::Acceptor::stop_sender();
+    if ($sender >= 0 && $sender != ($self->{master_pid} // getppid())) {
+        Narwhal::Listener::refuse_new($_) for @{ $self->{listeners} };
+    }
+    Narwhal::Acceptor::drain($acceptor);
 }
 
 # Whatever way the worker exits (an app calling exit included): the park

@@ -16,6 +16,7 @@
 #endif
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -358,6 +359,45 @@ static void test_watcher_evicts_behind_a_slow_request(void)
     rig_close(&r);
 }
 
+/* A stopping server's listener (nw_io_refuse_new_connections): the
+ * connection already queued is still accepted and works; a new one does not
+ * complete its handshake (its SYN is dropped); once the listener closes it
+ * is refused. Its own listener, so the others' tests are not touched. */
+static void test_refuse_new_connections(void)
+{
+    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof addr;
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    if (l < 0 || bind(l, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(l, 8) < 0
+        || getsockname(l, (struct sockaddr *)&addr, &len) < 0)
+        die("listener");
+    int queued = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(queued, (struct sockaddr *)&addr, sizeof addr) < 0)
+        die("connect");
+    is(nw_io_refuse_new_connections(l), 0, "refuse: the filter is attached");
+    int late = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int r = connect(late, (struct sockaddr *)&addr, sizeof addr);
+    ok(r < 0 && errno == EINPROGRESS, "refuse: a new connection's handshake does not complete at once");
+    struct pollfd p = { .fd = late, .events = POLLOUT };
+    is(poll(&p, 1, 300), 0, "refuse: ... nor within 300 ms (its SYN was dropped)");
+    int a = accept(l, NULL, NULL);
+    ok(a >= 0, "refuse: the connection queued before is accepted");
+    say(queued, "ping");
+    char buf[8] = "";
+    ok(a >= 0 && read(a, buf, sizeof buf) == 4 && !memcmp(buf, "ping", 4), "refuse: ... and carries bytes");
+    struct pollfd lp = { .fd = l, .events = POLLIN };
+    is(poll(&lp, 1, 0), 0, "refuse: nothing else was queued");
+    close(l);
+    close(late);
+    int refused = socket(AF_INET, SOCK_STREAM, 0);
+    ok(connect(refused, (struct sockaddr *)&addr, sizeof addr) < 0 && errno == ECONNREFUSED,
+       "refuse: once the listener is closed, a connect is refused");
+    close(refused);
+    close(queued);
+    if (a >= 0)
+        close(a);
+}
+
 int main(void)
 {
     alarm(30);
@@ -367,6 +407,7 @@ int main(void)
     test_keepalive_with_bytes_is_kept();
     test_expiry_hands_off();
     test_watcher_evicts_behind_a_slow_request();
+    test_refuse_new_connections();
     close(g_listener);
     is(g_live, 0, "no connection outlives its test");
     return done_testing();

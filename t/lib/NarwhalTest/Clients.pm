@@ -8,30 +8,32 @@ use Time::HiRes qw(time sleep);
 # Clients that count every request's outcome and never retry, for the
 # fault and deployment runs (xt/): each is a process doing keep-alive GETs
 # on one connection. A request that gets no complete 200 counts as failed
-# (or reset when the connection broke before any byte of an answer), and
+# (or reset when the connection broke before any byte of an answer;
+# reset_new when that was the first request of a new connection), and
 # the next one opens a new connection; Connection: close is honoured (the
 # next request goes on a new connection, as a client must).
 
 # One client process, for $seconds (or $count requests). Writes
-# "sent answered failed reset" to $out. Returns its pid.
+# "sent answered failed reset reset_new" to $out. Returns its pid.
 sub client {
     my ($port, $path, $seconds, $out, $count) = @_;
     my $pid = fork // die "fork: $!";
     return $pid if $pid;
     $SIG{PIPE} = 'IGNORE';
-    my %n = (sent => 0, answered => 0, failed => 0, reset => 0);
+    my %n = (sent => 0, answered => 0, failed => 0, reset => 0, reset_new => 0);
     my $end = time + $seconds;
-    my $c;
+    my ($c, $on_conn);
     while (time < $end && (!$count || $n{sent} < $count)) {
         $c ||= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 2);
         if (!$c) { sleep 0.05; next }     # refused: not a request sent
         $n{sent}++;
         my ($r, $close) = one_request($c, $path);
         $n{$r}++;
-        undef $c if $r ne 'answered' || $close;    # Connection: close is honoured
+        $n{reset_new}++ if $r eq 'reset' && !$on_conn++;
+        ($c, $on_conn) = (undef, 0) if $r ne 'answered' || $close;    # Connection: close is honoured
     }
     open(my $f, '>', $out) or POSIX::_exit(1);
-    print $f join(' ', @n{qw(sent answered failed reset)}), "\n";
+    print $f join(' ', @n{qw(sent answered failed reset reset_new)}), "\n";
     close $f;
     POSIX::_exit(0);
 }
@@ -61,12 +63,13 @@ sub one_request {
 # Wait for the clients; their summed counts.
 sub collect {
     my (@runs) = @_;
-    my %t = (sent => 0, answered => 0, failed => 0, reset => 0);
+    my @fields = qw(sent answered failed reset reset_new);
+    my %t = map { $_ => 0 } @fields;
     for my $r (@runs) {
         waitpid($r->{pid}, 0);
         open(my $f, '<', $r->{out}) or next;
         my @v = split ' ', (<$f> // '');
-        @t{qw(sent answered failed reset)} = map { $t{$_} + (shift(@v) // 0) } qw(sent answered failed reset);
+        @t{@fields} = map { $t{$_} + (shift(@v) // 0) } @fields;
     }
     return \%t;
 }
