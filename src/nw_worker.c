@@ -820,14 +820,36 @@ static void watchdog_last_resort(void)
     _exit(NW_WORKER_EXIT_WATCHDOG);
 }
 
+/* A handler of ours sits in front of the one that was there (Perl's):
+ * pass the signal on to it. */
+static void chain_to(const struct sigaction *next, int sig, siginfo_t *si, void *uc)
+{
+    if (next->sa_flags & SA_SIGINFO)
+        next->sa_sigaction(sig, si, uc);
+    else if (next->sa_handler != SIG_DFL && next->sa_handler != SIG_IGN)
+        next->sa_handler(sig);
+}
+
+/* Put handler in front of sig's present handler, which is kept in *next.
+ * Returns 0, or -1 (nothing changed). */
+static int install_in_front(int sig, void (*handler)(int, siginfo_t *, void *),
+                            struct sigaction *next)
+{
+    struct sigaction sa;
+    if (sigaction(sig, NULL, next) != 0)
+        return -1;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(sig, &sa, NULL);
+}
+
 static void watchdog_handler(int sig, siginfo_t *si, void *uc)
 {
     if (++watchdog_hits >= 2)
         watchdog_last_resort();
-    if (watchdog_next.sa_flags & SA_SIGINFO)
-        watchdog_next.sa_sigaction(sig, si, uc);
-    else if (watchdog_next.sa_handler != SIG_DFL && watchdog_next.sa_handler != SIG_IGN)
-        watchdog_next.sa_handler(sig);
+    chain_to(&watchdog_next, sig, si, uc);
 }
 
 /* ---- who sent the stop --------------------------------------------- */
@@ -838,23 +860,13 @@ static volatile sig_atomic_t stop_sender_pid = -1;
 static void stop_sender_handler(int sig, siginfo_t *si, void *uc)
 {
     stop_sender_pid = si ? (sig_atomic_t)si->si_pid : 0;
-    const struct sigaction *next = &stop_next[sig];
-    if (next->sa_flags & SA_SIGINFO)
-        next->sa_sigaction(sig, si, uc);
-    else if (next->sa_handler != SIG_DFL && next->sa_handler != SIG_IGN)
-        next->sa_handler(sig);
+    chain_to(&stop_next[sig], sig, si, uc);
 }
 
 void nw_worker_note_stop_sender(int sig)
 {
-    struct sigaction sa;
-    if (sig <= 0 || sig >= NSIG || sigaction(sig, NULL, &stop_next[sig]) != 0)
-        return;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = stop_sender_handler;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    sigaction(sig, &sa, NULL);
+    if (sig > 0 && sig < NSIG)
+        install_in_front(sig, stop_sender_handler, &stop_next[sig]);
 }
 
 long nw_worker_stop_sender(void)
@@ -884,14 +896,7 @@ void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(vo
 {
     watchdog_slot = slot;
     watchdog_before_exit = before_exit;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    if (sigaction(sig, NULL, &watchdog_next) != 0)
-        return;
-    sa.sa_sigaction = watchdog_handler;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    sigaction(sig, &sa, NULL);
+    install_in_front(sig, watchdog_handler, &watchdog_next);
 }
 
 void nw_worker_enter(nw_worker *w)
