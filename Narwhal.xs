@@ -16,72 +16,12 @@
 #include "src/nw_accesslog.h"
 #include <strings.h>
 
-/* A worker's Narwhal::Acceptor: its scheduling, and each listener's $env. */
-typedef struct {
-    nw_worker *w;
-    env_recycler *env[NW_WORKER_MAX_LISTENERS];
-    int count;
-} nw_xs_acceptor;
-
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
-
-/* This worker's slot on the scoreboard (Narwhal::Scoreboard::attach), or
- * NULL: one worker per process, so a process-wide pointer. */
-static nw_score_slot *score_slot;
-/* This worker's access log (Narwhal::AccessLog::open), or NULL: off. */
-static nw_access_log *access_log;
-static int access_log_pid;
 
 static void flush_access_log(void)
 {
-    if (access_log)
-        nw_access_log_flush(access_log);
-}
-
-static nw_str header_value(const nw_request *r, const char *name, size_t len)
-{
-    for (size_t i = 0; i < r->num_headers; i++)
-        if (r->headers[i].name_len == len && !strncasecmp(r->headers[i].name, name, len))
-            return (nw_str){ r->headers[i].value, r->headers[i].value_len };
-    return (nw_str){ NULL, 0 };
-}
-
-/* One line for the request that ends on self (parsed: its request line and
- * headers are there to read). */
-static void log_request(pTHX_ nw_xs_conn *self, int parsed, uint64_t now_us)
-{
-    nw_conn *c = self->c;
-    nw_access_entry e;
-    STRLEN alen = 0;
-    const char *addr = self->remote_addr ? SvPV(self->remote_addr, alen) : NULL;
-    memset(&e, 0, sizeof e);
-    e.remote_addr = (nw_str){ addr, alen };
-    e.minor_version = -1;
-    if (parsed) {
-        e.method = (nw_str){ c->req.method, c->req.method_len };
-        e.target = (nw_str){ c->req.target, c->req.target_len };
-        e.minor_version = c->req.minor_version;
-        e.referer = header_value(&c->req, "Referer", 7);
-        e.user_agent = header_value(&c->req, "User-Agent", 10);
-        e.duration_us = self->wc->started_us && now_us > self->wc->started_us
-                      ? now_us - self->wc->started_us : 0;
-    }
-    if (c->request_id_len)
-        e.request_id = (nw_str){ c->request_id, c->request_id_len };
-    e.status = c->status;
-    e.bytes = c->body_sent;
-    e.pid = access_log_pid;
-    nw_access_log_record(access_log, &e, (nw_msec)(now_us / 1000));
-}
-
-/* The end of a request on self: the scoreboard and the access log. */
-static void request_ended(pTHX_ nw_xs_conn *self)
-{
-    uint64_t now = nw_now_us();
-    if (score_slot)
-        nw_scoreboard_request_end(score_slot, self->c->status, now);
-    if (access_log)
-        log_request(aTHX_ self, 1, now);
+    if (nw_xs_access_log)
+        nw_access_log_flush(nw_xs_access_log);
 }
 
 /* The master's scoreboard memfd (Narwhal::Scoreboard->fd), for the manager. */
@@ -123,8 +63,10 @@ static const nw_worker_owner_ops owner_ops = { owner_hold, owner_drop };
  * one. */
 static SV *conn_object(pTHX_ nw_xs_acceptor *a, nw_wconn *wc)
 {
-    if (wc->owner)
+    if (wc->owner) {
+        (INT2PTR(nw_xs_conn *, SvIV((SV *)wc->owner)))->turn = 0;
         return newRV_noinc((SV *)wc->owner);
+    }
     nw_xs_conn *xc;
     Newxz(xc, 1, nw_xs_conn);
     xc->wc = wc;
@@ -137,18 +79,6 @@ static SV *conn_object(pTHX_ nw_xs_acceptor *a, nw_wconn *wc)
     wc->owner = SvRV(rv);
     return rv;
 }
-
-/* Every Narwhal::Acceptor method that touches the worker runs inside
- * WORKER_SCOPE ... WORKER_SCOPE_END: the park watcher's lock is released
- * when the scope ends, also when Perl code run inside (a DESTROY, freeing
- * a connection) leaves it by die or exit. */
-static void worker_leave_on_unwind(pTHX_ void *w)
-{
-    nw_worker_leave((nw_worker *)w);
-}
-
-#define WORKER_SCOPE(w) ENTER; SAVEDESTRUCTOR_X(worker_leave_on_unwind, (w)); nw_worker_enter(w)
-#define WORKER_SCOPE_END LEAVE
 
 static void acceptor_add_listener(pTHX_ nw_xs_acceptor *a, SV *e, SV *io_maker)
 {
@@ -224,6 +154,44 @@ release(self, conn, reason)
     WORKER_SCOPE(self->w);
     RETVAL = nw_worker_release(self->w, conn->wc, (nw_release_reason)reason);
     WORKER_SCOPE_END;
+  OUTPUT:
+    RETVAL
+
+void
+serve_setup(self, worker, app, stopping, closing, served, exit_reason, limit, keepalive, managed, quantum, rss_limit_mb)
+    nw_xs_acceptor *self
+    SV *worker
+    SV *app
+    SV *stopping
+    SV *closing
+    SV *served
+    SV *exit_reason
+    IV limit
+    int keepalive
+    int managed
+    int quantum
+    double rss_limit_mb
+  CODE:
+    /* What serve needs, once: the flags are references to the worker
+     * loop's own scalars. */
+    if (!SvROK(stopping) || !SvROK(closing) || !SvROK(served) || !SvROK(exit_reason))
+        croak("Narwhal::Acceptor::serve_setup: the flags are scalar references");
+    nw_serve_setup s = { worker, app, SvRV(stopping), SvRV(closing), SvRV(served),
+                         SvRV(exit_reason), limit, keepalive, managed,
+                         quantum > 0 ? quantum : 1, rss_limit_mb };
+    nw_serve_setup_set(aTHX_ &self->serve, &s);
+
+int
+serve(self, conn, wait)
+    nw_xs_acceptor *self
+    nw_xs_conn *conn
+    double wait
+  CODE:
+    /* One request on conn, read to release ("One request in C" in
+     * docs/DESIGN.md): SERVE_LET_GO, SERVE_KEPT, or what reading gave. */
+    if (!self->serve.app)
+        croak("Narwhal::Acceptor::serve before serve_setup");
+    RETVAL = nw_serve(aTHX_ self, conn, ST(1), wait);
   OUTPUT:
     RETVAL
 
@@ -332,6 +300,7 @@ void
 DESTROY(self)
     nw_xs_acceptor *self
   CODE:
+    nw_serve_setup_clear(aTHX_ &self->serve);
     nw_worker_free(self->w);
     for (int i = 0; i < self->count; i++)
         nw_env_recycler_unref(aTHX_ self->env[i]);
@@ -344,7 +313,7 @@ arm_watchdog(self, sig)
   CODE:
     /* After $SIG{sig} is set: a C handler goes in front of Perl's. */
     PERL_UNUSED_VAR(self);
-    nw_worker_watchdog_arm(sig, score_slot, flush_access_log);
+    nw_worker_watchdog_arm(sig, nw_xs_score_slot, flush_access_log);
 
 void
 proxy_from(self, cidr)
@@ -370,11 +339,11 @@ watchdog_end(self, conn = NULL)
      * flushed. Returns 1 when the 504 went out. */
     PERL_UNUSED_VAR(self);
     RETVAL = nw_worker_watchdog_reply();
-    if (access_log && conn && SvROK(conn) && sv_derived_from(conn, "Narwhal::Conn")) {
+    if (nw_xs_access_log && conn && SvROK(conn) && sv_derived_from(conn, "Narwhal::Conn")) {
         nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
         if (RETVAL)
             xc->c->status = 504;
-        log_request(aTHX_ xc, 1, nw_now_us());
+        nw_serve_log_request(aTHX_ xc, 1, nw_now_us());
     }
     flush_access_log();
   OUTPUT:
@@ -400,36 +369,9 @@ read_request(self, max_wait, wait_partial = 0)
     /* max_wait bounds the wait while no byte of the next request has
      * arrived (NOTHING_YET after it); with wait_partial, also while part of
      * it has. The connection's own deadlines hold either way. */
-    nw_conn *c = self->c;
-    int r = c->fd < 0 ? NW_REQ_CLOSED : nw_conn_read_head(c, max_wait, wait_partial);
-    if (r == NW_REQ_READY && c->proxy_fresh) {     /* --proxy-protocol: the client's address */
-        c->proxy_fresh = 0;
-        if (!c->proxy.local && c->proxy.src_len)
-            nw_env_peer(aTHX_ self, &c->proxy.src, c->proxy.src_len);
-    }
-    if (r == NW_REQ_READY) {
-        HV *env = nw_env_build(aTHX_ self, ST(0));
-        r = nw_conn_read_body(c);
-        if (r == NW_REQ_READY) {
-            nw_worker_request_started(self->wc);
-            if (score_slot)
-                nw_scoreboard_request_begin(score_slot, c->req.method, c->req.method_len,
-                                            c->req.target, c->req.target_len, self->wc->started_us);
-            nw_env_body(aTHX_ env, c);
-            RETVAL = newRV_noinc((SV *)env);
-        } else {
-            SvREFCNT_dec((SV *)env);
-        }
-    }
-    if (r == NW_REQ_ERROR) {
-        if (score_slot)     /* (first: the close lingers) */
-            nw_scoreboard_count_error(score_slot, c->error_status);
-        nw_conn_send_error(c, c->error_status);
-        if (access_log)
-            log_request(aTHX_ self, c->req.method_len > 0 && c->req.target_len > 0, nw_now_us());
-    }
-    if (r != NW_REQ_READY)
-        RETVAL = newSViv(r);
+    int r;
+    HV *env = nw_serve_read(aTHX_ self, ST(0), max_wait, wait_partial, &r);
+    RETVAL = env ? newRV_noinc((SV *)env) : newSViv(r);
   OUTPUT:
     RETVAL
 
@@ -527,10 +469,7 @@ finish_request(self, env = NULL)
     nw_xs_conn *self
     SV *env
   CODE:
-    request_ended(aTHX_ self);
-    nw_conn_finish_request(self->c);
-    if (env && SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
-        nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
+    nw_serve_end(aTHX_ self, env, 1);
 
 int
 needs_after(env)
@@ -545,9 +484,7 @@ recycle_env(self, env)
     nw_xs_conn *self
     SV *env
   CODE:
-    request_ended(aTHX_ self);
-    if (SvROK(env) && SvTYPE(SvRV(env)) == SVt_PVHV)
-        nw_env_recycle(aTHX_ self->env, (HV *)SvRV(env));
+    nw_serve_end(aTHX_ self, env, 0);
 
 void
 abandon(self)
@@ -635,9 +572,9 @@ attach(self, index)
     unsigned index
   CODE:
     /* In a worker: its slot, written on every request from now on. */
-    score_slot = slot_of(aTHX_ self, index);
-    score_slot->pid = (int32_t)getpid();
-    score_slot->state = NW_WORKER_IDLE;
+    nw_xs_score_slot = slot_of(aTHX_ self, index);
+    nw_xs_score_slot->pid = (int32_t)getpid();
+    nw_xs_score_slot->state = NW_WORKER_IDLE;
     nw_conn_watch_closing(&board_of(aTHX_ self)->h.stopping);
     nw_conn_watch_offload(&board_of(aTHX_ self)->h.offload_bytes);
 
@@ -648,10 +585,10 @@ leaving(self, reason = 0)
   CODE:
     /* In a worker: it is on its way out, and why (enum nw_exit_reason). */
     PERL_UNUSED_VAR(self);
-    if (score_slot) {
+    if (nw_xs_score_slot) {
         if (reason)
-            score_slot->exit_reason = reason;
-        score_slot->state = NW_WORKER_STOPPING;
+            nw_xs_score_slot->exit_reason = reason;
+        nw_xs_score_slot->state = NW_WORKER_STOPPING;
     }
 
 SV *
@@ -748,36 +685,36 @@ open(path, json)
     int json
   CODE:
     /* In a worker, as its user: --access-log. */
-    if (access_log)
-        nw_access_log_close(access_log);
-    access_log = nw_access_log_open(path, json ? NW_ACCESS_JSON : NW_ACCESS_COMBINED);
-    if (!access_log)
+    if (nw_xs_access_log)
+        nw_access_log_close(nw_xs_access_log);
+    nw_xs_access_log = nw_access_log_open(path, json ? NW_ACCESS_JSON : NW_ACCESS_COMBINED);
+    if (!nw_xs_access_log)
         croak("cannot open the access log %s: %s\n", path, strerror(errno));
-    access_log_pid = (int)getpid();
+    nw_xs_access_log_pid = (int)getpid();
 
 int
 reopen()
   CODE:
-    RETVAL = !access_log || nw_access_log_reopen(access_log) == 0;
+    RETVAL = !nw_xs_access_log || nw_access_log_reopen(nw_xs_access_log) == 0;
   OUTPUT:
     RETVAL
 
 void
 tick()
   CODE:
-    if (access_log)
-        nw_access_log_tick(access_log, nw_now_ms());
+    if (nw_xs_access_log)
+        nw_access_log_tick(nw_xs_access_log, nw_now_ms());
 
 void
 close()
   CODE:
-    nw_access_log_close(access_log);
-    access_log = NULL;
+    nw_access_log_close(nw_xs_access_log);
+    nw_xs_access_log = NULL;
 
 double
 lost()
   CODE:
-    RETVAL = access_log ? (double)nw_access_log_lost(access_log) : 0;
+    RETVAL = nw_xs_access_log ? (double)nw_access_log_lost(nw_xs_access_log) : 0;
   OUTPUT:
     RETVAL
 
@@ -859,5 +796,7 @@ BOOT:
     export_constant(aTHX_ acceptor_stash, "PARKED", NW_RELEASE_PARKED);
     export_constant(aTHX_ acceptor_stash, "HANDED_OFF", NW_RELEASE_HANDED_OFF);
     export_constant(aTHX_ acceptor_stash, "CLOSED", NW_RELEASE_CLOSED);
+    export_constant(aTHX_ acceptor_stash, "SERVE_KEPT", NW_SERVE_KEPT);
+    export_constant(aTHX_ acceptor_stash, "SERVE_LET_GO", NW_SERVE_LET_GO);
     export_constant(aTHX_ conn_stash, "NOTHING_YET", NW_REQ_AGAIN);
     export_constant(aTHX_ conn_stash, "OTHER_SHAPE", NW_RESPONSE_OTHER_SHAPE);

@@ -8,7 +8,9 @@
 #include "EXTERN.h"
 #include "perl.h"
 
+#include "src/nw_accesslog.h"
 #include "src/nw_conn.h"
+#include "src/nw_scoreboard.h"
 #include "src/nw_worker.h"
 
 typedef struct env_recycler env_recycler;
@@ -21,7 +23,38 @@ typedef struct {
     SV *remote_addr;
     SV *remote_port;
     SV *io;             /* psgix.io, made the first time an app looks */
+    int turn;           /* requests served in a row since the worker took it */
 } nw_xs_conn;
+
+/* What the request sequence (xs/serve.c) is given once by the worker
+ * loop: its app, its object (for the uncommon parts) and its flags, the
+ * loop's own scalars, which signal handlers set. */
+typedef struct {
+    SV *worker;         /* the Narwhal::Worker */
+    SV *app;
+    SV *stopping, *closing, *served, *exit_reason;
+    IV limit;           /* requests before the worker leaves; 0: no limit */
+    int keepalive, managed, quantum;
+    double rss_limit_mb;
+} nw_serve_setup;
+
+/* A worker's Narwhal::Acceptor: its scheduling, each listener's $env,
+ * and what serve needs. */
+typedef struct {
+    nw_worker *w;
+    env_recycler *env[NW_WORKER_MAX_LISTENERS];
+    int count;
+    nw_serve_setup serve;   /* serve.app is NULL until serve_setup */
+} nw_xs_acceptor;
+
+/* Every call into the worker (src/nw_worker.c) runs inside WORKER_SCOPE
+ * ... WORKER_SCOPE_END: the park watcher's lock is released when the
+ * scope ends, also when Perl code run inside (a DESTROY, freeing a
+ * connection) leaves it by die or exit. */
+void nw_xs_worker_leave_on_unwind(pTHX_ void *w);
+#define WORKER_SCOPE(w) ENTER; SAVEDESTRUCTOR_X(nw_xs_worker_leave_on_unwind, (w)); \
+                        nw_worker_enter(w)
+#define WORKER_SCOPE_END LEAVE
 
 /* ---- xs/env.c: the PSGI $env ---------------------------------------- */
 
@@ -49,6 +82,39 @@ void nw_env_recycle(pTHX_ env_recycler *r, HV *env);
 /* Whether the worker must look at env after the app (cleanup handlers,
  * psgix.harakiri.commit). */
 int nw_env_needs_after(pTHX_ SV *env_rv);
+
+/* ---- xs/serve.c: one request, from its read to its connection's release */
+
+/* This worker's scoreboard slot and access log (NULL: none). */
+extern nw_score_slot *nw_xs_score_slot;
+extern nw_access_log *nw_xs_access_log;
+extern int nw_xs_access_log_pid;
+
+/* Read the next request on xc (self_rv: its Narwhal::Conn) into a new
+ * $env, or NULL with *result the reason there is none (NW_REQ_AGAIN,
+ * CLOSED, TIMEOUT, or ERROR once the error was answered). */
+HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_partial,
+                  int *result);
+
+/* The end of a request: the scoreboard, the access log, and the $env
+ * cleaned for reuse; with finish_conn, the connection is made ready for
+ * the next request. */
+void nw_serve_end(pTHX_ nw_xs_conn *xc, SV *env_rv, int finish_conn);
+
+/* The access log's line for the request that ends on xc. */
+void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us);
+
+/* One request on xc, read to release, with Perl called back only for
+ * what is not common ("One request in C" in docs/DESIGN.md). Returns
+ * NW_SERVE_LET_GO, NW_SERVE_KEPT, or the read's result when no request
+ * came (NW_REQ_AGAIN, CLOSED, TIMEOUT, ERROR). */
+#define NW_SERVE_KEPT    2     /* served; the worker serves the connection on */
+#define NW_SERVE_LET_GO  3     /* served; the connection was parked, handed off or closed */
+int nw_serve(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, double wait);
+
+/* The setup's references, taken and let go. */
+void nw_serve_setup_set(pTHX_ nw_serve_setup *s, const nw_serve_setup *from);
+void nw_serve_setup_clear(pTHX_ nw_serve_setup *s);
 
 /* ---- xs/config.c: the worker's configuration ------------------------- */
 

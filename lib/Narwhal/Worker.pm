@@ -61,11 +61,8 @@ sub run {
     # Perl one takes a second XCPU when the app is stuck outside Perl.
     Narwhal::Acceptor::arm_watchdog($acceptor, POSIX::SIGXCPU())
         if $self->{options}{request_timeout};
-    my $rss_limit = $self->{options}{max_worker_rss};
-    my $app = $self->{app};
     my $keepalive = $self->{keepalive};
     my $managed = $self->{managed} = $acceptor->has_manager && $keepalive;
-    my $quantum = $self->{options}{worker_quantum};
     my $limit = $self->{limit};
     # (the master's pid as the master knew it: one that died while this
     # worker was setting up must still be noticed)
@@ -74,14 +71,18 @@ sub run {
     # psgix.informational) are used through references to their hash
     # slots: cheaper than hash lookups, and the signal handlers, which set
     # $self->{stopping} and $self->{closing}, write the same scalars.
+    $self->{exit_reason} //= undef;
     my ($stopping, $closing, $served, $conn_slot)
         = (\$self->{stopping}, \$self->{closing}, \$self->{served}, \$self->{conn});
+    Narwhal::Acceptor::serve_setup($acceptor, $self, $self->{app}, $stopping, $closing, $served,
+        \$self->{exit_reason}, $limit, $keepalive ? 1 : 0, $managed ? 1 : 0,
+        $self->{options}{worker_quantum}, $self->{options}{max_worker_rss} || 0);
     # One loop, one request per turn. It runs once per request, so it calls
     # the C side as plain functions and keeps its state in lexicals.
     # $conn is the connection being served; when it is let go
     # (Narwhal::Acceptor::release: parked, handed to the manager or
     # closed), the next turn takes the next one.
-    my ($conn, $turn, $wait, $draining);
+    my ($conn, $wait, $draining);
     while (1) {
         if (!$conn) {
             if ($$stopping || ($limit && $$served >= $limit)) {
@@ -99,99 +100,33 @@ sub run {
                 next;
             }
             $$conn_slot = $conn;
-            $turn = 0;
             # With a manager, a connection with nothing to read goes back
             # at once (parked, or to the manager); without, it is waited for.
             $wait = $managed ? 0 : WAIT;
         }
-        my $env = Narwhal::Conn::read_request($conn, $wait, $managed);
-        if (!ref $env) {
-            if ($env == Narwhal::Conn::NOTHING_YET) {
-                next if $managed
-                    && Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::IDLE);
-                $wait = WAIT;    # the manager is not taking it: wait here
-                Narwhal::Acceptor::deliver_signals($acceptor);
-                next unless $$stopping;
-                Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::STOP);
-            } else {             # closed, timed out, or answered with an error
-                Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::CLOSE);
-            }
+        # One request, read to release, in C ("One request in C" in
+        # docs/DESIGN.md): it calls this object back for what is not common
+        # (_open_spilled_body, respond, _after_request, _over_memory).
+        my $r = Narwhal::Acceptor::serve($acceptor, $conn, $wait);
+        if ($r == Narwhal::Acceptor::SERVE_LET_GO) {    # parked, handed off or closed
             $$conn_slot = $conn = undef;
             next;
         }
-        $wait = 0 if $managed;
-        _open_spilled_body($conn, $env) unless defined $env->{'psgi.input'};
-        # With a manager, a worker that is about to leave (recycled,
-        # retired) still keeps the connection alive: the manager takes it over.
-        # (--max-keepalive-reqs is applied by the C side.)
-        my $may_keep = $keepalive
-            && ($managed ? !$$closing
-                         : !$$stopping && !($limit && $$served + 1 >= $limit));
-        my $res = eval { $app->($env) };
-        # --max-worker-rss, looked at before the response is written: a
-        # worker without a manager must say Connection: close when it leaves.
-        if ($rss_limit && !$self->{exit_reason}) {
-            my $rss = Narwhal::Acceptor::rss_over($rss_limit);
-            $rss and $self->_over_memory($rss) and !$managed and $may_keep = 0;
-        }
-        # The common case, [status, headers, [pieces]], goes straight to
-        # C, which checks the shape; any other shape (OTHER_SHAPE) or
-        # invalid headers (-1) go through respond.
-        my $kept = Narwhal::Conn::write_common_response($conn, $res, $may_keep);
-        $kept = $self->respond($conn, $env, $res, $may_keep, $@) if $kept < 0;
-        undef $res;    # the response goes first, as it always did (and stops holding $env)
-        $$served++;
-
-        # Inside an eval: the app may have locked $env, tied its values
-        # or deleted the handlers, and none of that may stop the worker.
-        # No reference to the handlers' array may outlive this, or the
-        # $env clean could not empty it for reuse. C answers first
-        # whether there may be anything to do: nothing, usually.
-        if (Narwhal::Conn::needs_after($env)) {
-            # A rest of the response that a slow client is still reading
-            # goes to the manager first: the work after the response must
-            # not hold it back (the release below then only forgets it).
-            Narwhal::Acceptor::hand_off_rest($acceptor, $conn, $kept) if $managed;
-            eval {
-                $self->_after_response($env)
-                    if (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
-                       || exists $env->{'psgix.harakiri.commit'};
-                1;
-            } or _log_error($env, "after the response: $@");
-        }
-        # $env goes back to the C side to be cleaned for the next
-        # request (unless the app kept hold of it): "The $env" in docs/DESIGN.md.
-        if (!$kept) {
-            Narwhal::Conn::recycle_env($conn, $env);
-            Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::CLOSE);
-            $$conn_slot = $conn = undef;
+        if ($r == Narwhal::Acceptor::SERVE_KEPT) {      # the next request is this connection's
+            $wait = 0 if $managed;
             next;
         }
-        Narwhal::Conn::finish_request($conn, $env);
-        if ($$stopping || ($limit && $$served >= $limit)) {
-            # Leaving with a kept-alive connection: when the worker is
-            # recycled or retired the manager takes it over, so replacing
-            # a worker costs its clients nothing; when the server stops it
-            # is closed.
-            Narwhal::Acceptor::release($acceptor, $conn,
-                $managed && !$$closing ? Narwhal::Acceptor::RETIRE : Narwhal::Acceptor::STOP);
-            $$conn_slot = $conn = undef;
-            next;
-        }
-        if (!$managed) {    # a kept connection holds this worker: look at signals now and then
+        if ($r == Narwhal::Conn::NOTHING_YET) {
+            next if $managed
+                && Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::IDLE);
+            $wait = WAIT;    # the manager is not taking it: wait here
             Narwhal::Acceptor::deliver_signals($acceptor);
-            next;
+            next unless $$stopping;
+            Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::STOP);
+        } else {             # closed, timed out, or answered with an error
+            Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::CLOSE);
         }
-        # A client that waits for each response has not sent its next
-        # request yet: it is parked now rather than read first. Pipelined
-        # requests are served a few in a row, then others get their turn.
-        if (Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::KEEPALIVE)) {
-            $$conn_slot = $conn = undef;
-        } elsif (++$turn >= $quantum) {
-            $turn = 0;
-            $$conn_slot = $conn = undef
-                if Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::QUANTUM);
-        }
+        $$conn_slot = $conn = undef;
     }
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
@@ -357,12 +292,29 @@ sub _io_handle {
     return $io;
 }
 
+# Called by serve (xs/serve.c) for a body spilled to a temp file.
 sub _open_spilled_body {
-    my ($conn, $env) = @_;
+    my ($self, $conn, $env) = @_;
     my $fd = $conn->take_body_fd;
     open(my $fh, '+<&=', $fd) or die "cannot open the request body: $!\n";
     binmode $fh;
     $env->{'psgi.input'} = $fh;
+}
+
+# Called by serve when C cannot tell that there is nothing to do after the
+# response. Inside an eval: the app may have locked $env, tied its values
+# or deleted the handlers, and none of that may stop the worker. No
+# reference to the handlers' array may outlive this, or the $env clean
+# could not empty it for reuse.
+sub _after_request {
+    my ($self, $env) = @_;
+    eval {
+        $self->_after_response($env)
+            if (do { my $h = $env->{'psgix.cleanup.handlers'}; ref $h eq 'ARRAY' && @$h })
+               || exists $env->{'psgix.harakiri.commit'};
+        1;
+    } or _log_error($env, "after the response: $@");
+    return;
 }
 
 sub _after_response {

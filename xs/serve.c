@@ -1,0 +1,311 @@
+/* One request on a connection the worker holds, from its read to the
+ * connection's release: the worker loop's common case in C, with Perl
+ * called back only for what is not common ("One request in C" in
+ * docs/DESIGN.md). Also what every request's start and end write: the
+ * scoreboard and the access log. */
+#include "narwhal_xs.h"
+
+#include <strings.h>
+
+nw_score_slot *nw_xs_score_slot;
+nw_access_log *nw_xs_access_log;
+int nw_xs_access_log_pid;
+
+void nw_xs_worker_leave_on_unwind(pTHX_ void *w)
+{
+    nw_worker_leave((nw_worker *)w);
+}
+
+/* ---- a request's start and end ----------------------------------------- */
+
+static nw_str header_value(const nw_request *r, const char *name, size_t len)
+{
+    for (size_t i = 0; i < r->num_headers; i++)
+        if (r->headers[i].name_len == len && !strncasecmp(r->headers[i].name, name, len))
+            return (nw_str){ r->headers[i].value, r->headers[i].value_len };
+    return (nw_str){ NULL, 0 };
+}
+
+/* One line for the request that ends on xc (parsed: its request line and
+ * headers are there to read). */
+void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
+{
+    nw_conn *c = xc->c;
+    nw_access_entry e;
+    STRLEN alen = 0;
+    const char *addr = xc->remote_addr ? SvPV(xc->remote_addr, alen) : NULL;
+    memset(&e, 0, sizeof e);
+    e.remote_addr = (nw_str){ addr, alen };
+    e.minor_version = -1;
+    if (parsed) {
+        e.method = (nw_str){ c->req.method, c->req.method_len };
+        e.target = (nw_str){ c->req.target, c->req.target_len };
+        e.minor_version = c->req.minor_version;
+        e.referer = header_value(&c->req, "Referer", 7);
+        e.user_agent = header_value(&c->req, "User-Agent", 10);
+        e.duration_us = xc->wc->started_us && now_us > xc->wc->started_us
+                      ? now_us - xc->wc->started_us : 0;
+    }
+    if (c->request_id_len)
+        e.request_id = (nw_str){ c->request_id, c->request_id_len };
+    e.status = c->status;
+    e.bytes = c->body_sent;
+    e.pid = nw_xs_access_log_pid;
+    nw_access_log_record(nw_xs_access_log, &e, (nw_msec)(now_us / 1000));
+}
+
+HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_partial,
+                  int *result)
+{
+    nw_conn *c = xc->c;
+    HV *env = NULL;
+    int r = c->fd < 0 ? NW_REQ_CLOSED : nw_conn_read_head(c, max_wait, wait_partial);
+    if (r == NW_REQ_READY && c->proxy_fresh) {     /* --proxy-protocol: the client's address */
+        c->proxy_fresh = 0;
+        if (!c->proxy.local && c->proxy.src_len)
+            nw_env_peer(aTHX_ xc, &c->proxy.src, c->proxy.src_len);
+    }
+    if (r == NW_REQ_READY) {
+        env = nw_env_build(aTHX_ xc, self_rv);
+        r = nw_conn_read_body(c);
+        if (r == NW_REQ_READY) {
+            nw_worker_request_started(xc->wc);
+            if (nw_xs_score_slot)
+                nw_scoreboard_request_begin(nw_xs_score_slot, c->req.method, c->req.method_len,
+                                            c->req.target, c->req.target_len, xc->wc->started_us);
+            nw_env_body(aTHX_ env, c);
+        } else {
+            SvREFCNT_dec((SV *)env);
+            env = NULL;
+        }
+    }
+    if (r == NW_REQ_ERROR) {
+        if (nw_xs_score_slot)     /* (first: the close lingers) */
+            nw_scoreboard_count_error(nw_xs_score_slot, c->error_status);
+        nw_conn_send_error(c, c->error_status);
+        if (nw_xs_access_log)
+            nw_serve_log_request(aTHX_ xc, c->req.method_len > 0 && c->req.target_len > 0,
+                                 nw_now_us());
+    }
+    *result = r;
+    return env;
+}
+
+void nw_serve_end(pTHX_ nw_xs_conn *xc, SV *env_rv, int finish_conn)
+{
+    if (nw_xs_score_slot || nw_xs_access_log) {
+        uint64_t now = nw_now_us();
+        if (nw_xs_score_slot)
+            nw_scoreboard_request_end(nw_xs_score_slot, xc->c->status, now);
+        if (nw_xs_access_log)
+            nw_serve_log_request(aTHX_ xc, 1, now);
+    }
+    if (finish_conn)
+        nw_conn_finish_request(xc->c);
+    if (env_rv && SvROK(env_rv) && SvTYPE(SvRV(env_rv)) == SVt_PVHV)
+        nw_env_recycle(aTHX_ xc->env, (HV *)SvRV(env_rv));
+}
+
+/* ---- calls into Perl ------------------------------------------------- */
+
+/* The app's response to env_rv, owned by the caller; the app's error, if
+ * it died, is in $@ (ERRSV), as after eval { $app->($env) }. */
+static SV *call_app(pTHX_ SV *app, SV *env_rv)
+{
+    dSP;
+    SV *res = NULL;
+    ENTER;
+    SAVETMPS;
+    PUSHMARK(SP);
+    XPUSHs(env_rv);
+    PUTBACK;
+    int n = call_sv(app, G_SCALAR | G_EVAL);
+    SPAGAIN;
+    if (n == 1) {
+        SV *got = POPs;
+        /* a temporary nothing else holds is taken as it is (no copy) */
+        res = SvTEMP(got) && SvREFCNT(got) == 1 ? SvREFCNT_inc_simple_NN(got) : newSVsv(got);
+    }
+    PUTBACK;
+    FREETMPS;
+    LEAVE;
+    return res ? res : newSV(0);
+}
+
+/* $worker->method(args): its scalar result's truth. A method that dies
+ * takes the worker with it, as it did when the Perl loop called it. */
+static int call_worker(pTHX_ const nw_serve_setup *s, const char *method, int nargs, ...)
+{
+    dSP;
+    va_list ap;
+    ENTER;
+    SAVETMPS;
+    PUSHMARK(SP);
+    EXTEND(SP, nargs + 1);
+    PUSHs(s->worker);
+    va_start(ap, nargs);
+    for (int i = 0; i < nargs; i++)
+        PUSHs(va_arg(ap, SV *));
+    va_end(ap);
+    PUTBACK;
+    int n = call_method(method, G_SCALAR);
+    SPAGAIN;
+    int truth = n == 1 ? SvTRUE(POPs) : 0;
+    PUTBACK;
+    FREETMPS;
+    LEAVE;
+    return truth;
+}
+
+/* ---- the sequence ------------------------------------------------------ */
+
+static int flag(pTHX_ SV *sv)
+{
+    return SvTRUE(sv);
+}
+
+static int release(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, nw_release_reason why)
+{
+    WORKER_SCOPE(a->w);
+    int let_go = nw_worker_release(a->w, xc->wc, why);
+    WORKER_SCOPE_END;
+    if (let_go)
+        xc->turn = 0;
+    return let_go;
+}
+
+/* Whether the response may keep the connection: keep-alive is on and the
+ * worker is not closing; without a manager also not stopping and not at
+ * its last request (a worker with a manager leaves it to the manager). */
+static int may_keep_alive(pTHX_ const nw_serve_setup *s)
+{
+    if (!s->keepalive)
+        return 0;
+    if (s->managed)
+        return !flag(aTHX_ s->closing);
+    return !flag(aTHX_ s->stopping) && !(s->limit && SvIV(s->served) + 1 >= s->limit);
+}
+
+/* --max-worker-rss, looked at before the response is written: a worker
+ * without a manager must say Connection: close when it leaves. */
+static int over_memory(pTHX_ const nw_serve_setup *s)
+{
+    if (s->rss_limit_mb <= 0 || flag(aTHX_ s->exit_reason))
+        return 0;
+    uint64_t kib = nw_worker_rss_over((uint64_t)(s->rss_limit_mb * 1024));
+    if (!kib)
+        return 0;
+    return call_worker(aTHX_ s, "_over_memory", 1, sv_2mortal(newSVnv((NV)kib / 1024.0)));
+}
+
+/* The app's response written: the common shape in C, any other through
+ * the worker's respond (which also answers 500 to an app that died).
+ * Returns whether the connection may serve another request. */
+static int write_response(pTHX_ const nw_serve_setup *s, nw_xs_conn *xc, SV *conn_rv,
+                          SV *env_rv, SV *res, int may_keep)
+{
+    int kept = nw_response_write_common(aTHX_ xc->c, res, may_keep);
+    if (kept >= 0)
+        return kept;
+    return call_worker(aTHX_ s, "respond", 5, conn_rv, env_rv, res,
+                       may_keep ? &PL_sv_yes : &PL_sv_no, ERRSV);
+}
+
+/* What becomes of a connection whose response kept it alive. */
+static int after_kept(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc)
+{
+    const nw_serve_setup *s = &a->serve;
+    if (flag(aTHX_ s->stopping) || (s->limit && SvIV(s->served) >= s->limit)) {
+        /* leaving: when the worker is recycled or retired the manager
+         * takes it over; when the server stops it is closed */
+        release(aTHX_ a, xc, s->managed && !flag(aTHX_ s->closing) ? NW_RELEASE_RETIRE
+                                                                  : NW_RELEASE_STOP);
+        return NW_SERVE_LET_GO;
+    }
+    if (!s->managed) {      /* a kept connection holds this worker: look at signals now and then */
+        if (nw_worker_deliver_signals(a->w))
+            PERL_ASYNC_CHECK();
+        return NW_SERVE_KEPT;
+    }
+    /* A client that waits for each response has not sent its next request
+     * yet: it is parked now rather than read first. Pipelined requests are
+     * served a few in a row, then others get their turn. */
+    if (release(aTHX_ a, xc, NW_RELEASE_KEEPALIVE))
+        return NW_SERVE_LET_GO;
+    if (++xc->turn < s->quantum)
+        return NW_SERVE_KEPT;
+    xc->turn = 0;
+    return release(aTHX_ a, xc, NW_RELEASE_QUANTUM) ? NW_SERVE_LET_GO : NW_SERVE_KEPT;
+}
+
+int nw_serve(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, double wait)
+{
+    const nw_serve_setup *s = &a->serve;
+    int r, outcome;
+    ENTER;
+    SAVETMPS;
+    HV *env = nw_serve_read(aTHX_ xc, conn_rv, wait, s->managed, &r);
+    if (!env) {
+        FREETMPS;
+        LEAVE;
+        return r;
+    }
+    SV *env_rv = sv_2mortal(newRV_noinc((SV *)env));
+    if (xc->c->body_fd >= 0)        /* a body spilled to a file: Perl opens it */
+        call_worker(aTHX_ s, "_open_spilled_body", 2, conn_rv, env_rv);
+    int may_keep = may_keep_alive(aTHX_ s);
+    SV *res = call_app(aTHX_ s->app, env_rv);
+    if (over_memory(aTHX_ s) && !s->managed)
+        may_keep = 0;
+    int kept = write_response(aTHX_ s, xc, conn_rv, env_rv, res, may_keep);
+    SvREFCNT_dec(res);      /* the response goes first, as it always did */
+    sv_setiv(s->served, SvIV(s->served) + 1);
+    /* C answers whether there may be anything to do after the response:
+     * nothing, usually. A rest of the response that a slow client is
+     * still reading goes to the manager first: that work must not hold
+     * it back. */
+    if (nw_env_needs_after(aTHX_ env_rv)) {
+        if (s->managed) {
+            WORKER_SCOPE(a->w);
+            nw_worker_hand_off_rest(a->w, xc->wc, kept);
+            WORKER_SCOPE_END;
+        }
+        call_worker(aTHX_ s, "_after_request", 1, env_rv);
+    }
+    if (!kept) {
+        nw_serve_end(aTHX_ xc, env_rv, 0);
+        release(aTHX_ a, xc, NW_RELEASE_CLOSE);
+        outcome = NW_SERVE_LET_GO;
+    } else {
+        nw_serve_end(aTHX_ xc, env_rv, 1);
+        outcome = after_kept(aTHX_ a, xc);
+    }
+    FREETMPS;
+    LEAVE;
+    return outcome;
+}
+
+/* ---- setup ------------------------------------------------------------- */
+
+void nw_serve_setup_set(pTHX_ nw_serve_setup *s, const nw_serve_setup *from)
+{
+    nw_serve_setup_clear(aTHX_ s);
+    *s = *from;
+    SvREFCNT_inc_simple_void_NN(s->worker);
+    SvREFCNT_inc_simple_void_NN(s->app);
+    SvREFCNT_inc_simple_void_NN(s->stopping);
+    SvREFCNT_inc_simple_void_NN(s->closing);
+    SvREFCNT_inc_simple_void_NN(s->served);
+    SvREFCNT_inc_simple_void_NN(s->exit_reason);
+}
+
+void nw_serve_setup_clear(pTHX_ nw_serve_setup *s)
+{
+    SvREFCNT_dec(s->worker);
+    SvREFCNT_dec(s->app);
+    SvREFCNT_dec(s->stopping);
+    SvREFCNT_dec(s->closing);
+    SvREFCNT_dec(s->served);
+    SvREFCNT_dec(s->exit_reason);
+    memset(s, 0, sizeof *s);
+}
