@@ -59,7 +59,16 @@ typedef struct {
     SV *value;          /* the template's value; NULL for a per-request key */
     int fixed;          /* for a per-request key, its K_ index; else -1 */
     HEK *hek;           /* its shared key (held by key_holder): compared by address */
+    int kind;           /* how value is compared (ENV_SAME_*), found once */
+    U32 value_flags;    /* value's ENV_VALUE_FLAGS */
 } env_key;
+
+#define ENV_VALUE_FLAGS (SVf_IOK | SVf_NOK | SVf_POK | SVf_ROK | SVp_IOK | SVp_NOK \
+                         | SVp_POK | SVf_UTF8 | SVf_IVisUV)
+
+/* How a template value is compared with what a $env holds at a clean: the
+ * common kinds with the fewest tests, the rest by env_same_value. */
+enum { ENV_SAME_ANY, ENV_SAME_REF, ENV_SAME_STRING, ENV_SAME_BOOL, ENV_SAME_INT };
 
 struct env_recycler {
     int refcnt;                 /* the acceptor and each connection of the listener */
@@ -73,6 +82,13 @@ struct env_recycler {
     unsigned char slot[ENV_OWNED_SLOTS];   /* index into key + 1; 0: empty */
     HE *stale[ENV_STALE_MAX];   /* in spare: last request's header entries (plain strings) */
     int nstale;
+    /* The header entries the last build stored in built_for (for the
+     * quick check at its clean): their addresses and hashes; nbuilt -1
+     * when there were more than recorded. */
+    HV *built_for;
+    HE *built[ENV_STALE_MAX];
+    U32 built_hash[ENV_STALE_MAX];
+    int nbuilt;
 };
 
 /* The keys whose values read_request writes into a spare $env. */
@@ -218,12 +234,14 @@ static void env_own(env_recycler *r, const char *name, I32 len, U32 hash,
     if (r->nkeys == ENV_OWNED_MAX || env_find_key(r, hash, name, len) >= 0)
         return;
     int j = r->nkeys++;
-    r->key[j] = (env_key){ name, len, hash, value, fixed, NULL };
+    r->key[j] = (env_key){ name, len, hash, value, fixed, NULL, ENV_SAME_ANY, 0 };
     unsigned s = hash & (ENV_OWNED_SLOTS - 1);
     while (r->slot[s])
         s = (s + 1) & (ENV_OWNED_SLOTS - 1);
     r->slot[s] = (unsigned char)(j + 1);
 }
+
+static int env_same_kind(pTHX_ SV *t);
 
 env_recycler *nw_env_recycler_new(pTHX_ HV *template, SV *io_maker)
 {
@@ -247,6 +265,10 @@ env_recycler *nw_env_recycler_new(pTHX_ HV *template, SV *io_maker)
         HE *held = (HE *)hv_common(r->key_holder, NULL, k->name, (STRLEN)k->len, 0,
                                    HV_FETCH_ISSTORE, newSV(0), k->hash);
         k->hek = held ? HeKEY_hek(held) : NULL;
+        if (k->value) {
+            k->kind = env_same_kind(aTHX_ k->value);
+            k->value_flags = SvFLAGS(k->value) & ENV_VALUE_FLAGS;
+        }
     }
     return r;
 }
@@ -284,8 +306,6 @@ __attribute__((always_inline)) static inline int env_value_reusable(pTHX_ SV *v)
     return isGV_with_GP(v) && SvFAKE(v);
 }
 
-#define ENV_VALUE_FLAGS (SVf_IOK | SVf_NOK | SVf_POK | SVf_ROK | SVp_IOK | SVp_NOK \
-                         | SVp_POK | SVf_UTF8 | SVf_IVisUV)
 
 /* Whether v still holds the template value t (then it is left as it is). */
 __attribute__((always_inline)) static inline int env_same_value(pTHX_ SV *v, SV *t)
@@ -307,20 +327,61 @@ __attribute__((always_inline)) static inline int env_same_value(pTHX_ SV *v, SV 
     return 1;
 }
 
+static int env_same_kind(pTHX_ SV *t)
+{
+    U32 f = SvFLAGS(t) & ENV_VALUE_FLAGS;
+    if (SvTYPE(t) > SVt_PVMG || SvMAGICAL(t))
+        return ENV_SAME_ANY;
+    if (f == (SVf_ROK))
+        return ENV_SAME_REF;
+    if (f == (SVf_POK | SVp_POK) && !SvIsBOOL(t))
+        return ENV_SAME_STRING;
+    if (SvIsBOOL(t))
+        return ENV_SAME_BOOL;
+    if (f == (SVf_IOK | SVp_IOK))
+        return ENV_SAME_INT;
+    return ENV_SAME_ANY;
+}
+
+/* env_same_value for template key k, by the kind found once: v is
+ * reusable (env_value_reusable), so a scalar up to PVMG or a fake glob. */
+__attribute__((always_inline)) static inline int env_same_template(pTHX_ const env_key *k, SV *v)
+{
+    SV *t = k->value;
+    if (k->kind == ENV_SAME_ANY || SvTYPE(v) > SVt_PVMG)
+        return env_same_value(aTHX_ v, t);
+    if ((SvFLAGS(v) & ENV_VALUE_FLAGS) != k->value_flags)
+        return 0;
+    switch (k->kind) {
+    case ENV_SAME_REF:
+        return SvRV(v) == SvRV(t);
+    case ENV_SAME_STRING:       /* a shared (COW) buffer is equal */
+        return SvCUR(v) == SvCUR(t) && !SvIsBOOL(v)
+            && (SvPVX(v) == SvPVX(t) || memEQ(SvPVX(v), SvPVX(t), SvCUR(t)));
+    case ENV_SAME_BOOL:         /* the same static "1" or "" buffer: a boolean, and which */
+        return SvPVX(v) == SvPVX(t) && SvIVX(v) == SvIVX(t);
+    default:
+        return SvIVX(v) == SvIVX(t);
+    }
+}
+
 /* Put owned key j's value back the way a fresh $env has it. */
-static void env_clean_value(pTHX_ env_recycler *r, int j, SV *v)
+__attribute__((always_inline)) static inline void env_clean_value(pTHX_ env_recycler *r, int j,
+                                                                  SV *v)
 {
     const env_key *k = &r->key[j];
     if (k->value) {
-        if (!env_same_value(aTHX_ v, k->value))
+        if (!env_same_template(aTHX_ k, v))
             sv_setsv(v, k->value);
         return;
     }
     if (k->fixed == K_CLEANUP_HANDLERS && SvROK(v)) {
         AV *av = (AV *)SvRV(v);
         if (SvTYPE(av) == SVt_PVAV && SvREFCNT(av) == 1 && !SvMAGICAL(av) && !SvOBJECT(av)
-            && !SvREADONLY(av))
-            av_clear(av);               /* the handlers go now, as they always did */
+            && !SvREADONLY(av)) {
+            if (AvFILLp(av) >= 0)
+                av_clear(av);           /* the handlers go now, as they always did */
+        }
         else
             sv_setsv(v, &PL_sv_undef);
     } else if (SvROK(v) || isGV_with_GP(v)) {
@@ -366,6 +427,60 @@ static void env_delete_entry(pTHX_ HV *env, HE *he)
     (void)hv_common(env, NULL, key, (STRLEN)len, flags, G_DISCARD | HV_DELETE, NULL, hash);
 }
 
+/* Owned key j's value cleaned, or 0 when it cannot be kept (then it is
+ * deleted). */
+__attribute__((always_inline)) static inline int env_keep_owned(pTHX_ env_recycler *r, int j,
+                                                               SV *v)
+{
+    if (r->key[j].fixed == K_PSGIX_IO) {
+        if (!env_lazy_io_release(aTHX_ v))
+            return 0;
+        r->fixed_sv[K_PSGIX_IO] = v;
+        return 1;
+    }
+    if (!env_value_reusable(aTHX_ v))
+        return 0;
+    env_clean_value(aTHX_ r, j, v);
+    return 1;
+}
+
+/* The entry he, if it is in env's bucket for hash (he is not read
+ * unless it is: an entry the app deleted is freed). */
+static int env_holds_entry(HV *env, const HE *he, U32 hash)
+{
+    for (const HE *e = HvARRAY(env)[hash & HvMAX(env)]; e; e = HeNEXT(e))
+        if (e == he)
+            return 1;
+    return 0;
+}
+
+/* The common case of a clean: the hash holds its owned keys, the header
+ * entries the build stored and nothing else (see "The $env" in
+ * docs/DESIGN.md). Cleans the values and answers 1; 0 when the hash is
+ * not in that shape (what it cleaned by then, the full clean would clean
+ * the same way). */
+static int env_recycle_quick(pTHX_ env_recycler *r, HV *env)
+{
+    if (r->built_for != env || r->nbuilt < 0)
+        return 0;
+    HE **array = HvARRAY(env);
+    STRLEN max = HvMAX(env);
+    for (int j = 0; j < r->nkeys; j++) {
+        const HEK *hek = r->key[j].hek;
+        HE *he = array[HEK_HASH(hek) & max];
+        while (he && HeKEY_hek(he) != hek)
+            he = HeNEXT(he);
+        if (!he || !env_keep_owned(aTHX_ r, j, HeVAL(he)))
+            return 0;
+    }
+    r->nstale = 0;
+    for (int i = 0; i < r->nbuilt; i++)
+        if (!env_holds_entry(env, r->built[i], r->built_hash[i])
+            || !env_stale_header(aTHX_ r, r->built[i]))
+            return 0;
+    return HvTOTALKEYS(env) == (STRLEN)(r->nkeys + r->nstale);
+}
+
 /* The end of a request: clean env and keep it as the spare, if it is
  * Narwhal's alone. Deletes what the request added, puts the template's
  * values back, re-adds owned keys the app deleted. */
@@ -373,6 +488,14 @@ void nw_env_recycle(pTHX_ env_recycler *r, HV *env)
 {
     if (r->spare || !env_may_recycle(aTHX_ env))
         return;
+    if (env_recycle_quick(aTHX_ r, env)) {
+        r->built_for = NULL;
+        if (SvOOK(env))
+            hv_iterinit(env);       /* no each() left half-way */
+        r->spare = (HV *)SvREFCNT_inc_simple_NN((SV *)env);
+        return;
+    }
+    r->built_for = NULL;
     r->nstale = 0;
     unsigned char seen[ENV_OWNED_MAX];
     HE *doomed[ENV_DOOMED_MAX];
@@ -381,19 +504,10 @@ void nw_env_recycle(pTHX_ env_recycler *r, HV *env)
     HE **array = HvARRAY(env);
     for (STRLEN b = 0; b <= HvMAX(env); b++) {
         for (HE *he = array[b]; he; he = HeNEXT(he)) {
-            SV *v = HeVAL(he);
             int j = HeKLEN(he) >= 0 ? env_owned_index(r, HeKEY_hek(he)) : -1;
-            int kept = 0;
-            if (j >= 0 && r->key[j].fixed == K_PSGIX_IO) {
-                if ((kept = env_lazy_io_release(aTHX_ v)))
-                    r->fixed_sv[K_PSGIX_IO] = v;
-            } else if (j >= 0 && env_value_reusable(aTHX_ v)) {
-                env_clean_value(aTHX_ r, j, v);
-                kept = 1;
-            } else if (j < 0 && HeKLEN(he) >= 0 && env_stale_header(aTHX_ r, he)) {
+            if (j < 0 && HeKLEN(he) >= 0 && env_stale_header(aTHX_ r, he))
                 continue;
-            }
-            if (kept) {
+            if (j >= 0 && env_keep_owned(aTHX_ r, j, HeVAL(he))) {
                 seen[j] = 1;
                 continue;
             }
@@ -493,10 +607,26 @@ static void env_request_uri(const nw_request *r, const char **p, STRLEN *len)
     }
 }
 
+/* A header entry the build stored, for the quick check at the clean. */
+static void env_note_built(env_recycler *r, HE *he)
+{
+    if (r->nbuilt < 0)
+        return;
+    if (!he || r->nbuilt == ENV_STALE_MAX) {
+        r->nbuilt = -1;
+        return;
+    }
+    r->built[r->nbuilt] = he;
+    r->built_hash[r->nbuilt++] = HeHASH(he);
+}
+
 /* The request's headers into $env. In a spare $env, an entry left from the
  * last request (stale) takes this request's value, or goes. */
-static void env_headers(pTHX_ HV *env, const nw_request *req, env_recycler *stale)
+static void env_headers(pTHX_ HV *env, const nw_request *req, env_recycler *rec,
+                        env_recycler *stale)
 {
+    rec->built_for = env;
+    rec->nbuilt = 0;
     char small[256];
     for (size_t i = 0; i < req->num_headers; i++) {
         const nw_header *h = &req->headers[i];
@@ -514,12 +644,14 @@ static void env_headers(pTHX_ HV *env, const nw_request *req, env_recycler *stal
         SV **old = s >= 0 ? &HeVAL(stale->stale[s]) : hv_fetch(env, key, (I32)klen, 0);
         if (s >= 0) {
             env_set(aTHX_ *old, h->value, h->value_len);
+            env_note_built(rec, stale->stale[s]);
             stale->stale[s] = stale->stale[--stale->nstale];
         } else if (old) {
             sv_catpvs(*old, ", ");
             sv_catpvn(*old, h->value, h->value_len);
         } else {
-            (void)hv_store(env, key, (I32)klen, newSVpvn(h->value, h->value_len), 0);
+            env_note_built(rec, (HE *)hv_common(env, NULL, key, klen, 0, HV_FETCH_ISSTORE,
+                                                newSVpvn(h->value, h->value_len), 0));
         }
         if (key != small)
             Safefree(key);
@@ -649,7 +781,7 @@ HV *nw_env_build(pTHX_ nw_xs_conn *xc, SV *self_rv)
     env_recycler *stale = env ? xc->env : NULL;
     if (!env)
         env = env_fresh(aTHX_ xc, self_rv);
-    env_headers(aTHX_ env, &xc->c->req, stale);
+    env_headers(aTHX_ env, &xc->c->req, xc->env, stale);
     if (xc->c->req.authority)       /* RFC 9112 3.2.2: the target's host wins over Host */
         (void)hv_stores(env, "HTTP_HOST",
                         newSVpvn(xc->c->req.authority, xc->c->req.authority_len));
