@@ -1,8 +1,9 @@
 /* Glue between Perl and Narwhal's C: XSUBs that convert arguments and
  * call C, nothing more. Two classes: Narwhal::Acceptor (a worker's
- * scheduling: src/nw_worker.c) and Narwhal::Conn (one connection: read a
- * request into a PSGI $env, xs/env.c; write a response, xs/response.c).
- * Everything protocol-shaped lives in src/. */
+ * scheduling, src/nw_worker.c, and its requests, xs/serve.c) and
+ * Narwhal::Conn (one connection: write a response the app returned in
+ * any other shape, xs/response.c). Everything protocol-shaped lives in
+ * src/. */
 #include "xs/narwhal_xs.h"
 #include "XSUB.h"
 
@@ -57,28 +58,6 @@ static void owner_drop(void *owner)
 }
 
 static const nw_worker_owner_ops owner_ops = { owner_hold, owner_drop };
-
-/* The Narwhal::Conn for a connection nw_worker_next gave: a parked one
- * has its object (the worker's hold passes to the caller), a new one gets
- * one. */
-static SV *conn_object(pTHX_ nw_xs_acceptor *a, nw_wconn *wc)
-{
-    if (wc->owner) {
-        (INT2PTR(nw_xs_conn *, SvIV((SV *)wc->owner)))->turn = 0;
-        return newRV_noinc((SV *)wc->owner);
-    }
-    nw_xs_conn *xc;
-    Newxz(xc, 1, nw_xs_conn);
-    xc->wc = wc;
-    xc->c = wc->c;
-    xc->env = a->env[wc->c->listener];
-    nw_env_recycler_ref(xc->env);
-    nw_env_peer(aTHX_ xc, &wc->peer, wc->peer_len);
-    SV *rv = newSV(0);
-    sv_setref_pv(rv, "Narwhal::Conn", (void *)xc);
-    wc->owner = SvRV(rv);
-    return rv;
-}
 
 static void acceptor_add_listener(pTHX_ nw_xs_acceptor *a, SV *e, SV *io_maker)
 {
@@ -138,72 +117,50 @@ next_conn(self, max_wait)
   CODE:
     WORKER_SCOPE(self->w);
     nw_wconn *wc = nw_worker_next(self->w, (int)(max_wait * 1000));
-    RETVAL = wc ? conn_object(aTHX_ self, wc) : &PL_sv_undef;
-    WORKER_SCOPE_END;
-  OUTPUT:
-    RETVAL
-
-int
-release(self, conn, reason)
-    nw_xs_acceptor *self
-    nw_xs_conn *conn
-    int reason
-  CODE:
-    if (reason < NW_RELEASE_KEEPALIVE || reason > NW_RELEASE_CLOSE)
-        croak("Narwhal::Acceptor::release: no reason %d", reason);
-    WORKER_SCOPE(self->w);
-    RETVAL = nw_worker_release(self->w, conn->wc, (nw_release_reason)reason);
+    RETVAL = wc ? nw_serve_conn_object(aTHX_ self, wc) : &PL_sv_undef;
     WORKER_SCOPE_END;
   OUTPUT:
     RETVAL
 
 void
-serve_setup(self, worker, app, stopping, closing, served, exit_reason, limit, keepalive, managed, quantum, rss_limit_mb)
+serve_setup(self, worker, app, flags, limit, keepalive, managed, quantum, rss_limit_mb, idle_wait)
     nw_xs_acceptor *self
     SV *worker
     SV *app
-    SV *stopping
-    SV *closing
-    SV *served
-    SV *exit_reason
+    HV *flags
     IV limit
     int keepalive
     int managed
     int quantum
     double rss_limit_mb
+    double idle_wait
   CODE:
-    /* What serve needs, once: the flags are references to the worker
-     * loop's own scalars. */
-    if (!SvROK(stopping) || !SvROK(closing) || !SvROK(served) || !SvROK(exit_reason))
-        croak("Narwhal::Acceptor::serve_setup: the flags are scalar references");
-    nw_serve_setup s = { worker, app, SvRV(stopping), SvRV(closing), SvRV(served),
-                         SvRV(exit_reason), limit, keepalive, managed,
-                         quantum > 0 ? quantum : 1, rss_limit_mb };
+    /* What serve needs, once. flags: the worker loop's own scalars, by
+     * reference: stopping, closing, served, exit_reason, conn. */
+    const char *names[] = { "stopping", "closing", "served", "exit_reason", "conn" };
+    SV *flag[5];
+    for (int i = 0; i < 5; i++) {
+        SV **f = hv_fetch(flags, names[i], (I32)strlen(names[i]), 0);
+        if (!f || !SvROK(*f) || SvTYPE(SvRV(*f)) > SVt_PVMG)
+            croak("Narwhal::Acceptor::serve_setup: %s is not a scalar reference", names[i]);
+        flag[i] = SvRV(*f);
+    }
+    nw_serve_setup s = { worker, app, flag[0], flag[1], flag[2], flag[3], flag[4], limit,
+                         keepalive, managed, quantum > 0 ? quantum : 1, rss_limit_mb, idle_wait };
     nw_serve_setup_set(aTHX_ &self->serve, &s);
+    self->current_obj = NULL;
+    self->current = NULL;
 
 int
-serve(self, conn, wait)
+serve(self)
     nw_xs_acceptor *self
-    nw_xs_conn *conn
-    double wait
   CODE:
-    /* One request on conn, read to release ("One request in C" in
-     * docs/DESIGN.md): SERVE_LET_GO, SERVE_KEPT, or what reading gave. */
+    /* One request of the current connection, taking the next connection
+     * first when there is none ("One request in C" in docs/DESIGN.md):
+     * SERVE_ON, SERVE_IDLE or SERVE_LEAVING. */
     if (!self->serve.app)
         croak("Narwhal::Acceptor::serve before serve_setup");
-    RETVAL = nw_serve(aTHX_ self, conn, ST(1), wait);
-  OUTPUT:
-    RETVAL
-
-int
-hand_off_rest(self, conn, keep_alive)
-    nw_xs_acceptor *self
-    nw_xs_conn *conn
-    int keep_alive
-  CODE:
-    WORKER_SCOPE(self->w);
-    RETVAL = nw_worker_hand_off_rest(self->w, conn->wc, keep_alive);
-    WORKER_SCOPE_END;
+    RETVAL = nw_serve_next(aTHX_ self);
   OUTPUT:
     RETVAL
 
@@ -360,21 +317,6 @@ rss_over(limit_mb)
 
 MODULE = Narwhal    PACKAGE = Narwhal::Conn
 
-SV *
-read_request(self, max_wait, wait_partial = 0)
-    nw_xs_conn *self
-    double max_wait
-    int wait_partial
-  CODE:
-    /* max_wait bounds the wait while no byte of the next request has
-     * arrived (NOTHING_YET after it); with wait_partial, also while part of
-     * it has. The connection's own deadlines hold either way. */
-    int r;
-    HV *env = nw_serve_read(aTHX_ self, ST(0), max_wait, wait_partial, &r);
-    RETVAL = env ? newRV_noinc((SV *)env) : newSViv(r);
-  OUTPUT:
-    RETVAL
-
 int
 take_body_fd(self)
     nw_xs_conn *self
@@ -393,19 +335,6 @@ write_response(self, status, headers, body, may_keep_alive)
     int may_keep_alive
   CODE:
     RETVAL = nw_response_write_array(aTHX_ self->c, status, headers, body, may_keep_alive);
-  OUTPUT:
-    RETVAL
-
-int
-write_common_response(self, res, may_keep_alive)
-    nw_xs_conn *self
-    SV *res
-    int may_keep_alive
-  CODE:
-    /* The worker's common case in one call: res is [status, headers,
-     * [pieces]] (plain arrays). OTHER_SHAPE for any other shape (the
-     * worker's respond() handles it), else what write_response returns. */
-    RETVAL = nw_response_write_common(aTHX_ self->c, res, may_keep_alive);
   OUTPUT:
     RETVAL
 
@@ -463,28 +392,6 @@ informational(self, status, headers)
     RETVAL = nw_response_informational(aTHX_ self->c, status, headers);
   OUTPUT:
     RETVAL
-
-void
-finish_request(self, env = NULL)
-    nw_xs_conn *self
-    SV *env
-  CODE:
-    nw_serve_end(aTHX_ self, env, 1);
-
-int
-needs_after(env)
-    SV *env
-  CODE:
-    RETVAL = nw_env_needs_after(aTHX_ env);
-  OUTPUT:
-    RETVAL
-
-void
-recycle_env(self, env)
-    nw_xs_conn *self
-    SV *env
-  CODE:
-    nw_serve_end(aTHX_ self, env, 0);
 
 void
 abandon(self)
@@ -769,8 +676,6 @@ BOOT:
     nw_config_export_limits(aTHX);
     conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
     acceptor_stash = gv_stashpvs("Narwhal::Acceptor", GV_ADD);
-    /* Why a connection is let go (Narwhal::Acceptor::release), what came
-     * of it, and what read_request and write_common_response answer. */
     {
         /* Why a worker leaves (Narwhal::Scoreboard->leaving) and why the
          * master started another (->count_restart). */
@@ -786,17 +691,9 @@ BOOT:
         export_constant(aTHX_ sb, "RESTART_SIGNAL", NW_RESTART_SIGNAL);
         export_constant(aTHX_ sb, "WORKER_EXIT_WATCHDOG", NW_WORKER_EXIT_WATCHDOG);
     }
-    export_constant(aTHX_ acceptor_stash, "KEEPALIVE", NW_RELEASE_KEEPALIVE);
-    export_constant(aTHX_ acceptor_stash, "IDLE", NW_RELEASE_IDLE);
-    export_constant(aTHX_ acceptor_stash, "QUANTUM", NW_RELEASE_QUANTUM);
+    /* What serve answers, and how release_parked lets parked connections go. */
     export_constant(aTHX_ acceptor_stash, "RETIRE", NW_RELEASE_RETIRE);
     export_constant(aTHX_ acceptor_stash, "STOP", NW_RELEASE_STOP);
-    export_constant(aTHX_ acceptor_stash, "CLOSE", NW_RELEASE_CLOSE);
-    export_constant(aTHX_ acceptor_stash, "KEPT", NW_RELEASE_KEPT);
-    export_constant(aTHX_ acceptor_stash, "PARKED", NW_RELEASE_PARKED);
-    export_constant(aTHX_ acceptor_stash, "HANDED_OFF", NW_RELEASE_HANDED_OFF);
-    export_constant(aTHX_ acceptor_stash, "CLOSED", NW_RELEASE_CLOSED);
-    export_constant(aTHX_ acceptor_stash, "SERVE_KEPT", NW_SERVE_KEPT);
-    export_constant(aTHX_ acceptor_stash, "SERVE_LET_GO", NW_SERVE_LET_GO);
-    export_constant(aTHX_ conn_stash, "NOTHING_YET", NW_REQ_AGAIN);
-    export_constant(aTHX_ conn_stash, "OTHER_SHAPE", NW_RESPONSE_OTHER_SHAPE);
+    export_constant(aTHX_ acceptor_stash, "SERVE_ON", NW_SERVE_ON);
+    export_constant(aTHX_ acceptor_stash, "SERVE_IDLE", NW_SERVE_IDLE);
+    export_constant(aTHX_ acceptor_stash, "SERVE_LEAVING", NW_SERVE_LEAVING);

@@ -8,8 +8,8 @@ for my $m (qw(Narwhal Narwhal::Options Narwhal::Listener Narwhal::Input Narwhal:
               Narwhal::Worker Narwhal::Master Narwhal::CLI Plack::Handler::Narwhal)) {
     use_ok($m);
 }
-ok(Narwhal::Acceptor->can('next_conn') && Narwhal::Acceptor->can('release'), 'XS Narwhal::Acceptor loaded');
-ok(Narwhal::Conn->can('read_request'), 'XS Narwhal::Conn loaded');
+ok(Narwhal::Acceptor->can('next_conn') && Narwhal::Acceptor->can('serve'), 'XS Narwhal::Acceptor loaded');
+ok(Narwhal::Conn->can('write_response'), 'XS Narwhal::Conn loaded');
 my $out = `@{[ join ' ', perl_cmd() ]} -c ${\ root() }/bin/narwhal 2>&1`;
 like($out, qr/syntax OK/, 'bin/narwhal compiles');
 done_testing;

@@ -3,6 +3,7 @@ use warnings;
 use Test::More;
 use Time::HiRes ();
 use IO::Select ();
+use IO::Socket::UNIX ();
 use lib 't/lib';
 use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until);
 
@@ -312,6 +313,34 @@ subtest 'TERM closes parked connections at once' => sub {
     kill TERM => $srv->pid;
     is(read_until_close($_, 4), '', 'parked connection closed') for @a;
     ok(Time::HiRes::time() - $t0 < 2, 'without waiting for --keepalive-wait or the timeout');
+};
+
+subtest 'a connection with nothing to read yet is let go once, not re-read' => sub {
+    # A unix socket has no TCP_DEFER_ACCEPT: a client that connects and
+    # says nothing yet is accepted at once. The worker parks it (or gives
+    # it to the manager) and must then be done with it. It used to read
+    # it again and park it again until its parked set was full of copies
+    # of the one connection (1,024), which then went to the manager; for
+    # --keepalive-wait the worker could park nothing else, so every other
+    # keep-alive client went through the manager after each response (and
+    # when the copies expired they could take the watch of a connection
+    # that had the same descriptor number by then).
+    my $sock = NarwhalTest::tmpdir() . "/silent.sock";
+    my $status = NarwhalTest::free_port();
+    my $srv = spawn_server(app => $app, unix => $sock,
+                           args => [ '--max-workers' => 1, '--keepalive-wait' => 5,
+                                     '--status-listen' => "127.0.0.1:$status" ]);
+    my $silent = IO::Socket::UNIX->new(Peer => $sock) or die "connect: $!";
+    Time::HiRes::sleep(0.05);
+    my $ka = IO::Socket::UNIX->new(Peer => $sock) or die "connect: $!";
+    my $answered = grep { my $r = request_on($ka, "/ka$_"); Time::HiRes::sleep(0.02);
+                          $r && $r->{status} == 200 } 1 .. 10;
+    is($answered, 10, 'the keep-alive client beside it: every request answered');
+    my $metrics = NarwhalTest::http_get($status, "/metrics") // {};
+    my ($to_manager) = ($metrics->{content} // '') =~ /^narwhal_handoffs_total\{direction="to_manager"\} (\d+)/m;
+    is($to_manager, 0, 'both stayed parked in the worker: nothing went to the manager');
+    my $r = request_on($silent, '/late');
+    like($r && $r->{body}, qr{path=/late}, 'the silent client is served when it speaks');
 };
 
 done_testing;

@@ -33,9 +33,11 @@ typedef struct {
     SV *worker;         /* the Narwhal::Worker */
     SV *app;
     SV *stopping, *closing, *served, *exit_reason;
+    SV *conn;           /* the current connection (a Narwhal::Conn), or undef */
     IV limit;           /* requests before the worker leaves; 0: no limit */
     int keepalive, managed, quantum;
     double rss_limit_mb;
+    double idle_wait;   /* the longest wait for a connection or a request, seconds */
 } nw_serve_setup;
 
 /* A worker's Narwhal::Acceptor: its scheduling, each listener's $env,
@@ -45,6 +47,9 @@ typedef struct {
     env_recycler *env[NW_WORKER_MAX_LISTENERS];
     int count;
     nw_serve_setup serve;   /* serve.app is NULL until serve_setup */
+    SV *current_obj;        /* the object serve.conn referred to when last seen */
+    nw_xs_conn *current;    /* and its connection */
+    double wait;            /* for the current connection's next request */
 } nw_xs_acceptor;
 
 /* Every call into the worker (src/nw_worker.c) runs inside WORKER_SCOPE
@@ -104,13 +109,20 @@ void nw_serve_end(pTHX_ nw_xs_conn *xc, SV *env_rv, int finish_conn);
 /* The access log's line for the request that ends on xc. */
 void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us);
 
-/* One request on xc, read to release, with Perl called back only for
- * what is not common ("One request in C" in docs/DESIGN.md). Returns
- * NW_SERVE_LET_GO, NW_SERVE_KEPT, or the read's result when no request
- * came (NW_REQ_AGAIN, CLOSED, TIMEOUT, ERROR). */
-#define NW_SERVE_KEPT    2     /* served; the worker serves the connection on */
-#define NW_SERVE_LET_GO  3     /* served; the connection was parked, handed off or closed */
-int nw_serve(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, double wait);
+/* The Narwhal::Conn for a connection nw_worker_next gave (a new
+ * reference): a parked one has its object (the worker's hold passes to
+ * the caller), a new one gets one. */
+SV *nw_serve_conn_object(pTHX_ nw_xs_acceptor *a, nw_wconn *wc);
+
+/* One request of the current connection (serve.conn), read to release,
+ * taking the next connection first when there is none ("One request in
+ * C" in docs/DESIGN.md), with Perl called back only for what is not
+ * common. */
+#define NW_SERVE_ON      4     /* served, or the connection was let go: go on */
+#define NW_SERVE_IDLE    5     /* no connection came within the wait */
+#define NW_SERVE_LEAVING 6     /* no current connection, and the worker is stopping or
+                                * at its request limit */
+int nw_serve_next(pTHX_ nw_xs_acceptor *a);
 
 /* The setup's references, taken and let go. */
 void nw_serve_setup_set(pTHX_ nw_serve_setup *s, const nw_serve_setup *from);

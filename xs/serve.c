@@ -159,6 +159,11 @@ static int call_worker(pTHX_ const nw_serve_setup *s, const char *method, int na
 
 /* ---- the sequence ------------------------------------------------------ */
 
+/* What serving one request came to (besides a read's NW_REQ_* result
+ * when no request came). */
+#define SERVED_KEPT    2     /* the worker serves the connection on */
+#define SERVED_LET_GO  3     /* the connection was parked, handed off or closed */
+
 static int flag(pTHX_ SV *sv)
 {
     return SvTRUE(sv);
@@ -220,25 +225,28 @@ static int after_kept(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc)
          * takes it over; when the server stops it is closed */
         release(aTHX_ a, xc, s->managed && !flag(aTHX_ s->closing) ? NW_RELEASE_RETIRE
                                                                   : NW_RELEASE_STOP);
-        return NW_SERVE_LET_GO;
+        return SERVED_LET_GO;
     }
     if (!s->managed) {      /* a kept connection holds this worker: look at signals now and then */
         if (nw_worker_deliver_signals(a->w))
             PERL_ASYNC_CHECK();
-        return NW_SERVE_KEPT;
+        return SERVED_KEPT;
     }
     /* A client that waits for each response has not sent its next request
      * yet: it is parked now rather than read first. Pipelined requests are
      * served a few in a row, then others get their turn. */
     if (release(aTHX_ a, xc, NW_RELEASE_KEEPALIVE))
-        return NW_SERVE_LET_GO;
+        return SERVED_LET_GO;
     if (++xc->turn < s->quantum)
-        return NW_SERVE_KEPT;
+        return SERVED_KEPT;
     xc->turn = 0;
-    return release(aTHX_ a, xc, NW_RELEASE_QUANTUM) ? NW_SERVE_LET_GO : NW_SERVE_KEPT;
+    return release(aTHX_ a, xc, NW_RELEASE_QUANTUM) ? SERVED_LET_GO : SERVED_KEPT;
 }
 
-int nw_serve(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, double wait)
+/* One request on xc, read to release: SERVED_LET_GO, SERVED_KEPT, or the
+ * read's result when no request came (NW_REQ_AGAIN, CLOSED, TIMEOUT,
+ * ERROR). */
+static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, double wait)
 {
     const nw_serve_setup *s = &a->serve;
     int r, outcome;
@@ -275,7 +283,7 @@ int nw_serve(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, double wait)
     if (!kept) {
         nw_serve_end(aTHX_ xc, env_rv, 0);
         release(aTHX_ a, xc, NW_RELEASE_CLOSE);
-        outcome = NW_SERVE_LET_GO;
+        outcome = SERVED_LET_GO;
     } else {
         nw_serve_end(aTHX_ xc, env_rv, 1);
         outcome = after_kept(aTHX_ a, xc);
@@ -285,18 +293,126 @@ int nw_serve(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, double wait)
     return outcome;
 }
 
+/* ---- the current connection -------------------------------------------- */
+
+static HV *conn_stash;      /* Narwhal::Conn's, for a quick check */
+
+SV *nw_serve_conn_object(pTHX_ nw_xs_acceptor *a, nw_wconn *wc)
+{
+    if (wc->owner)
+        return newRV_noinc((SV *)wc->owner);
+    nw_xs_conn *xc;
+    Newxz(xc, 1, nw_xs_conn);
+    xc->wc = wc;
+    xc->c = wc->c;
+    xc->env = a->env[wc->c->listener];
+    nw_env_recycler_ref(xc->env);
+    nw_env_peer(aTHX_ xc, &wc->peer, wc->peer_len);
+    SV *rv = newSV(0);
+    sv_setref_pv(rv, "Narwhal::Conn", (void *)xc);
+    wc->owner = SvRV(rv);
+    return rv;
+}
+
+/* The connection in serve.conn, or NULL. One the loop put there (the
+ * drain) starts its turn as a connection just taken does. */
+static nw_xs_conn *current(pTHX_ nw_xs_acceptor *a)
+{
+    SV *slot = a->serve.conn;
+    if (!SvROK(slot))
+        return NULL;
+    SV *obj = SvRV(slot);
+    if (obj != a->current_obj) {
+        if (!(SvOBJECT(obj) && SvSTASH(obj) == conn_stash) && !sv_derived_from(slot, "Narwhal::Conn"))
+            croak("the worker's current connection is not a Narwhal::Conn");
+        a->current_obj = obj;
+        a->current = INT2PTR(nw_xs_conn *, SvIV(obj));
+        a->current->turn = 0;
+        a->wait = a->serve.managed ? 0 : a->serve.idle_wait;
+    }
+    return a->current;
+}
+
+/* The next connection (up to the idle wait) as the current one, or NULL. */
+static nw_xs_conn *take_next(pTHX_ nw_xs_acceptor *a)
+{
+    WORKER_SCOPE(a->w);
+    nw_wconn *wc = nw_worker_next(a->w, (int)(a->serve.idle_wait * 1000));
+    SV *rv = wc ? nw_serve_conn_object(aTHX_ a, wc) : NULL;
+    WORKER_SCOPE_END;
+    if (!rv)
+        return NULL;
+    sv_setsv(a->serve.conn, rv);
+    SvREFCNT_dec(rv);
+    return current(aTHX_ a);
+}
+
+/* The current connection was let go: the worker has none. */
+static void let_go(pTHX_ nw_xs_acceptor *a)
+{
+    a->current_obj = NULL;
+    a->current = NULL;
+    sv_setsv(a->serve.conn, &PL_sv_undef);
+}
+
+/* No request came on xc (what reading gave is r). With a manager, an idle
+ * connection goes back (parked, or to the manager); when it will not, or
+ * without a manager, the worker waits on it and looks at its signals
+ * meanwhile. A closed, timed-out or refused one goes. */
+static void no_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, int r)
+{
+    const nw_serve_setup *s = &a->serve;
+    if (r == NW_REQ_AGAIN) {
+        if (s->managed && release(aTHX_ a, xc, NW_RELEASE_IDLE)) {
+            let_go(aTHX_ a);
+            return;
+        }
+        a->wait = s->idle_wait;
+        if (nw_worker_deliver_signals(a->w))
+            PERL_ASYNC_CHECK();
+        if (!flag(aTHX_ s->stopping))
+            return;
+        release(aTHX_ a, xc, NW_RELEASE_STOP);
+    } else {
+        release(aTHX_ a, xc, NW_RELEASE_CLOSE);
+    }
+    let_go(aTHX_ a);
+}
+
+int nw_serve_next(pTHX_ nw_xs_acceptor *a)
+{
+    const nw_serve_setup *s = &a->serve;
+    nw_xs_conn *xc = current(aTHX_ a);
+    if (!xc) {
+        if (flag(aTHX_ s->stopping) || (s->limit && SvIV(s->served) >= s->limit))
+            return NW_SERVE_LEAVING;
+        if (!(xc = take_next(aTHX_ a)))
+            return NW_SERVE_IDLE;
+    }
+    int r = serve_request(aTHX_ a, xc, s->conn, a->wait);
+    if (r == SERVED_LET_GO)
+        let_go(aTHX_ a);
+    else if (r == SERVED_KEPT)
+        a->wait = s->managed ? 0 : s->idle_wait;
+    else
+        no_request(aTHX_ a, xc, r);
+    return NW_SERVE_ON;
+}
+
 /* ---- setup ------------------------------------------------------------- */
 
 void nw_serve_setup_set(pTHX_ nw_serve_setup *s, const nw_serve_setup *from)
 {
     nw_serve_setup_clear(aTHX_ s);
     *s = *from;
+    conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
     SvREFCNT_inc_simple_void_NN(s->worker);
     SvREFCNT_inc_simple_void_NN(s->app);
     SvREFCNT_inc_simple_void_NN(s->stopping);
     SvREFCNT_inc_simple_void_NN(s->closing);
     SvREFCNT_inc_simple_void_NN(s->served);
     SvREFCNT_inc_simple_void_NN(s->exit_reason);
+    SvREFCNT_inc_simple_void_NN(s->conn);
 }
 
 void nw_serve_setup_clear(pTHX_ nw_serve_setup *s)
@@ -307,5 +423,6 @@ void nw_serve_setup_clear(pTHX_ nw_serve_setup *s)
     SvREFCNT_dec(s->closing);
     SvREFCNT_dec(s->served);
     SvREFCNT_dec(s->exit_reason);
+    SvREFCNT_dec(s->conn);
     memset(s, 0, sizeof *s);
 }

@@ -9,9 +9,10 @@ use POSIX ();
 use Scalar::Util ();
 
 # A worker process: accepts connections itself (accept4, no lock) and serves
-# their requests one after the other. The C side (Narwhal::Conn) reads the
-# request into $env and writes the response; this file runs the app and
-# turns what it returns into those calls.
+# their requests one after the other. The C side (Narwhal::Acceptor::serve,
+# xs/serve.c) reads each request into $env, calls the app and writes the
+# common response; this file is the loop around it and what a request
+# needs of Perl: other response shapes, streaming, cleanup handlers.
 
 use constant WAIT          => 1.0;    # the longest wait before the worker looks at its flags
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
@@ -67,66 +68,42 @@ sub run {
     # (the master's pid as the master knew it: one that died while this
     # worker was setting up must still be noticed)
     my $master = $self->{master_pid} // getppid();
-    # The flags tested on every request and $self->{conn} (for
-    # psgix.informational) are used through references to their hash
-    # slots: cheaper than hash lookups, and the signal handlers, which set
+    # The flags tested on every request, and the current connection
+    # ($self->{conn}, which psgix.informational and the watchdog read),
+    # are these hash slots' own scalars: the C side reads and writes them
+    # through references, and the signal handlers, which set
     # $self->{stopping} and $self->{closing}, write the same scalars.
-    $self->{exit_reason} //= undef;
-    my ($stopping, $closing, $served, $conn_slot)
-        = (\$self->{stopping}, \$self->{closing}, \$self->{served}, \$self->{conn});
-    Narwhal::Acceptor::serve_setup($acceptor, $self, $self->{app}, $stopping, $closing, $served,
-        \$self->{exit_reason}, $limit, $keepalive ? 1 : 0, $managed ? 1 : 0,
-        $self->{options}{worker_quantum}, $self->{options}{max_worker_rss} || 0);
-    # One loop, one request per turn. It runs once per request, so it calls
-    # the C side as plain functions and keeps its state in lexicals.
-    # $conn is the connection being served; when it is let go
-    # (Narwhal::Acceptor::release: parked, handed to the manager or
-    # closed), the next turn takes the next one.
-    my ($conn, $wait, $draining);
+    $self->{$_} //= undef for qw(exit_reason conn);
+    my ($stopping, $closing, $served) = (\$self->{stopping}, \$self->{closing}, \$self->{served});
+    Narwhal::Acceptor::serve_setup($acceptor, $self, $self->{app},
+        { stopping => $stopping, closing => $closing, served => $served,
+          exit_reason => \$self->{exit_reason}, conn => \$self->{conn} },
+        $limit, $keepalive ? 1 : 0, $managed ? 1 : 0, $self->{options}{worker_quantum},
+        $self->{options}{max_worker_rss} || 0, WAIT);
+    # One loop, one request per turn. serve (xs/serve.c, "One request in
+    # C" in docs/DESIGN.md) serves the current connection's next request,
+    # taking the next connection first when there is none, and lets the
+    # connection go (parked, handed to the manager, closed) as it must. It
+    # calls this object back for what is not common (_open_spilled_body,
+    # respond, _after_request, _over_memory). What is left here is what
+    # happens between requests: idle time, and leaving.
+    my $draining;
     while (1) {
-        if (!$conn) {
-            if ($$stopping || ($limit && $$served >= $limit)) {
-                # Leaving. When the server stops, first serve (with
-                # Connection: close) what has arrived: clients in the
-                # listen queue, connections in the serve queue, parked
-                # ones with a request. Nothing the kernel accepted is reset.
-                last unless $$closing;
-                $draining++ or $self->_drain($acceptor);
-                $conn = Narwhal::Acceptor::next_conn($acceptor, 0) or last;
-            } elsif (!($conn = Narwhal::Acceptor::next_conn($acceptor, WAIT))) {
-                Narwhal::AccessLog::tick() if $access_log;    # idle: what is buffered goes out
-                Narwhal::Acceptor::deliver_signals($acceptor);
-                $self->_leave_if_orphaned($master);
-                next;
-            }
-            $$conn_slot = $conn;
-            # With a manager, a connection with nothing to read goes back
-            # at once (parked, or to the manager); without, it is waited for.
-            $wait = $managed ? 0 : WAIT;
-        }
-        # One request, read to release, in C ("One request in C" in
-        # docs/DESIGN.md): it calls this object back for what is not common
-        # (_open_spilled_body, respond, _after_request, _over_memory).
-        my $r = Narwhal::Acceptor::serve($acceptor, $conn, $wait);
-        if ($r == Narwhal::Acceptor::SERVE_LET_GO) {    # parked, handed off or closed
-            $$conn_slot = $conn = undef;
-            next;
-        }
-        if ($r == Narwhal::Acceptor::SERVE_KEPT) {      # the next request is this connection's
-            $wait = 0 if $managed;
-            next;
-        }
-        if ($r == Narwhal::Conn::NOTHING_YET) {
-            next if $managed
-                && Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::IDLE);
-            $wait = WAIT;    # the manager is not taking it: wait here
+        my $r = Narwhal::Acceptor::serve($acceptor);
+        next if $r == Narwhal::Acceptor::SERVE_ON;
+        if ($r == Narwhal::Acceptor::SERVE_IDLE) {    # no connection came within WAIT
+            Narwhal::AccessLog::tick() if $access_log;    # what is buffered goes out
             Narwhal::Acceptor::deliver_signals($acceptor);
-            next unless $$stopping;
-            Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::STOP);
-        } else {             # closed, timed out, or answered with an error
-            Narwhal::Acceptor::release($acceptor, $conn, Narwhal::Acceptor::CLOSE);
+            $self->_leave_if_orphaned($master);
+            next;
         }
-        $$conn_slot = $conn = undef;
+        # SERVE_LEAVING: stopping, or at the request limit. When the server
+        # stops, first serve (with Connection: close) what has arrived:
+        # clients in the listen queue, connections in the serve queue,
+        # parked ones with a request. Nothing the kernel accepted is reset.
+        last unless $$closing;
+        $draining++ or $self->_drain($acceptor);
+        $self->{conn} = Narwhal::Acceptor::next_conn($acceptor, 0) or last;
     }
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
@@ -469,9 +446,10 @@ Narwhal::Worker - the request loop of a Narwhal worker process
 =head1 DESCRIPTION
 
 Internal. Each worker accepts connections on every listener with
-C<accept4>, reads requests through L<Narwhal::Conn> (C), runs the PSGI app
-and writes its response: arrays in one C<writev>, file handles with
-C<sendfile>, other bodies through C<getline>, streamed responses through
-L<Narwhal::Writer>. See F<docs/DESIGN.md>.
+C<accept4>; C<Narwhal::Acceptor::serve> (C) reads each request, runs the
+PSGI app and writes an array response in one C<writev>; this module writes
+the others: file handles with C<sendfile>, other bodies through
+C<getline>, streamed responses through L<Narwhal::Writer>. See
+F<docs/DESIGN.md>, "One request in C".
 
 =cut
