@@ -372,8 +372,14 @@ int nw_conn_read_body(nw_conn *c)
         return head_error(c, 413);
     if (c->framing.expect_continue)
         send_continue(c);
+    /* The parsed head points into c->in, which may grow (move) as the body
+     * is read: its pointers move with it (the access log and the
+     * scoreboard read the request line and headers after the body). */
+    uintptr_t head_was = (uintptr_t)c->in.data;
     int r = c->framing.body == NW_BODY_LENGTH ? read_length_body(c)
                                               : read_chunked_body(c);
+    if ((uintptr_t)c->in.data != head_was)
+        nw_http_request_moved(&c->req, head_was, c->in.data);
     if (r == NW_REQ_READY && c->body_fd >= 0 && lseek(c->body_fd, 0, SEEK_SET) < 0)
         return head_error(c, 500);
     return r;

@@ -877,3 +877,21 @@ int nw_http_line_can_start(const char *p, size_t len)
     }
     return i == len || p[i] == '\r' || p[i] == '\n';
 }
+
+static const char *moved(const char *p, uintptr_t from, const char *to)
+{
+    return p ? to + ((uintptr_t)p - from) : NULL;
+}
+
+void nw_http_request_moved(nw_request *req, uintptr_t from, const char *to)
+{
+    req->method = moved(req->method, from, to);
+    req->target = moved(req->target, from, to);
+    req->path = moved(req->path, from, to);
+    req->query = moved(req->query, from, to);
+    req->authority = moved(req->authority, from, to);
+    for (size_t i = 0; i < req->num_headers; i++) {
+        req->headers[i].name = moved(req->headers[i].name, from, to);
+        req->headers[i].value = moved(req->headers[i].value, from, to);
+    }
+}

@@ -46,6 +46,12 @@ typedef struct {
 int nw_http_parse_head(const char *buf, size_t len, nw_request *req,
                        nw_header *headers, const nw_parse_limits *limits);
 
+/* The head req was parsed from moved (the buffer grew, reading the body):
+ * its bytes, which were at address `from`, are now at `to`. Every pointer
+ * in req (and its headers) is moved with them. `from` is taken as a number
+ * before the buffer moves: the old block is not read. */
+void nw_http_request_moved(nw_request *req, uintptr_t from, const char *to);
+
 /* Body framing and connection semantics, from the parsed headers. */
 enum nw_body_kind { NW_BODY_NONE = 0, NW_BODY_LENGTH = 1, NW_BODY_CHUNKED = 2 };
 

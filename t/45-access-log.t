@@ -149,4 +149,26 @@ SKIP: {
     like(slurp("$log.1"), qr{/before}, '... which it keeps');
 }
 
+# 5. A body that makes the connection's buffer grow: the request line and
+# headers are read at the end of the request, after the body moved the
+# bytes they were parsed from. They used to be read from the freed block
+# (a chunked upload logged heap bytes as its request line).
+{
+    my $log = "$TMP/bodies.log";
+    my $s = server('--max-workers', 1, '--access-log', $log);
+    my $body = 'b' x 700_000;
+    my @chunks = map { sprintf("%x\r\n%s\r\n", length $_, $_) } unpack('(a65536)*', $body);
+    my $r1 = request($s->port, "POST /chunked-up?x=1 HTTP/1.1\r\nHost: x\r\nUser-Agent: agent-c\r\n"
+                               . "Referer: http://r.example/\r\nTransfer-Encoding: chunked\r\n\r\n"
+                               . join('', @chunks) . "0\r\n\r\n");
+    my $r2 = request($s->port, "POST /length-up HTTP/1.1\r\nHost: x\r\nUser-Agent: agent-l\r\n"
+                               . "Content-Length: " . length($body) . "\r\n\r\n$body");
+    is(($r1 && $r1->{status}) . ' ' . ($r2 && $r2->{status}), '200 200', 'both uploads answered');
+    my @l = lines_when($log, 2);
+    like($l[0], qr{"POST /chunked-up\?x=1 HTTP/1\.1" 200 6 "http://r\.example/" "agent-c" \d+ \d+$},
+         'chunked upload: its own request line, referer and agent');
+    like($l[1], qr{"POST /length-up HTTP/1\.1" 200 6 "-" "agent-l" \d+ \d+$},
+         'Content-Length upload: its own request line and agent');
+}
+
 done_testing();

@@ -418,6 +418,50 @@ static void test_path_query(void)
     is_str(req.path, req.path_len, "x:/y", "scheme without '//': not absolute-form");
 }
 
+/* The buffer a head was parsed from moves (it grew while the body was
+ * read): every pointer of the request follows it, and the old block is
+ * never read (ASan would say so: it is freed first). */
+static void test_request_moved(void)
+{
+    static const char head[] = "POST http://h.example:81/up/load?x=1 HTTP/1.1\r\n"
+                               "Host: h.example\r\nUser-Agent: agent-c\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\n";
+    size_t n = sizeof head - 1;
+    char *old = malloc(n);
+    memcpy(old, head, n);
+    nw_header h[8];
+    nw_request r;
+    nw_parse_limits lim = default_limits;
+    lim.max_headers = 8;
+    ok(nw_http_parse_head(old, n, &r, h, &lim) == (int)n, "moved: parsed");
+    char *now = malloc(n + 100);
+    memcpy(now, old, n);
+    uintptr_t from = (uintptr_t)old;
+    free(old);
+    nw_http_request_moved(&r, from, now);
+    is_str(r.method, r.method_len, "POST", "moved: method");
+    is_str(r.target, r.target_len, "http://h.example:81/up/load?x=1", "moved: target");
+    is_str(r.path, r.path_len, "/up/load", "moved: path");
+    is_str(r.query, r.query_len, "x=1", "moved: query");
+    is_str(r.authority, r.authority_len, "h.example:81", "moved: authority");
+    ok(r.num_headers == 3, "moved: three headers");
+    is_str(r.headers[1].name, r.headers[1].name_len, "User-Agent", "moved: a header's name");
+    is_str(r.headers[1].value, r.headers[1].value_len, "agent-c", "moved: its value");
+    ok(r.headers[2].value >= now && r.headers[2].value < now + n, "moved: into the new block");
+
+    static const char plain[] = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    old = malloc(sizeof plain);
+    memcpy(old, plain, sizeof plain);
+    ok(nw_http_parse_head(old, sizeof plain - 1, &r, h, &lim) > 0, "moved: parsed, no query");
+    memcpy(now, old, sizeof plain);
+    from = (uintptr_t)old;
+    free(old);
+    nw_http_request_moved(&r, from, now);
+    ok(r.query == NULL && r.authority == NULL, "moved: absent parts stay NULL");
+    is_str(r.path, r.path_len, "/", "moved: path");
+    free(now);
+}
+
 /* ------------------------------------------------------------- prefixes */
 
 static void test_prefixes(void)
@@ -969,6 +1013,7 @@ int main(void)
     test_every_byte();
     test_header_limits();
     test_path_query();
+    test_request_moved();
     test_prefixes();
     test_content_length();
     test_transfer_encoding();
