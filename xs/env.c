@@ -461,8 +461,9 @@ static int env_holds_entry(HV *env, const HE *he, U32 hash)
  * the same way). */
 static int env_recycle_quick(pTHX_ env_recycler *r, HV *env)
 {
-    if (r->built_for != env || r->nbuilt < 0)
-        return 0;
+    if (r->built_for != env || r->nbuilt < 0
+        || HvTOTALKEYS(env) != (STRLEN)(r->nkeys + r->nbuilt))
+        return 0;           /* keys added or deleted: not the common case */
     HE **array = HvARRAY(env);
     STRLEN max = HvMAX(env);
     for (int j = 0; j < r->nkeys; j++) {
