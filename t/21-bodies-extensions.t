@@ -22,11 +22,18 @@ my $marker = "$dir/cleanup.marker";
 my $app = <<"APP";
 my \$file = '$file';
 my \$marker = '$marker';
+package OwnClose { sub close { my \$s = shift; open my \$m, '>', \$marker; print \$m 'own close'; CORE::close(\$s) } }
 package Lines { sub new { bless { n => 0 }, shift } sub getline { my \$s = shift; \$s->{n}++ < 3 ? "line\$s->{n}\\n" : undef } sub close { 1 } }
 my %routes = (
     '/file' => sub { open(my \$fh, '<', \$file) or die; [200, ['Content-Type' => 'application/octet-stream'], \$fh] },
     '/file-offset' => sub { open(my \$fh, '<', \$file) or die; seek(\$fh, 1000, 0); [200, [], \$fh] },
     '/file-layer' => sub { open(my \$fh, '<:crlf', \$file) or die; [200, [], \$fh] },
+    '/file-utf8' => sub { open(my \$fh, '<:utf8', \$file) or die; [200, [], \$fh] },
+    '/file-read' => sub { open(my \$fh, '<', \$file) or die; read(\$fh, my \$x, 10); [200, [], \$fh] },
+    '/file-kept' => sub { open(\$main::kept, '<', \$file) or die; [200, [], \$main::kept] },
+    '/kept-open' => sub { [200, [], [defined(fileno(\$main::kept)) ? 'open' : 'closed']] },
+    '/file-iofile' => sub { require IO::File; my \$fh = IO::File->new(\$file, 'r') or die; [200, [], \$fh] },
+    '/file-own-class' => sub { open(my \$fh, '<', \$file) or die; [200, [], bless(\$fh, 'OwnClose')] },
     '/lines' => sub { [200, [], Lines->new] },
     '/delayed' => sub { sub { \$_[0]->([200, ['X-D' => 1], ['delayed body']]) } },
     '/cleanup' => sub {
@@ -85,6 +92,24 @@ $res = get('/file-layer');
 is($res->{status}, 200, 'a handle with a :crlf layer is read through getline');
 ok(!defined $res->{headers}{'content-length'} && $res->{headers}{'transfer-encoding'} eq 'chunked',
    'and streamed chunked, not sendfile');
+$res = get('/file-utf8');
+ok(!defined $res->{headers}{'content-length'} && ($res->{headers}{'transfer-encoding'} // '') eq 'chunked',
+   'a handle with a :utf8 layer is read through getline too');
+$res = get('/file-read');
+is($res->{headers}{'content-length'}, 300_000 - 10,
+   'a handle the app read from (PerlIO buffered ahead): sent from where the app stopped');
+ok($res->{body} eq substr($expect, 10), 'and those bytes exactly');
+$res = get('/file-kept');
+ok($res->{body} eq $expect, 'a handle the app keeps: sent');
+is(get('/kept-open')->{body}, 'closed', 'and closed by the server after the response, as PSGI asks');
+$res = get('/file-iofile');
+is($res->{headers}{'content-length'}, 300_000, 'an IO::File body: sendfile, with its length');
+ok($res->{body} eq $expect, 'an IO::File body: bytes identical');
+unlink $marker;
+$res = get('/file-own-class');
+ok($res->{body} eq $expect, 'a handle blessed into a class of its own: sent');
+ok(wait_until(sub { -s $marker }, 3) && do { open my $m, '<', $marker; <$m> eq 'own close' },
+   'and closed through its own close method');
 $res = get('/lines');
 is($res->{body}, "line1\nline2\nline3\n", 'getline body');
 is($res->{headers}{'transfer-encoding'}, 'chunked', 'getline body chunked on 1.1');

@@ -1,9 +1,11 @@
 /* PSGI responses into the C writer (src/nw_conn.c, src/nw_response.c):
  * the app's status, header array and body pieces become one head and, for
- * an array body, one writev. */
+ * an array body, one writev; for a plain file handle, sendfile. */
 #include "narwhal_xs.h"
+#include "perliol.h"
 
 #include <strings.h>
+#include <sys/stat.h>
 
 #define SMALL_PIECES 16   /* body pieces handled without a heap array */
 
@@ -108,15 +110,77 @@ int nw_response_write_array(pTHX_ nw_conn *c, int status, SV *headers, AV *body,
     return ret;
 }
 
+/* Whether every layer of f passes bytes through as they are in the file
+ * (unix, perlio, stdio; no :utf8, :crlf, :encoding, ...): the file may then
+ * be sent with sendfile. */
+static int plain_layers(pTHX_ PerlIO *f)
+{
+    if (!PerlIOValid(f))
+        return 0;
+    for (PerlIOl *l = *f; l; l = l->next) {
+        const char *name = l->tab ? l->tab->name : NULL;
+        if (!name || (l->flags & PERLIO_F_UTF8)
+            || !(strEQ(name, "unix") || strEQ(name, "perlio") || strEQ(name, "stdio")))
+            return 0;
+    }
+    return 1;
+}
+
+/* The file body of a response: a handle (an unblessed glob, or an IO::File)
+ * open on a regular file, with plain layers. Its descriptor, the offset
+ * reached (what the app read is not sent again) and the bytes left; NULL
+ * for anything else, which the worker's respond writes. */
+static GV *file_body(pTHX_ SV *body, int *fd, off_t *offset, int64_t *left)
+{
+    GV *gv = (GV *)SvRV(body);
+    if (SvTYPE(gv) != SVt_PVGV || !isGV_with_GP(gv) || SvMAGICAL(gv))
+        return NULL;
+    if (SvOBJECT(gv)) {         /* a class of its own may mean its own close */
+        const char *class = HvNAME_get(SvSTASH(gv));
+        if (!class || strcmp(class, "IO::File") != 0)
+            return NULL;
+    }
+    IO *io = GvIO(gv);
+    PerlIO *fp = io ? IoIFP(io) : NULL;
+    struct stat st;
+    if (!fp || !plain_layers(aTHX_ fp) || (*fd = PerlIO_fileno(fp)) < 0
+        || fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return NULL;
+    Off_t at = PerlIO_tell(fp);
+    *offset = at > 0 ? (off_t)at : 0;
+    *left = st.st_size > *offset ? (int64_t)(st.st_size - *offset) : 0;
+    return gv;
+}
+
+/* A file body's response: the head, then sendfile (what the socket does
+ * not take now may be left to the manager, as for an array body), then the
+ * handle is closed, as PSGI asks of the server. */
+static int write_file(pTHX_ nw_conn *c, int status, SV *headers, GV *gv, int fd,
+                      off_t offset, int64_t left, int may_keep_alive)
+{
+    if (nw_response_start(aTHX_ c, status, headers, left, may_keep_alive) < 0)
+        return NW_RESPONSE_INVALID;
+    nw_conn_send_file(c, fd, offset, (size_t)left);
+    (void)do_close(gv, TRUE);
+    return nw_conn_end_body(c);
+}
+
 int nw_response_write_common(pTHX_ nw_conn *c, SV *res, int may_keep_alive)
 {
     AV *av, *body;
     SV **e;
-    if (SvROK(res) && SvTYPE(av = (AV *)SvRV(res)) == SVt_PVAV && !SvOBJECT(av)
-        && !SvMAGICAL(av) && AvFILLp(av) == 2 && (e = AvARRAY(av)) && e[0] && e[1] && e[2]
-        && !SvGMAGICAL(e[2]) && SvROK(e[2])
-        && SvTYPE(body = (AV *)SvRV(e[2])) == SVt_PVAV && !SvOBJECT(body))
+    if (!(SvROK(res) && SvTYPE(av = (AV *)SvRV(res)) == SVt_PVAV && !SvOBJECT(av)
+          && !SvMAGICAL(av) && AvFILLp(av) == 2 && (e = AvARRAY(av)) && e[0] && e[1] && e[2]
+          && !SvGMAGICAL(e[2]) && SvROK(e[2])))
+        return NW_RESPONSE_OTHER_SHAPE;
+    if (SvTYPE(body = (AV *)SvRV(e[2])) == SVt_PVAV && !SvOBJECT(body))
         return nw_response_write_array(aTHX_ c, (int)SvIV(e[0]), e[1], body, may_keep_alive);
+    int fd;
+    off_t offset;
+    int64_t left;
+    GV *gv = file_body(aTHX_ e[2], &fd, &offset, &left);
+    if (gv)
+        return write_file(aTHX_ c, (int)SvIV(e[0]), e[1], gv, fd, offset, left, may_keep_alive);
     return NW_RESPONSE_OTHER_SHAPE;
 }
 
