@@ -230,9 +230,7 @@ deliver_signals(self)
   CODE:
     /* Deliver what is pending and run Perl's handlers now, so that the
      * caller's next statement sees what they set. */
-    RETVAL = nw_worker_deliver_signals(self->w);
-    if (RETVAL)
-        PERL_ASYNC_CHECK();
+    RETVAL = nw_serve_deliver_signals(aTHX_ self->w);
   OUTPUT:
     RETVAL
 
@@ -363,6 +361,22 @@ write_body(self, data)
     RETVAL = nw_conn_write_body(self->c, &v, len ? 1 : 0) == NW_IO_OK;
   OUTPUT:
     RETVAL
+
+void
+sendfile_source(body)
+    SV *body
+  PPCODE:
+    /* (fd, offset, bytes left) when body may be sent with sendfile; an
+     * empty list when it must be read through getline. */
+    int fd;
+    off_t offset;
+    int64_t left;
+    if (nw_response_file_source(aTHX_ body, &fd, &offset, &left)) {
+        EXTEND(SP, 3);
+        mPUSHi(fd);
+        mPUSHn((NV)offset);
+        mPUSHn((NV)left);
+    }
 
 int
 send_file(self, fd, offset, len)

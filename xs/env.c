@@ -482,21 +482,11 @@ static int env_recycle_quick(pTHX_ env_recycler *r, HV *env)
     return HvTOTALKEYS(env) == (STRLEN)(r->nkeys + r->nstale);
 }
 
-/* The end of a request: clean env and keep it as the spare, if it is
- * Narwhal's alone. Deletes what the request added, puts the template's
- * values back, re-adds owned keys the app deleted. */
-void nw_env_recycle(pTHX_ env_recycler *r, HV *env)
+/* The full clean, entry by entry: deletes what the request added, puts
+ * the template's values back, re-adds owned keys the app deleted. 0 when
+ * the hash is more than a clean is for (it is then freed as usual). */
+static int env_recycle_walk(pTHX_ env_recycler *r, HV *env)
 {
-    if (r->spare || !env_may_recycle(aTHX_ env))
-        return;
-    if (env_recycle_quick(aTHX_ r, env)) {
-        r->built_for = NULL;
-        if (SvOOK(env))
-            hv_iterinit(env);       /* no each() left half-way */
-        r->spare = (HV *)SvREFCNT_inc_simple_NN((SV *)env);
-        return;
-    }
-    r->built_for = NULL;
     r->nstale = 0;
     unsigned char seen[ENV_OWNED_MAX];
     HE *doomed[ENV_DOOMED_MAX];
@@ -513,7 +503,7 @@ void nw_env_recycle(pTHX_ env_recycler *r, HV *env)
                 continue;
             }
             if (nd == ENV_DOOMED_MAX || HeKLEN(he) < 0 || HeKLEN(he) > ENV_KEY_MAX)
-                return;     /* more than a clean is for: the hash is freed as usual */
+                return 0;
             doomed[nd++] = he;
         }
     }
@@ -528,6 +518,19 @@ void nw_env_recycle(pTHX_ env_recycler *r, HV *env)
         if (k->fixed >= 0)
             r->fixed_sv[k->fixed] = v;
     }
+    return 1;
+}
+
+/* The end of a request: clean env and keep it as the spare, if it is
+ * Narwhal's alone (the common case first, else the full walk). */
+void nw_env_recycle(pTHX_ env_recycler *r, HV *env)
+{
+    if (r->spare || !env_may_recycle(aTHX_ env))
+        return;
+    int clean = env_recycle_quick(aTHX_ r, env) || env_recycle_walk(aTHX_ r, env);
+    r->built_for = NULL;
+    if (!clean)
+        return;
     if (SvOOK(env))
         hv_iterinit(env);       /* no each() left half-way */
     r->spare = (HV *)SvREFCNT_inc_simple_NN((SV *)env);

@@ -90,6 +90,11 @@ int nw_env_needs_after(pTHX_ SV *env_rv);
 
 /* ---- xs/serve.c: one request, from its read to its connection's release */
 
+/* Deliver the deferred signals that are pending and run Perl's handlers
+ * now, so that the next statement sees what they set. Returns how many
+ * kinds were pending. */
+int nw_serve_deliver_signals(pTHX_ nw_worker *w);
+
 /* This worker's scoreboard slot and access log (NULL: none). */
 extern nw_score_slot *nw_xs_score_slot;
 extern nw_access_log *nw_xs_access_log;
@@ -163,6 +168,11 @@ int nw_response_write_array(pTHX_ nw_conn *c, int status, SV *headers, AV *body,
  * NW_RESPONSE_OTHER_SHAPE having done nothing. */
 #define NW_RESPONSE_OTHER_SHAPE (-32)
 int nw_response_write_common(pTHX_ nw_conn *c, SV *res, int may_keep_alive);
+
+/* Whether body is a handle sendfile may send (a regular file, plain
+ * layers, not tied): the GV, with its descriptor, offset and bytes left;
+ * else NULL. */
+GV *nw_response_file_source(pTHX_ SV *body, int *fd, off_t *offset, int64_t *left);
 
 /* An interim (1xx) response. Returns 1 when sent. */
 int nw_response_informational(pTHX_ nw_conn *c, int status, SV *headers);

@@ -126,22 +126,20 @@ static int plain_layers(pTHX_ PerlIO *f)
     return 1;
 }
 
-/* The file body of a response: a handle (an unblessed glob, or an IO::File)
- * open on a regular file, with plain layers. Its descriptor, the offset
- * reached (what the app read is not sent again) and the bytes left; NULL
- * for anything else, which the worker's respond writes. */
-static GV *file_body(pTHX_ SV *body, int *fd, off_t *offset, int64_t *left)
+/* Whether body is a handle that may be sent with sendfile: a glob (of
+ * any class) open on a regular file with plain layers, not tied. Its
+ * descriptor, the offset reached (what the app read is not sent again)
+ * and the bytes left. The one test for both paths: the common case here
+ * and the worker's respond (Narwhal::Conn::sendfile_source). */
+GV *nw_response_file_source(pTHX_ SV *body, int *fd, off_t *offset, int64_t *left)
 {
+    if (!SvROK(body))
+        return NULL;
     GV *gv = (GV *)SvRV(body);
     if (SvTYPE(gv) != SVt_PVGV || !isGV_with_GP(gv) || SvMAGICAL(gv))
         return NULL;
-    if (SvOBJECT(gv)) {         /* a class of its own may mean its own close */
-        const char *class = HvNAME_get(SvSTASH(gv));
-        if (!class || strcmp(class, "IO::File") != 0)
-            return NULL;
-    }
     IO *io = GvIO(gv);
-    PerlIO *fp = io ? IoIFP(io) : NULL;
+    PerlIO *fp = io && !SvMAGICAL(io) ? IoIFP(io) : NULL;
     struct stat st;
     if (!fp || !plain_layers(aTHX_ fp) || (*fd = PerlIO_fileno(fp)) < 0
         || fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode))
@@ -150,6 +148,20 @@ static GV *file_body(pTHX_ SV *body, int *fd, off_t *offset, int64_t *left)
     *offset = at > 0 ? (off_t)at : 0;
     *left = st.st_size > *offset ? (int64_t)(st.st_size - *offset) : 0;
     return gv;
+}
+
+/* The common case's file body: a source as above that is an unblessed
+ * glob or an IO::File (a class of its own may mean its own close, which
+ * the worker's respond calls). */
+static GV *file_body(pTHX_ SV *body, int *fd, off_t *offset, int64_t *left)
+{
+    SV *gv = SvRV(body);
+    if (SvOBJECT(gv)) {
+        const char *class = HvNAME_get(SvSTASH(gv));
+        if (!class || strcmp(class, "IO::File") != 0)
+            return NULL;
+    }
+    return nw_response_file_source(aTHX_ body, fd, offset, left);
 }
 
 /* A file body's response: the head, then sendfile (what the socket does

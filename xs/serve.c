@@ -16,6 +16,14 @@ void nw_xs_worker_leave_on_unwind(pTHX_ void *w)
     nw_worker_leave((nw_worker *)w);
 }
 
+int nw_serve_deliver_signals(pTHX_ nw_worker *w)
+{
+    int kinds = nw_worker_deliver_signals(w);
+    if (kinds)
+        PERL_ASYNC_CHECK();
+    return kinds;
+}
+
 /* ---- a request's start and end ----------------------------------------- */
 
 static nw_str header_value(const nw_request *r, const char *name, size_t len)
@@ -228,8 +236,7 @@ static int after_kept(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc)
         return SERVED_LET_GO;
     }
     if (!s->managed) {      /* a kept connection holds this worker: look at signals now and then */
-        if (nw_worker_deliver_signals(a->w))
-            PERL_ASYNC_CHECK();
+        nw_serve_deliver_signals(aTHX_ a->w);
         return SERVED_KEPT;
     }
     /* A client that waits for each response has not sent its next request
@@ -368,8 +375,7 @@ static void no_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, int r)
             return;
         }
         a->wait = s->idle_wait;
-        if (nw_worker_deliver_signals(a->w))
-            PERL_ASYNC_CHECK();
+        nw_serve_deliver_signals(aTHX_ a->w);
         if (!flag(aTHX_ s->stopping))
             return;
         release(aTHX_ a, xc, NW_RELEASE_STOP);

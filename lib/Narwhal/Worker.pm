@@ -347,12 +347,9 @@ sub _write_response {
 
 sub _write_handle {
     my ($conn, $status, $headers, $body, $may_keep) = @_;
-    my $fd = _sendfile_fd($body);
+    # (C decides what sendfile may send: the same test as the common case's)
+    my ($fd, $offset, $len) = Narwhal::Conn::sendfile_source($body);
     if (defined $fd) {
-        my $offset = tell($body);
-        $offset = 0 if $offset < 0;
-        my $len = (-s $body) - $offset;
-        $len = 0 if $len < 0;
         _start($conn, $status, $headers, $len, $may_keep);
         $conn->send_file($fd, $offset, $len);
     } else {
@@ -370,18 +367,6 @@ sub _start {
     my ($conn, $status, $headers, $len, $may_keep) = @_;
     $conn->start_response($status, $headers, $len, $may_keep) >= 0
         or die "invalid PSGI response headers\n";
-}
-
-# The fd of a plain file with no PerlIO layers that change bytes, else undef.
-sub _sendfile_fd {
-    my ($body) = @_;
-    return undef unless Scalar::Util::reftype($body) && Scalar::Util::reftype($body) eq 'GLOB';
-    my $fd = eval { fileno($body) };
-    return undef unless defined $fd && $fd >= 0 && -f $body;
-    for my $layer (PerlIO::get_layers($body)) {
-        return undef unless $layer eq 'unix' || $layer eq 'perlio' || $layer eq 'stdio';
-    }
-    return $fd;
 }
 
 # psgi.streaming: the app gets a responder; with [status, headers] it gets a
