@@ -201,6 +201,15 @@ stop_sender()
     RETVAL
 
 void
+adopt_queue(self, in_fd, out_fd)
+    nw_xs_acceptor *self
+    int in_fd
+    int out_fd
+  CODE:
+    if (nw_worker_adopt_queue(self->w, in_fd, out_fd) < 0)
+        croak("adopt queue: %s\n", strerror(errno));
+
+void
 hand_off_on_crash(self)
     nw_xs_acceptor *self
   CODE:

@@ -125,7 +125,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(r == 0 || (r == -1 && fd == -1));
     } else if (r == 1) {
         FZ_CHECK(f.magic == NW_FRAME_MAGIC);
-        FZ_CHECK(f.type == NW_FRAME_HANDOFF || f.type == NW_FRAME_SERVE || f.type == NW_FRAME_STATS);
+        FZ_CHECK(f.type == NW_FRAME_HANDOFF || f.type == NW_FRAME_SERVE || f.type == NW_FRAME_STATS
+                 || f.type == NW_FRAME_ADOPT);
         FZ_CHECK(f.data_len <= cap && sizeof f + f.data_len == len);
         FZ_CHECK(fz_fd_is_sent_one(fd, nfds));
         FZ_CHECK(memcmp(&f, bytes, sizeof f) == 0 && memcmp(buf, bytes + sizeof f, f.data_len) == 0);

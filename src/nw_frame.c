@@ -31,7 +31,7 @@ int nw_frame_send_prefixed(int sock, const nw_frame *f, const void *prefix, size
 int nw_frame_send_fds(int sock, const nw_frame *f, const void *prefix, size_t prefix_len,
                       const void *data, const int *fds, int nfds)
 {
-    union { char buf[CMSG_SPACE(sizeof(int) * NW_FRAME_MAX_FDS)]; struct cmsghdr align; } ctl;
+    union { char buf[CMSG_SPACE(sizeof(int) * NW_ADOPT_BATCH)]; struct cmsghdr align; } ctl;
     struct iovec iov[3] = { { (void *)f, sizeof *f }, { (void *)prefix, prefix_len },
                             { (void *)data, f->data_len - prefix_len } };
     struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 3 };
@@ -43,7 +43,7 @@ int nw_frame_send_fds(int sock, const nw_frame *f, const void *prefix, size_t pr
         errno = EMSGSIZE;
         return -1;
     }
-    if (nfds < 0 || nfds > NW_FRAME_MAX_FDS) {
+    if (nfds < 0 || nfds > NW_ADOPT_BATCH) {
         errno = EINVAL;
         return -1;
     }
@@ -114,24 +114,36 @@ int nw_frame_recv(int sock, nw_frame *f, void *data, size_t cap, int *fd_out)
 
 int nw_frame_recv_fds(int sock, nw_frame *f, void *data, size_t cap, int *fds)
 {
-    union { char buf[CMSG_SPACE(sizeof(int) * 4)]; struct cmsghdr align; } ctl;
+    int n;
+    return nw_frame_recv_many(sock, f, data, cap, fds, NW_FRAME_MAX_FDS, &n);
+}
+
+int nw_frame_recv_many(int sock, nw_frame *f, void *data, size_t cap, int *fds, int max, int *nfds)
+{
+    /* room for a whole ADOPT batch whatever the reader keeps: a frame's
+     * descriptors beyond the room would be closed by the kernel unseen */
+    union { char buf[CMSG_SPACE(sizeof(int) * NW_ADOPT_BATCH)]; struct cmsghdr align; } ctl;
     struct iovec iov[2] = { { f, sizeof *f }, { data, cap } };
     struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2,
                           .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
     ssize_t n;
-    for (int i = 0; i < NW_FRAME_MAX_FDS; i++)
+    if (max > NW_ADOPT_BATCH)
+        max = NW_ADOPT_BATCH;
+    *nfds = 0;
+    for (int i = 0; i < max; i++)
         fds[i] = -1;
     do {
         n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     } while (n < 0 && errno == EINTR);
     if (n < 0)
         return -1;
-    collect_fds(&msg, fds, NW_FRAME_MAX_FDS);
+    *nfds = collect_fds(&msg, fds, max);
     if (n == 0) {
         /* end of stream, or an empty datagram: any fd that came with it
          * was installed in this process and must not leak (found by
          * fuzz/fuzz_frame.c) */
-        close_fds(fds, NW_FRAME_MAX_FDS);
+        close_fds(fds, max);
+        *nfds = 0;
         return 0;
     }
     if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof *f
@@ -139,7 +151,8 @@ int nw_frame_recv_fds(int sock, nw_frame *f, void *data, size_t cap, int *fds)
         || (size_t)n != sizeof *f + f->data_len
         || f->type < NW_FRAME_HANDOFF || f->type > NW_FRAME_LAST
         || (f->type > NW_FRAME_SERVE && f->type < NW_FRAME_STATS)) {
-        close_fds(fds, NW_FRAME_MAX_FDS);
+        close_fds(fds, max);
+        *nfds = 0;
         errno = EBADMSG;
         return -1;
     }

@@ -8,11 +8,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/types.h>
 
 #define NW_FRAME_MAGIC    0x3146574eu   /* "NWF1" little-endian */
 #define NW_FRAME_MAX_DATA (128 * 1024)  /* bytes after the header, at most */
 #define NW_FRAME_MAX_FDS  2             /* descriptors one frame carries, at most */
+#define NW_ADOPT_BATCH    253           /* connections one ADOPT frame carries, at most: the
+                                         * kernel passes that many descriptors in one message
+                                         * (SCM_MAX_FD), and a unix socket queues about ten
+                                         * messages (net.unix.max_dgram_qlen) */
 
 /* The manager's descriptors, as the master passes them to the program it
  * execs (docs/PROTOCOL.md, "Sockets"). */
@@ -28,8 +33,10 @@ enum nw_frame_type {
     NW_FRAME_HANDOFF = 1,   /* worker -> manager (the handoff queue): a connection going idle, fd + unread bytes */
     NW_FRAME_SERVE   = 2,   /* manager -> workers (the serve queue): a connection with a complete head, fd + bytes */
     NW_FRAME_STATS   = 5,   /* manager -> master: data is nw_manager_stats (no fd) */
+    NW_FRAME_ADOPT   = 6,   /* worker -> workers (the adopt queue): a leaving worker's parked
+                             * connections, up to NW_ADOPT_BATCH fds + one nw_frame_adoptee each */
 };
-#define NW_FRAME_LAST NW_FRAME_STATS
+#define NW_FRAME_LAST NW_FRAME_ADOPT
 
 #define NW_FRAME_F_HEAD_STARTED 1u  /* deadline_ms is a read deadline: part of a head arrived */
 #define NW_FRAME_F_PROXY        2u  /* --proxy-protocol: the data begins with a PROXY header */
@@ -58,6 +65,15 @@ typedef struct {
     uint32_t reserved;      /* 0 */
 } nw_frame_output;
 
+/* One connection of an ADOPT frame, in the order of its descriptors. */
+typedef struct {
+    uint16_t listener;      /* listener index the connection came through */
+    uint16_t peer_len;      /* bytes of peer used; 0: ask the socket (getpeername) */
+    uint32_t requests;      /* requests already served on the connection */
+    struct sockaddr_in6 peer;   /* the client's IPv4 or IPv6 address (a PROXY header's
+                                 * when it gave one) */
+} nw_frame_adoptee;
+
 typedef struct {
     uint64_t idle;              /* connections held now */
     uint64_t queued;            /* complete heads waiting for a free worker */
@@ -83,7 +99,7 @@ int nw_frame_send(int sock, const nw_frame *f, const void *data, int fd);
 int nw_frame_send_prefixed(int sock, const nw_frame *f, const void *prefix, size_t prefix_len,
                            const void *data, int fd);
 
-/* The same with up to NW_FRAME_MAX_FDS descriptors. */
+/* The same with up to NW_ADOPT_BATCH descriptors. */
 int nw_frame_send_fds(int sock, const nw_frame *f, const void *prefix, size_t prefix_len,
                       const void *data, const int *fds, int nfds);
 
@@ -96,5 +112,9 @@ int nw_frame_recv(int sock, nw_frame *f, void *data, size_t cap, int *fd_out);
 /* The same keeping up to NW_FRAME_MAX_FDS descriptors, in order, in fds
  * (the rest of it -1; any beyond closed). */
 int nw_frame_recv_fds(int sock, nw_frame *f, void *data, size_t cap, int *fds);
+
+/* The same keeping up to max (at most NW_ADOPT_BATCH) descriptors; *nfds
+ * gets how many came. */
+int nw_frame_recv_many(int sock, nw_frame *f, void *data, size_t cap, int *fds, int max, int *nfds);
 
 #endif

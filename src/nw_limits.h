@@ -52,12 +52,15 @@
 
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */
-#define NW_MAX_PARKED 1024
+#define NW_MAX_PARKED 4096
 #define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer pauses parking */
 #define NW_PARK_PAUSE_MS              5000    /* for this long */
 #define NW_PARK_EVICT_RETRY_MS        10      /* the park watcher met a full manager queue: retry then */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
+#define NW_ADOPT_BUSY_WAIT_MS         20      /* a busy worker adopts a waiting batch after this */
+#define NW_ADOPT_FD_RESERVE           256     /* descriptors a worker keeps below its open-file
+                                               * limit (the app's) when it adopts connections */
 #define NW_STOP_SERVE_MS              200     /* a stopping worker or manager still answers, with
                                                * Connection: close, the idle connections whose
                                                * next request comes this soon (then FIN) */

@@ -21,7 +21,8 @@
 
 #define SIGNAL_EVENT      63    /* epoll data for the signalfd (listeners are 0..62) */
 #define SERVE_QUEUE_EVENT 64    /* epoll data for the serve queue */
-#define PARKED_EVENT      65    /* epoll data for parked slot i: PARKED_EVENT + i */
+#define ADOPT_QUEUE_EVENT 65    /* epoll data for the adopt queue */
+#define PARKED_EVENT      66    /* epoll data for parked slot i: PARKED_EVENT + i */
 #define EVENTS_MAX (PARKED_EVENT + NW_MAX_PARKED)
 
 /* ---- connections --------------------------------------------------- */
@@ -71,7 +72,7 @@ static void unwatch(nw_worker *w, nw_wconn *wc)
 
 static void drop_owner(nw_worker *w, nw_wconn *wc)
 {
-    if (w->ops.drop)
+    if (w->ops.drop && wc->owner)
         w->ops.drop(wc->owner);
     else
         nw_wconn_free(wc);
@@ -197,6 +198,9 @@ static int poll_events(nw_worker *w, int timeout_ms)
         } else if (data == SERVE_QUEUE_EVENT) {
             w->serve_queue_ready = 1;
             sources++;
+        } else if (data == ADOPT_QUEUE_EVENT) {
+            w->adopt_ready = 1;
+            sources++;
         } else if (data == SIGNAL_EVENT) {
             w->signal_ready = 1;
             sources++;
@@ -210,7 +214,7 @@ static int poll_events(nw_worker *w, int timeout_ms)
 
 static int sources_ready(const nw_worker *w)
 {
-    return w->listener_ready || w->serve_queue_ready;
+    return w->listener_ready || w->serve_queue_ready || w->adopt_ready;
 }
 
 /* ---- parking ------------------------------------------------------- */
@@ -254,7 +258,7 @@ static int park(nw_worker *w, nw_wconn *wc)
     int drained = wc->c->drained && !wc->peer_closed && !wc->socket_lent;
     if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, drained, &wc->watch) < 0)
         return -1;
-    if (w->ops.hold)
+    if (w->ops.hold && wc->owner)   /* (an adopted one has none until it is served) */
         w->ops.hold(wc->owner);
     return 0;
 }
@@ -330,6 +334,189 @@ static int others_waiting(nw_worker *w)
     return w->park.ready_count || poll_events(w, 0) > 0;
 }
 
+/* ---- adoption: a leaving worker's parked connections ---------------- */
+
+/* Park a connection another worker left, as if this one had just served
+ * it: the ADD that registers it reports a request that is there already.
+ * What does not fit goes to the manager. */
+static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = a->peer_len;
+    if (a->listener >= w->count) {
+        close(fd);
+        return;
+    }
+    if (plen > 0 && plen <= sizeof a->peer)
+        memcpy(&peer, &a->peer, plen);
+    else if (plen = sizeof peer, getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
+        plen = 0;
+    nw_wconn *wc = wconn_new(w, a->listener, fd, &peer, plen);
+    if (!wc)
+        return;
+    wc->c->requests = a->requests;
+    wc->c->drained = 0;
+    if (park(w, wc) == 0)
+        return;
+    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
+        nw_conn_close_gently(wc->c);
+    nw_wconn_free(wc);
+}
+
+/* Whether a whole batch of descriptors can be installed here now. */
+static int adopt_room(const nw_worker *w)
+{
+    return w->park.count + NW_ADOPT_BATCH <= w->adopt_fd_limit
+        && w->park.count + NW_ADOPT_BATCH <= NW_MAX_PARKED;
+}
+
+/* Take one ADOPT frame, if one is waiting and there is room. Returns 1
+ * when it took one. */
+static int take_adopted(nw_worker *w)
+{
+    nw_frame f;
+    int fds[NW_ADOPT_BATCH], nfds;
+    w->adopt_seen = 0;
+    if (!w->adopt_ready || !adopt_room(w))
+        return 0;
+    int r = nw_frame_recv_many(w->adopt_in, &f, w->frame_data, NW_FRAME_MAX_DATA,
+                               fds, NW_ADOPT_BATCH, &nfds);
+    if (r <= 0) {
+        w->adopt_ready = 0;     /* nothing waiting, another worker took it, or a bad frame */
+        return 0;
+    }
+    const nw_frame_adoptee *a = (const nw_frame_adoptee *)w->frame_data;
+    int records = f.type == NW_FRAME_ADOPT ? (int)(f.data_len / sizeof *a) : 0;
+    for (int i = 0; i < nfds; i++) {
+        if (i < records)
+            adopt_one(w, &a[i], fds[i]);
+        else
+            close(fds[i]);
+    }
+    return 1;
+}
+
+/* Who adopts: a worker with nothing else to do (the least loaded one is
+ * idle most often, and a retiree's replacement starts idle, so it takes
+ * back about what its predecessor held), or a busy one once a batch has
+ * waited NW_ADOPT_BUSY_WAIT_MS (its clients must not wait for an idle
+ * moment that may not come). Returns 1 when it took a batch. */
+static int adopt_when_busy(nw_worker *w, nw_msec now)
+{
+    if (!w->adopt_seen) {
+        w->adopt_seen = now ? now : 1;
+        return 0;
+    }
+    return now - w->adopt_seen >= NW_ADOPT_BUSY_WAIT_MS && take_adopted(w);
+}
+
+/* Send up to NW_ADOPT_BATCH of wcs as one ADOPT frame. Returns 0 (the
+ * other workers have them; ours are still open), or -1. */
+static int send_adopt_batch(nw_worker *w, nw_wconn **wcs, int n)
+{
+    nw_frame_adoptee a[NW_ADOPT_BATCH];
+    int fds[NW_ADOPT_BATCH];
+    nw_frame f;
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < n; i++) {
+        nw_conn *c = wcs[i]->c;
+        a[i].listener = (uint16_t)c->listener;
+        a[i].requests = c->requests;
+        /* the address $env shows: a PROXY header's, else the socket's (a
+         * unix socket's does not fit and is asked for again) */
+        const void *peer = &wcs[i]->peer;
+        size_t plen = wcs[i]->peer_len;
+        if (c->proxy.src_len && !c->proxy.local) {
+            peer = &c->proxy.src;
+            plen = c->proxy.src_len;
+        }
+        if (plen <= sizeof a[i].peer) {
+            memcpy(&a[i].peer, peer, plen);
+            a[i].peer_len = (uint16_t)plen;
+        }
+        fds[i] = c->fd;
+    }
+    nw_frame_init(&f, NW_FRAME_ADOPT);
+    f.data_len = (uint32_t)(n * sizeof a[0]);
+    /* A full queue (the others have not read the batches before yet) is
+     * waited for, as a hand-off to the manager would be. */
+    nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS, now;
+    while (nw_frame_send_fds(w->adopt_out, &f, NULL, 0, a, fds, n) < 0) {
+        if ((errno != EAGAIN && errno != EWOULDBLOCK) || (now = nw_now_ms()) >= until)
+            return -1;
+        struct pollfd p = { .fd = w->adopt_out, .events = POLLOUT };
+        poll(&p, 1, (int)(until - now));
+    }
+    return 0;
+}
+
+/* A leaving worker's parked connections: to the other workers, a batch a
+ * frame; a batch the adopt queue refuses goes to the manager, one by one. */
+static void park_give_away(nw_worker *w)
+{
+    nw_wconn *batch[NW_ADOPT_BATCH], *wc;
+    int n = 0, adopting = w->adopt_out >= 0;
+    for (;;) {
+        wc = nw_park_take_expired(&w->park, 0, 1);
+        if (wc) {
+            wc->watch.registered = 0;   /* (taken out of epoll) */
+            if (wc->c->fd < 0) {
+                drop_owner(w, wc);
+                continue;
+            }
+            batch[n++] = wc;
+        }
+        if (n == 0)
+            return;
+        if (wc && n < NW_ADOPT_BATCH)
+            continue;
+        if (adopting && send_adopt_batch(w, batch, n) == 0) {
+            for (int i = 0; i < n; i++) {
+                close(batch[i]->c->fd);  /* our copy; the socket lives on elsewhere */
+                batch[i]->c->fd = -1;
+            }
+        } else {
+            adopting = 0;               /* the rest go to the manager too */
+            for (int i = 0; i < n; i++)
+                if (hand_off(w, batch[i], NW_HANDOFF_PATIENCE_MS) < 0)
+                    nw_conn_close_gently(batch[i]->c);
+        }
+        for (int i = 0; i < n; i++)
+            drop_owner(w, batch[i]);
+        n = 0;
+    }
+}
+
+int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
+{
+    struct rlimit rl;
+    if (w->serve_queue < 0 || w->handoff_queue < 0 || in_fd < 0 || out_fd < 0)
+        return 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return -1;
+    long limit = rl.rlim_cur == RLIM_INFINITY ? (long)NW_MAX_PARKED + NW_ADOPT_FD_RESERVE
+                                              : (long)rl.rlim_cur;
+    if (limit - NW_ADOPT_FD_RESERVE < 2 * NW_ADOPT_BATCH)
+        return 0;                       /* too low for a batch: the manager it is */
+    w->adopt_in = fcntl(in_fd, F_DUPFD_CLOEXEC, 3);
+    w->adopt_out = fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ADOPT_QUEUE_EVENT };
+    if (w->adopt_in < 0 || w->adopt_out < 0
+        || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->adopt_in, &ev) < 0) {
+        int e = errno;
+        if (w->adopt_in >= 0)
+            close(w->adopt_in);
+        if (w->adopt_out >= 0)
+            close(w->adopt_out);
+        w->adopt_in = w->adopt_out = -1;
+        errno = e;
+        return -1;
+    }
+    w->adopt_fd_limit = limit - NW_ADOPT_FD_RESERVE;
+    w->adopt_ready = 1;
+    return 0;
+}
+
 /* ---- the public verbs ---------------------------------------------- */
 
 /* Whether a deferred signal is pending: reported by epoll, or, for a
@@ -363,6 +550,8 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
         errno = EINTR;
         return NULL;
     }
+    if (w->adopt_ready)
+        adopt_when_busy(w, now);    /* a leaving worker's parked connections */
     if (w->park.count && !w->draining) {
         park_expire(w, now, 0);    /* even when there is work to do */
         if (!w->park.ready_count && sources_ready(w))
@@ -389,6 +578,10 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
             return wc;
         if (!w->draining)
             park_expire(w, now, 0);
+        if (w->adopt_ready && take_adopted(w)) {
+            poll_events(w, 0);      /* idle: adopted a batch; any of them with a request? */
+            continue;
+        }
         if (now >= until)
             return NULL;
         nw_msec nearest = w->draining ? 0 : nw_park_nearest(&w->park);
@@ -474,6 +667,9 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
     case NW_RELEASE_QUANTUM:
         return others_waiting(w) ? park_or_hand_off(w, wc) : NW_RELEASE_KEPT;
     case NW_RELEASE_RETIRE:
+        /* parked, it goes to the other workers with the rest (adoption) */
+        if (w->adopt_out >= 0 && !nw_conn_server_closing() && park(w, wc) == 0)
+            return NW_RELEASE_PARKED;
         if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
             return NW_RELEASE_HANDED_OFF;
         return close_gently(w, wc);     /* nobody to take it */
@@ -500,7 +696,9 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
 
 void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 {
-    if (why == NW_RELEASE_RETIRE)
+    if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing())
+        park_give_away(w);
+    else if (why == NW_RELEASE_RETIRE)
         park_expire(w, nw_now_ms(), 1);
     else
         park_close_all(w);
@@ -512,6 +710,7 @@ void nw_worker_drain(nw_worker *w)
     w->drain_until = nw_now_ms() + NW_STOP_SERVE_MS;
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     w->serve_queue_ready = 1;
+    w->adopt_ready = w->adopt_in >= 0;
 }
 
 void nw_worker_request_started(nw_wconn *wc)
@@ -1012,6 +1211,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     w->serve_queue = serve_queue >= 0 ? fcntl(serve_queue, F_DUPFD_CLOEXEC, 3) : -1;
     w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
     w->serve_queue_ready = 1;
+    w->adopt_in = w->adopt_out = -1;
     w->park_ms = park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
     nw_park_init(&w->park, w->epfd, PARKED_EVENT);
     if (serve_queue >= 0) {
@@ -1068,6 +1268,10 @@ void nw_worker_free(nw_worker *w)
         close(w->serve_queue);
     if (w->handoff_queue >= 0)
         close(w->handoff_queue);
+    if (w->adopt_in >= 0)
+        close(w->adopt_in);
+    if (w->adopt_out >= 0)
+        close(w->adopt_out);
     close(w->epfd);
     free(w->frame_data);
     free(w);

@@ -6,9 +6,11 @@
  * (nw_park.h) and the park watcher thread. See "The worker" in
  * docs/DESIGN.md.
  *
- * The two queues, named from the manager's side of the story:
+ * The queues, named from the manager's side of the story:
  *   serve queue   manager -> workers, SERVE frames (shared by all workers)
  *   handoff queue workers -> manager, HANDOFF frames (shared)
+ *   adopt queue   workers -> workers, ADOPT frames: a leaving worker's parked
+ *                 connections (both ends shared; no manager involved)
  *
  * Threads: every function here is for the main thread, between
  * nw_worker_enter and nw_worker_leave, except where it says otherwise.
@@ -96,6 +98,10 @@ typedef struct {
     nw_msec no_park_until;      /* parking paused after a slow request */
     uint64_t listener_ready;    /* bit i: listener i may have a client */
     int serve_queue_ready;      /* the serve queue may hold a connection */
+    int adopt_in, adopt_out;    /* the adopt queue's ends; -1: no adoption */
+    int adopt_ready;            /* the adopt queue may hold a frame */
+    nw_msec adopt_seen;         /* a busy worker saw it ready then (0: not yet) */
+    long adopt_fd_limit;        /* take a frame only while parked + a batch stays under this */
     nw_msec last_poll;          /* when epoll was last asked */
     nw_worker_owner_ops ops;
 
@@ -134,6 +140,13 @@ typedef struct {
 nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
                          int serve_queue, int handoff_queue, const nw_worker_owner_ops *ops);
 
+/* Adopt parked connections of leaving workers from in_fd, and send this
+ * worker's own there when it leaves (both: the two ends of one
+ * SOCK_SEQPACKET socketpair, duplicated here). Needs a manager (what does
+ * not fit goes there). Returns 0, or -1 with errno; 0 also when the
+ * open-file limit is too low for a batch (adoption then stays off). */
+int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd);
+
 /* Add a listening socket (made non-blocking). Returns 0, or -1 with errno
  * (EMFILE past NW_WORKER_MAX_LISTENERS). */
 int nw_worker_listen(nw_worker *w, int fd, int is_tcp);
@@ -169,8 +182,9 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
  * follows only forgets it. 0: there was no rest (or it was written here). */
 int nw_worker_hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive);
 
-/* Let every parked connection go: RETIRE hands them to the manager, STOP
- * closes them all at once without resetting any. */
+/* Let every parked connection go: RETIRE gives them to the other workers
+ * through the adopt queue (to the manager when it cannot), STOP closes
+ * them all at once without resetting any. */
 void nw_worker_release_parked(nw_worker *w, nw_release_reason why);
 
 /* The server stops: from now on nw_worker_next returns only what has

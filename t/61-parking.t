@@ -294,7 +294,38 @@ subtest 'recycling a worker keeps its connections open' => sub {
     is(scalar(keys %ports), 1, 'same client port throughout: one connection');
 };
 
-subtest 'HUP: parked connections go to the manager, not away' => sub {
+subtest 'a recycled worker gives its connections to the other workers' => sub {
+    # Retirement by adoption (DESIGN.md, "Retirement"): a worker leaving
+    # at --max-reqs-per-child passes its parked connections, and the one
+    # it served last, to the other workers through the adopt queue. They
+    # used to go to the manager one by one, a round trip each.
+    my $status = NarwhalTest::free_port();
+    my $srv = spawn_server(app => $app,
+                           args => [ '--max-workers' => 2, '--keepalive-wait' => 5,
+                                     '--keepalive-timeout' => 30, '--max-reqs-per-child' => 15,
+                                     '--status-listen' => "127.0.0.1:$status" ]);
+    my @c = map { raw_connect($srv->port) } 1 .. 8;
+    my (@res, %pids);
+    for my $round (1 .. 10) {
+        for my $i (0 .. $#c) {
+            my $r = request_on($c[$i], "/c$i/r$round");
+            push @res, $r;
+            my ($port) = ($r && $r->{body} =~ /port=(\d+)/);
+            is($port, $c[$i]->sockport, "connection $i round $round: its own client port")
+                unless $r && $r->{status} == 200 && $port && $port == $c[$i]->sockport;
+            $pids{ pid_of($r) // 0 }++;
+        }
+    }
+    is(scalar(grep { $_ && $_->{status} == 200 } @res), 80, '80 requests on 8 connections, all answered');
+    is(scalar(grep { $_ && ($_->{headers}{connection} // '') =~ /close/i } @res), 0, 'none closes its connection');
+    ok(keys(%pids) >= 5, 'served by ' . keys(%pids) . ' workers: the workers were recycled');
+    is(scalar(grep { $_ && $_->{body} !~ /addr=127\.0\.0\.1 / } @res), 0, 'REMOTE_ADDR carried along');
+    my $metrics = NarwhalTest::http_get($status, "/metrics") // {};
+    my ($to_manager) = ($metrics->{content} // '') =~ /^narwhal_handoffs_total\{direction="to_manager"\} (\d+)/m;
+    is($to_manager, 0, 'no connection went through the manager');
+};
+
+subtest 'HUP: parked connections go to the new workers, not away' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);
     my $r1 = request_on($a, '/before');

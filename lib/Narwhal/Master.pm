@@ -90,16 +90,18 @@ sub _open_status_listener {
 # its whole life (so frames in flight outlive a manager): control, the
 # handoff queue and the serve queue (the workers share the other end of
 # both), which the manager gets as the descriptors src/nw_frame.h names
-# (Narwhal::Limits::MANAGER_*_FD). docs/PROTOCOL.md.
+# (Narwhal::Limits::MANAGER_*_FD). A fourth, the adopt queue, is the
+# workers' alone (both ends): a leaving worker's parked connections go
+# through it to the others (DESIGN.md, "Retirement"). docs/PROTOCOL.md.
 sub _make_manager_sockets {
     my $self = shift;
     my %s;
     for my $pair ([qw(control_master control_manager)], [qw(handoff_worker handoff_manager)],
-                  [qw(serve_manager serve_worker)]) {
+                  [qw(serve_manager serve_worker)], [qw(adopt_out adopt_in)]) {
         socketpair($s{ $pair->[0] }, $s{ $pair->[1] }, AF_UNIX, SOCK_SEQPACKET, 0)
             or die "socketpair: $!\n";
     }
-    for my $end (qw(handoff_worker serve_worker)) {
+    for my $end (qw(handoff_worker serve_worker adopt_out adopt_in)) {
         my $fl = fcntl($s{$end}, F_GETFL, 0) or die "fcntl: $!\n";
         fcntl($s{$end}, F_SETFL, $fl | O_NONBLOCK) or die "fcntl: $!\n";
     }
@@ -649,6 +651,7 @@ sub _become_worker {
             score_slot    => $slot,
             serve_queue   => $s->{serve_worker} ? fileno($s->{serve_worker}) : -1,
             handoff_queue => $s->{handoff_worker} ? fileno($s->{handoff_worker}) : -1,
+            adopt_queue   => $s->{adopt_in} ? [ fileno($s->{adopt_in}), fileno($s->{adopt_out}) ] : undef,
         )->run;
         1;
     } or print STDERR "narwhal: worker $$: $@";

@@ -51,6 +51,9 @@ sub run {
     # A crash in the app costs only its own request: the parked
     # connections go to the manager first.
     $acceptor->hand_off_on_crash;
+    # Leaving, its parked connections go to the other workers (and theirs
+    # come here): DESIGN.md, "Retirement".
+    $acceptor->adopt_queue(@{ $self->{adopt_queue} }) if $self->{adopt_queue};
     $acceptor->proxy_from($_) for @{ $self->{options}{proxy_from} || [] };
     my $board = $self->{scoreboard};
     $board = undef unless $board && defined $self->{score_slot};

@@ -398,6 +398,77 @@ static void test_refuse_new_connections(void)
         close(a);
 }
 
+/* A leaving worker's parked connections go to another worker through the
+ * adopt queue (DESIGN.md, "Retirement"), not to the manager: with their
+ * request counts and peer addresses, and a request that arrived in
+ * between is served. */
+static void test_adoption(void)
+{
+    rig a, b;
+    int q[2];
+    g_holds = g_drops = 0;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
+        die("socketpair");
+    rig_open(&a, 5, 1);
+    rig_open(&b, 5, 1);
+    ok(nw_worker_adopt_queue(a.w, q[1], q[0]) == 0 && nw_worker_adopt_queue(b.w, q[1], q[0]) == 0
+       && a.w->adopt_out >= 0, "adoption: both workers have the queue");
+    int s1 = client(), s2 = client(), s3 = client();
+    struct sockaddr_in me;
+    socklen_t mlen = sizeof me;
+    getsockname(s1, (struct sockaddr *)&me, &mlen);
+    say(s1, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    usleep(20000);
+    int parked = 0, served = 0;
+    for (int i = 0; i < 3; i++) {
+        nw_wconn *wc = next_conn(a.w);
+        if (!wc)
+            continue;
+        if (wc->c->in.len > 0 || nw_conn_read_head(wc->c, 0, 0) == NW_REQ_READY) {
+            nw_conn_finish_request(wc->c);
+            served++;
+        }
+        parked += nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
+        caller_drop(wc);
+    }
+    is(parked, 3, "worker A parked three connections");
+    is(served, 1, "after serving one request on the first");
+    say(s1, "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n");   /* arrives as A leaves */
+    nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
+    struct pollfd p = { .fd = a.handoff[0], .events = POLLIN };
+    is(poll(&p, 1, 50), 0, "A leaves: nothing went to the manager");
+    is(g_live, 0, "and A let go of all three");
+    nw_wconn *wc = next_conn(b.w);
+    ok(wc != NULL, "worker B takes the connection whose request is waiting");
+    if (wc) {
+        struct sockaddr_in *peer = (struct sockaddr_in *)&wc->peer;
+        ok(wc->peer_len > 0 && peer->sin_port == me.sin_port, "with its client's address");
+        is(wc->c->requests, 1, "and its request count");
+        is(nw_conn_read_head(wc->c, 0, 1), NW_REQ_READY, "the request that came meanwhile is read");
+        nw_conn_finish_request(wc->c);
+        say(s2, "GET /3 HTTP/1.1\r\nHost: x\r\n\r\n");
+        is(nw_worker_release(b.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED, "parked in B now");
+        caller_drop(wc);
+        nw_wconn *wc2 = next_conn(b.w);
+        ok(wc2 && wc2 != wc && nw_conn_read_head(wc2->c, 0, 1) == NW_REQ_READY,
+           "another adopted connection is served when it speaks");
+        if (wc2) {
+            nw_worker_release(b.w, wc2, NW_RELEASE_CLOSE);
+            caller_drop(wc2);
+        }
+    }
+    is(poll(&p, 1, 0), 0, "still nothing through the manager");
+    rig_close(&a);
+    rig_close(&b);              /* frees the ones still parked, owned or never served */
+    ok(sees_eof(s3), "a connection never served in B is closed with it");
+    is(g_live, 0, "every connection was freed, once");
+    close(s1);
+    close(s2);
+    close(s3);
+    close(q[0]);
+    close(q[1]);
+}
+
 int main(void)
 {
     alarm(30);
@@ -408,6 +479,7 @@ int main(void)
     test_expiry_hands_off();
     test_watcher_evicts_behind_a_slow_request();
     test_refuse_new_connections();
+    test_adoption();
     close(g_listener);
     is(g_live, 0, "no connection outlives its test");
     return done_testing();
