@@ -58,7 +58,9 @@
 #define NW_PARK_EVICT_RETRY_MS        10      /* the park watcher met a full manager queue: retry then */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
-#define NW_ADOPT_BUSY_WAIT_MS         20      /* a busy worker adopts a waiting batch after this */
+#define NW_ADOPT_BUSY_WAIT_MS         2       /* a busy worker adopts a waiting batch after this */
+#define NW_ADOPT_FRAMES               8       /* a leaving worker's parked set is split in about
+                                               * this many batches, to be shared out */
 #define NW_ADOPT_FD_RESERVE           256     /* descriptors a worker keeps below its open-file
                                                * limit (the app's) when it adopts connections */
 #define NW_STOP_SERVE_MS              200     /* a stopping worker or manager still answers, with

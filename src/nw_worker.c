@@ -363,11 +363,13 @@ static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
     nw_wconn_free(wc);
 }
 
-/* Whether a whole batch of descriptors can be installed here now. */
+/* Whether a whole batch of descriptors can be installed here now (with
+ * the limit nw_worker_adopt_queue asks for, always: a frame must never
+ * wait for a worker with room). What does not fit in the parked set goes
+ * on to the manager. */
 static int adopt_room(const nw_worker *w)
 {
-    return w->park.count + NW_ADOPT_BATCH <= w->adopt_fd_limit
-        && w->park.count + NW_ADOPT_BATCH <= NW_MAX_PARKED;
+    return w->park.count + NW_ADOPT_BATCH <= w->adopt_fd_limit;
 }
 
 /* Take one ADOPT frame, if one is waiting and there is room. Returns 1
@@ -456,6 +458,11 @@ static void park_give_away(nw_worker *w)
 {
     nw_wconn *batch[NW_ADOPT_BATCH], *wc;
     int n = 0, adopting = w->adopt_out >= 0;
+    /* about NW_ADOPT_FRAMES batches, so that several workers share them;
+     * never more than the queue holds without waiting (about ten) */
+    int size = (w->park.count + NW_ADOPT_FRAMES - 1) / NW_ADOPT_FRAMES;
+    if (size > NW_ADOPT_BATCH)
+        size = NW_ADOPT_BATCH;
     for (;;) {
         wc = nw_park_take_expired(&w->park, 0, 1);
         if (wc) {
@@ -468,7 +475,7 @@ static void park_give_away(nw_worker *w)
         }
         if (n == 0)
             return;
-        if (wc && n < NW_ADOPT_BATCH)
+        if (wc && n < size)
             continue;
         if (adopting && send_adopt_batch(w, batch, n) == 0) {
             for (int i = 0; i < n; i++) {
@@ -494,10 +501,21 @@ int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
         return 0;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return -1;
+    /* Raise the soft limit as far as adoption needs, when the hard one
+     * allows (never lower it): a soft limit of 1,024 would cap the parked
+     * set at about a thousand anyway. */
+    rlim_t want = (rlim_t)NW_MAX_PARKED + NW_ADOPT_BATCH + NW_ADOPT_FD_RESERVE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
     long limit = rl.rlim_cur == RLIM_INFINITY ? (long)NW_MAX_PARKED + NW_ADOPT_FD_RESERVE
                                               : (long)rl.rlim_cur;
-    if (limit - NW_ADOPT_FD_RESERVE < 2 * NW_ADOPT_BATCH)
-        return 0;                       /* too low for a batch: the manager it is */
+    /* Every worker must be able to take a batch whatever it holds, or a
+     * frame could wait for ever: below that, the manager it is. */
+    if (limit - NW_ADOPT_FD_RESERVE < NW_MAX_PARKED + NW_ADOPT_BATCH)
+        return 0;
     w->adopt_in = fcntl(in_fd, F_DUPFD_CLOEXEC, 3);
     w->adopt_out = fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
     struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ADOPT_QUEUE_EVENT };

@@ -143,8 +143,11 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
 /* Adopt parked connections of leaving workers from in_fd, and send this
  * worker's own there when it leaves (both: the two ends of one
  * SOCK_SEQPACKET socketpair, duplicated here). Needs a manager (what does
- * not fit goes there). Returns 0, or -1 with errno; 0 also when the
- * open-file limit is too low for a batch (adoption then stays off). */
+ * not fit goes there), and an open-file limit of NW_MAX_PARKED +
+ * NW_ADOPT_BATCH + NW_ADOPT_FD_RESERVE or more, so that any worker can
+ * always take a batch: the soft limit is raised to that when the hard one
+ * allows; with less, adoption stays off (and 0 is returned too). Returns
+ * 0, or -1 with errno. */
 int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd);
 
 /* Add a listening socket (made non-blocking). Returns 0, or -1 with errno

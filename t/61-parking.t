@@ -322,7 +322,14 @@ subtest 'a recycled worker gives its connections to the other workers' => sub {
     is(scalar(grep { $_ && $_->{body} !~ /addr=127\.0\.0\.1 / } @res), 0, 'REMOTE_ADDR carried along');
     my $metrics = NarwhalTest::http_get($status, "/metrics") // {};
     my ($to_manager) = ($metrics->{content} // '') =~ /^narwhal_handoffs_total\{direction="to_manager"\} (\d+)/m;
-    is($to_manager, 0, 'no connection went through the manager');
+    # Adoption needs a hard open-file limit of 4,605 (a worker raises its
+    # soft limit that far); below, the manager takes them as before.
+    my ($hard) = do { open my $l, '<', '/proc/self/limits'; join('', <$l>) } =~ /^Max open files\s+\S+\s+(\S+)/m;
+    SKIP: {
+        skip "the hard open-file limit ($hard) is below 4605: adoption is off", 1
+            if $hard ne 'unlimited' && $hard < 4605;
+        is($to_manager, 0, 'no connection went through the manager');
+    }
 };
 
 subtest 'HUP: parked connections go to the new workers, not away' => sub {
