@@ -442,12 +442,11 @@ static int send_adopt_batch(nw_worker *w, nw_wconn **wcs, int n)
     f.data_len = (uint32_t)(n * sizeof a[0]);
     /* A full queue (the others have not read the batches before yet) is
      * waited for, as a hand-off to the manager would be. */
-    nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS, now;
+    nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS;
     while (nw_frame_send_fds(w->adopt_out, &f, NULL, 0, a, fds, n) < 0) {
-        if ((errno != EAGAIN && errno != EWOULDBLOCK) || (now = nw_now_ms()) >= until)
+        if ((errno != EAGAIN && errno != EWOULDBLOCK) || nw_now_ms() >= until)
             return -1;
-        struct pollfd p = { .fd = w->adopt_out, .events = POLLOUT };
-        poll(&p, 1, (int)(until - now));
+        nw_io_wait(w->adopt_out, POLLOUT, until);
     }
     return 0;
 }

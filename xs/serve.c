@@ -407,28 +407,24 @@ int nw_serve_next(pTHX_ nw_xs_acceptor *a)
 
 /* ---- setup ------------------------------------------------------------- */
 
+/* The setup's references, listed once: taken by set, given back by clear. */
+#define SETUP_REFS(s) { (s)->worker, (s)->app, (s)->stopping, (s)->closing, \
+                        (s)->served, (s)->exit_reason, (s)->conn }
+
 void nw_serve_setup_set(pTHX_ nw_serve_setup *s, const nw_serve_setup *from)
 {
     nw_serve_setup_clear(aTHX_ s);
     *s = *from;
     conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
-    SvREFCNT_inc_simple_void_NN(s->worker);
-    SvREFCNT_inc_simple_void_NN(s->app);
-    SvREFCNT_inc_simple_void_NN(s->stopping);
-    SvREFCNT_inc_simple_void_NN(s->closing);
-    SvREFCNT_inc_simple_void_NN(s->served);
-    SvREFCNT_inc_simple_void_NN(s->exit_reason);
-    SvREFCNT_inc_simple_void_NN(s->conn);
+    SV *refs[] = SETUP_REFS(s);
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
+        SvREFCNT_inc_simple_void(refs[i]);
 }
 
 void nw_serve_setup_clear(pTHX_ nw_serve_setup *s)
 {
-    SvREFCNT_dec(s->worker);
-    SvREFCNT_dec(s->app);
-    SvREFCNT_dec(s->stopping);
-    SvREFCNT_dec(s->closing);
-    SvREFCNT_dec(s->served);
-    SvREFCNT_dec(s->exit_reason);
-    SvREFCNT_dec(s->conn);
+    SV *refs[] = SETUP_REFS(s);
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
+        SvREFCNT_dec(refs[i]);
     memset(s, 0, sizeof *s);
 }
