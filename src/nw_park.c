@@ -28,6 +28,8 @@ void nw_park_init(nw_park *p, int epfd, uint32_t event_base)
 /* Take free slot i off the free stack (swap with the top). */
 static void claim_slot(nw_park *p, int i)
 {
+    if (i >= p->used_slots)
+        p->used_slots = i + 1;
     int pos = p->free_pos[i], top = p->free_slot[p->nfree - 1];
     p->free_slot[pos] = top;
     p->free_pos[top] = pos;
@@ -146,13 +148,16 @@ void *nw_park_take_ready(nw_park *p, int *hangup)
     *hangup = 0;
     if (p->ready_count == 0)
         return NULL;
-    const unsigned char *r = memchr(p->ready + p->cursor, 1, NW_MAX_PARKED - p->cursor);
+    /* only as far as a slot was ever used: the free ones are taken from
+     * the bottom, so a worker with a few connections scans a few bytes */
+    int end = p->used_slots, from = p->cursor < end ? p->cursor : 0;
+    const unsigned char *r = memchr(p->ready + from, 1, (size_t)(end - from));
     if (!r)
-        r = memchr(p->ready, 1, p->cursor);
+        r = memchr(p->ready, 1, (size_t)from);
     if (!r)
         return NULL;
     int i = (int)(r - p->ready);
-    p->cursor = (i + 1) % NW_MAX_PARKED;
+    p->cursor = i + 1;
     *hangup = p->hangup[i];
     return take_slot(p, i, 0);
 }

@@ -30,6 +30,7 @@ typedef struct {
     int count;                          /* slots in use */
     int ready_count;                    /* of those, readable */
     int cursor;                         /* where the next search for a ready one starts */
+    int used_slots;                     /* 1 + the highest slot ever used */
     int head, tail;                     /* in use, oldest first; -1 when empty */
     int nfree;
     void *item[NW_MAX_PARKED];          /* NULL: slot free */
