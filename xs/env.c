@@ -454,16 +454,61 @@ static int env_holds_entry(HV *env, const HE *he, U32 hash)
     return 0;
 }
 
+/* Whether he is one of the entries the quick check found: an owned key's
+ * (by its shared key's address: the hash holds each key once, and the
+ * owned ones were found by that address) or a header entry the build
+ * stored. */
+static int env_known_entry(const env_recycler *r, const HE *he)
+{
+    const HEK *hek = HeKEY_hek(he);
+    for (unsigned s = HEK_HASH(hek) & (ENV_OWNED_SLOTS - 1);; s = (s + 1) & (ENV_OWNED_SLOTS - 1)) {
+        int j = r->slot[s] - 1;
+        if (j < 0)
+            break;
+        if (r->key[j].hek == hek)
+            return 1;
+    }
+    for (int i = 0; i < r->nbuilt; i++)
+        if (r->built[i] == he)
+            return 1;
+    return 0;
+}
+
+/* After the quick check: the added entries (there are `added` of them,
+ * next to the ones it found) deleted. 0 when one cannot be (the full
+ * clean then decides). */
+static int env_delete_added(pTHX_ env_recycler *r, HV *env, STRLEN added)
+{
+    HE *doomed[ENV_DOOMED_MAX];
+    STRLEN nd = 0;
+    HE **array = HvARRAY(env);
+    for (STRLEN b = 0; b <= HvMAX(env) && nd < added; b++)
+        for (HE *he = array[b]; he; he = HeNEXT(he)) {
+            if (env_known_entry(r, he))
+                continue;
+            if (nd == added || HeKLEN(he) < 0 || HeKLEN(he) > ENV_KEY_MAX)
+                return 0;
+            doomed[nd++] = he;
+        }
+    if (nd != added)
+        return 0;
+    for (STRLEN i = 0; i < nd; i++)
+        env_delete_entry(aTHX_ env, doomed[i]);
+    return 1;
+}
+
 /* The common case of a clean: the hash holds its owned keys, the header
- * entries the build stored and nothing else (see "The $env" in
- * docs/DESIGN.md). Cleans the values and answers 1; 0 when the hash is
- * not in that shape (what it cleaned by then, the full clean would clean
- * the same way). */
+ * entries the build stored, and maybe keys the app added (Plack::Request
+ * adds its plack.request.* ones). See "The $env" in docs/DESIGN.md.
+ * Cleans the values, deletes the added keys and answers 1; 0 when the
+ * hash is not in that shape (what it cleaned by then, the full clean
+ * would clean the same way). */
 static int env_recycle_quick(pTHX_ env_recycler *r, HV *env)
 {
-    if (r->built_for != env || r->nbuilt < 0
-        || HvTOTALKEYS(env) != (STRLEN)(r->nkeys + r->nbuilt))
-        return 0;           /* keys added or deleted: not the common case */
+    STRLEN known = (STRLEN)(r->nkeys + r->nbuilt);
+    if (r->built_for != env || r->nbuilt < 0 || HvTOTALKEYS(env) < known
+        || HvTOTALKEYS(env) - known > ENV_DOOMED_MAX)
+        return 0;           /* keys deleted (or a great many added): not the common case */
     HE **array = HvARRAY(env);
     STRLEN max = HvMAX(env);
     for (int j = 0; j < r->nkeys; j++) {
@@ -479,7 +524,8 @@ static int env_recycle_quick(pTHX_ env_recycler *r, HV *env)
         if (!env_holds_entry(env, r->built[i], r->built_hash[i])
             || !env_stale_header(aTHX_ r, r->built[i]))
             return 0;
-    return HvTOTALKEYS(env) == (STRLEN)(r->nkeys + r->nstale);
+    STRLEN added = HvTOTALKEYS(env) - known;
+    return added == 0 || env_delete_added(aTHX_ r, env, added);
 }
 
 /* The full clean, entry by entry: deletes what the request added, puts
