@@ -650,10 +650,25 @@ static int send_file_body(nw_conn *c, int file_fd, off_t offset, size_t len)
     return nw_io_sendfile_all(c->fd, file_fd, offset, len, c->cfg.timeout);
 }
 
+/* The head of a file response, with MSG_MORE: the kernel holds it back
+ * and sends it in one segment with the file's first bytes (sendfile right
+ * after pushes both), instead of a small segment of its own. What the
+ * socket does not take stays in c->out for the usual write. */
+static void send_head_corked(nw_conn *c)
+{
+    ssize_t n = send(c->fd, c->out.data, c->out.len, MSG_MORE | MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0)
+        return;
+    memmove(c->out.data, c->out.data + n, c->out.len - (size_t)n);
+    c->out.len -= (size_t)n;
+}
+
 int nw_conn_send_file(nw_conn *c, int file_fd, off_t offset, size_t len)
 {
     if (c->out_framing == NW_OUT_LENGTH && (int64_t)len > c->out_left)
         len = (size_t)c->out_left;
+    if (c->out.len > 0 && len > 0 && c->is_tcp && c->out_framing == NW_OUT_LENGTH && !c->broken)
+        send_head_corked(c);
     if (c->out.len > 0) {
         struct iovec v;
         take_head(c, &v);
