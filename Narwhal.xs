@@ -210,6 +210,13 @@ adopt_queue(self, in_fd, out_fd)
         croak("adopt queue: %s\n", strerror(errno));
 
 void
+count_in_scoreboard(self)
+    nw_xs_acceptor *self
+  CODE:
+    /* (after the scoreboard's attach: the slot this worker writes) */
+    nw_worker_count_in(self->w, nw_xs_score_slot ? &nw_xs_score_slot->counts : NULL);
+
+void
 hand_off_on_crash(self)
     nw_xs_acceptor *self
   CODE:

@@ -433,7 +433,9 @@ status class, C<narwhal_request_duration_seconds> (histogram),
 C<narwhal_workers> by state, C<narwhal_workers_wanted>,
 C<narwhal_connections> by state, C<narwhal_worker_restarts_total> by
 reason (max-requests, crash, watchdog, memory, signal),
-C<narwhal_handoffs_total>, C<narwhal_listen_queue_length> and
+C<narwhal_handoffs_total> by direction (to_manager, to_worker, and
+worker_to_worker: a leaving worker's connections taken by the others),
+C<narwhal_listen_queue_length> and
 C<narwhal_listen_queue_limit>, C<narwhal_shed_total>,
 C<narwhal_worker_resident_bytes> per worker, C<narwhal_start_time_seconds>
 and C<narwhal_up>.

@@ -138,6 +138,7 @@ static void add_counts(nw_score_counts *to, const nw_score_counts *from)
     for (int i = 0; i < NW_SCORE_BUCKETS; i++)
         to->bucket[i] += from->bucket[i];
     to->duration_us += from->duration_us;
+    to->adopted += from->adopted;
 }
 
 void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s)

@@ -57,6 +57,7 @@ typedef struct {
     uint64_t by_class[NW_SCORE_CLASSES];    /* responses by status class */
     uint64_t bucket[NW_SCORE_BUCKETS];      /* durations, per bucket (not cumulative) */
     uint64_t duration_us;                   /* sum of durations */
+    uint64_t adopted;                       /* connections taken from a leaving worker (ADOPT) */
 } nw_score_counts;
 
 typedef struct {

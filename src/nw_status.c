@@ -206,7 +206,8 @@ static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *
     return r;
 }
 
-static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy)
+static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
+                           uint64_t adopted)
 {
     int r = metric_head(o, "narwhal_connections", "gauge",
                         "Client connections: held idle or reading a head in the manager, "
@@ -217,11 +218,14 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy)
     r |= put(o, "narwhal_connections{state=\"writing\"} %llu\n", (unsigned long long)m->held_writing);
     r |= put(o, "narwhal_connections{state=\"worker\"} %llu\n", (unsigned long long)busy);
     r |= metric_head(o, "narwhal_handoffs_total", "counter",
-                     "Connections passed between workers and the manager.");
+                     "Connections passed between workers and the manager, and from a "
+                     "leaving worker to the others.");
     r |= put(o, "narwhal_handoffs_total{direction=\"to_manager\"} %llu\n",
              (unsigned long long)m->handoffs_in);
     r |= put(o, "narwhal_handoffs_total{direction=\"to_worker\"} %llu\n",
              (unsigned long long)m->handoffs_out);
+    r |= put(o, "narwhal_handoffs_total{direction=\"worker_to_worker\"} %llu\n",
+             (unsigned long long)adopted);
     r |= metric_head(o, "narwhal_offloaded_total", "counter",
                      "Responses a worker left to the manager to finish for a slow reader.");
     r |= put(o, "narwhal_offloaded_total %llu\n", (unsigned long long)m->offloaded);
@@ -254,7 +258,7 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
     count_states(rows, n, by_state);
     int r = metrics_requests(o, &t);
     r |= metrics_workers(o, b, rows, n);
-    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY]);
+    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], t.adopted);
     r |= metric_head(o, "narwhal_start_time_seconds", "gauge",
                      "When the master started, in seconds since the epoch.");
     r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);

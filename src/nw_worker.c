@@ -354,6 +354,8 @@ static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
     nw_wconn *wc = wconn_new(w, a->listener, fd, &peer, plen);
     if (!wc)
         return;
+    if (w->counts)
+        w->counts->adopted++;
     wc->c->requests = a->requests;
     wc->c->drained = 0;
     if (park(w, wc) == 0)
@@ -361,6 +363,11 @@ static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
     if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
         nw_conn_close_gently(wc->c);
     nw_wconn_free(wc);
+}
+
+void nw_worker_count_in(nw_worker *w, nw_score_counts *counts)
+{
+    w->counts = counts;
 }
 
 /* Whether a whole batch of descriptors can be installed here now (with
@@ -452,8 +459,11 @@ static int send_adopt_batch(nw_worker *w, nw_wconn **wcs, int n)
 }
 
 /* A leaving worker's parked connections: to the other workers, a batch a
- * frame; a batch the adopt queue refuses goes to the manager, one by one. */
-static void park_give_away(nw_worker *w)
+ * frame; a batch the adopt queue refuses goes to the manager, one by one.
+ * crashing: called from the crash handler, so only async-signal-safe
+ * calls (sendmsg, poll, clock_gettime): nothing is freed or closed, the
+ * process dies right after. */
+static void park_give_away(nw_worker *w, int crashing)
 {
     nw_wconn *batch[NW_ADOPT_BATCH], *wc;
     int n = 0, adopting = w->adopt_out >= 0;
@@ -467,7 +477,8 @@ static void park_give_away(nw_worker *w)
         if (wc) {
             wc->watch.registered = 0;   /* (taken out of epoll) */
             if (wc->c->fd < 0) {
-                drop_owner(w, wc);
+                if (!crashing)
+                    drop_owner(w, wc);
                 continue;
             }
             batch[n++] = wc;
@@ -477,17 +488,17 @@ static void park_give_away(nw_worker *w)
         if (wc && n < size)
             continue;
         if (adopting && send_adopt_batch(w, batch, n) == 0) {
-            for (int i = 0; i < n; i++) {
+            for (int i = 0; !crashing && i < n; i++) {
                 close(batch[i]->c->fd);  /* our copy; the socket lives on elsewhere */
                 batch[i]->c->fd = -1;
             }
         } else {
             adopting = 0;               /* the rest go to the manager too */
             for (int i = 0; i < n; i++)
-                if (hand_off(w, batch[i], NW_HANDOFF_PATIENCE_MS) < 0)
+                if (hand_off(w, batch[i], NW_HANDOFF_PATIENCE_MS) < 0 && !crashing)
                     nw_conn_close_gently(batch[i]->c);
         }
-        for (int i = 0; i < n; i++)
+        for (int i = 0; !crashing && i < n; i++)
             drop_owner(w, batch[i]);
         n = 0;
     }
@@ -714,7 +725,7 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
 void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 {
     if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing())
-        park_give_away(w);
+        park_give_away(w, 0);
     else if (why == NW_RELEASE_RETIRE)
         park_expire(w, nw_now_ms(), 1);
     else
@@ -928,7 +939,8 @@ static int crash_lock(nw_worker *w)
 }
 
 /* Runs in the crashing thread, with only async-signal-safe calls on the
- * parked set's C side (sendmsg, close, clock_gettime). The set is touched
+ * parked set's C side (park_give_away's crashing mode: to the other
+ * workers in a few ADOPT frames, else the manager). The set is touched
  * only when nobody is changing it: the lock is free (the main thread is
  * out serving, the watcher asleep), or there is no watcher and the main
  * thread was not inside. */
@@ -937,12 +949,9 @@ static void hand_off_parked_from_handler(void)
     nw_worker *w = process_worker;
     if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->park.count > 0) {
         int locked = w->has_watcher ? crash_lock(w) : !w->main_holds;
-        if (locked) {
-            nw_wconn *wc;
-            while ((wc = nw_park_take_expired(&w->park, 0, 1)))
-                if (wc->c->fd >= 0)
-                    nw_conn_handoff(wc->c, w->handoff_queue);   /* our copy is closed */
-        }
+        if (locked)
+            park_give_away(w, 1);
+
     }
 }
 

@@ -325,10 +325,14 @@ subtest 'a recycled worker gives its connections to the other workers' => sub {
     # Adoption needs a hard open-file limit of 4,605 (a worker raises its
     # soft limit that far); below, the manager takes them as before.
     my ($hard) = do { open my $l, '<', '/proc/self/limits'; join('', <$l>) } =~ /^Max open files\s+\S+\s+(\S+)/m;
+    my ($adopted) = ($metrics->{content} // '') =~ /^narwhal_handoffs_total\{direction="worker_to_worker"\} (\d+)/m;
     SKIP: {
-        skip "the hard open-file limit ($hard) is below 4605: adoption is off", 1
+        skip "the hard open-file limit ($hard) is below 4605: adoption is off", 2
             if $hard ne 'unlimited' && $hard < 4605;
         is($to_manager, 0, 'no connection went through the manager');
+        # each recycle passes the parked connections and the current one
+        ok($adopted && $adopted >= 8, 'the metrics count the adopted connections ('
+                                      . ($adopted // 'none') . ')');
     }
 };
 

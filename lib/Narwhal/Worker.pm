@@ -57,7 +57,10 @@ sub run {
     $acceptor->proxy_from($_) for @{ $self->{options}{proxy_from} || [] };
     my $board = $self->{scoreboard};
     $board = undef unless $board && defined $self->{score_slot};
-    $board->attach($self->{score_slot}) if $board;
+    if ($board) {
+        $board->attach($self->{score_slot});
+        $acceptor->count_in_scoreboard;     # (adoptions, for the metrics)
+    }
     my $access_log = defined $self->{options}{access_log};
     Narwhal::AccessLog::open($self->{options}{access_log},
                              $self->{options}{access_log_format} eq 'json') if $access_log;
