@@ -49,7 +49,7 @@ sub run {
     $acceptor->defer_signals(map { POSIX->can("SIG$_")->() } qw(TERM INT QUIT USR1 USR2));
     $acceptor->note_stop_sender(map { POSIX->can("SIG$_")->() } qw(TERM INT QUIT));
     # A crash in the app costs only its own request: the parked
-    # connections go to the manager first.
+    # connections go to the other workers (or the manager) first.
     $acceptor->hand_off_on_crash;
     # Leaving, its parked connections go to the other workers (and theirs
     # come here): DESIGN.md, "Retirement".
