@@ -62,6 +62,11 @@ my %routes = (
     '/weak-after' => sub { [200, [], [defined \$weak ? 'alive' : 'gone']] },
     '/valref' => sub { \$valref = \\\$_[0]{HTTP_X_VAL}; [200, [], ['valref']] },
     '/valref-after' => sub { [200, [], [\$\$valref]] },
+    '/add' => sub {     # /add?k1,k2: the app adds these keys (Plack::Request's way)
+        my \$env = shift;
+        \$env->{\$_} = "added \$_" for split /,/, \$env->{QUERY_STRING};
+        [200, [], [join '|', map { \$env->{\$_} // '-' } qw(HTTP_X_LEARN)]];
+    },
     '/hdr' => sub { my \$e = shift; [200, [], [join '|', map { \$e->{\$_} // '-' } qw(HTTP_X_D HTTP_X_A CONTENT_TYPE)]] },
 );
 sub { my \$env = shift; my (\$route) = \$env->{PATH_INFO} =~ m{^(/[a-z-]+)}; (\$routes{\$route // ''} || sub { [404, [], ['?']] })->(\$env) };
@@ -99,6 +104,24 @@ is(ask($c, '/hdr', 'X-D: 1', 'X-A: a'), '1|a|-', 'headers');
 is(ask($c, '/hdr', 'X-D: 1', 'X-D: 2', 'Content-Type: text/plain'), '1, 2|-|text/plain',
    'a repeated header is joined; headers absent this time are gone');
 is(ask($c, '/hdr'), '-|-|-', 'no headers left over');
+
+# Keys the app adds are deleted at the clean, found by the keys the clean
+# before remembered when they are the same (and by a walk when not). A
+# remembered key that arrives as a request header this time is the
+# request's, not the app's: it must not be taken for an added one.
+for my $round (1 .. 3) {
+    is(ask($c, '/add?plack.a,plack.b'), '-', "the app adds two keys ($round)");
+    is(ask($c, '/dump?a=1', 'X-A: 1'), $fresh, "then a fresh \$env ($round)");
+}
+is(ask($c, '/add?plack.b'), '-', 'the app adds one of the two');
+is(ask($c, '/dump?a=1', 'X-A: 1'), $fresh, 'then a fresh $env');
+is(ask($c, '/add?plack.c,plack.d,plack.e'), '-', 'the app adds others');
+is(ask($c, '/dump?a=1', 'X-A: 1'), $fresh, 'then a fresh $env');
+is(ask($c, '/add?HTTP_X_LEARN,plack.k'), 'added HTTP_X_LEARN', 'the app adds a header-like key and another');
+is(ask($c, '/add?HTTP_X_LEARN,plack.k'), 'added HTTP_X_LEARN', 'again');
+is(ask($c, '/add?plack.z', 'X-Learn: sent'), 'sent',
+   'the same key as a request header this time: the request\'s value');
+is(ask($c, '/dump?a=1', 'X-A: 1'), $fresh, 'then a fresh $env: the key the app added is gone');
 
 # The app keeps $env, a weak reference to it, or a reference to a value
 is(ask($c, '/keep', 'X-Keep: yes'), 'kept', 'the app keeps $env');

@@ -51,6 +51,7 @@ static void env_put(pTHX_ HV *env, int k, SV *val)
 #define ENV_KEY_MAX     256   /* longest key a clean deletes from a stack copy */
 #define ENV_STALE_MAX   32    /* header entries a clean keeps for the next request to reuse */
 #define ENV_STALE_BYTES 1024  /* the largest header value buffer kept so */
+#define ENV_ADDED_MAX   16    /* keys an app adds that a clean remembers, to find them again */
 
 typedef struct {
     const char *name;
@@ -89,6 +90,12 @@ struct env_recycler {
     HE *built[ENV_STALE_MAX];
     U32 built_hash[ENV_STALE_MAX];
     int nbuilt;
+    /* The keys the app added that the last clean had to walk the buckets
+     * to find (Plack::Request's plack.request.*, a middleware's own): the
+     * next clean looks for these first, each in its own bucket chain. */
+    HV *added_holder;           /* holds the shared keys of added[] */
+    HEK *added[ENV_ADDED_MAX];
+    int nadded;
 };
 
 /* The keys whose values read_request writes into a spare $env. */
@@ -284,6 +291,7 @@ void nw_env_recycler_unref(pTHX_ env_recycler *r)
         return;
     SvREFCNT_dec((SV *)r->spare);
     SvREFCNT_dec((SV *)r->key_holder);
+    SvREFCNT_dec((SV *)r->added_holder);
     SvREFCNT_dec((SV *)r->template);
     SvREFCNT_dec(r->io_maker);
     Safefree(r);
@@ -454,6 +462,15 @@ static int env_holds_entry(HV *env, const HE *he, U32 hash)
     return 0;
 }
 
+/* Whether he is a header entry the last build stored. */
+static int env_is_built(const env_recycler *r, const HE *he)
+{
+    for (int i = 0; i < r->nbuilt; i++)
+        if (r->built[i] == he)
+            return 1;
+    return 0;
+}
+
 /* Whether he is one of the entries the quick check found: an owned key's
  * (by its shared key's address: the hash holds each key once, and the
  * owned ones were found by that address) or a header entry the build
@@ -468,17 +485,71 @@ static int env_known_entry(const env_recycler *r, const HE *he)
         if (r->key[j].hek == hek)
             return 1;
     }
-    for (int i = 0; i < r->nbuilt; i++)
-        if (r->built[i] == he)
-            return 1;
-    return 0;
+    return env_is_built(r, he);
+}
+
+/* The entry for the shared key hek in env, or NULL. */
+static HE *env_entry_of(HV *env, const HEK *hek)
+{
+    HE *he = HvARRAY(env)[HEK_HASH(hek) & HvMAX(env)];
+    while (he && HeKEY_hek(he) != hek)
+        he = HeNEXT(he);
+    return he;
+}
+
+/* Remember the keys of the n added entries (still in the hash: their
+ * shared keys are alive) for the next clean. The holder keeps each shared
+ * key alive, so that an address always names the same key. */
+static void env_learn_added(pTHX_ env_recycler *r, HE **added, STRLEN n)
+{
+    if (!r->added_holder)
+        r->added_holder = newHV();
+    hv_clear(r->added_holder);
+    r->nadded = 0;
+    for (STRLEN i = 0; i < n && r->nadded < ENV_ADDED_MAX; i++) {
+        HE *he = added[i];
+        if (HeKUTF8(he) || HeKWASUTF8(he))
+            continue;
+        HE *held = (HE *)hv_common(r->added_holder, NULL, HeKEY(he), (STRLEN)HeKLEN(he), 0,
+                                   HV_FETCH_ISSTORE, newSV(0), HeHASH(he));
+        if (held)
+            r->added[r->nadded++] = HeKEY_hek(held);
+    }
+}
+
+/* The added entries found by the keys the last clean remembered: 1 when
+ * they are all of them (then they are deleted). An entry for a remembered
+ * key is never an owned one (owned keys are held too, so their addresses
+ * differ) and is not a header entry the build stored (checked). */
+static int env_delete_learned(pTHX_ env_recycler *r, HV *env, STRLEN added)
+{
+    const HEK *doomed[ENV_ADDED_MAX];
+    STRLEN nd = 0;
+    if (added > (STRLEN)r->nadded)
+        return 0;
+    for (int i = 0; i < r->nadded && nd < added; i++) {
+        HE *he = env_entry_of(env, r->added[i]);
+        if (he && !env_is_built(r, he))
+            doomed[nd++] = r->added[i];
+    }
+    if (nd != added)
+        return 0;
+    /* deleted by key (held, so alive whatever a DESTROY does meanwhile) */
+    for (STRLEN i = 0; i < nd; i++)
+        (void)hv_common(env, NULL, HEK_KEY(doomed[i]), (STRLEN)HEK_LEN(doomed[i]), 0,
+                        G_DISCARD | HV_DELETE, NULL, HEK_HASH(doomed[i]));
+    return 1;
 }
 
 /* After the quick check: the added entries (there are `added` of them,
- * next to the ones it found) deleted. 0 when one cannot be (the full
- * clean then decides). */
+ * next to the ones it found) deleted, found by the keys remembered from
+ * the last clean or else by a pass over the buckets (whose finds are then
+ * remembered). 0 when one cannot be deleted (the full clean then
+ * decides). */
 static int env_delete_added(pTHX_ env_recycler *r, HV *env, STRLEN added)
 {
+    if (env_delete_learned(aTHX_ r, env, added))
+        return 1;
     HE *doomed[ENV_DOOMED_MAX];
     STRLEN nd = 0;
     HE **array = HvARRAY(env);
@@ -492,6 +563,7 @@ static int env_delete_added(pTHX_ env_recycler *r, HV *env, STRLEN added)
         }
     if (nd != added)
         return 0;
+    env_learn_added(aTHX_ r, doomed, nd);
     for (STRLEN i = 0; i < nd; i++)
         env_delete_entry(aTHX_ env, doomed[i]);
     return 1;
@@ -509,13 +581,8 @@ static int env_recycle_quick(pTHX_ env_recycler *r, HV *env)
     if (r->built_for != env || r->nbuilt < 0 || HvTOTALKEYS(env) < known
         || HvTOTALKEYS(env) - known > ENV_DOOMED_MAX)
         return 0;           /* keys deleted (or a great many added): not the common case */
-    HE **array = HvARRAY(env);
-    STRLEN max = HvMAX(env);
     for (int j = 0; j < r->nkeys; j++) {
-        const HEK *hek = r->key[j].hek;
-        HE *he = array[HEK_HASH(hek) & max];
-        while (he && HeKEY_hek(he) != hek)
-            he = HeNEXT(he);
+        HE *he = env_entry_of(env, r->key[j].hek);
         if (!he || !env_keep_owned(aTHX_ r, j, HeVAL(he)))
             return 0;
     }
