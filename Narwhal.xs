@@ -155,12 +155,12 @@ int
 serve(self)
     nw_xs_acceptor *self
   CODE:
-    /* One request of the current connection, taking the next connection
-     * first when there is none ("One request in C" in docs/DESIGN.md):
-     * SERVE_ON, SERVE_IDLE or SERVE_LEAVING. */
+    /* Requests of the current connection and the next ones, until none
+     * comes within the wait or the worker must leave ("One request in C"
+     * in docs/DESIGN.md): SERVE_IDLE or SERVE_LEAVING. */
     if (!self->serve.app)
         croak("Narwhal::Acceptor::serve before serve_setup");
-    RETVAL = nw_serve_next(aTHX_ self);
+    RETVAL = nw_serve_run(aTHX_ self);
   OUTPUT:
     RETVAL
 
@@ -724,6 +724,5 @@ BOOT:
     /* What serve answers, and how release_parked lets parked connections go. */
     export_constant(aTHX_ acceptor_stash, "RETIRE", NW_RELEASE_RETIRE);
     export_constant(aTHX_ acceptor_stash, "STOP", NW_RELEASE_STOP);
-    export_constant(aTHX_ acceptor_stash, "SERVE_ON", NW_SERVE_ON);
     export_constant(aTHX_ acceptor_stash, "SERVE_IDLE", NW_SERVE_IDLE);
     export_constant(aTHX_ acceptor_stash, "SERVE_LEAVING", NW_SERVE_LEAVING);

@@ -129,6 +129,10 @@ SV *nw_serve_conn_object(pTHX_ nw_xs_acceptor *a, nw_wconn *wc);
                                 * at its request limit */
 int nw_serve_next(pTHX_ nw_xs_acceptor *a);
 
+/* nw_serve_next until it answers other than NW_SERVE_ON: NW_SERVE_IDLE or
+ * NW_SERVE_LEAVING. */
+int nw_serve_run(pTHX_ nw_xs_acceptor *a);
+
 /* The setup's references, taken and let go. */
 void nw_serve_setup_set(pTHX_ nw_serve_setup *s, const nw_serve_setup *from);
 void nw_serve_setup_clear(pTHX_ nw_serve_setup *s);

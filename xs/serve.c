@@ -405,6 +405,25 @@ int nw_serve_next(pTHX_ nw_xs_acceptor *a)
     return NW_SERVE_ON;
 }
 
+/* Requests one after the other until no connection comes within the wait
+ * or the worker must leave: the worker loop's busy turns, without a Perl
+ * call and its argument checks per request (860 instructions of a hello
+ * request). What the loop's statements did between two requests is done
+ * here: temporaries freed, the signals Perl has taken run. */
+int nw_serve_run(pTHX_ nw_xs_acceptor *a)
+{
+    int r;
+    ENTER;
+    SAVETMPS;
+    while ((r = nw_serve_next(aTHX_ a)) == NW_SERVE_ON) {
+        FREETMPS;
+        PERL_ASYNC_CHECK();
+    }
+    FREETMPS;
+    LEAVE;
+    return r;
+}
+
 /* ---- setup ------------------------------------------------------------- */
 
 /* The setup's references, listed once: taken by set, given back by clear. */

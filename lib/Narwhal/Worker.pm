@@ -86,17 +86,17 @@ sub run {
           exit_reason => \$self->{exit_reason}, conn => \$self->{conn} },
         $limit, $keepalive ? 1 : 0, $managed ? 1 : 0, $self->{options}{worker_quantum},
         $self->{options}{max_worker_rss} || 0, WAIT);
-    # One loop, one request per turn. serve (xs/serve.c, "One request in
-    # C" in docs/DESIGN.md) serves the current connection's next request,
-    # taking the next connection first when there is none, and lets the
+    # serve (xs/serve.c, "One request in C" in docs/DESIGN.md) serves
+    # requests one after the other: the current connection's next one,
+    # taking the next connection first when there is none, letting each
     # connection go (parked, handed to the manager, closed) as it must. It
     # calls this object back for what is not common (_open_spilled_body,
-    # respond, _after_request, _over_memory). What is left here is what
-    # happens between requests: idle time, and leaving.
+    # respond, _after_request, _over_memory), and returns when no
+    # connection came within WAIT or the worker must leave. What is left
+    # here is what happens then: idle time, and leaving.
     my $draining;
     while (1) {
         my $r = Narwhal::Acceptor::serve($acceptor);
-        next if $r == Narwhal::Acceptor::SERVE_ON;
         if ($r == Narwhal::Acceptor::SERVE_IDLE) {    # no connection came within WAIT
             Narwhal::AccessLog::tick() if $access_log;    # what is buffered goes out
             Narwhal::Acceptor::deliver_signals($acceptor);
