@@ -15,6 +15,7 @@
 #include "src/nw_manager.h"
 #include "src/nw_scoreboard.h"
 #include "src/nw_accesslog.h"
+#include "src/nw_signal.h"
 #include <strings.h>
 
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
@@ -696,6 +697,21 @@ refuse_new_connections(fd)
     int fd
   CODE:
     RETVAL = nw_io_refuse_new_connections(fd) == 0;
+  OUTPUT:
+    RETVAL
+
+MODULE = Narwhal    PACKAGE = Narwhal::Master
+
+int
+wake_on_signals(fd, ...)
+    int fd
+  CODE:
+    /* Each signal given also writes a byte to fd (the manage loop's wake
+     * pipe), in front of the handler Perl has for it (src/nw_signal.h). */
+    RETVAL = 1;
+    for (int i = 1; i < items; i++)
+        if (nw_signal_wake((int)SvIV(ST(i)), fd) < 0)
+            RETVAL = 0;
   OUTPUT:
     RETVAL
 

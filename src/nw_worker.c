@@ -18,6 +18,7 @@
 
 #include "nw_frame.h"
 #include "nw_scoreboard.h"
+#include "nw_signal.h"
 
 #define SIGNAL_EVENT      63    /* epoll data for the signalfd (listeners are 0..62) */
 #define SERVE_QUEUE_EVENT 64    /* epoll data for the serve queue */
@@ -563,7 +564,7 @@ static int signal_pending(nw_worker *w, nw_msec now)
     return w->signal_ready;
 }
 
-nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
+static nw_wconn *next_conn(nw_worker *w, int wait_ms)
 {
     nw_msec now = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
     nw_wconn *wc;
@@ -578,6 +579,13 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
         errno = EINTR;
         return NULL;
     }
+    /* A new worker takes a waiting batch before anything else: what a
+     * worker that left (a crash too) held, with the requests that came
+     * meanwhile, is older than what waits to be accepted, and a worker
+     * that dies young (a URL that crashes every worker) would otherwise
+     * never take it. */
+    if (w->adopt_ready && !w->taken_any && take_adopted(w))
+        poll_events(w, 0);
     if (w->adopt_ready)
         adopt_when_busy(w, now);    /* a leaving worker's parked connections */
     if (w->park.count && !w->draining) {
@@ -621,6 +629,14 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
         now = nw_now_ms();
         w->next_signal_look = now + NW_SIGNAL_LOOK_MS;  /* epoll would have said */
     }
+}
+
+nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
+{
+    nw_wconn *wc = next_conn(w, wait_ms);
+    if (wc)
+        w->taken_any = 1;
+    return wc;
 }
 
 /* FIN, a brief drain, close: a request crossing our close meets
@@ -1045,36 +1061,11 @@ static void watchdog_last_resort(void)
     _exit(NW_WORKER_EXIT_WATCHDOG);
 }
 
-/* A handler of ours sits in front of the one that was there (Perl's):
- * pass the signal on to it. */
-static void chain_to(const struct sigaction *next, int sig, siginfo_t *si, void *uc)
-{
-    if (next->sa_flags & SA_SIGINFO)
-        next->sa_sigaction(sig, si, uc);
-    else if (next->sa_handler != SIG_DFL && next->sa_handler != SIG_IGN)
-        next->sa_handler(sig);
-}
-
-/* Put handler in front of sig's present handler, which is kept in *next.
- * Returns 0, or -1 (nothing changed). */
-static int install_in_front(int sig, void (*handler)(int, siginfo_t *, void *),
-                            struct sigaction *next)
-{
-    struct sigaction sa;
-    if (sigaction(sig, NULL, next) != 0)
-        return -1;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = handler;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    return sigaction(sig, &sa, NULL);
-}
-
 static void watchdog_handler(int sig, siginfo_t *si, void *uc)
 {
     if (++watchdog_hits >= 2)
         watchdog_last_resort();
-    chain_to(&watchdog_next, sig, si, uc);
+    nw_signal_chain(&watchdog_next, sig, si, uc);
 }
 
 /* ---- who sent the stop --------------------------------------------- */
@@ -1085,13 +1076,13 @@ static volatile sig_atomic_t stop_sender_pid = -1;
 static void stop_sender_handler(int sig, siginfo_t *si, void *uc)
 {
     stop_sender_pid = si ? (sig_atomic_t)si->si_pid : 0;
-    chain_to(&stop_next[sig], sig, si, uc);
+    nw_signal_chain(&stop_next[sig], sig, si, uc);
 }
 
 void nw_worker_note_stop_sender(int sig)
 {
     if (sig > 0 && sig < NSIG)
-        install_in_front(sig, stop_sender_handler, &stop_next[sig]);
+        nw_signal_in_front(sig, stop_sender_handler, &stop_next[sig]);
 }
 
 long nw_worker_stop_sender(void)
@@ -1121,7 +1112,7 @@ void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(vo
 {
     watchdog_slot = slot;
     watchdog_before_exit = before_exit;
-    install_in_front(sig, watchdog_handler, &watchdog_next);
+    nw_signal_in_front(sig, watchdog_handler, &watchdog_next);
 }
 
 void nw_worker_enter(nw_worker *w)

@@ -100,6 +100,7 @@ typedef struct {
     int serve_queue_ready;      /* the serve queue may hold a connection */
     int adopt_in, adopt_out;    /* the adopt queue's ends; -1: no adoption */
     int adopt_ready;            /* the adopt queue may hold a frame */
+    int taken_any;              /* nw_worker_next has given a connection */
     nw_msec adopt_seen;         /* a busy worker saw it ready then (0: not yet) */
     long adopt_fd_limit;        /* take a frame only while parked + a batch stays under this */
     nw_score_counts *counts;    /* the scoreboard slot's counts (adoptions), or NULL */

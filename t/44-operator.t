@@ -57,8 +57,8 @@ sub server {
 sub get_raw {
     my ($port, $path, $timeout) = @_;
     my $c = raw_connect($port) or return undef;
+    my $t0 = time;      # before the write: the server may start on it before this process runs again
     syswrite($c, "GET $path HTTP/1.1\r\nHost: x\r\n\r\n");
-    my $t0 = time;
     my $r = read_response($c, $timeout // 10);
     $r->{elapsed} = time - $t0 if $r;
     return $r;

@@ -321,6 +321,31 @@ sub _signals {
     $SIG{USR2} = sub { $p->{usr2}++ };
     $SIG{CHLD} = sub { };    # only to wake the manage loop
     $SIG{PIPE} = 'IGNORE';
+    # Each of these also writes a byte to the wake pipe, from C, the moment
+    # it arrives: the manage loop's sleep watches the pipe, so a signal that
+    # comes after the loop's last look and before its sleep (a worker dying
+    # while the master forks another) ends the sleep at once, instead of
+    # waiting for Perl to run its handler after the sleep.
+    pipe(my $wake_r, my $wake_w) or die "pipe: $!\n";
+    for my $end ($wake_r, $wake_w) {
+        my $fl = fcntl($end, F_GETFL, 0) or die "fcntl: $!\n";
+        fcntl($end, F_SETFL, $fl | O_NONBLOCK) or die "fcntl: $!\n";
+    }
+    @$self{qw(wake_r wake_w)} = ($wake_r, $wake_w);
+    Narwhal::Master::wake_on_signals(fileno $wake_w,
+        map { POSIX->can("SIG$_")->() } qw(CHLD TERM INT QUIT HUP TTIN TTOU USR1 USR2))
+        or die "narwhal: cannot install the master's signal handlers: $!\n";
+}
+
+# Sleep until $seconds pass or a signal comes (the wake pipe), then empty
+# the pipe.
+sub _sleep {
+    my ($self, $seconds) = @_;
+    my $r = $self->{wake_r};
+    my $rin = '';
+    vec($rin, fileno $r, 1) = 1;
+    select($rin, undef, undef, $seconds);
+    1 while sysread($r, my $drop, 512);
 }
 
 sub _announce {
@@ -361,7 +386,7 @@ sub _manage {
             $self->_spawn_missing;
         }
         $self->_watch_requests if $self->{options}{request_timeout};
-        select(undef, undef, undef, $self->_sleep_for);
+        $self->_sleep($self->_sleep_for);
     }
 }
 
@@ -638,6 +663,7 @@ sub _become_worker {
     close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager handoff_manager
                                              serve_manager);
     close $self->{status_listener}{handle} if $self->{status_listener};    # the manager's alone
+    close $_ for grep { $_ } @$self{qw(wake_r wake_w)};     # the master's (see _signals)
     eval {
         _drop_privileges($self->{ids});
         Narwhal::Worker->new(

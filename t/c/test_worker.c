@@ -8,7 +8,7 @@
  * t/07-worker-unit.t (under ASan/UBSan), or by hand:
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
  *      -Isrc -It/c t/c/test_worker.c src/nw_worker.c src/nw_park.c src/nw_conn.c \
- *      src/nw_http.c src/nw_io.c src/nw_buf.c src/nw_frame.c src/nw_response.c \
+ *      src/nw_http.c src/nw_io.c src/nw_buf.c src/nw_frame.c src/nw_response.c src/nw_signal.c \
  *      -lpthread -o /tmp/test_worker && /tmp/test_worker
  */
 #ifndef _GNU_SOURCE
