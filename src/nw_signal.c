@@ -8,9 +8,12 @@
 int nw_signal_in_front(int sig, void (*handler)(int, siginfo_t *, void *),
                        struct sigaction *next)
 {
-    struct sigaction sa;
-    if (sigaction(sig, NULL, next) != 0)
+    struct sigaction sa, now;
+    if (sigaction(sig, NULL, &now) != 0)
         return -1;
+    if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == handler)
+        return 0;               /* in front already: *next is what it passes on to */
+    *next = now;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = handler;
     sa.sa_flags = SA_SIGINFO;

@@ -12,8 +12,9 @@
 
 #include <signal.h>
 
-/* Put handler in front of sig's present handler, which is kept in *next.
- * Returns 0, or -1 (nothing changed). */
+/* Put handler in front of sig's present handler, which is kept in *next;
+ * when handler is there already, nothing changes. Returns 0, or -1
+ * (nothing changed). */
 int nw_signal_in_front(int sig, void (*handler)(int, siginfo_t *, void *),
                        struct sigaction *next);
 
@@ -23,6 +24,9 @@ void nw_signal_chain(const struct sigaction *next, int sig, siginfo_t *si, void 
 /* From now on, sig also writes one byte to fd (a non-blocking pipe's
  * write end) in this process, then goes on to its present handler. In a
  * child forked later the handler writes nothing (the fd is not its).
+ * Perl's %SIG code calls sigaction itself, so a later $SIG{X} (or the end
+ * of a local $SIG{X}) removes ours: call again after such code has run
+ * (again is harmless: a handler already in front stays as it is).
  * Returns 0, or -1. */
 int nw_signal_wake(int sig, int fd);
 

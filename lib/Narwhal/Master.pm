@@ -61,6 +61,7 @@ sub run {
     $self->_write_pid;
     $0 = "narwhal master " . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} });
     $self->_announce;
+    $self->_wake_on_signals;    # (again: the app's loading may have touched %SIG)
     $self->_manage;
     $self->_cleanup;
     return 0;
@@ -332,7 +333,15 @@ sub _signals {
         fcntl($end, F_SETFL, $fl | O_NONBLOCK) or die "fcntl: $!\n";
     }
     @$self{qw(wake_r wake_w)} = ($wake_r, $wake_w);
-    Narwhal::Master::wake_on_signals(fileno $wake_w,
+    $self->_wake_on_signals;
+}
+
+# The C handlers that write to the wake pipe. Perl's %SIG code replaces
+# them (an app loaded in the master may assign or localise $SIG{CHLD}), so
+# this runs again once the app is loaded; a handler still in place stays.
+sub _wake_on_signals {
+    my $self = shift;
+    Narwhal::Master::wake_on_signals(fileno $self->{wake_w},
         map { POSIX->can("SIG$_")->() } qw(CHLD TERM INT QUIT HUP TTIN TTOU USR1 USR2))
         or die "narwhal: cannot install the master's signal handlers: $!\n";
 }

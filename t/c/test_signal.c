@@ -52,6 +52,16 @@ int main(void)
     ok(pending_bytes(p[0]) > 0, "many signals: the pipe holds what it can");
     is(behind_ran, 70001, "and every signal reached the handler behind");
 
+    /* The handler's write into a full pipe fails (EAGAIN): the errno of the
+     * code it interrupted must be as it was. */
+    for (int i = 0; i < 70000; i++)
+        raise(SIGUSR1);
+    errno = EDOM;
+    raise(SIGUSR1);
+    is(errno, EDOM, "a write into a full pipe leaves errno as it was");
+    pending_bytes(p[0]);
+    behind_ran = 70001;
+
     pid_t child = fork();
     if (child == 0) {                   /* a worker the master forks, before its own handlers */
         raise(SIGUSR1);
