@@ -579,11 +579,12 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
         errno = EINTR;
         return NULL;
     }
-    /* A new worker takes a waiting batch before anything else: what a
-     * worker that left (a crash too) held, with the requests that came
-     * meanwhile, is older than what waits to be accepted, and a worker
-     * that dies young (a URL that crashes every worker) would otherwise
-     * never take it. */
+    /* A new worker, until it has taken its first connection, takes one
+     * waiting batch at each look before it accepts or reads the serve
+     * queue: what a worker that left (a crash too) held, with the requests
+     * that came meanwhile, is older than what waits to be accepted, and a
+     * worker that dies young (a URL that crashes every worker) would
+     * otherwise never take it. */
     if (w->adopt_ready && !w->taken_any && take_adopted(w))
         poll_events(w, 0);
     if (w->adopt_ready)
