@@ -124,12 +124,13 @@ next_conn(self, max_wait)
     RETVAL
 
 void
-serve_setup(self, worker, app, flags, limit, keepalive, managed, quantum, rss_limit_mb, idle_wait)
+serve_setup(self, worker, app, flags, limit, replace_at, keepalive, managed, quantum, rss_limit_mb, idle_wait)
     nw_xs_acceptor *self
     SV *worker
     SV *app
     HV *flags
     IV limit
+    IV replace_at
     int keepalive
     int managed
     int quantum
@@ -147,7 +148,7 @@ serve_setup(self, worker, app, flags, limit, keepalive, managed, quantum, rss_li
         flag[i] = SvRV(*f);
     }
     nw_serve_setup s = { worker, app, flag[0], flag[1], flag[2], flag[3], flag[4], limit,
-                         keepalive, managed, quantum > 0 ? quantum : 1, rss_limit_mb, idle_wait };
+                         replace_at, keepalive, managed, quantum > 0 ? quantum : 1, rss_limit_mb, idle_wait };
     nw_serve_setup_set(aTHX_ &self->serve, &s);
     self->current_obj = NULL;
     self->current = NULL;
@@ -528,6 +529,17 @@ leaving(self, reason = 0)
             nw_xs_score_slot->exit_reason = reason;
         nw_xs_score_slot->state = NW_WORKER_STOPPING;
     }
+
+void
+leaving_soon(self, reason)
+    SV *self
+    int reason
+  CODE:
+    /* In a worker: it will leave, and why, while it goes on serving (the
+     * master forks its replacement: "Retirement" in docs/DESIGN.md). */
+    PERL_UNUSED_VAR(self);
+    if (nw_xs_score_slot)
+        nw_xs_score_slot->exit_reason = reason;
 
 SV *
 slot(self, index)

@@ -160,9 +160,14 @@ Worker processes. Default: C<4>. At least C<1>.
 
 Requests (not connections) a worker serves before it is replaced (0 means
 never). A worker that is replaced hands its kept-alive connections to the
-manager, so its clients do not notice; that costs one hand-off per connection
-it holds (up to a few hundred under heavy keep-alive load), which is why the
-default is higher than the 1000 of other prefork servers. Default: C<10000>.
+other workers (or the manager), so its clients do not notice; that costs a
+little per connection it holds (up to a few hundred under heavy keep-alive
+load), which is why the default is higher than the 1000 of other prefork
+servers. Its replacement is started when a twentieth of its requests are left
+(with 20 or more), so that it is ready when the old worker leaves: for that
+moment there is one worker more than C<--max-workers>. A worker that does not
+reach its count within 10 s of that (the requests stopped coming) is retired
+then. Default: C<10000>.
 
 =item --min-reqs-per-child N
 
@@ -349,10 +354,10 @@ Default: C<0>. At most C<2000000>.
 =item --max-worker-rss MB
 
 A worker whose resident size passes this many MiB after a request finishes
-that request, hands its kept-alive connections to the manager and is
-replaced; the error log says how large it was. Checked after every request
-with one C<getrusage> (the peak size); C</proc> is read only once the peak is
-over. 0 (the default) means no limit. Default: C<0>.
+that request, hands its kept-alive connections to the other workers (or the
+manager) and is replaced; the error log says how large it was. Checked after
+every request with one C<getrusage> (the peak size); C</proc> is read only
+once the peak is over. 0 (the default) means no limit. Default: C<0>.
 
 =item --max-queue-wait MS
 

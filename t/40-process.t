@@ -266,6 +266,66 @@ sub finish_client_loop {
     $s->stop;
 }
 
+# (e2) A recycled worker's replacement starts before it leaves: with 1/20 of
+# its requests left (2 of 40) the master forks the next worker, so the pool
+# never lacks one; the old worker still serves at most its 40, and one that
+# does not reach them is retired REPLACE_LINGER (10 s) later.
+{
+    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40' ]);
+    my $port = $s->port;
+    my ($old) = @{ wait_workers($s, 1) || [] };
+    my @seq = map { get_pid($port) // 'fail' } 1 .. 38;
+    is(scalar(grep { $_ eq ($old // '') } @seq), 38, '38 requests, all by the one worker');
+    my $two = wait_workers($s, 2, 3);
+    ok($two && grep({ $_ == $old } @$two), '2 requests before its limit, its replacement runs beside it')
+        or diag 'workers: ' . join(' ', workers($s));
+    my %n;
+    for (1 .. 60) {
+        my $pid = get_pid($port) // 'fail';
+        $n{$pid}++;
+        last if !pid_alive($old) && $pid ne $old;
+    }
+    ok(!$n{fail}, 'requests meanwhile all answered') or diag explain \%n;
+    cmp_ok(38 + ($n{$old} // 0), '<=', 40, 'the old worker served at most its 40');
+    ok(wait_workers($s, 1, 12), 'one worker again afterwards');
+    $s->stop;
+
+    $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40' ]);
+    $port = $s->port;
+    ($old) = @{ wait_workers($s, 1) || [] };
+    get_pid($port) for 1 .. 38;
+    my $t0 = time;
+    ok(wait_workers($s, 2, 3), 'no more requests: the replacement runs beside the old worker');
+    my $left = wait_until(sub { pid_alive($old) ? undef : 1 }, 14);
+    my $took = time - $t0;
+    ok($left && $took >= 9, sprintf('the old worker is retired about 10 s later (%.1f s)', $took));
+    my $now = get_pid($port);
+    ok($now && $now ne $old, '... and its replacement serves');
+    unlike($s->log_text, qr/died|killed|exited with/, '... nothing in the log says it died');
+    $s->stop;
+
+    # The replacement cannot start (--no-preload-app, code now broken):
+    # the old worker is not retired after 10 s, it goes on serving.
+    my $marker = File::Spec->catfile($TMP, 'replacement-fails');
+    my $app = write_app(<<"APP");
+exit 3 if -e '$marker';
+sub { [200, ['Content-Type' => 'text/plain'], ["pid=\$\$\\n"]] };
+APP
+    $s = server(app => $app, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+                                       '--no-preload-app' ]);
+    $port = $s->port;
+    $old = get_pid($port);      # (loaded: the code may break from now on)
+    open(my $m, '>', $marker) or die $!;
+    close $m;
+    get_pid($port) for 2 .. 38;
+    ok(wait_until(sub { $s->log_text =~ /exited with status 3/ }, 3), 'broken code: the replacement fails');
+    sleep 11;
+    ok(pid_alive($old), 'the old worker is still there after 11 s') or diag $s->log_text;
+    is(get_pid($port), $old, '... and serves');
+    unlink $marker;
+    $s->stop;
+}
+
 # (f) TTIN / TTOU change the number of workers.
 {
     my $s = server(args => [ '--max-workers', '2' ]);

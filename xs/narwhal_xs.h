@@ -35,6 +35,7 @@ typedef struct {
     SV *stopping, *closing, *served, *exit_reason;
     SV *conn;           /* the current connection (a Narwhal::Conn), or undef */
     IV limit;           /* requests before the worker leaves; 0: no limit */
+    IV replace_at;      /* requests after which it asks for its replacement; 0: never */
     int keepalive, managed, quantum;
     double rss_limit_mb;
     double idle_wait;   /* the longest wait for a connection or a request, seconds */

@@ -275,6 +275,8 @@ static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, d
     int kept = write_response(aTHX_ s, xc, conn_rv, env_rv, res, may_keep);
     SvREFCNT_dec(res);      /* the response goes first, as it always did */
     sv_setiv(s->served, SvIV(s->served) + 1);
+    if (s->replace_at && SvIV(s->served) == s->replace_at)
+        call_worker(aTHX_ s, "_replacement_wanted", 0);   /* recycled soon ("Retirement") */
     /* C answers whether there may be anything to do after the response:
      * nothing, usually. A rest of the response that a slow client is
      * still reading goes to the manager first: that work must not hold

@@ -23,6 +23,7 @@ use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long a
 use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
 use constant MANAGER_MAX_LISTENERS => 16; # listeners whose queue the manager reports
 use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between the watchdog's steps
+use constant REPLACE_LINGER    => 10;    # seconds a replaced worker may take to reach its limit
 
 # The master's signals are blocked across fork: a TERM sent to a new worker
 # (or manager) before it has its own handlers must not run the master's handler (which
@@ -392,6 +393,7 @@ sub _manage {
                 last;
             }
         } else {
+            $self->_tend_replacements;
             $self->_spawn_missing;
         }
         $self->_watch_requests if $self->{options}{request_timeout};
@@ -600,7 +602,7 @@ sub _shrink {
     $o->{max_workers} -= $n;
     my @current = sort { $self->{workers}{$b}{started} <=> $self->{workers}{$a}{started} }
                   grep { $self->{workers}{$_}{generation} == $self->{generation}
-                         && !$self->{workers}{$_}{leaving} }
+                         && !$self->{workers}{$_}{leaving} && !$self->{workers}{$_}{replaced} }
                   keys %{ $self->{workers} };
     $self->_retire(@current[0 .. $n - 1]) if @current >= $n;
 }
@@ -608,7 +610,36 @@ sub _shrink {
 sub _current_count {
     my $self = shift;
     my $g = $self->{generation};
-    return scalar grep { $_->{generation} == $g && !$_->{leaving} } values %{ $self->{workers} };
+    return scalar grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} }
+                  values %{ $self->{workers} };
+}
+
+# A worker near its --max-reqs-per-child says so in its slot (and wakes
+# this loop): it is replaced now, before it leaves, so that its successor
+# is ready to adopt its connections ("Retirement" in docs/DESIGN.md). One
+# that has not left REPLACE_LINGER later (the requests stopped coming) is
+# retired, but only while the pool is whole without it: a replacement that
+# cannot start (new code on disk that is broken) leaves it serving.
+sub _tend_replacements {
+    my $self = shift;
+    my $now = Time::HiRes::time();
+    my ($board, @lingering) = $self->{scoreboard};
+    for my $pid (keys %{ $self->{workers} }) {
+        my $w = $self->{workers}{$pid};
+        next if $w->{leaving} || !defined $w->{slot};
+        if ($w->{replaced}) {
+            push @lingering, $pid if $now - $w->{replaced} >= REPLACE_LINGER;
+        } elsif ($w->{generation} == $self->{generation}
+                 && $board->slot($w->{slot})->{exit_reason} eq 'max-requests') {
+            $w->{replaced} = $now;
+        }
+    }
+    return unless @lingering;
+    my $g = $self->{generation};
+    my $ready = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && defined $_->{slot}
+                       && $board->slot($_->{slot})->{state} =~ /^(?:idle|busy)$/ }
+                values %{ $self->{workers} };
+    $self->_retire(@lingering) if $ready >= $self->{options}{max_workers};
 }
 
 sub _spawn_missing {
@@ -672,7 +703,8 @@ sub _become_worker {
     close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager handoff_manager
                                              serve_manager);
     close $self->{status_listener}{handle} if $self->{status_listener};    # the manager's alone
-    close $_ for grep { $_ } @$self{qw(wake_r wake_w)};     # the master's (see _signals)
+    close $self->{wake_r} if $self->{wake_r};   # the master's (see _signals); a worker
+                                                # writes to wake_w when it wants a replacement
     eval {
         _drop_privileges($self->{ids});
         Narwhal::Worker->new(
@@ -682,6 +714,7 @@ sub _become_worker {
             load_app     => $self->{load_app},
             early_signals => \@early,
             master_pid    => $self->{pid},
+            wake_master   => $self->{wake_w},
             scoreboard    => $self->{scoreboard},
             score_slot    => $slot,
             serve_queue   => $s->{serve_worker} ? fileno($s->{serve_worker}) : -1,

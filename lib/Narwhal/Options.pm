@@ -75,10 +75,14 @@ my @TABLE = (
     { name => 'max_reqs_per_child', alias => ['max-requests'], type => 'count', default => 10000,
       group => 'Workers', arg => 'N', help => 'requests before a worker is replaced (0: never)',
       pod => 'Requests (not connections) a worker serves before it is replaced (0 means never). '
-           . 'A worker that is replaced hands its kept-alive connections to the manager, so its '
-           . 'clients do not notice; that costs one hand-off per connection it holds (up to a few '
-           . 'hundred under heavy keep-alive load), which is why the default is higher than the '
-           . '1000 of other prefork servers.' },
+           . 'A worker that is replaced hands its kept-alive connections to the other workers (or '
+           . 'the manager), so its clients do not notice; that costs a little per connection it '
+           . 'holds (up to a few hundred under heavy keep-alive load), which is why the default '
+           . 'is higher than the 1000 of other prefork servers. Its replacement is started when a '
+           . 'twentieth of its requests are left (with 20 or more), so that it is ready when the '
+           . 'old worker leaves: for that moment there is one worker more than '
+           . 'C<--max-workers>. A worker that does not reach its count within 10 s of that '
+           . '(the requests stopped coming) is retired then.' },
     { name => 'min_reqs_per_child', type => 'count', group => 'Workers', arg => 'N',
       help => 'replace each worker at a random count in [N, max]',
       pod => 'With it, each worker is replaced after a random count between this and '
@@ -229,8 +233,8 @@ my @TABLE = (
     { name => 'max_worker_rss', type => 'count', default => 0, group => 'Operations', arg => 'MB',
       help => 'replace a worker whose resident size passes this, after its request (0: off)',
       pod => 'A worker whose resident size passes this many MiB after a request finishes that '
-           . 'request, hands its kept-alive connections to the manager and is replaced; the '
-           . 'error log says how large it was. Checked after every request with one '
+           . 'request, hands its kept-alive connections to the other workers (or the manager) and is '
+           . 'replaced; the error log says how large it was. Checked after every request with one '
            . 'C<getrusage> (the peak size); C</proc> is read only once the peak is over. 0 (the '
            . 'default) means no limit.' },
     { name => 'max_queue_wait', type => 'count', default => 0, max => _c('MAX_SECONDS') * 1000,

@@ -16,6 +16,9 @@ use Scalar::Util ();
 
 use constant WAIT          => 1.0;    # the longest wait before the worker looks at its flags
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
+use constant REPLACE_AHEAD => 20;     # a recycled worker asks for its replacement with
+                                      # 1/REPLACE_AHEAD of its requests left (under
+                                      # REPLACE_AHEAD requests: at the end, as it leaves)
 
 sub new {
     my ($class, %args) = @_;
@@ -71,6 +74,8 @@ sub run {
     my $keepalive = $self->{keepalive};
     my $managed = $self->{managed} = $acceptor->has_manager && $keepalive;
     my $limit = $self->{limit};
+    my $ahead = int($limit / REPLACE_AHEAD);
+    my $replace_at = $board && $self->{wake_master} && $ahead ? $limit - $ahead : 0;
     # (the master's pid as the master knew it: one that died while this
     # worker was setting up must still be noticed)
     my $master = $self->{master_pid} // getppid();
@@ -84,7 +89,7 @@ sub run {
     Narwhal::Acceptor::serve_setup($acceptor, $self, $self->{app},
         { stopping => $stopping, closing => $closing, served => $served,
           exit_reason => \$self->{exit_reason}, conn => \$self->{conn} },
-        $limit, $keepalive ? 1 : 0, $managed ? 1 : 0, $self->{options}{worker_quantum},
+        $limit, $replace_at, $keepalive ? 1 : 0, $managed ? 1 : 0, $self->{options}{worker_quantum},
         $self->{options}{max_worker_rss} || 0, WAIT);
     # serve (xs/serve.c, "One request in C" in docs/DESIGN.md) serves
     # requests one after the other: the current connection's next one,
@@ -157,6 +162,18 @@ sub _over_memory {
     return $self->{stopping} = 1;
 }
 
+# Called by serve once, with 1/REPLACE_AHEAD of the request limit left:
+# the master forks the replacement now (the slot says why this worker will
+# leave; the byte wakes the master), so that it is ready, idle, to adopt
+# this worker's connections when it leaves at its limit.
+sub _replacement_wanted {
+    my $self = shift;
+    $self->{replacing} = 1;
+    $self->{scoreboard}->leaving_soon(Narwhal::Scoreboard::EXIT_MAX_REQUESTS());
+    syswrite($self->{wake_master}, 'r');
+    return;
+}
+
 # --request-timeout: the master's XCPU, run by Perl at the next safe point
 # inside the app (the statement after a sleep, the next turn of a busy
 # loop). Where the app is goes to the log; the client gets 504 unless its
@@ -206,8 +223,9 @@ sub _signals {
     # The listeners stay open until what is queued on them is served.
     my $stop = sub {
         $self->{stopping} = 1;
-        if ($_[0] eq 'USR2') {
-            $self->{exit_reason} //= Narwhal::Scoreboard::EXIT_RETIRED();
+        if ($_[0] eq 'USR2') {   # (a replaced worker the master tired of waiting for)
+            $self->{exit_reason} //= $self->{replacing} ? Narwhal::Scoreboard::EXIT_MAX_REQUESTS()
+                                                        : Narwhal::Scoreboard::EXIT_RETIRED();
         } else {
             $self->{closing} = 1;
         }
