@@ -163,11 +163,12 @@ never). A worker that is replaced hands its kept-alive connections to the
 other workers (or the manager), so its clients do not notice; that costs a
 little per connection it holds (up to a few hundred under heavy keep-alive
 load), which is why the default is higher than the 1000 of other prefork
-servers. Its replacement is started when a twentieth of its requests are left
-(with 20 or more), so that it is ready when the old worker leaves: for that
-moment there is one worker more than C<--max-workers>. A worker that does not
-reach its count within 10 s of that (the requests stopped coming) is retired
-then. Default: C<10000>.
+servers. With the connection manager, its replacement is started when a
+twentieth of its requests are left (with 20 or more), so that it is ready
+when the old worker leaves: for that moment there is one worker more than
+C<--max-workers> (never more than one). A worker that does not reach its
+count within 10 s of that (under 50 requests a second at the default) is
+retired then, once the other workers are ready. Default: C<10000>.
 
 =item --min-reqs-per-child N
 

@@ -266,11 +266,19 @@ sub finish_client_loop {
     $s->stop;
 }
 
-# (e2) A recycled worker's replacement starts before it leaves: with 1/20 of
-# its requests left (2 of 40) the master forks the next worker, so the pool
-# never lacks one; the old worker still serves at most its 40, and one that
-# does not reach them is retired REPLACE_LINGER (10 s) later.
-{
+# (e2) With the manager, a recycled worker's replacement starts before it
+# leaves: with 1/20 of its requests left (2 of 40) the master forks the next
+# worker, so the pool never lacks one; the old worker still serves at most
+# its 40, and one that does not reach them is retired REPLACE_LINGER (10 s)
+# later, counted as max-requests. One replaced worker at a time; one that
+# crashes meanwhile counts as a crash.
+SKIP: {
+    skip 'early replacement needs the connection manager', 17 if @NM;
+    my $metric = sub {      # narwhal_worker_restarts_total{reason=...}
+        my ($sport, $reason) = @_;
+        my $res = http_get($sport, '/metrics');
+        return $res->{content} =~ /^narwhal_worker_restarts_total\{reason="\Q$reason\E"\} (\d+)/m ? $1 : -1;
+    };
     my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40' ]);
     my $port = $s->port;
     my ($old) = @{ wait_workers($s, 1) || [] };
@@ -290,7 +298,9 @@ sub finish_client_loop {
     ok(wait_workers($s, 1, 12), 'one worker again afterwards');
     $s->stop;
 
-    $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40' ]);
+    my $sport = free_port();
+    $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+                          '--status-listen', "127.0.0.1:$sport" ]);
     $port = $s->port;
     ($old) = @{ wait_workers($s, 1) || [] };
     get_pid($port) for 1 .. 38;
@@ -301,7 +311,40 @@ sub finish_client_loop {
     ok($left && $took >= 9, sprintf('the old worker is retired about 10 s later (%.1f s)', $took));
     my $now = get_pid($port);
     ok($now && $now ne $old, '... and its replacement serves');
+    ok(wait_until(sub { $metric->($sport, 'max-requests') == 1 }, 3),
+       '... its exit counted as max-requests') or diag $metric->($sport, 'max-requests');
     unlike($s->log_text, qr/died|killed|exited with/, '... nothing in the log says it died');
+
+    # The replacement (now the only worker) asks in turn and is killed by
+    # SEGV before its count: a crash, not a recycle.
+    get_pid($port) for 2 .. 38;
+    ok(wait_workers($s, 2, 3), 'its replacement asked for one in turn');
+    kill SEGV => $now;
+    ok(wait_until(sub { $metric->($sport, 'crash') == 1 }, 5), 'killed by SEGV meanwhile: counted as a crash');
+    is($metric->($sport, 'max-requests'), 1, '... and not as max-requests');
+    $s->stop;
+
+    # Two workers asking at once: one is replaced early, the other only as
+    # it exits (one worker more than --max-workers, not two). Each keep-alive
+    # connection stays with its worker.
+    $s = server(args => [ '--max-workers', '2', '--max-reqs-per-child', '40' ]);
+    $port = $s->port;
+    wait_workers($s, 2);
+    require HTTP::Tiny;
+    my (%conn_of, %count);
+    for (1 .. 40) {
+        last if keys %conn_of == 2;
+        my $http = HTTP::Tiny->new(timeout => 5, keep_alive => 1);
+        my $pid = get_pid($port, '/', $http) // next;
+        $count{$pid}++;
+        $conn_of{$pid} //= $http;
+    }
+    for my $pid (keys %conn_of) {
+        get_pid($port, '/', $conn_of{$pid}) while $count{$pid}++ < 38;
+    }
+    sleep 1;
+    is(scalar workers($s), 3, 'two workers near their count: three workers, not four')
+        or diag 'workers: ' . join(' ', workers($s));
     $s->stop;
 
     # The replacement cannot start (--no-preload-app, code now broken):

@@ -24,6 +24,8 @@ use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
 use constant MANAGER_MAX_LISTENERS => 16; # listeners whose queue the manager reports
 use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between the watchdog's steps
 use constant REPLACE_LINGER    => 10;    # seconds a replaced worker may take to reach its limit
+use constant REPLACE_AT_ONCE   => 1;     # replaced workers alive at once (workers beyond
+                                         # --max-workers); others asking are replaced as they exit
 
 # The master's signals are blocked across fork: a TERM sent to a new worker
 # (or manager) before it has its own handlers must not run the master's handler (which
@@ -596,6 +598,7 @@ sub _retire {
 
 sub _shrink {
     my ($self, $n) = @_;
+    $self->_tend_replacements;  # (one that asked for its successor is not to be chosen)
     my $o = $self->{options};
     $n = $o->{max_workers} - 1 if $n > $o->{max_workers} - 1;
     return if $n <= 0;
@@ -616,24 +619,29 @@ sub _current_count {
 
 # A worker near its --max-reqs-per-child says so in its slot (and wakes
 # this loop): it is replaced now, before it leaves, so that its successor
-# is ready to adopt its connections ("Retirement" in docs/DESIGN.md). One
-# that has not left REPLACE_LINGER later (the requests stopped coming) is
-# retired, but only while the pool is whole without it: a replacement that
-# cannot start (new code on disk that is broken) leaves it serving.
+# is ready to adopt its connections ("Retirement" in docs/DESIGN.md), at
+# most REPLACE_AT_ONCE at a time. One that has not left REPLACE_LINGER
+# later (fewer requests than its last twentieth in that time) is retired,
+# but only while the pool is whole without it: a replacement that cannot
+# start (new code on disk that is broken) leaves it serving.
 sub _tend_replacements {
     my $self = shift;
     my $now = Time::HiRes::time();
-    my ($board, @lingering) = $self->{scoreboard};
+    my ($board, @lingering, @asking) = $self->{scoreboard};
+    my $replaced = 0;
     for my $pid (keys %{ $self->{workers} }) {
         my $w = $self->{workers}{$pid};
         next if $w->{leaving} || !defined $w->{slot};
         if ($w->{replaced}) {
+            $replaced++;
             push @lingering, $pid if $now - $w->{replaced} >= REPLACE_LINGER;
         } elsif ($w->{generation} == $self->{generation}
                  && $board->slot($w->{slot})->{exit_reason} eq 'max-requests') {
-            $w->{replaced} = $now;
+            push @asking, $w;
         }
     }
+    my $room = REPLACE_AT_ONCE - $replaced;
+    $_->{replaced} = $now for $room > 0 ? splice(@asking, 0, $room) : ();
     return unless @lingering;
     my $g = $self->{generation};
     my $ready = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && defined $_->{slot}
@@ -786,7 +794,8 @@ sub _count_restart {
     my $reason = $score->{exit_reason} // '';
     my $code = $w->{watchdog} || $reason eq 'watchdog' ? $sb->RESTART_WATCHDOG
              : $reason eq 'memory'                      ? $sb->RESTART_MEMORY
-             : $reason eq 'max-requests'                ? $sb->RESTART_MAX_REQUESTS
+             : $reason eq 'max-requests' && !$status    ? $sb->RESTART_MAX_REQUESTS   # (said early:
+                                                              # a replaced worker may crash yet)
              : $w->{leaving} || $reason eq 'retired'    ? ($w->{generation} != $self->{generation}
                                                             ? $sb->RESTART_SIGNAL : return)
              : ($status & 127) && !$CRASH_SIGNAL{ $status & 127 } ? $sb->RESTART_SIGNAL

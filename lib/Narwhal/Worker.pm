@@ -75,7 +75,9 @@ sub run {
     my $managed = $self->{managed} = $acceptor->has_manager && $keepalive;
     my $limit = $self->{limit};
     my $ahead = int($limit / REPLACE_AHEAD);
-    my $replace_at = $board && $self->{wake_master} && $ahead ? $limit - $ahead : 0;
+    # (with the manager only: a worker without one that is retired closes
+    # its idle connections, where one at its count says Connection: close)
+    my $replace_at = $board && $self->{wake_master} && $managed && $ahead ? $limit - $ahead : 0;
     # (the master's pid as the master knew it: one that died while this
     # worker was setting up must still be noticed)
     my $master = $self->{master_pid} // getppid();
@@ -231,7 +233,8 @@ sub _signals {
         }
     };
     # TERM, INT, QUIT: the server stops, idle connections are closed.
-    # USR2 (from the master on HUP and TTOU): this worker retires while the
+    # USR2 (from the master on HUP and TTOU, and to a replaced worker that
+    # has not reached its count 10 s later): this worker retires while the
     # server goes on, so its idle connections go to the manager.
     $SIG{$_} = $stop for qw(TERM INT QUIT USR2);
     $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
