@@ -225,7 +225,7 @@ sub _signals {
     # The listeners stay open until what is queued on them is served.
     my $stop = sub {
         $self->{stopping} = 1;
-        if ($_[0] eq 'USR2') {   # (a replaced worker the master tired of waiting for)
+        if ($_[0] eq 'USR2') {  # (after it asked for its successor: still a recycle)
             $self->{exit_reason} //= $self->{replacing} ? Narwhal::Scoreboard::EXIT_MAX_REQUESTS()
                                                         : Narwhal::Scoreboard::EXIT_RETIRED();
         } else {
@@ -235,7 +235,8 @@ sub _signals {
     # TERM, INT, QUIT: the server stops, idle connections are closed.
     # USR2 (from the master on HUP and TTOU, and to a replaced worker that
     # has not reached its count 10 s later): this worker retires while the
-    # server goes on, so its idle connections go to the manager.
+    # server goes on, so its idle connections go to the other workers (or
+    # the manager).
     $SIG{$_} = $stop for qw(TERM INT QUIT USR2);
     $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
     # what arrived before these handlers (see Master's _become_worker)
