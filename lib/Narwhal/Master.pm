@@ -564,14 +564,17 @@ sub _restart_workers {
 sub _tend_reload {
     my $self = shift;
     my $r = $self->{reload} or return;
-    my $ready = grep {
-        my $w = $self->{workers}{$_};
-        $w->{generation} == $r->{generation} && defined $w->{slot}
-            && $self->{scoreboard}->slot($w->{slot})->{state} =~ /^(?:idle|busy)$/
-    } keys %{ $self->{workers} };
+    my $ready = grep { $_->{generation} == $r->{generation} && $self->_ready($_) }
+                values %{ $self->{workers} };
     return unless $ready;
     delete $self->{reload};
     $self->_retire(grep { $self->{workers}{$_} } @{ $r->{old} });
+}
+
+# A worker is ready once it has loaded the app: its slot says idle or busy.
+sub _ready {
+    my ($self, $w) = @_;
+    return defined $w->{slot} && $self->{scoreboard}->slot($w->{slot})->{state} =~ /^(?:idle|busy)$/;
 }
 
 # A worker of a new generation died before it could serve: the new code
@@ -644,8 +647,7 @@ sub _tend_replacements {
     $_->{replaced} = $now for $room > 0 ? splice(@asking, 0, $room) : ();
     return unless @lingering;
     my $g = $self->{generation};
-    my $ready = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && defined $_->{slot}
-                       && $board->slot($_->{slot})->{state} =~ /^(?:idle|busy)$/ }
+    my $ready = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && $self->_ready($_) }
                 values %{ $self->{workers} };
     $self->_retire(@lingering) if $ready >= $self->{options}{max_workers};
 }
