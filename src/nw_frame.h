@@ -65,14 +65,23 @@ typedef struct {
     uint32_t reserved;      /* 0 */
 } nw_frame_output;
 
-/* One connection of an ADOPT frame, in the order of its descriptors. */
+/* One connection of an ADOPT frame, in the order of its descriptors: what
+ * is the connection's own travels with it (docs/PROTOCOL.md, "ADOPT"). */
 typedef struct {
     uint16_t listener;      /* listener index the connection came through */
     uint16_t peer_len;      /* bytes of peer used; 0: ask the socket (getpeername) */
     uint32_t requests;      /* requests already served on the connection */
+    int32_t  deadline_ms;   /* ms left until its keep-alive deadline */
+    uint16_t flags;         /* NW_ADOPT_F_* */
+    uint16_t local_len;     /* bytes of local used; 0: none */
     struct sockaddr_in6 peer;   /* the client's IPv4 or IPv6 address (a PROXY header's
                                  * when it gave one) */
+    struct sockaddr_in6 local;  /* a PROXY header's destination (with NW_ADOPT_F_PROXY) */
 } nw_frame_adoptee;
+
+#define NW_ADOPT_F_PROXY_PENDING 1u /* --proxy-protocol: its header has not been read yet */
+#define NW_ADOPT_F_PROXY         2u /* its header was read: peer and local are what it said */
+#define NW_ADOPT_F_PROXY_LOCAL   4u /* its header was LOCAL (or UNKNOWN): the socket's addresses */
 
 typedef struct {
     uint64_t idle;              /* connections held now */

@@ -337,6 +337,28 @@ static int others_waiting(nw_worker *w)
 
 /* ---- adoption: a leaving worker's parked connections ---------------- */
 
+/* What the record says is the connection's own, back on the connection:
+ * its request count, its keep-alive deadline, its PROXY header's state. */
+static void adoptee_restore(nw_conn *c, const nw_frame_adoptee *a, nw_msec now)
+{
+    c->requests = a->requests;
+    c->idle_deadline = now + (a->deadline_ms > 0 ? (nw_msec)a->deadline_ms : 0);
+    c->proxy_pending = (a->flags & NW_ADOPT_F_PROXY_PENDING) != 0;
+    if (!(a->flags & NW_ADOPT_F_PROXY))
+        return;
+    c->proxy.local = (a->flags & NW_ADOPT_F_PROXY_LOCAL) != 0;
+    if (c->proxy.local)
+        return;
+    if (a->peer_len <= sizeof a->peer) {
+        memcpy(&c->proxy.src, &a->peer, a->peer_len);
+        c->proxy.src_len = a->peer_len;
+    }
+    if (a->local_len <= sizeof a->local) {
+        memcpy(&c->proxy.dst, &a->local, a->local_len);
+        c->proxy.dst_len = a->local_len;
+    }
+}
+
 /* Park a connection another worker left, as if this one had just served
  * it: the ADD that registers it reports a request that is there already.
  * What does not fit goes to the manager. */
@@ -357,7 +379,7 @@ static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
         return;
     if (w->counts)
         w->counts->adopted++;
-    wc->c->requests = a->requests;
+    adoptee_restore(wc->c, a, nw_now_ms());
     wc->c->drained = 0;
     if (park(w, wc) == 0)
         return;
@@ -420,32 +442,45 @@ static int adopt_when_busy(nw_worker *w, nw_msec now)
     return now - w->adopt_seen >= NW_ADOPT_BUSY_WAIT_MS && take_adopted(w);
 }
 
-/* Send up to NW_ADOPT_BATCH of wcs as one ADOPT frame. Returns 0 (the
- * other workers have them; ours are still open), or -1. */
-static int send_adopt_batch(nw_worker *w, nw_wconn **wcs, int n)
+/* The record that carries a connection to another worker. Returns 0, or
+ * -1 when what is its own does not fit one (a PROXY header's unix-socket
+ * addresses): it goes to the manager instead, whose hand-off carries any. */
+static int adoptee_record(const nw_wconn *wc, nw_frame_adoptee *a, nw_msec now)
 {
-    nw_frame_adoptee a[NW_ADOPT_BATCH];
-    int fds[NW_ADOPT_BATCH];
-    nw_frame f;
-    memset(a, 0, sizeof a);
-    for (int i = 0; i < n; i++) {
-        nw_conn *c = wcs[i]->c;
-        a[i].listener = (uint16_t)c->listener;
-        a[i].requests = c->requests;
-        /* the address $env shows: a PROXY header's, else the socket's (a
-         * unix socket's does not fit and is asked for again) */
-        const void *peer = &wcs[i]->peer;
-        size_t plen = wcs[i]->peer_len;
-        if (c->proxy.src_len && !c->proxy.local) {
+    const nw_conn *c = wc->c;
+    memset(a, 0, sizeof *a);
+    a->listener = (uint16_t)c->listener;
+    a->requests = c->requests;
+    a->deadline_ms = c->idle_deadline > now ? (int32_t)(c->idle_deadline - now) : 0;
+    /* the address $env shows: a PROXY header's, else the socket's (a unix
+     * socket's does not fit and is asked for again) */
+    const void *peer = &wc->peer;
+    size_t plen = wc->peer_len;
+    if (c->cfg.proxy_protocol && c->proxy_pending) {
+        a->flags = NW_ADOPT_F_PROXY_PENDING;
+    } else if (c->cfg.proxy_protocol) {
+        a->flags = NW_ADOPT_F_PROXY | (c->proxy.local ? NW_ADOPT_F_PROXY_LOCAL : 0);
+        if (!c->proxy.local && c->proxy.src_len) {
+            if (c->proxy.src_len > sizeof a->peer || c->proxy.dst_len > sizeof a->local)
+                return -1;
             peer = &c->proxy.src;
             plen = c->proxy.src_len;
+            memcpy(&a->local, &c->proxy.dst, c->proxy.dst_len);
+            a->local_len = (uint16_t)c->proxy.dst_len;
         }
-        if (plen <= sizeof a[i].peer) {
-            memcpy(&a[i].peer, peer, plen);
-            a[i].peer_len = (uint16_t)plen;
-        }
-        fds[i] = c->fd;
     }
+    if (plen <= sizeof a->peer) {
+        memcpy(&a->peer, peer, plen);
+        a->peer_len = (uint16_t)plen;
+    }
+    return 0;
+}
+
+/* Send n records and their sockets as one ADOPT frame. Returns 0 (the
+ * other workers have them; ours are still open), or -1. */
+static int send_adopt_batch(nw_worker *w, const nw_frame_adoptee *a, const int *fds, int n)
+{
+    nw_frame f;
     nw_frame_init(&f, NW_FRAME_ADOPT);
     f.data_len = (uint32_t)(n * sizeof a[0]);
     /* A full queue (the others have not read the batches before yet) is
@@ -459,6 +494,16 @@ static int send_adopt_batch(nw_worker *w, nw_wconn **wcs, int n)
     return 0;
 }
 
+/* One connection to the manager (closed gently when it cannot take it);
+ * crashing: nothing is closed or freed (see park_give_away). */
+static void give_to_manager(nw_worker *w, nw_wconn *wc, int crashing)
+{
+    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing)
+        nw_conn_close_gently(wc->c);
+    if (!crashing)
+        drop_owner(w, wc);
+}
+
 /* A leaving worker's parked connections: to the other workers, a batch a
  * frame; a batch the adopt queue refuses goes to the manager, one by one.
  * crashing: called from the crash handler, so only async-signal-safe
@@ -467,7 +512,10 @@ static int send_adopt_batch(nw_worker *w, nw_wconn **wcs, int n)
 static void park_give_away(nw_worker *w, int crashing)
 {
     nw_wconn *batch[NW_ADOPT_BATCH], *wc;
+    nw_frame_adoptee records[NW_ADOPT_BATCH];
+    int fds[NW_ADOPT_BATCH];
     int n = 0, adopting = w->adopt_out >= 0;
+    nw_msec now = nw_now_ms();
     /* about NW_ADOPT_FRAMES batches, so that several workers share them;
      * never more than the queue holds without waiting (about ten) */
     int size = (w->park.count + NW_ADOPT_FRAMES - 1) / NW_ADOPT_FRAMES;
@@ -477,30 +525,30 @@ static void park_give_away(nw_worker *w, int crashing)
         wc = nw_park_take_expired(&w->park, 0, 1);
         if (wc) {
             wc->watch.registered = 0;   /* (taken out of epoll) */
-            if (wc->c->fd < 0) {
-                if (!crashing)
-                    drop_owner(w, wc);
-                continue;
+            if (wc->c->fd >= 0 && adopting && adoptee_record(wc, &records[n], now) == 0) {
+                fds[n] = wc->c->fd;
+                batch[n++] = wc;
+            } else if (wc->c->fd >= 0) {
+                give_to_manager(w, wc, crashing);   /* its record would not say it all */
+            } else if (!crashing) {
+                drop_owner(w, wc);
             }
-            batch[n++] = wc;
         }
-        if (n == 0)
+        if (n == 0 && !wc)
             return;
         if (wc && n < size)
             continue;
-        if (adopting && send_adopt_batch(w, batch, n) == 0) {
+        if (adopting && send_adopt_batch(w, records, fds, n) == 0) {
             for (int i = 0; !crashing && i < n; i++) {
                 close(batch[i]->c->fd);  /* our copy; the socket lives on elsewhere */
                 batch[i]->c->fd = -1;
+                drop_owner(w, batch[i]);
             }
         } else {
             adopting = 0;               /* the rest go to the manager too */
             for (int i = 0; i < n; i++)
-                if (hand_off(w, batch[i], NW_HANDOFF_PATIENCE_MS) < 0 && !crashing)
-                    nw_conn_close_gently(batch[i]->c);
+                give_to_manager(w, batch[i], crashing);
         }
-        for (int i = 0; !crashing && i < n; i++)
-            drop_owner(w, batch[i]);
         n = 0;
     }
 }

@@ -2,40 +2,60 @@ package NarwhalTest::Clients;
 use strict;
 use warnings;
 use IO::Socket::INET ();
+use IO::Socket::UNIX ();
 use POSIX ();
+use Socket ();
 use Time::HiRes qw(time sleep);
 
 # Clients that count every request's outcome and never retry, for the
-# fault and deployment runs (xt/): each is a process doing keep-alive GETs
+# fault and deployment runs (xt/) and the tests that change a
+# connection's owner under load: each is a process doing keep-alive GETs
 # on one connection. A request that gets no complete 200 counts as failed
 # (or reset when the connection broke before any byte of an answer;
 # reset_new when that was the first request of a new connection), and
 # the next one opens a new connection; Connection: close is honoured (the
-# next request goes on a new connection, as a client must).
+# next request goes on a new connection, as a client must). With a
+# PROXY header, each new connection starts with it, and an answer whose
+# body does not say the address it gave counts as wrong.
 
-# One client process, for $seconds (or $count requests). Writes
-# "sent answered failed reset reset_new" to $out. Returns its pid.
+# One client process, for $o{seconds} (or $o{count} requests). Writes
+# "sent answered failed reset reset_new wrong" to $out. Returns its pid.
+#   to      a TCP port on 127.0.0.1, or a unix socket's path
+#   path    what it asks for
+#   proxy   a PROXY header to send first on each new connection
+#   expect  a regex each answer's body must match (else it counts as wrong)
 sub client {
-    my ($port, $path, $seconds, $out, $count) = @_;
+    my ($out, %o) = @_;
     my $pid = fork // die "fork: $!";
     return $pid if $pid;
     $SIG{PIPE} = 'IGNORE';
-    my %n = (sent => 0, answered => 0, failed => 0, reset => 0, reset_new => 0);
-    my $end = time + $seconds;
+    my %n = (sent => 0, answered => 0, failed => 0, reset => 0, reset_new => 0, wrong => 0);
+    my $end = time + $o{seconds};
     my ($c, $on_conn);
-    while (time < $end && (!$count || $n{sent} < $count)) {
-        $c ||= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 2);
-        if (!$c) { sleep 0.05; next }     # refused: not a request sent
+    while (time < $end && (!$o{count} || $n{sent} < $o{count})) {
+        if (!$c) {
+            $c = connect_to($o{to});
+            if (!$c) { sleep 0.05; next }     # refused: not a request sent
+            syswrite($c, $o{proxy}) if defined $o{proxy};
+        }
         $n{sent}++;
-        my ($r, $close) = one_request($c, $path);
+        my ($r, $close, $body) = one_request($c, $o{path});
+        $r = 'wrong' if $r eq 'answered' && $o{expect} && $body !~ $o{expect};
         $n{$r}++;
         $n{reset_new}++ if $r eq 'reset' && !$on_conn++;
         ($c, $on_conn) = (undef, 0) if $r ne 'answered' || $close;    # Connection: close is honoured
     }
     open(my $f, '>', $out) or POSIX::_exit(1);
-    print $f join(' ', @n{qw(sent answered failed reset reset_new)}), "\n";
+    print $f join(' ', @n{qw(sent answered failed reset reset_new wrong)}), "\n";
     close $f;
     POSIX::_exit(0);
+}
+
+sub connect_to {
+    my ($to) = @_;
+    return $to =~ m{/}
+        ? IO::Socket::UNIX->new(Peer => $to, Type => Socket::SOCK_STREAM())
+        : IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $to, Timeout => 2);
 }
 
 sub one_request {
@@ -55,7 +75,7 @@ sub one_request {
         my $head = index($buf, "\r\n\r\n") + 4;
         next if defined $len && length($buf) - $head < $len;
         my $close = $buf =~ /^Connection:\s*close/mi;
-        return ($status && $status == 200 ? 'answered' : 'failed', $close);
+        return ($status && $status == 200 ? 'answered' : 'failed', $close, substr($buf, $head));
     }
     return 'failed';
 }
@@ -63,7 +83,7 @@ sub one_request {
 # Wait for the clients; their summed counts.
 sub collect {
     my (@runs) = @_;
-    my @fields = qw(sent answered failed reset reset_new);
+    my @fields = qw(sent answered failed reset reset_new wrong);
     my %t = map { $_ => 0 } @fields;
     for my $r (@runs) {
         waitpid($r->{pid}, 0);
@@ -76,12 +96,17 @@ sub collect {
 
 my $N = 0;
 
-# $n clients of $path on $port; their counts go to files in $dir.
+# $n clients of $path on $port (a TCP port or a unix socket's path); their
+# counts go to files in $dir. %o: proxy => sub { $i -> header }, expect =>
+# sub { $i -> regex } (see client).
 sub start_clients {
-    my ($dir, $port, $n, $path, $seconds, $count) = @_;
+    my ($dir, $port, $n, $path, $seconds, $count, %o) = @_;
     return map {
+        my $i = $_;
         my $out = "$dir/client-$$-" . $N++;
-        { pid => client($port, $path, $seconds, $out, $count), out => $out }
+        { pid => client($out, to => $port, path => $path, seconds => $seconds, count => $count,
+                        proxy => $o{proxy} && $o{proxy}->($i), expect => $o{expect} && $o{expect}->($i)),
+          out => $out }
     } 1 .. $n;
 }
 
