@@ -295,6 +295,12 @@ uint64_t nw_rss_bytes(int pid)
 
 int nw_io_refuse_new_connections(int fd)
 {
+    struct sockaddr_storage name;
+    socklen_t len = sizeof name;
+    if (getsockname(fd, (struct sockaddr *)&name, &len) < 0)
+        return -1;
+    if (name.ss_family == AF_UNIX)
+        return shutdown(fd, SHUT_RD);
     /* A socket filter sees the TCP header at offset 0: byte 13 holds its
      * flags. */
     struct sock_filter code[] = {
@@ -306,4 +312,10 @@ int nw_io_refuse_new_connections(int fd)
     };
     struct sock_fprog prog = { (unsigned short)(sizeof code / sizeof code[0]), code };
     return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
+}
+
+int nw_io_listener_shut(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLRDHUP);
 }

@@ -84,12 +84,19 @@ uint64_t nw_rss_bytes(int pid);
 struct sockaddr;
 void nw_format_address(const struct sockaddr *sa, unsigned len, char *out, size_t cap);
 
-/* Make a TCP listener refuse new connections while the ones already in
- * its queue can still be accepted: a socket filter drops every bare SYN
- * (the peer's kernel sends it again, and meets a refusal once the listener
- * is closed), so no handshake completes after the last accept and closing
- * the listener resets nothing the kernel had accepted. Handshakes under
- * way still complete. Returns 0, or -1 with errno. */
+/* Make a listener refuse new connections while the ones already in its
+ * queue can still be accepted, so that closing it resets nothing the
+ * kernel had accepted. TCP: a socket filter drops every bare SYN (the
+ * peer's kernel sends it again, and meets a refusal once the listener is
+ * closed); handshakes under way still complete. A unix socket is shut
+ * for reading: a connect() fails at once with ECONNREFUSED, and the
+ * listener reads as always ready from then on (nw_io_listener_shut).
+ * Returns 0, or -1 with errno. */
 int nw_io_refuse_new_connections(int fd);
+
+/* Whether a unix-socket listener was shut by nw_io_refuse_new_connections
+ * (in any process that shares it): nothing new can come, and epoll will
+ * report it ready for good. */
+int nw_io_listener_shut(int fd);
 
 #endif

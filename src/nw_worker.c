@@ -106,6 +106,8 @@ static nw_wconn *accept_ready(nw_worker *w)
             return wconn_new(w, idx, fd, &peer, plen);
         }
         w->listener_ready &= ~((uint64_t)1 << idx);
+        if (!l->is_tcp && nw_io_listener_shut(l->fd))
+            epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->fd, NULL);    /* (it would read ready forever) */
     }
     return NULL;
 }

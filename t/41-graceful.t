@@ -160,4 +160,27 @@ APP
     }
 }
 
+# 6. The same on a unix-socket listener, with a drain: the kernel has no
+# SYN to drop there, so the listener kept completing connections until
+# the last worker closed it, and those queued then were reset (10 of 10
+# clients, one each, every stop). Now the stop shuts the listener for
+# reading: a new connect is refused, what is queued is served.
+{
+    my $dir = NarwhalTest::tmpdir();
+    for my $drain (0, 1) {
+        my $sock = "$dir/graceful-$drain.sock";
+        my $s = spawn_server(app => $APP, unix => $sock,
+                             args => [ '--max-workers', 4, '--drain-delay', $drain, @NM ]);
+        my @clients = NarwhalTest::Clients::start_clients($dir, $sock, 10, '/', 3 + $drain);
+        sleep 1.5;
+        kill TERM => $s->pid;
+        is($s->wait_exit(10), 0, "unix socket, --drain-delay $drain, TERM under 10 keep-alive clients: exit 0");
+        my $t = NarwhalTest::Clients::collect(@clients);
+        my $counts = "$t->{sent} sent, $t->{answered} answered, $t->{failed} failed, $t->{reset} reset";
+        ok($t->{sent} > 100 && !$t->{failed} && !$t->{reset},
+           "... no connection was reset ($counts)");
+        is($t->{answered}, $t->{sent}, '... and every request sent was answered');
+    }
+}
+
 done_testing;

@@ -188,13 +188,14 @@ sub from_fd {
     return { %{ _tcp_listener($fh, $label) }, inherited => 1 };
 }
 
-# On a stop: a TCP listener this server opened takes no new connection
-# from now on, while its workers accept what is queued (the C side's
-# nw_io_refuse_new_connections). An inherited one is left alone: it
-# lives on for the next instance, with its queue.
+# On a stop: a listener this server opened takes no new connection from
+# now on, while its workers accept what is queued (the C side's
+# nw_io_refuse_new_connections: TCP drops new SYNs, a unix socket refuses
+# connect). An inherited one is left alone: it lives on for the next
+# instance, with its queue.
 sub refuse_new {
     my ($l) = @_;
-    return 1 if !$l->{is_tcp} || $l->{inherited} || !$l->{handle};
+    return 1 if $l->{inherited} || !$l->{handle};
     return refuse_new_connections(fileno $l->{handle});
 }
 
