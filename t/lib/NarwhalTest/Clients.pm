@@ -24,6 +24,7 @@ use Time::HiRes qw(time sleep);
 #   path    what it asks for
 #   proxy   a PROXY header to send first on each new connection
 #   expect  a regex each answer's body must match (else it counts as wrong)
+#   post    send POSTs with a small body (a proxy must not retry them once sent)
 sub client {
     my ($out, %o) = @_;
     my $pid = fork // die "fork: $!";
@@ -39,7 +40,7 @@ sub client {
             syswrite($c, $o{proxy}) if defined $o{proxy};
         }
         $n{sent}++;
-        my ($r, $close, $body) = one_request($c, $o{path});
+        my ($r, $close, $body) = one_request($c, $o{path}, $o{post});
         $r = 'wrong' if $r eq 'answered' && $o{expect} && $body !~ $o{expect};
         $n{$r}++;
         $n{reset_new}++ if $r eq 'reset' && !$on_conn++;
@@ -59,8 +60,10 @@ sub connect_to {
 }
 
 sub one_request {
-    my ($c, $path) = @_;
-    syswrite($c, "GET $path HTTP/1.1\r\nHost: x\r\n\r\n") or return 'reset';
+    my ($c, $path, $post) = @_;
+    my $req = $post ? "POST $path HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+                    : "GET $path HTTP/1.1\r\nHost: x\r\n\r\n";
+    syswrite($c, $req) or return 'reset';
     my $buf = '';
     my $deadline = time + 10;
     while (time < $deadline) {
@@ -98,14 +101,15 @@ my $N = 0;
 
 # $n clients of $path on $port (a TCP port or a unix socket's path); their
 # counts go to files in $dir. %o: proxy => sub { $i -> header }, expect =>
-# sub { $i -> regex } (see client).
+# sub { $i -> regex }, post => 1 (see client).
 sub start_clients {
     my ($dir, $port, $n, $path, $seconds, $count, %o) = @_;
     return map {
         my $i = $_;
         my $out = "$dir/client-$$-" . $N++;
         { pid => client($out, to => $port, path => $path, seconds => $seconds, count => $count,
-                        proxy => $o{proxy} && $o{proxy}->($i), expect => $o{expect} && $o{expect}->($i)),
+                        proxy => $o{proxy} && $o{proxy}->($i), expect => $o{expect} && $o{expect}->($i),
+                        post => $o{post}),
           out => $out }
     } 1 .. $n;
 }

@@ -1,0 +1,29 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use NarwhalTest qw(root run_cmd perl_cmd);
+
+# The deployment scenarios of docs/DEPLOY.md in their quick version
+# (xt/deploy/run --quick): HAProxy with send-proxy-v2 in front of two
+# instances whose workers recycle, restarted in turn; nginx in front of
+# two unix-socket instances, restarted in turn under POSTs; nginx over a
+# unix socket; Server::Starter and --reuse-port hand-overs. Clients count
+# every request and never retry: every scenario must lose none. A
+# scenario whose needs are missing (root, nginx, HAProxy, start_server)
+# is skipped by the run, and said so here.
+
+my $root = root();
+my $r = run_cmd([ perl_cmd(), "$root/xt/deploy/run", '--quick' ], timeout => 300);
+my @lines = split /\n/, $r->{out} . $r->{err};
+my @rows = grep { /^\S.*\s\d+\s+\d+\s+\d+\s+\d+\s+\d+\s/ } @lines;
+diag($_) for grep { my $l = $_; !/^scenario/ && !grep { $_ eq $l } @rows } @lines;   # skips, errors
+plan skip_all => 'no deployment scenario could run here (needs nginx, HAProxy, root)' unless @rows;
+for my $row (@rows) {
+    my ($name, $sent, $answered, $failed, $reset, $wrong) =
+        $row =~ /^(.+?)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s/ or next;
+    ok(!$failed && !$reset && !$wrong, "$name: nothing lost") or diag($row);
+}
+is($r->{code}, 0, 'xt/deploy/run --quick exits 0') or diag($r->{out}, $r->{err});
+
+done_testing();
