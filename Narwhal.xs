@@ -708,7 +708,7 @@ int
 refuse_new_connections(fd)
     int fd
   CODE:
-    RETVAL = nw_io_refuse_new_connections(fd) == 0;
+    RETVAL = nw_io_refuse_new_connections(fd);   /* 0, 1 (the queue shortened), -1 */
   OUTPUT:
     RETVAL
 

@@ -311,7 +311,13 @@ int nw_io_refuse_new_connections(int fd)
         BPF_STMT(BPF_RET | BPF_K, 0xffffffffu),             /* the rest passes */
     };
     struct sock_fprog prog = { (unsigned short)(sizeof code / sizeof code[0]), code };
-    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0)
+        return 0;
+    /* Some kernels refuse socket filters to unprivileged processes: the
+     * accept queue shrinks to nothing instead, so that a SYN is dropped
+     * while anything is queued (at most one handshake completes at a
+     * time, and the draining workers accept it). */
+    return listen(fd, 0) == 0 ? 1 : -1;
 }
 
 int nw_io_listener_shut(int fd)

@@ -88,10 +88,13 @@ void nw_format_address(const struct sockaddr *sa, unsigned len, char *out, size_
  * queue can still be accepted, so that closing it resets nothing the
  * kernel had accepted. TCP: a socket filter drops every bare SYN (the
  * peer's kernel sends it again, and meets a refusal once the listener is
- * closed); handshakes under way still complete. A unix socket is shut
- * for reading: a connect() fails at once with ECONNREFUSED, and the
+ * closed); handshakes under way still complete. Where the kernel refuses
+ * the filter to an unprivileged process, the accept queue's length
+ * becomes 0 instead: SYNs are dropped while a connection is queued, so
+ * at most one completes at a time (returns 1 then). A unix socket is
+ * shut for reading: a connect() fails at once with ECONNREFUSED, and the
  * listener reads as always ready from then on (nw_io_listener_shut).
- * Returns 0, or -1 with errno. */
+ * Returns 0, 1 (TCP, the queue shortened), or -1 with errno. */
 int nw_io_refuse_new_connections(int fd);
 
 /* Whether a unix-socket listener was shut by nw_io_refuse_new_connections

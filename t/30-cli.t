@@ -6,7 +6,7 @@ use File::Spec ();
 use IO::Socket::INET ();
 use NarwhalTest qw(free_port spawn_server write_app tmpdir wait_until perl_cmd
                    run_cmd http_get worker_pids pid_alive narwhal_cmd root
-                   manager_built manager_fallback children_of);
+                   manager_built manager_fallback children_of missing);
 
 # The narwhal command line, plackup -s Narwhal and the handler's API, all
 # with real processes.
@@ -146,7 +146,7 @@ fails_with('unsupported loader', [ '-L', 'Shotgun', $OK_APP ], qr/Shotgun/);
 # plackup -s Narwhal
 SKIP: {
     my $plackup = '/usr/bin/plackup';
-    skip 'plackup is not installed', 7 unless -x $plackup;
+    missing('plackup is not installed', 7) unless -x $plackup;
     my $port = free_port();
     my $s = spawn_server(port => $port, command => [
         perl_cmd(), $plackup, '-s', 'Narwhal', '--host', '127.0.0.1', '--port', $port,
@@ -245,10 +245,10 @@ APP
 
 # --user / --group (workers drop privileges)
 SKIP: {
-    skip 'not running as root', 4 if $> != 0;
+    missing('not running as root', 4) if $> != 0;
     my ($uid) = (getpwnam('nobody'))[2];
     my $gid = getgrnam('nogroup');
-    skip 'no user nobody / group nogroup', 4 unless defined $uid && defined $gid;
+    missing('no user nobody / group nogroup', 4) unless defined $uid && defined $gid;
     my $port = free_port();
     my $s = spawn_server(app => $OK_APP, port => $port,
                          args => [ @NM, '--max-workers', '1', '--user', 'nobody', '--group', 'nogroup' ]);

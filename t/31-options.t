@@ -79,9 +79,13 @@ for my $o (@documented) {
 is_deeply([ sort keys %item ], [], 'the POD names no option the table lacks');
 
 # And both are exactly what dev/gen-options writes.
-my $gen = run_cmd([ $^X, "$ROOT/dev/gen-options", '--check' ]);
-is($gen->{code}, 0, 'README and POD options are what dev/gen-options writes (run it after changing the table)')
-    or diag $gen->{out};
+SKIP: {
+    skip 'dev/gen-options is development material (a release tarball leaves dev/ out)', 1
+        unless -f "$ROOT/dev/gen-options";
+    my $gen = run_cmd([ $^X, "$ROOT/dev/gen-options", '--check' ]);
+    is($gen->{code}, 0, 'README and POD options are what dev/gen-options writes (run it after changing the table)')
+        or diag $gen->{out};
+}
 
 sub slurp {
     open(my $fh, '<', $_[0]) or die "$_[0]: $!";

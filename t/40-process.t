@@ -10,7 +10,7 @@ use Time::HiRes qw(time sleep);
 use NarwhalTest qw(free_port spawn_server write_app tmpdir wait_until perl_cmd
                    run_cmd http_get children_of pid_alive narwhal_cmd root
                    raw_connect raw_request read_response worker_pids
-                   manager_fallback);
+                   manager_fallback missing);
 
 # Real processes and signals: graceful stop, HUP, worker replacement and
 # recycling, TTIN/TTOU, USR1, Server::Starter, systemd socket activation,
@@ -440,7 +440,7 @@ APP
 # (h) Server::Starter hand-over (TCP), and a unix socket through it.
 SKIP: {
     my $starter = '/usr/bin/start_server';
-    skip 'start_server is not installed', 10 unless -x $starter;
+    missing('start_server is not installed', 10) unless -x $starter;
     my $port = free_port();
     my $pidf = File::Spec->catfile($TMP, "starter-$port.pid");
     my $stat = File::Spec->catfile($TMP, "starter-$port.status");

@@ -9,7 +9,7 @@ use Narwhal ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
-                   worker_pids children_of manager_fallback narwhal_cmd root);
+                   worker_pids children_of manager_fallback narwhal_cmd root missing);
 
 # Supervision as an operator meets it: a crashing URL must not empty the
 # pool, a worker's death costs only its own request, the app's warnings
@@ -211,7 +211,7 @@ for my $sig (qw(INT TERM INT TERM)) {
 # 6. and 7. Under --user (as root): the manager drops privileges too, and
 # USR1 reopens a log in a root-owned directory for workers and master.
 SKIP: {
-    skip 'needs root and a nobody user', 5 unless $> == 0 && defined getpwnam('nobody');
+    missing('needs root and a nobody user', 5) unless $> == 0 && defined getpwnam('nobody');
     my $nobody = getpwnam('nobody');
     chmod 0755, $TMP;    # (made 0700): the workers' user must reach the log's directory
     my $dir = File::Spec->catdir($TMP, 'logs');

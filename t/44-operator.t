@@ -7,7 +7,7 @@ use Narwhal::Listener ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
-                   worker_pids manager_fallback narwhal_cmd run_cmd free_port http_get);
+                   worker_pids manager_fallback narwhal_cmd run_cmd free_port http_get missing);
 
 # The operator layer as an operator meets it (DESIGN.md, "The operator
 # layer"): the status pages answer while every worker is stuck, the
@@ -338,7 +338,8 @@ SKIP: {
 # 6b. Under Server::Starter the status address is shared across a hand-over:
 # the new generation opens it while the old one still holds it.
 SKIP: {
-    skip 'needs the manager and start_server', 3 unless $MANAGED && -x '/usr/bin/start_server';
+    skip 'needs the manager', 3 unless $MANAGED;
+    missing('start_server is not installed', 3) unless -x '/usr/bin/start_server';
     my $sport = free_port();
     my $port = free_port();
     my $s = spawn_server(app => $APP, port => $port, command => [

@@ -6,7 +6,7 @@ use File::Temp ();
 use JSON::PP ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
-                   worker_pids manager_fallback);
+                   worker_pids manager_fallback missing);
 
 # The access log (--access-log, --access-log-format), read as a log
 # reader would: the exact line layouts, hostile headers that cannot forge
@@ -130,7 +130,7 @@ sub lines_when {
 
 # 4. Rotation: USR1 after the file was moved; under --user when root.
 SKIP: {
-    skip 'rotation under --user needs root', 6 if $>;
+    missing('rotation under --user needs root', 6) if $>;
     my $dir = File::Temp::tempdir('narwhal-alog-XXXXXX', TMPDIR => 1, CLEANUP => 1);
     chmod 0755, $dir;
     my $log = "$dir/access.log";

@@ -6,7 +6,7 @@ use File::Temp ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until narwhal_cmd
-                   run_cmd free_port manager_fallback perl_cmd root);
+                   run_cmd free_port manager_fallback perl_cmd root missing);
 
 # Listening as deployments need it: unix sockets with a mode and group set
 # before anyone can connect (and the README's nginx recipe, with Debian's
@@ -27,12 +27,16 @@ sub get_unix {
 
 # 1. --socket-mode and --socket-group
 {
+    # a group that is not the one the file would get anyway: nogroup as
+    # root, else one of ours besides the primary (or the primary alone)
+    my ($primary, @ours) = split ' ', $);
+    my ($gid) = $> == 0 ? (scalar(getgrnam('nogroup')) // 65534) : ((grep { $_ != $primary } @ours), $primary);
     my $path = "$DIR/mode.sock";
     my $s = spawn_server(app => $APP, no_listen => 1, unix => $path,
-                         args => [ @NM, '--socket-mode', '0660', '--socket-group', scalar getgrgid(0) ]);
+                         args => [ @NM, '--socket-mode', '0660', '--socket-group', $gid ]);
     my @st = stat $path;
     is(sprintf('%04o', $st[2] & 07777), '0660', '--socket-mode 0660');
-    is($st[5], 0, '--socket-group sets the group');
+    is($st[5], $gid, "--socket-group sets the group ($gid)");
     is(get_unix($path)->{status}, 200, 'and it serves');
     $s->stop;
     my $plain = "$DIR/plain.sock";
@@ -64,7 +68,7 @@ for my $case ([ [ '--socket-mode', '0999' ], qr/--socket-mode wants an octal mod
     is(get_unix($path)->{status}, 200, 'PATH and unix:PATH open one listener');
     $u->stop;
     SKIP: {
-        my $plackup = (grep { -x } '/usr/bin/plackup')[0] or skip 'plackup not installed', 1;
+        my $plackup = (grep { -x } '/usr/bin/plackup')[0] or missing('plackup not installed', 1);
         my $p2 = "$DIR/plackup.sock";
         my $pl = spawn_server(app => $APP, no_listen => 1, unix => $p2,
                               command => [ perl_cmd(), $plackup, '-s', 'Narwhal', @NM ? ('--no-manager=1') : (),
@@ -97,7 +101,7 @@ for my $case ([ [ '--socket-mode', '0999' ], qr/--socket-mode wants an octal mod
 # 5. The README's nginx recipe, as written, with Debian's nginx running its
 # workers as www-data.
 SKIP: {
-    skip 'needs root and nginx', 3 if $> || !-x '/usr/sbin/nginx' || !defined getpwnam('www-data');
+    missing('needs root, nginx and a www-data user', 3) if $> || !-x '/usr/sbin/nginx' || !defined getpwnam('www-data');
     open(my $rf, '<', root() . '/README.md') or die;
     my $readme = do { local $/; <$rf> };
     my ($cmd) = $readme =~ m{^    (narwhal --listen /run/narwhal/app\.sock[^\n]*)$}m

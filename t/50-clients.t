@@ -4,7 +4,7 @@ use Test::More;
 use lib 't/lib';
 use Digest::MD5 qw(md5_hex);
 use File::Spec ();
-use NarwhalTest qw(spawn_server write_app tmpdir run_cmd http_get manager_fallback);
+use NarwhalTest qw(spawn_server write_app tmpdir run_cmd http_get manager_fallback missing);
 
 # Real clients against a running server: curl, HTTP::Tiny, ab, wrk.
 # A client that is not installed is skipped.
@@ -51,7 +51,7 @@ sub random_bytes { my ($n) = @_; return join '', map { chr int rand 256 } 1 .. $
 
 # curl
 SKIP: {
-    skip 'curl is not installed', 24 unless have('curl');
+    missing('curl is not installed', 24) unless have('curl');
     my @curl = ('curl', '-sS', '-m', '10');
 
     my $r = run_cmd([ @curl, '-w', '\n%{http_code}', "$URL/path?x=1" ]);
@@ -118,7 +118,7 @@ SKIP: {
 
 # ab
 SKIP: {
-    skip 'ab is not installed', 6 unless have('ab');
+    missing('ab is not installed', 6) unless have('ab');
     my $r = run_cmd([ 'ab', '-q', '-s', '10', '-n', '500', '-c', '10', "$URL/" ], timeout => 30);
     is($r->{code}, 0, 'ab -n 500 -c 10: exit 0') or diag $r->{err};
     like($r->{out}, qr/^Complete requests:\s+500$/m, 'ab: 500 complete');
@@ -136,7 +136,7 @@ SKIP: {
 
 # wrk
 SKIP: {
-    skip 'wrk is not installed', 4 unless have('wrk');
+    missing('wrk is not installed', 4) unless have('wrk');
     my $r = run_cmd([ 'wrk', '-t1', '-c20', '-d2s', "$URL/" ], timeout => 20);
     is($r->{code}, 0, 'wrk: exit 0') or diag $r->{err};
     my ($n) = $r->{out} =~ /(\d+) requests in/;

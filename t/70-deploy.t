@@ -2,7 +2,7 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use NarwhalTest qw(root run_cmd perl_cmd);
+use NarwhalTest qw(root run_cmd perl_cmd missing_all);
 
 # The deployment scenarios of docs/DEPLOY.md in their quick version
 # (xt/deploy/run --quick): HAProxy with send-proxy-v2 in front of two
@@ -14,11 +14,17 @@ use NarwhalTest qw(root run_cmd perl_cmd);
 # is skipped by the run, and said so here.
 
 my $root = root();
+plan skip_all => 'xt/ is development material (a release tarball leaves it out)'
+    unless -f "$root/xt/deploy/run";
+missing_all('the deployment scenarios need root') if $>;
 my $r = run_cmd([ perl_cmd(), "$root/xt/deploy/run", '--quick' ], timeout => 300);
 my @lines = split /\n/, $r->{out} . $r->{err};
 my @rows = grep { /^\S.*\s\d+\s+\d+\s+\d+\s+\d+\s+\d+\s/ } @lines;
 diag($_) for grep { my $l = $_; !/^scenario/ && !grep { $_ eq $l } @rows } @lines;   # skips, errors
-plan skip_all => 'no deployment scenario could run here (needs nginx, HAProxy, root)' unless @rows;
+missing_all('no deployment scenario could run here (needs nginx, HAProxy, start_server)') unless @rows;
+if ($ENV{NARWHAL_TEST_ALL}) {
+    ok(!grep({ /skipped/ } @lines), 'every scenario ran (NARWHAL_TEST_ALL)');
+}
 for my $row (@rows) {
     my ($name, $sent, $answered, $failed, $reset, $wrong) =
         $row =~ /^(.+?)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s/ or next;

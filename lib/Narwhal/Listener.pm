@@ -192,11 +192,20 @@ sub from_fd {
 # now on, while its workers accept what is queued (the C side's
 # nw_io_refuse_new_connections: TCP drops new SYNs, a unix socket refuses
 # connect). An inherited one is left alone: it lives on for the next
-# instance, with its queue.
+# instance, with its queue. Returns 1, or 0 with $!. Where the kernel
+# refuses socket filters to an unprivileged process, a TCP listener's
+# queue is shortened instead: said once, since a client arriving in the
+# stop's last instant may then be reset.
+my $said_shortened;
 sub refuse_new {
     my ($l) = @_;
     return 1 if $l->{inherited} || !$l->{handle};
-    return refuse_new_connections(fileno $l->{handle});
+    my $how = refuse_new_connections(fileno $l->{handle});
+    print STDERR "narwhal: this kernel refuses socket filters to this user: on "
+               . describe($l) . " the listen queue was shortened instead, and a client that "
+               . "connects in the stop's last instant may be reset (docs/SIGNALS.md)\n"
+        if $how == 1 && !$said_shortened++;
+    return $how >= 0;
 }
 
 # The part of the PSGI $env that is the same for every request on it.

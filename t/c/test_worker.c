@@ -375,7 +375,8 @@ static void test_refuse_new_connections(void)
     int queued = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(queued, (struct sockaddr *)&addr, sizeof addr) < 0)
         die("connect");
-    is(nw_io_refuse_new_connections(l), 0, "refuse: the filter is attached");
+    int how = nw_io_refuse_new_connections(l);
+    ok(how == 0 || how == 1, "refuse: the filter is attached (0), or the queue shortened (1: unprivileged)");
     int late = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     int r = connect(late, (struct sockaddr *)&addr, sizeof addr);
     ok(r < 0 && errno == EINPROGRESS, "refuse: a new connection's handshake does not complete at once");

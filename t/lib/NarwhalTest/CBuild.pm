@@ -7,6 +7,7 @@ use File::Spec;
 use File::Temp qw(tempdir);
 use FindBin;
 use Test::More;
+use NarwhalTest ();
 
 # Building C test programs under AddressSanitizer and UBSan, running them,
 # and passing their TAP through as Test::More results.
@@ -63,12 +64,31 @@ sub run_program {
     return ($status, $out, $err);
 }
 
+# Whether the compiler links a program with the sanitizers (a CPAN
+# user's machine may lack their runtime libraries).
+my %SANITIZERS;
+sub sanitizers_work {
+    my ($cc) = @_;
+    return $SANITIZERS{$cc} //= do {
+        my $src = File::Spec->catfile(_dir(), 'probe.c');
+        open(my $f, '>', $src) or die "$src: $!";
+        print $f "int main(void) { return 0; }\n";
+        close $f;
+        my $exe = File::Spec->catfile(_dir(), 'probe');
+        my ($status) = run_program($cc, SANITIZE, $src, '-o', $exe);
+        $status == 0 && (run_program($exe))[0] == 0 ? 1 : 0;
+    };
+}
+
 # build($name, [sources relative to the root], @extra_flags): compile with
 # sanitizers into a temp dir; one test result; returns the program's path,
 # or ends the test file when it does not compile.
 sub build {
     my ($name, $sources, @extra) = @_;
-    my $cc = find_cc() or plan skip_all => 'no C compiler found';
+    my $cc = find_cc() or NarwhalTest::missing_all('no C compiler found');
+    sanitizers_work($cc)
+        or NarwhalTest::missing_all("$cc cannot build with AddressSanitizer and UBSan "
+                                    . '(Debian: libasan and libubsan come with gcc)');
     my $exe = File::Spec->catfile(_dir(), $name);
     my @cmd = ($cc, qw(-std=gnu99 -g -O1 -Wall -Wextra), SANITIZE, @extra,
                "-I$ROOT/src", "-I$ROOT/t/c", (map { "$ROOT/$_" } @$sources), '-o', $exe);
