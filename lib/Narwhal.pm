@@ -127,7 +127,7 @@ a worker accepts them. By default the kernel's C<net.core.somaxconn> (which
 also caps any larger value), and at least 1024: a burst of new connections
 beyond it is answered with SYN cookies or, when the queue of completed
 connections overflows, dropped (the client retries after a second). See
-"Bursts of new connections" in F<docs/DESIGN.md>. At least C<1>.
+"Bursts of new connections" in F<docs/PERFORMANCE.md>. At least C<1>.
 
 =item --proxy-protocol
 

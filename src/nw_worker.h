@@ -55,8 +55,10 @@ typedef enum {
     NW_RELEASE_IDLE,      /* no complete request arrived within the wait */
     NW_RELEASE_QUANTUM,   /* it had its turn of pipelined requests; let go only if
                            * others are waiting */
-    NW_RELEASE_RETIRE,    /* the worker leaves, the server goes on: to the manager
-                           * (closed as with STOP when it cannot take it) */
+    NW_RELEASE_RETIRE,    /* the worker leaves, the server goes on: parked, for the
+                           * other workers to adopt with the rest of the parked set;
+                           * without adoption to the manager; closed as with STOP
+                           * when neither can take it */
     NW_RELEASE_STOP,      /* the server stops: FIN, a brief drain, close */
     NW_RELEASE_CLOSE,     /* done with it: the response closes the connection, or the
                            * peer went away, timed out or was answered with an error */

@@ -68,7 +68,7 @@ my @TABLE = (
            . 'caps any larger value), and at least ' . Narwhal::Listener::MIN_DEFAULT_BACKLOG()
            . ': a burst of new connections beyond it is answered with SYN cookies or, when the '
            . 'queue of completed connections overflows, dropped (the client retries after a '
-           . 'second). See "Bursts of new connections" in F<docs/DESIGN.md>.' },
+           . 'second). See "Bursts of new connections" in F<docs/PERFORMANCE.md>.' },
 
     { name => 'max_workers', alias => ['workers'], type => 'count', default => 4, min => 1,
       group => 'Workers', arg => 'N', help => 'worker processes' },
