@@ -792,11 +792,15 @@ static int handoff(nw_conn *c, int channel, const nw_frame_output *output)
     f.listener = (uint16_t)c->listener;
     f.requests = c->requests;
     int finished = c->consumed == 0;    /* (the deadlines below are the next request's) */
-    if (unread > 0) {
-        if (c->head_deadline == 0 || !finished)
-            c->head_deadline = nw_deadline_in(c->cfg.read_timeout);
+    if (unread > 0 || (finished && c->head_deadline != 0)) {
+        if (c->head_deadline == 0 || !finished) {
+            c->head_started = now;
+            c->head_deadline = nw_head_deadline(now, 0, c->cfg.read_timeout,
+                                                c->cfg.read_timeout_max, c->cfg.min_head_rate);
+        }
         f.flags |= NW_FRAME_F_HEAD_STARTED;
         f.deadline_ms = (int32_t)(c->head_deadline > now ? c->head_deadline - now : 0);
+        f.ready_ms = (uint32_t)c->head_started;     /* the manager's rate counts from it */
     } else {
         nw_msec idle = finished ? c->idle_deadline : nw_deadline_in(c->cfg.keepalive_timeout);
         f.deadline_ms = (int32_t)(idle > now ? idle - now : 0);

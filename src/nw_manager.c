@@ -547,7 +547,17 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
     }
     /* (a PROXY header alone is not the start of a head: the connection is idle) */
     int reading = len > nw_manager_proxy_len(s, data, len) || (f->flags & NW_FRAME_F_HEAD_STARTED);
-    s->head_started = m->now;   /* (for the rate; the worker's deadline stands until bytes come) */
+    /* The rate counts from the head's first byte, which the worker saw
+     * (ready_ms, the same clock mod 2^32); from now for bytes it had not
+     * looked at. Counted from the hand-off, a head handed off 0.5 s after
+     * it began got 0.5 s more than --read-timeout once its next byte came. */
+    s->head_started = m->now;
+    if (f->flags & NW_FRAME_F_HEAD_STARTED) {
+        uint32_t ago = (uint32_t)m->now - f->ready_ms;
+        double most = m->read_timeout_max > m->read_timeout ? m->read_timeout_max : m->read_timeout;
+        if (ago <= (uint32_t)(most * 1000.0))
+            s->head_started = m->now - (nw_msec)ago;
+    }
     nw_manager_enlist(m, fd, reading ? NW_MANAGER_READING : NW_MANAGER_IDLE,
                       nw_manager_handoff_deadline(m, f, reading));
 }

@@ -243,4 +243,51 @@ SKIP: {
     }
 }
 
+# ---- 6. a slow head's 408 comes when it is due --------------------------
+
+# --read-timeout 1 and --min-head-rate 100: a head trickling at 50 bytes a
+# second (slower than the rate) is due at 1 s after its first byte; one
+# arriving at 400 bytes a second stays ahead and is served.
+for my $mode (@modes) {
+    my $port = free_port();
+    my $s = spawn_server(port => $port, app => $app, args => [
+        '--max-workers', 1, '--read-timeout', 1, '--read-timeout-max', 3,
+        '--min-head-rate', 100, ($mode eq 'no-manager' ? '--no-manager' : ()) ]);
+    my $head = "GET /slow HTTP/1.1\r\nHost: a\r\nX-Pad: " . ('p' x 1000) . "\r\n\r\n";
+    my @late;
+    for my $try (1 .. 3) {
+        my $c = raw_connect($port) or die;
+        my ($t0, $sent, $answer) = (undef, 0, undef);
+        while ($sent < length $head) {
+            syswrite($c, substr($head, $sent, 5)) or last;
+            $t0 //= time;
+            $sent += 5;
+            my $rin = '';
+            vec($rin, fileno $c, 1) = 1;
+            if (select(my $r = $rin, undef, undef, 0.1)) {
+                $answer = time;
+                last;
+            }
+        }
+        my $res = read_response($c, 3);
+        push @late, [ $res && $res->{status}, ($answer // time) - $t0 ];
+    }
+    my @status = map { $_->[0] // 'none' } @late;
+    is("@status", '408 408 408', "$mode: a head at 50 bytes/s under --min-head-rate 100: 408");
+    my @t = map { sprintf '%.3f', $_->[1] } @late;
+    ok(!grep({ $_ < 0.95 || $_ > 1.1 } @t),
+       "$mode: ... within 0.1 s of the 1 s due (@t s after the first byte)");
+
+    my $c = raw_connect($port) or die;
+    my $t0 = time;
+    for (my $sent = 0; $sent < length $head; $sent += 40) {
+        syswrite($c, substr($head, $sent, 40));
+        sleep 0.1;
+    }
+    my $res = read_response($c, 5);
+    is($res && $res->{status}, 200,
+       sprintf("$mode: a head at 400 bytes/s is served past --read-timeout (%.2f s)", time - $t0));
+    $s->stop;
+}
+
 done_testing;

@@ -231,11 +231,14 @@ static int wait_fd(int fd, short events, int timeout_ms)
 }
 
 /* Send one frame, waiting (bounded) while the socket is full. */
+static uint32_t g_ready_ms;  /* the ready_ms frames carry (HANDOFF: the head's start) */
+
 static int send_frame(int sock, int type, int fd, uint32_t requests, int32_t deadline,
                       uint32_t flags, const char *data, size_t len)
 {
     nw_frame f;
     nw_frame_init(&f, type);
+    f.ready_ms = g_ready_ms;
     f.requests = requests;
     f.deadline_ms = deadline;
     f.flags = flags;
@@ -926,6 +929,24 @@ static void test_deadlines(void)
     ok(STATS_UNTIL(&m, st, st.closed_timeout == 4 && st.idle == 0, 3000),
        "STATS: four closed by timeout, none held");
     diag_stats(&st);
+
+    /* A head a worker saw begin 500 ms before it handed it over (ready_ms),
+     * 300 ms left: a byte that comes 100 ms later leaves the deadline where
+     * it was, 800 ms from the first byte. (Counted from the hand-off, the
+     * 408 came 800 ms after it, 500 ms late.) */
+    tcp_pair(&c, &s);
+    nw_msec th = nw_now_ms();
+    g_ready_ms = (uint32_t)(th - 500);
+    handoff(m.tom, s, 0, 300, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
+    g_ready_ms = 0;
+    sleep_ms(100);
+    put(c, "P");
+    read_to_eof(c, buf, sizeof buf, 3000);
+    long tl = (long)(nw_now_ms() - th);
+    ok(tl >= 250 && tl <= 400, "a head begun before its hand-off: 408 when due from its first byte");
+    is_str(buf, strlen(buf), RESP_408, "... a full 408 response");
+    diag("408 %ld ms after the hand-off (due at 300)", tl);
+    close(c);
 
     /* SIGTERM: FIN to everything held, linger at most 1 s, exit 0. */
     tcp_pair(&c, &s);
