@@ -38,12 +38,12 @@
 #define NW_C_VALUE  0x08    /* field-value byte: HTAB SP VCHAR obs-text */
 #define NW_C_OWS    0x10    /* SP HTAB */
 #define NW_C_SCHEME 0x20    /* ALPHA DIGIT "+" "-" ".", RFC 3986 3.1 */
-#define NW_C_HOST   0x40    /* reg-name byte: unreserved sub-delims "%", RFC 3986 3.2.2 */
+#define NW_C_HOST   0x40    /* reg-name byte but pct-encoded: unreserved sub-delims, RFC 3986 3.2.2 */
 
 static const unsigned char nw_ctype[256] = {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 0x00 */
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 0x10 */
-    0x18, 0x4f, 0x0e, 0x0f, 0x4f, 0x4f, 0x4f, 0x4f, 0x4e, 0x4e, 0x4f, 0x6f, 0x4e, 0x6f, 0x6f, 0x0e, /* 0x20 */
+    0x18, 0x4f, 0x0e, 0x0f, 0x4f, 0x0f, 0x4f, 0x4f, 0x4e, 0x4e, 0x4f, 0x6f, 0x4e, 0x6f, 0x6f, 0x0e, /* 0x20 */
     0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x0e, 0x4e, 0x0e, 0x4e, 0x0e, 0x0a, /* 0x30 */
     0x0e, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, /* 0x40 */
     0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x0e, 0x0e, 0x0e, 0x0f, 0x4f, /* 0x50 */
@@ -486,33 +486,29 @@ static int nw_parse_content_length(const char *v, size_t n, int64_t *out)
  * no authority). An IPv4 address is a reg-name as far as bytes go. */
 int nw_http_host_valid(const char *v, size_t n)
 {
-    size_t i = 0;
-    if (n > 0 && v[0] == '[') {
+    const unsigned char *s = (const unsigned char *)v;
+    size_t i;
+    if (n > 0 && s[0] == '[') {
         /* IPv6address or IPvFuture: hex digits, ':' and '.', or "v" ... */
-        for (i = 1; i < n && v[i] != ']'; i++)
-            if (!(NW_IS(v[i], NW_C_HOST) || v[i] == ':') || v[i] == '%')
+        for (i = 1; i < n && s[i] != ']'; i++)
+            if (!(NW_IS(s[i], NW_C_HOST) || s[i] == ':'))
                 return 0;
         if (i == n || i == 1)
             return 0;
         i++;
     } else {
-        for (; i < n && v[i] != ':'; i++) {
-            if (!NW_IS(v[i], NW_C_HOST))
+        for (i = nw_span(s, 0, n, NW_C_HOST); i < n && s[i] == '%';
+             i = nw_span(s, i + 3, n, NW_C_HOST))
+            if (n - i < 3 || nw_hexval[s[i + 1]] == NW_NOT_HEX
+                || nw_hexval[s[i + 2]] == NW_NOT_HEX)
                 return 0;
-            if (v[i] == '%') {
-                if (n - i < 3 || nw_hexval[(unsigned char)v[i + 1]] == NW_NOT_HEX
-                    || nw_hexval[(unsigned char)v[i + 2]] == NW_NOT_HEX)
-                    return 0;
-                i += 2;
-            }
-        }
     }
     if (i == n)
         return 1;
-    if (v[i++] != ':')
+    if (s[i++] != ':')
         return 0;
     for (; i < n; i++)
-        if (v[i] < '0' || v[i] > '9')
+        if (s[i] < '0' || s[i] > '9')
             return 0;
     return 1;
 }
@@ -525,6 +521,7 @@ typedef struct {
     int have_te;
     int te_codings;         /* list elements over all Transfer-Encoding lines */
     int te_other;           /* some element is not "chunked" */
+    int te_last_chunked;    /* the last element of the last line is "chunked" */
     int conn_close;
     int conn_keep_alive;
     int expect_continue;
@@ -540,7 +537,8 @@ static void nw_scan_te(nw_framing_scan *s, const nw_header *h)
     while (nw_list_next(&p, end, &el, &n)) {
         if (s->te_codings < 2)
             s->te_codings++;
-        if (!nw_ieq(el, n, "chunked", 7))
+        s->te_last_chunked = nw_ieq(el, n, "chunked", 7);
+        if (!s->te_last_chunked)
             s->te_other = 1;
     }
 }
@@ -658,6 +656,8 @@ int nw_http_framing(const nw_request *req, nw_framing *f)
         return nw_framing_fail(f, 400, "Transfer-Encoding in HTTP/1.0");
     if (s.have_te && s.have_cl)
         return nw_framing_fail(f, 400, "Content-Length with Transfer-Encoding");
+    if (s.have_te && !s.te_last_chunked)   /* RFC 9112 6.3: no length can be known */
+        return nw_framing_fail(f, 400, "chunked is not the final transfer coding");
     if (s.have_te && (s.te_codings != 1 || s.te_other))
         return nw_framing_fail(f, 501, "Transfer-Encoding other than chunked");
     if (s.expect_other)

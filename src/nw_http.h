@@ -69,8 +69,9 @@ typedef struct {
 /* Returns 0, or an HTTP status (400, 417, 501) also stored in f->error_status.
  * Enforces: Content-Length digits only, and at most one Content-Length line
  * (two, even with the same value, are 400 as "5, 5" is); Content-Length
- * together with Transfer-Encoding is 400; Transfer-Encoding other than a
- * single "chunked" is 501; Transfer-Encoding in HTTP/1.0 is 400; HTTP/1.1
+ * together with Transfer-Encoding is 400; a Transfer-Encoding whose last
+ * coding is not "chunked" is 400 (RFC 9112 6.3), one with codings before
+ * a final "chunked" (or "chunked" twice) is 501; Transfer-Encoding in HTTP/1.0 is 400; HTTP/1.1
  * without exactly one Host, more than one Host, or a Host value that is
  * not host[:port] is 400; an Expect other than 100-continue is 417.
  * The request-target must be origin-form ("/..."), absolute-form with a

@@ -550,12 +550,15 @@ static void test_transfer_encoding(void)
              "chunked in two header lines: 501");
     FRAME_IS(H11 "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", 501,
              "gzip then chunked in two lines: 501");
-    FRAME_IS(H11 "Transfer-Encoding: gzip\r\n\r\n", 501, "gzip: 501");
-    FRAME_IS(H11 "Transfer-Encoding: identity\r\n\r\n", 501, "identity: 501");
-    FRAME_IS(H11 "Transfer-Encoding: chunked;q=1\r\n\r\n", 501, "chunked with a parameter: 501");
-    FRAME_IS(H11 "Transfer-Encoding: chunkedx\r\n\r\n", 501, "chunkedx: 501");
-    FRAME_IS(H11 "Transfer-Encoding: \r\n\r\n", 501, "empty Transfer-Encoding: 501");
+    FRAME_IS(H11 "Transfer-Encoding: gzip\r\n\r\n", 400, "gzip (chunked not final): 400");
+    FRAME_IS(H11 "Transfer-Encoding: identity\r\n\r\n", 400, "identity: 400");
+    FRAME_IS(H11 "Transfer-Encoding: chunked;q=1\r\n\r\n", 400, "chunked with a parameter (not chunked): 400");
+    FRAME_IS(H11 "Transfer-Encoding: chunkedx\r\n\r\n", 400, "chunkedx: 400");
+    FRAME_IS(H11 "Transfer-Encoding: \r\n\r\n", 400, "empty Transfer-Encoding: 400");
     FRAME_IS(H10 "Transfer-Encoding: chunked\r\n\r\n", 400, "TE in HTTP/1.0: 400");
+    FRAME_IS(H11 "Transfer-Encoding: chunked, gzip\r\n\r\n", 400, "chunked, gzip (not final): 400");
+    FRAME_IS(H11 "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", 400,
+             "chunked then gzip in two lines: 400");
 }
 
 static void test_host(void)
