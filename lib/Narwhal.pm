@@ -223,8 +223,10 @@ Default: C<60>. More than C<0>. At most C<2000000>.
 
 =item --min-head-rate BYTES
 
-Each this many bytes of a head move its deadline one second on (0: never).
-Default: C<500>.
+A head that has brought N bytes may take N / BYTES seconds from its first
+byte when that is more than --read-timeout (never more than
+--read-timeout-max): one arriving at least this many bytes a second keeps
+going, a slower one has --read-timeout. Default: C<500>.
 
 =item --keepalive-timeout SECS
 

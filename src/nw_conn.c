@@ -142,6 +142,8 @@ static int parse_ready_head(nw_conn *c)
     c->requests++;
     if (nw_http_framing(&c->req, &c->framing) != 0)
         return head_error(c, c->framing.error_status);
+    if (c->framing.options_asterisk)
+        return head_error(c, 200);  /* the server's own answer (nw_conn_send_error) */
     c->is_head_method = c->req.method_len == 4
                         && memcmp(c->req.method, "HEAD", 4) == 0;
     return NW_REQ_READY;
@@ -167,6 +169,22 @@ static int read_proxy_header(nw_conn *c)
     return NW_REQ_READY;
 }
 
+/* Empty lines before a request line are dropped as they come, by the rule
+ * the manager applies too (nw_http_empty_lines): they do not start the
+ * head, and count toward no limit. -1: a bare CR (400). */
+static int drop_empty_lines(nw_conn *c)
+{
+    int bad;
+    size_t n = nw_http_empty_lines(c->in.data, c->in.len, &bad);
+    if (bad)
+        return -1;
+    if (n > 0) {
+        nw_buf_consume(&c->in, n);
+        memset(&c->head_scan, 0, sizeof c->head_scan);
+    }
+    return 0;
+}
+
 int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
 {
     for (;;) {
@@ -182,7 +200,11 @@ int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
                 c->head_started = nw_now_ms();
             c->head_deadline = nw_head_deadline(c->head_started, c->in.len, c->cfg.read_timeout,
                                                 c->cfg.read_timeout_max, c->cfg.min_head_rate);
-        } else if (c->in.len > 0) {
+        } else if (c->in.len > 0 && (c->in.data[0] == '\r' || c->in.data[0] == '\n')
+                   && drop_empty_lines(c) < 0) {
+            return head_error(c, 400);
+        }
+        if (c->in.len > 0 && !c->proxy_pending) {
             if (nw_http_head_end(c->in.data, c->in.len, &c->head_scan)) {
                 int r = parse_ready_head(c);
                 if (r != NW_REQ_AGAIN)
@@ -200,7 +222,8 @@ int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
             c->head_deadline = nw_head_deadline(c->head_started, c->in.len, c->cfg.read_timeout,
                                                 c->cfg.read_timeout_max, c->cfg.min_head_rate);
         }
-        int waiting_first_byte = c->in.len == 0;
+        /* (a lone CR that became an empty line: the head had begun) */
+        int waiting_first_byte = c->in.len == 0 && c->head_deadline == 0;
         nw_msec deadline = waiting_first_byte ? c->idle_deadline : c->head_deadline;
         nw_msec wait_until = nw_deadline_in(max_wait_s);
         int wait_shorter = (waiting_first_byte || wait_partial) && wait_until < deadline;
@@ -445,7 +468,7 @@ void nw_conn_send_error(nw_conn *c, int status)
 {
     nw_buf b = { 0 };
     c->status = status;
-    if (nw_head_error(&b, status) == 0)
+    if (status == 200 ? nw_head_options(&b) == 0 : nw_head_error(&b, status) == 0)
         nw_conn_send_raw(c, b.data, b.len);
     nw_buf_free(&b);
     c->keep_alive = 0;
@@ -769,11 +792,15 @@ static int handoff(nw_conn *c, int channel, const nw_frame_output *output)
     f.listener = (uint16_t)c->listener;
     f.requests = c->requests;
     int finished = c->consumed == 0;    /* (the deadlines below are the next request's) */
-    if (unread > 0) {
-        if (c->head_deadline == 0 || !finished)
-            c->head_deadline = nw_deadline_in(c->cfg.read_timeout);
+    if (unread > 0 || (finished && c->head_deadline != 0)) {
+        if (c->head_deadline == 0 || !finished) {
+            c->head_started = now;
+            c->head_deadline = nw_head_deadline(now, 0, c->cfg.read_timeout,
+                                                c->cfg.read_timeout_max, c->cfg.min_head_rate);
+        }
         f.flags |= NW_FRAME_F_HEAD_STARTED;
         f.deadline_ms = (int32_t)(c->head_deadline > now ? c->head_deadline - now : 0);
+        f.ready_ms = (uint32_t)c->head_started;     /* the manager's rate counts from it */
     } else {
         nw_msec idle = finished ? c->idle_deadline : nw_deadline_in(c->cfg.keepalive_timeout);
         f.deadline_ms = (int32_t)(idle > now ? idle - now : 0);

@@ -51,7 +51,8 @@ typedef struct {
     int32_t  deadline_ms;   /* ms left on the connection's deadline; -1: none */
     uint32_t flags;
     uint32_t data_len;      /* bytes following the header */
-    uint32_t ready_ms;      /* SERVE: the monotonic clock (ms, mod 2^32) when the head was complete */
+    uint32_t ready_ms;      /* SERVE: the monotonic clock (ms, mod 2^32) when the head was complete;
+                             * HANDOFF with HEAD_STARTED: when the head's first byte came */
 } nw_frame;
 
 /* In front of a HANDOFF's data when it has NW_FRAME_F_OUTPUT: what is left

@@ -38,16 +38,17 @@
 #define NW_C_VALUE  0x08    /* field-value byte: HTAB SP VCHAR obs-text */
 #define NW_C_OWS    0x10    /* SP HTAB */
 #define NW_C_SCHEME 0x20    /* ALPHA DIGIT "+" "-" ".", RFC 3986 3.1 */
+#define NW_C_HOST   0x40    /* reg-name byte but pct-encoded: unreserved sub-delims, RFC 3986 3.2.2 */
 
 static const unsigned char nw_ctype[256] = {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 0x00 */
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 0x10 */
-    0x18, 0x0f, 0x0e, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0e, 0x0e, 0x0f, 0x2f, 0x0e, 0x2f, 0x2f, 0x0e, /* 0x20 */
-    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x0e, 0x0e, 0x0e, 0x0e, 0x0e, 0x0a, /* 0x30 */
-    0x0e, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 0x40 */
-    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x0e, 0x0e, 0x0e, 0x0f, 0x0f, /* 0x50 */
-    0x0f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 0x60 */
-    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x0e, 0x0f, 0x0e, 0x0f, 0x00, /* 0x70 */
+    0x18, 0x4f, 0x0e, 0x0f, 0x4f, 0x0f, 0x4f, 0x4f, 0x4e, 0x4e, 0x4f, 0x6f, 0x4e, 0x6f, 0x6f, 0x0e, /* 0x20 */
+    0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x0e, 0x4e, 0x0e, 0x4e, 0x0e, 0x0a, /* 0x30 */
+    0x0e, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, /* 0x40 */
+    0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x0e, 0x0e, 0x0e, 0x0f, 0x4f, /* 0x50 */
+    0x0f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, /* 0x60 */
+    0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x0e, 0x0f, 0x0e, 0x4f, 0x00, /* 0x70 */
     0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0x80 */
     0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0x90 */
     0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08, /* 0xA0 */
@@ -172,21 +173,40 @@ static inline int nw_eol(const nw_head_ctx *c, size_t *i)
     return 0;
 }
 
-/* Skip empty lines before the request line (RFC 9112 2.2). */
+size_t nw_http_empty_lines(const char *p, size_t len, int *bad)
+{
+    size_t i = 0;
+    *bad = 0;
+    for (;;) {
+        if (i < len && p[i] == '\n') {
+            i++;
+        } else if (i + 1 < len && p[i] == '\r') {
+            if (p[i + 1] != '\n') {
+                *bad = 1;
+                return i;
+            }
+            i += 2;
+        } else {
+            return i;       /* the end, a lone CR at the end, or the line */
+        }
+    }
+}
+
+/* Skip empty lines before the request line (RFC 9112 2.2), by the rule
+ * the worker and the manager apply before they parse (nw_http_empty_lines). */
 static int nw_skip_empty_lines(nw_head_ctx *c, size_t *i)
 {
-    for (;;) {
-        int r;
-        if (*i >= c->end)
-            return nw_ran_out(c);
-        if (c->s[*i] != '\r' && c->s[*i] != '\n')
-            return 0;
-        r = nw_eol(c, i);
-        if (r > 0)
-            return nw_ran_out(c);
-        if (r < 0)
-            return nw_fail(c->req, 400, "bare CR");
-    }
+    int bad;
+    size_t n;
+    if (c->s[0] != '\r' && c->s[0] != '\n')
+        return 0;
+    n = nw_http_empty_lines((const char *)c->s, c->end, &bad);
+    if (bad)
+        return nw_fail(c->req, 400, "bare CR");
+    *i = n;
+    if (n >= c->end || (c->s[n] == '\r' && n + 1 == c->end))
+        return nw_ran_out(c);
+    return 0;
 }
 
 /* Absolute-form target: offset just past "scheme://", or 0. */
@@ -400,6 +420,8 @@ int nw_http_parse_head(const char *buf, size_t len, nw_request *req,
     c.req = req;
     c.lim = limits;
 
+    if (c.end == 0)
+        return nw_ran_out(&c);
     if ((r = nw_skip_empty_lines(&c, &i)) != 0)
         return r;
     if ((r = nw_parse_request_line(&c, &i)) != 0)
@@ -458,13 +480,48 @@ static int nw_parse_content_length(const char *v, size_t n, int64_t *out)
     return 0;
 }
 
+/* Host = uri-host [ ":" port ] (RFC 9112 3.2, RFC 3986 3.2.2-3.2.3):
+ * a reg-name (unreserved, sub-delims, %XX) or an IP-literal in brackets,
+ * then optionally ':' and digits. An empty value is valid (a target with
+ * no authority). An IPv4 address is a reg-name as far as bytes go. */
+int nw_http_host_valid(const char *v, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)v;
+    size_t i;
+    if (n > 0 && s[0] == '[') {
+        /* IPv6address or IPvFuture: hex digits, ':' and '.', or "v" ... */
+        for (i = 1; i < n && s[i] != ']'; i++)
+            if (!(NW_IS(s[i], NW_C_HOST) || s[i] == ':'))
+                return 0;
+        if (i == n || i == 1)
+            return 0;
+        i++;
+    } else {
+        for (i = nw_span(s, 0, n, NW_C_HOST); i < n && s[i] == '%';
+             i = nw_span(s, i + 3, n, NW_C_HOST))
+            if (n - i < 3 || nw_hexval[s[i + 1]] == NW_NOT_HEX
+                || nw_hexval[s[i + 2]] == NW_NOT_HEX)
+                return 0;
+    }
+    if (i == n)
+        return 1;
+    if (s[i++] != ':')
+        return 0;
+    for (; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
 typedef struct {
     int hosts;              /* counted up to 2 */
+    int bad_host;           /* a Host value that is not host[:port] */
     int have_cl;
     int64_t cl;
     int have_te;
     int te_codings;         /* list elements over all Transfer-Encoding lines */
     int te_other;           /* some element is not "chunked" */
+    int te_last_chunked;    /* the last element of the last line is "chunked" */
     int conn_close;
     int conn_keep_alive;
     int expect_continue;
@@ -480,7 +537,8 @@ static void nw_scan_te(nw_framing_scan *s, const nw_header *h)
     while (nw_list_next(&p, end, &el, &n)) {
         if (s->te_codings < 2)
             s->te_codings++;
-        if (!nw_ieq(el, n, "chunked", 7))
+        s->te_last_chunked = nw_ieq(el, n, "chunked", 7);
+        if (!s->te_last_chunked)
             s->te_other = 1;
     }
 }
@@ -502,9 +560,9 @@ static int nw_scan_content_length(nw_framing_scan *s, const nw_header *h)
 {
     int64_t v;
 
-    if (nw_parse_content_length(h->value, h->value_len, &v) != 0)
-        return -1;
-    if (s->have_cl && v != s->cl)
+    /* A second Content-Length line is refused whatever its value, as one
+     * line with a list ("5, 5") is: the app never sees a list. */
+    if (s->have_cl || nw_parse_content_length(h->value, h->value_len, &v) != 0)
         return -1;
     s->have_cl = 1;
     s->cl = v;
@@ -524,8 +582,11 @@ static int nw_scan_header(nw_framing_scan *s, const nw_header *h)
 {
     switch (h->name_len) {
     case 4:
-        if (nw_header_is(h, "host", 4) && s->hosts < 2)
+        if (nw_header_is(h, "host", 4) && s->hosts < 2) {
             s->hosts++;
+            if (!nw_http_host_valid(h->value, h->value_len))
+                s->bad_host = 1;
+        }
         break;
     case 6:
         if (nw_header_is(h, "expect", 6))
@@ -558,6 +619,7 @@ int nw_http_framing(const nw_request *req, nw_framing *f)
     f->content_length = -1;
     f->keep_alive = http11;
     f->expect_continue = 0;
+    f->options_asterisk = 0;
     f->error_status = 0;
     f->error_reason = NULL;
 
@@ -568,10 +630,34 @@ int nw_http_framing(const nw_request *req, nw_framing *f)
         return nw_framing_fail(f, 400, "more than one Host");
     if (http11 && s.hosts == 0)
         return nw_framing_fail(f, 400, "missing Host");
+    if (s.bad_host)
+        return nw_framing_fail(f, 400, "bad Host");
+    if (req->authority && (req->authority_len == 0
+                           || !nw_http_host_valid(req->authority, req->authority_len)))
+        return nw_framing_fail(f, 400, "bad authority in the request-target");
+    if (req->path_len == 0 || req->path[0] != '/') {
+        /* not origin-form (RFC 9112 3.2): absolute-form, "*" for OPTIONS
+         * (answered by the server), nothing else; CONNECT (authority-form)
+         * is not implemented */
+        if (req->method_len == 7 && memcmp(req->method, "CONNECT", 7) == 0)
+            return nw_framing_fail(f, 501, "CONNECT");
+        if (req->authority) {
+            /* "http://h" or "http://h?q": PATH_INFO is empty */
+        } else if (req->target_len == 1 && req->target[0] == '*'
+                   && req->method_len == 7 && memcmp(req->method, "OPTIONS", 7) == 0) {
+            f->options_asterisk = 1;
+        } else {
+            return nw_framing_fail(f, 400, "bad request-target form");
+        }
+    } else if (req->method_len == 7 && memcmp(req->method, "CONNECT", 7) == 0) {
+        return nw_framing_fail(f, 501, "CONNECT");
+    }
     if (s.have_te && !http11)
         return nw_framing_fail(f, 400, "Transfer-Encoding in HTTP/1.0");
     if (s.have_te && s.have_cl)
         return nw_framing_fail(f, 400, "Content-Length with Transfer-Encoding");
+    if (s.have_te && !s.te_last_chunked)   /* RFC 9112 6.3: no length can be known */
+        return nw_framing_fail(f, 400, "chunked is not the final transfer coding");
     if (s.have_te && (s.te_codings != 1 || s.te_other))
         return nw_framing_fail(f, 501, "Transfer-Encoding other than chunked");
     if (s.expect_other)
@@ -826,11 +912,10 @@ size_t nw_http_head_end(const char *p, size_t len, nw_head_scan *s)
 {
     size_t i;
     if (s->scanned == 0) {
-        i = s->start;
-        while (i < len && (p[i] == '\r' || p[i] == '\n'))
-            i++;
+        int bad;
+        i = s->start + nw_http_empty_lines(p + s->start, len - s->start, &bad);
         s->start = i;
-        if (i == len)
+        if (i == len || (!bad && i + 1 == len && p[i] == '\r'))
             return 0;           /* only empty lines so far */
     } else {
         /* an end can straddle the last call's bytes by two (LF CR | LF) */
@@ -854,9 +939,13 @@ size_t nw_http_head_end(const char *p, size_t len, nw_head_scan *s)
 int nw_http_line_can_start(const char *p, size_t len)
 {
     static const char version[] = "HTTP/d.d";
-    size_t i = 0, n;
-    while (i < len && (p[i] == '\r' || p[i] == '\n'))
-        i++;
+    size_t n;
+    int bad;
+    size_t i = nw_http_empty_lines(p, len, &bad);
+    if (bad)
+        return 0;           /* a bare CR: 400 */
+    if (i + 1 == len && p[i] == '\r')
+        return 1;           /* the start of one more empty line, maybe */
     for (n = 0; i < len && NW_IS(p[i], NW_C_TCHAR); i++)
         if (++n > NW_MAX_METHOD_LEN)
             return 0;

@@ -61,15 +61,22 @@ typedef struct {
     int keep_alive;             /* the client allows reuse: 1.1 without "close",
                                    1.0 with "keep-alive" */
     int expect_continue;        /* Expect: 100-continue was sent */
+    int options_asterisk;       /* "OPTIONS *": the server answers it, not the app */
     int error_status;           /* set when nw_http_framing returns non-zero */
     const char *error_reason;
 } nw_framing;
 
 /* Returns 0, or an HTTP status (400, 417, 501) also stored in f->error_status.
- * Enforces: Content-Length digits only, duplicates must agree; Content-Length
- * together with Transfer-Encoding is 400; Transfer-Encoding other than a
- * single "chunked" is 501; Transfer-Encoding in HTTP/1.0 is 400; HTTP/1.1
- * without exactly one Host is 400; an Expect other than 100-continue is 417. */
+ * Enforces: Content-Length digits only, and at most one Content-Length line
+ * (two, even with the same value, are 400 as "5, 5" is); Content-Length
+ * together with Transfer-Encoding is 400; a Transfer-Encoding whose last
+ * coding is not "chunked" is 400 (RFC 9112 6.3), one with codings before
+ * a final "chunked" (or "chunked" twice) is 501; Transfer-Encoding in HTTP/1.0 is 400; HTTP/1.1
+ * without exactly one Host, more than one Host, or a Host value that is
+ * not host[:port] is 400; an Expect other than 100-continue is 417.
+ * The request-target must be origin-form ("/..."), absolute-form with a
+ * valid host[:port], or "*" with OPTIONS (options_asterisk set); other
+ * forms are 400, and CONNECT is 501 whatever its target. */
 int nw_http_framing(const nw_request *req, nw_framing *f);
 
 /* Chunked transfer coding, incremental. */
@@ -103,8 +110,10 @@ size_t nw_percent_decode(const char *in, size_t len, char *out);
 
 /* Finding where a request head ends while it arrives in pieces: the one
  * scanner both the worker (nw_conn.c) and the manager (nw_manager.c) use.
- * Empty lines before the request line are skipped (RFC 9112 2.2); the
- * head ends with an empty line, LF LF or LF CR LF (a bare LF ends a line
+ * Empty lines before the request line are skipped (RFC 9112 2.2, the
+ * rule of nw_http_empty_lines; from a bare CR on, the bytes are searched
+ * as a head, which the parser refuses); the head ends with an empty line,
+ * LF LF or LF CR LF (a bare LF ends a line
  * as CRLF does; the parser decides what is valid). Zero the state for a
  * new head; each call searches only bytes it has not searched before. */
 typedef struct {
@@ -123,6 +132,19 @@ size_t nw_http_head_end(const char *p, size_t len, nw_head_scan *s);
  * other bytes that are not HTTP are refused at once (400) instead of
  * waiting for a head that will never end. */
 int nw_http_line_can_start(const char *p, size_t len);
+
+/* What may precede a request line (RFC 9112 2.2), the one rule the parser,
+ * the worker and the manager apply: empty lines, each CRLF or a lone LF.
+ * Returns the length of the complete empty lines at the start of p[0..len)
+ * (a CR that is the last byte is not counted: its LF may follow). *bad is
+ * set to 1 when a CR there is followed by anything but LF: a bare CR,
+ * which makes the request a 400 whatever comes after it. Dropping these
+ * bytes before a head changes nothing about the head. */
+size_t nw_http_empty_lines(const char *p, size_t len, int *bad);
+
+/* 1 when v[0..n) is a valid Host value: uri-host [":" port] (RFC 3986),
+ * or empty. */
+int nw_http_host_valid(const char *v, size_t n);
 
 /* 1 when p[0..n) is a non-empty token (RFC 9110 5.6.2), e.g. a field name. */
 int nw_http_is_token(const char *p, size_t n);

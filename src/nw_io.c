@@ -238,13 +238,19 @@ int nw_io_set_nonblocking(int fd)
 nw_msec nw_head_deadline(nw_msec started, size_t bytes, double base, double max,
                          double min_rate)
 {
-    double seconds = base;
-    if (min_rate > 0)
-        seconds += (double)bytes / min_rate;
-    if (max > base && seconds > max)
-        seconds = max;
-    else if (max <= base)
+    /* min_rate bytes buy one second counted from the head's start, with
+     * base as the floor: a head that keeps coming at min_rate or faster
+     * stays ahead of its deadline (up to max); a slower one has base and
+     * not a moment more. (base + bytes / min_rate gave every trickled
+     * byte its share: a head at 100 bytes/s under a 500 bytes/s rate had
+     * 25% more than base.) */
+    double seconds = min_rate > 0 ? (double)bytes / min_rate : 0;
+    if (seconds < base)
         seconds = base;
+    if (max <= base)
+        seconds = base;
+    else if (seconds > max)
+        seconds = max;
     return started + (nw_msec)(seconds * 1000.0 + 0.5);
 }
 

@@ -24,8 +24,9 @@ nw_msec nw_now_ms(void);
 uint64_t nw_now_us(void);
 
 /* The deadline of a request head that began at started and has brought
- * bytes so far: base seconds, plus one second per min_rate bytes (a head
- * arriving at least that fast keeps going), never past max seconds. The
+ * bytes so far: one second per min_rate bytes from started, never less
+ * than base seconds nor more than max. A head arriving at min_rate bytes
+ * a second or faster keeps going; a slower one has base seconds. The
  * worker and the manager both use it. */
 nw_msec nw_head_deadline(nw_msec started, size_t bytes, double base, double max,
                          double min_rate);

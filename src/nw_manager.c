@@ -353,13 +353,13 @@ static void nw_manager_send_408(int fd)
 
 /* ------------------------------------------------------------ heads */
 
-/* Bytes before the request line that are only line endings. */
+/* Empty lines before the request line, dropped as the worker drops them
+ * (nw_http_empty_lines, the one rule): CRLF or LF each, not a bare CR,
+ * which stays in the head and makes a worker answer 400. */
 static size_t nw_manager_blank_prefix(const char *p, size_t len)
 {
-    size_t i = 0;
-    while (i < len && (p[i] == '\r' || p[i] == '\n'))
-        i++;
-    return i;
+    int bad;
+    return nw_http_empty_lines(p, len, &bad);
 }
 
 /* Should the bytes buffered so far go to a worker? Yes when the head is
@@ -547,7 +547,17 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
     }
     /* (a PROXY header alone is not the start of a head: the connection is idle) */
     int reading = len > nw_manager_proxy_len(s, data, len) || (f->flags & NW_FRAME_F_HEAD_STARTED);
-    s->head_started = m->now;   /* (for the rate; the worker's deadline stands until bytes come) */
+    /* The rate counts from the head's first byte, which the worker saw
+     * (ready_ms, the same clock mod 2^32); from now for bytes it had not
+     * looked at. Counted from the hand-off, a head handed off 0.5 s after
+     * it began got 0.5 s more than --read-timeout once its next byte came. */
+    s->head_started = m->now;
+    if (f->flags & NW_FRAME_F_HEAD_STARTED) {
+        uint32_t ago = (uint32_t)m->now - f->ready_ms;
+        double most = m->read_timeout_max > m->read_timeout ? m->read_timeout_max : m->read_timeout;
+        if (ago <= (uint32_t)(most * 1000.0))
+            s->head_started = m->now - (nw_msec)ago;
+    }
     nw_manager_enlist(m, fd, reading ? NW_MANAGER_READING : NW_MANAGER_IDLE,
                       nw_manager_handoff_deadline(m, f, reading));
 }
@@ -706,6 +716,18 @@ static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n
     if (nw_manager_keep(s, p, n) < 0) {
         nw_manager_drop_conn(m, fd);
         return;
+    }
+    if (!(s->flags & NW_MANAGER_F_PROXY) && (s->head[0] == '\r' || s->head[0] == '\n')) {
+        /* a lone CR kept, and now its LF: an empty line, dropped; the
+         * head had begun (its read timeout stands, as in a worker) */
+        size_t skip = nw_manager_blank_prefix(s->head, s->head_len);
+        if (skip > 0) {
+            memmove(s->head, s->head + skip, s->head_len - skip);
+            s->head_len -= (uint32_t)skip;
+            old = 0;
+        }
+        if (s->head_len == 0)
+            return;
     }
     if (nw_manager_head_done(m, s, s->head, s->head_len, old)) {
         nw_manager_detach(m, fd);

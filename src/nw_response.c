@@ -166,6 +166,8 @@ int nw_head_app_header(nw_buf *b, nw_app_headers *seen, const char *name,
         if (name_is(name, nlen, "content-length")) {
             if (parse_length(val, vlen, &seen->content_length) < 0)
                 return -1;
+            if (seen->bodiless)
+                return 0;       /* a 1xx or 204 must not carry it */
             seen->has_content_length = 1;
         } else if (name_is(name, nlen, "connection")) {
             if (has_token(val, vlen, "close"))
@@ -178,8 +180,11 @@ int nw_head_app_header(nw_buf *b, nw_app_headers *seen, const char *name,
             seen->has_date = 1;
         break;
     case 't':
-        if (name_is(name, nlen, "transfer-encoding"))
+        if (name_is(name, nlen, "transfer-encoding")) {
+            if (seen->bodiless)
+                return 0;
             seen->has_transfer_encoding = 1;
+        }
         break;
     }
     if (nw_buf_reserve(b, nlen + vlen + 4) < 0)
@@ -283,4 +288,16 @@ int nw_head_error(nw_buf *b, int status)
     if (nw_buf_append(b, d, dlen) < 0 || nw_buf_append(b, tail, (size_t)tlen) < 0)
         return -1;
     return nw_buf_append(b, body, (size_t)blen);
+}
+
+int nw_head_options(nw_buf *b)
+{
+    static const char rest[] =
+        "Allow: " NW_SERVER_METHODS "\r\n"
+        "Content-Length: 0\r\nConnection: close\r\n\r\n";
+    size_t dlen;
+    const char *d = nw_date_header(&dlen);
+    if (nw_head_status(b, 1, 200) < 0 || nw_buf_append(b, d, dlen) < 0)
+        return -1;
+    return nw_buf_append(b, rest, sizeof rest - 1);
 }

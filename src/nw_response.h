@@ -22,6 +22,9 @@ typedef struct {
     int64_t content_length;     /* valid when has_content_length */
     int has_transfer_encoding;
     int wants_close;            /* app sent Connection: close */
+    int bodiless;               /* set by the caller for 1xx and 204: the app's
+                                 * Content-Length and Transfer-Encoding are
+                                 * checked and dropped (RFC 9110 8.6, RFC 9112 6.1) */
 } nw_app_headers;
 
 /* Reason phrase for a status ("Unknown" when there is none). */
@@ -51,5 +54,14 @@ int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
 
 /* A small complete error response with Connection: close. */
 int nw_head_error(nw_buf *b, int status);
+
+/* The methods Narwhal passes to an app (any other token method is passed
+ * too; CONNECT is refused with 501): the Allow of its answer to
+ * "OPTIONS *", which asks about the server, not a resource. */
+#define NW_SERVER_METHODS "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS"
+
+/* The server's answer to "OPTIONS *" (RFC 9110 9.3.7): 200, Allow,
+ * Content-Length: 0, Connection: close. */
+int nw_head_options(nw_buf *b);
 
 #endif

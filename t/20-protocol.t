@@ -123,7 +123,8 @@ subtest 'body framing' => sub {
     rejects('conflicting Content-Length', "POST /echo HTTP/1.1\r\n${H}Content-Length: 2\r\nContent-Length: 3\r\n\r\nabc", 400);
     rejects('Content-Length with Transfer-Encoding',
             "POST /echo HTTP/1.1\r\n${H}Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400);
-    rejects('unknown transfer coding', "POST /echo HTTP/1.1\r\n${H}Transfer-Encoding: gzip\r\n\r\n", 501);
+    rejects('chunked not the final coding', "POST /echo HTTP/1.1\r\n${H}Transfer-Encoding: gzip\r\n\r\n", 400);
+    rejects('chunked, gzip', "POST /echo HTTP/1.1\r\n${H}Transfer-Encoding: chunked, gzip\r\n\r\n", 400);
     rejects('gzip, chunked', "POST /echo HTTP/1.1\r\n${H}Transfer-Encoding: gzip, chunked\r\n\r\n", 501);
     rejects('Transfer-Encoding in HTTP/1.0', "POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400);
     rejects('bad chunk size', "POST /echo HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n", 400);

@@ -40,6 +40,7 @@ int nw_response_start(pTHX_ nw_conn *c, int status, SV *headers_rv,
     if (status < 100 || status > 999 || !SvROK(headers_rv)
         || SvTYPE(SvRV(headers_rv)) != SVt_PVAV)
         return NW_RESPONSE_INVALID;
+    seen.bodiless = status < 200 || status == 204;
     c->out.len = 0;
     if (nw_head_status(&c->out, c->req.minor_version, status) < 0
         || head_from_av(aTHX_ c, (AV *)SvRV(headers_rv), &seen) < 0) {
@@ -201,6 +202,7 @@ int nw_response_informational(pTHX_ nw_conn *c, int status, SV *headers)
     nw_app_headers seen;
     int sent = 0;
     memset(&seen, 0, sizeof seen);
+    seen.bodiless = 1;
     if (status < 100 || status >= 200 || c->req.minor_version < 1
         || !SvROK(headers) || SvTYPE(SvRV(headers)) != SVt_PVAV)
         return 0;

@@ -123,7 +123,10 @@ my @TABLE = (
       help => 'a head arriving fast enough gets up to this (never less than --read-timeout)' },
     { name => 'min_head_rate', type => 'count', default => _c('DEFAULT_MIN_HEAD_RATE'), c => 1,
       manager => 'min-head-rate', group => 'Connections', arg => 'BYTES',
-      help => 'each this many bytes of a head move its deadline one second on (0: never)' },
+      help => 'each this many bytes of a head buy it a second from its first byte, past --read-timeout (0: never)',
+      pod => 'A head that has brought N bytes may take N / BYTES seconds from its first byte when '
+           . 'that is more than --read-timeout (never more than --read-timeout-max): one arriving '
+           . 'at least this many bytes a second keeps going, a slower one has --read-timeout.' },
     { name => 'keepalive_timeout', type => 'seconds', default => _c('DEFAULT_KEEPALIVE_TIMEOUT'),
       min_excl => 0, max => _c('MAX_SECONDS'), c => 1, manager => 'keepalive-timeout', group => 'Connections', arg => 'SECS',
       help => 'idle time allowed between requests' },

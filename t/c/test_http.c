@@ -524,8 +524,10 @@ static void test_content_length(void)
     FRAME_IS(H11 "Content-Length: \r\n\r\n", 400, "empty: 400");
     FRAME_IS(H11 "Content-Length: 0x10\r\n\r\n", 400, "hex: 400");
     FRAME_IS(H11 "Content-Length: 5a\r\n\r\n", 400, "trailing junk: 400");
-    r = frame(S(H11 "Content-Length: 5\r\nContent-Length: 5\r\n\r\n"));
-    ok(r == 0 && fr.body == NW_BODY_LENGTH && fr.content_length == 5, "repeated, identical: ok");
+    /* two lines, even alike, are refused as one line "5, 5" is: the app
+     * would see CONTENT_LENGTH "5, 5" */
+    FRAME_IS(H11 "Content-Length: 5\r\nContent-Length: 5\r\n\r\n", 400, "repeated, identical: 400");
+    FRAME_IS(H11 "Content-Length: 0\r\ncontent-length: 0\r\n\r\n", 400, "repeated 0, any case: 400");
     FRAME_IS(H11 "Content-Length: 5\r\nContent-Length: 6\r\n\r\n", 400, "repeated, differing: 400");
     FRAME_IS(H11 "Content-Length: 5\r\nContent-Length: x\r\n\r\n", 400, "repeated, second bad: 400");
     r = frame(S(H11 "\r\n"));
@@ -548,12 +550,15 @@ static void test_transfer_encoding(void)
              "chunked in two header lines: 501");
     FRAME_IS(H11 "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", 501,
              "gzip then chunked in two lines: 501");
-    FRAME_IS(H11 "Transfer-Encoding: gzip\r\n\r\n", 501, "gzip: 501");
-    FRAME_IS(H11 "Transfer-Encoding: identity\r\n\r\n", 501, "identity: 501");
-    FRAME_IS(H11 "Transfer-Encoding: chunked;q=1\r\n\r\n", 501, "chunked with a parameter: 501");
-    FRAME_IS(H11 "Transfer-Encoding: chunkedx\r\n\r\n", 501, "chunkedx: 501");
-    FRAME_IS(H11 "Transfer-Encoding: \r\n\r\n", 501, "empty Transfer-Encoding: 501");
+    FRAME_IS(H11 "Transfer-Encoding: gzip\r\n\r\n", 400, "gzip (chunked not final): 400");
+    FRAME_IS(H11 "Transfer-Encoding: identity\r\n\r\n", 400, "identity: 400");
+    FRAME_IS(H11 "Transfer-Encoding: chunked;q=1\r\n\r\n", 400, "chunked with a parameter (not chunked): 400");
+    FRAME_IS(H11 "Transfer-Encoding: chunkedx\r\n\r\n", 400, "chunkedx: 400");
+    FRAME_IS(H11 "Transfer-Encoding: \r\n\r\n", 400, "empty Transfer-Encoding: 400");
     FRAME_IS(H10 "Transfer-Encoding: chunked\r\n\r\n", 400, "TE in HTTP/1.0: 400");
+    FRAME_IS(H11 "Transfer-Encoding: chunked, gzip\r\n\r\n", 400, "chunked, gzip (not final): 400");
+    FRAME_IS(H11 "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", 400,
+             "chunked then gzip in two lines: 400");
 }
 
 static void test_host(void)
@@ -565,6 +570,77 @@ static void test_host(void)
     FRAME_IS("GET / HTTP/1.1\r\nHOST: a\r\n\r\n", 0, "Host name case-insensitive");
     FRAME_IS("GET / HTTP/1.1\r\nHost:\r\n\r\n", 0, "empty Host value: ok");
     FRAME_IS("GET / HTTP/1.1\r\nHostx: a\r\n\r\n", 400, "'Hostx' is not Host");
+    /* RFC 9112 3.2: an invalid Host value is 400 (host [":" port], RFC 3986) */
+    static const char *const good[] = {
+        "example.com", "example.com:8080", "a:", "1.2.3.4:80", "[::1]", "[::1]:5000",
+        "[2001:db8::1.2.3.4]", "[v1.fe:x]", "xn--bcher-kva.example", "a%2Eb", "a_b~c-d.e",
+        "!$&'()*+,;=", "localhost:65535",
+    };
+    static const char *const bad[] = {
+        "a b", "a/b", "a?b", "a#b", "a@b", "user@host", "a:b", "a:80:80", "a:8 0", "[::1",
+        "[]", "[::1]x", "[::1]:x", "[::1%eth0]", "a%zz", "a%2", "a\"b", "a<b", "a\\b",
+        "\x80host", "a\tb", ":80x",
+    };
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        if (!nw_http_host_valid(good[i], strlen(good[i]))) {
+            diag("valid Host refused: %s", good[i]);
+            wrong++;
+        }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (nw_http_host_valid(bad[i], strlen(bad[i]))) {
+            diag("invalid Host accepted: %s", bad[i]);
+            wrong++;
+        }
+    is(wrong, 0, "Host values: host[:port] accepted, anything else refused");
+    FRAME_IS("GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "Host: a b: 400");
+    FRAME_IS("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400, "Host: a/b: 400");
+    FRAME_IS("GET / HTTP/1.0\r\nHost: a/b\r\n\r\n", 400, "an invalid Host in HTTP/1.0: 400");
+    FRAME_IS("GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n", 0, "Host: [::1]:80: ok");
+}
+
+/* RFC 9112 3.2: origin-form; absolute-form; "*" only with OPTIONS;
+ * authority-form only with CONNECT, which Narwhal does not implement. */
+static void test_target_forms(void)
+{
+    int r = frame(S("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"));
+    ok(r == 0 && fr.options_asterisk == 1, "OPTIONS *: ok, the server's to answer");
+    r = frame(S("OPTIONS / HTTP/1.1\r\nHost: a\r\n\r\n"));
+    ok(r == 0 && fr.options_asterisk == 0, "OPTIONS /: the app's");
+    r = frame(S("GET /p HTTP/1.1\r\nHost: a\r\n\r\n"));
+    ok(r == 0 && fr.options_asterisk == 0, "origin-form: the app's");
+    FRAME_IS("GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400, "GET *: 400");
+    FRAME_IS("OPTIONS *x HTTP/1.1\r\nHost: a\r\n\r\n", 400, "OPTIONS *x: 400");
+    FRAME_IS("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", 501, "CONNECT host:port: 501");
+    FRAME_IS("CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n", 501, "CONNECT /: 501");
+    FRAME_IS("GET a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 400, "authority-form with GET: 400");
+    FRAME_IS("GET a HTTP/1.1\r\nHost: a\r\n\r\n", 400, "a bare word: 400");
+    FRAME_IS("GET ?q HTTP/1.1\r\nHost: a\r\n\r\n", 400, "only a query: 400");
+    FRAME_IS("GET http://h/p?q HTTP/1.1\r\nHost: a\r\n\r\n", 0, "absolute-form: ok");
+    FRAME_IS("GET http://h HTTP/1.1\r\nHost: a\r\n\r\n", 0, "absolute-form without a path: ok");
+    FRAME_IS("GET http:///p HTTP/1.1\r\nHost: a\r\n\r\n", 400, "absolute-form, empty authority: 400");
+    FRAME_IS("GET http://h<x/p HTTP/1.1\r\nHost: a\r\n\r\n", 400, "absolute-form, bad authority: 400");
+}
+
+/* nw_http_empty_lines: the one rule for what may precede a request line. */
+static void test_empty_lines(void)
+{
+    static const struct { const char *in; size_t want; int bad; } cases[] = {
+        { "", 0, 0 }, { "GET", 0, 0 }, { "\r\n", 2, 0 }, { "\n", 1, 0 },
+        { "\n\r\nGET", 3, 0 }, { "\r", 0, 0 }, { "\r\n\r", 2, 0 },
+        { "\rG", 0, 1 }, { "\r\n\rX", 2, 1 }, { "\r\r\n", 0, 1 }, { "\n\r\r", 1, 1 },
+        { "\n\nG", 2, 0 }, { "\r\n\r\n\r\n", 6, 0 },
+    };
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int bad = -1;
+        size_t n = nw_http_empty_lines(cases[i].in, strlen(cases[i].in), &bad);
+        if (n != cases[i].want || bad != cases[i].bad) {
+            diag("case %zu: %zu bytes, bad %d", i, n, bad);
+            wrong++;
+        }
+    }
+    is(wrong, 0, "empty lines: CRLF and LF counted, a CR at the end waits, a bare CR is bad");
 }
 
 static void test_connection(void)
@@ -953,8 +1029,9 @@ static void test_head_end(void)
         "GET / HTTP/1.1\r\nA: b\n\rC: d\r\n\r\n",
         "\n\n",
         "GET / HTTP/1.1\r\nA: b\r\n",
+        "\n\r\r\n\nGET / HTTP/1.1\r\n\r\n",   /* from the bare CR on: a head */
     };
-    static const size_t want[] = { 27, 24, 28, 30, 0, 0 };
+    static const size_t want[] = { 27, 24, 28, 30, 0, 0, 5 };
     int bad = 0;
     for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
         size_t len = strlen(heads[h]);
@@ -995,6 +1072,9 @@ static void test_line_can_start(void)
     ok(!nw_http_line_can_start("\x16\x03\x01\x00\xa5\x01", 6), "line start: a TLS ClientHello is refused");
     ok(!nw_http_line_can_start("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n", 32), "line start: a PROXY protocol line is refused");
     ok(!nw_http_line_can_start("\r\n\x00\x01", 4), "line start: binary junk after empty lines is refused");
+    ok(!nw_http_line_can_start("\rGET", 4), "line start: a bare CR before the line is refused");
+    ok(!nw_http_line_can_start("\r\n\r\r", 4), "line start: a bare CR after an empty line is refused");
+    ok(nw_http_line_can_start("\r\n\r", 3), "line start: a CR at the end may begin an empty line");
     ok(nw_http_line_can_start("GET /a HTTP/2", 13), "line start: HTTP/2 so far could still be a version");
     ok(!nw_http_line_can_start("GET /a HTTX", 11), "line start: a bad version is refused before the line ends");
     ok(nw_http_line_can_start("GE T", 4), "line start: \"GE T\" could be a method and a target");
@@ -1018,6 +1098,8 @@ int main(void)
     test_content_length();
     test_transfer_encoding();
     test_host();
+    test_target_forms();
+    test_empty_lines();
     test_connection();
     test_expect();
     test_chunked_basic();

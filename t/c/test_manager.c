@@ -231,11 +231,14 @@ static int wait_fd(int fd, short events, int timeout_ms)
 }
 
 /* Send one frame, waiting (bounded) while the socket is full. */
+static uint32_t g_ready_ms;  /* the ready_ms frames carry (HANDOFF: the head's start) */
+
 static int send_frame(int sock, int type, int fd, uint32_t requests, int32_t deadline,
                       uint32_t flags, const char *data, size_t len)
 {
     nw_frame f;
     nw_frame_init(&f, type);
+    f.ready_ms = g_ready_ms;
     f.requests = requests;
     f.deadline_ms = deadline;
     f.flags = flags;
@@ -927,6 +930,24 @@ static void test_deadlines(void)
        "STATS: four closed by timeout, none held");
     diag_stats(&st);
 
+    /* A head a worker saw begin 500 ms before it handed it over (ready_ms),
+     * 300 ms left: a byte that comes 100 ms later leaves the deadline where
+     * it was, 800 ms from the first byte. (Counted from the hand-off, the
+     * 408 came 800 ms after it, 500 ms late.) */
+    tcp_pair(&c, &s);
+    nw_msec th = nw_now_ms();
+    g_ready_ms = (uint32_t)(th - 500);
+    handoff(m.tom, s, 0, 300, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
+    g_ready_ms = 0;
+    sleep_ms(100);
+    put(c, "P");
+    read_to_eof(c, buf, sizeof buf, 3000);
+    long tl = (long)(nw_now_ms() - th);
+    ok(tl >= 250 && tl <= 400, "a head begun before its hand-off: 408 when due from its first byte");
+    is_str(buf, strlen(buf), RESP_408, "... a full 408 response");
+    diag("408 %ld ms after the hand-off (due at 300)", tl);
+    close(c);
+
     /* SIGTERM: FIN to everything held, linger at most 1 s, exit 0. */
     tcp_pair(&c, &s);
     handoff(m.tom, s, 0, -1, 0, NULL);
@@ -1145,6 +1166,9 @@ static const scan_stream_t g_scan_streams[] = {
     { "CRLF lines, a bare LF ends", "GET /a HTTP/1.1\r\nHost: x\r\n\n" },
     { "LF lines, CRLF ends", "GET /a HTTP/1.1\nHost: x\n\r\n" },
     { "empty lines before the request line", "\r\n\r\n\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n" },
+    { "a bare CR before the request line", "\rGET /a HTTP/1.1\r\nHost: x\r\n\r\n" },
+    { "a bare CR after empty lines", "\n\r\n\r\rGET /a HTTP/1.1\r\nHost: x\r\n\r\n" },
+    { "a bare CR, then what looks like an end", "\n\r\r\n\nGET /a HTTP/1.1\r\n\r\n" },
     { "LF CR that is not an end", "GET /a HTTP/1.1\r\nX: a\n\rY: b\r\n\r\n" },
     { "a body after the head",
       "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab\r\n\r\ncd\n\n" },
@@ -1160,19 +1184,31 @@ static void scan_streams_init(void)
              "GET /a HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", pad);
 }
 
-/* Empty lines (any CR and LF) before the request line. */
-static size_t scan_blank_prefix(const char *p, size_t len)
+/* Empty lines before the request line: CRLF or LF each. *bad: a CR
+ * followed by anything else (a bare CR) ends them, and the request is
+ * refused. A CR at the end of what has arrived may still become one. */
+static size_t scan_blank_prefix(const char *p, size_t len, int *bad)
 {
     size_t i = 0;
-    while (i < len && (p[i] == '\r' || p[i] == '\n'))
-        i++;
+    *bad = 0;
+    while (i < len) {
+        if (p[i] == '\n') {
+            i++;
+        } else if (p[i] == '\r' && i + 1 < len && p[i + 1] == '\n') {
+            i += 2;
+        } else {
+            *bad = p[i] == '\r' && i + 1 < len;
+            break;
+        }
+    }
     return i;
 }
 
 /* Just past the first LF LF or LF CR LF after the empty lines, or 0. */
 static size_t scan_reference_end(const char *p, size_t len)
 {
-    for (size_t j = scan_blank_prefix(p, len); j < len; j++) {
+    int bad;
+    for (size_t j = scan_blank_prefix(p, len, &bad); j < len; j++) {
         if (p[j] != '\n')
             continue;
         if (j + 1 < len && p[j + 1] == '\n')
@@ -1184,12 +1220,16 @@ static size_t scan_reference_end(const char *p, size_t len)
 }
 
 /* The piece after which a path must decide: the head has ended, or what
- * has arrived is already over the head limit. */
+ * has arrived is already over the head limit, or a bare CR came before
+ * the request line. */
 static int scan_reference_piece(const char *bytes, const size_t *upto, int npieces)
 {
-    for (int k = 0; k < npieces; k++)
-        if (scan_reference_end(bytes, upto[k]) || upto[k] > SCAN_MAX_HEADER)
+    for (int k = 0; k < npieces; k++) {
+        int bad;
+        scan_blank_prefix(bytes, upto[k], &bad);
+        if (bad || scan_reference_end(bytes, upto[k]) || upto[k] > SCAN_MAX_HEADER)
             return k;
+    }
     return -1;
 }
 
@@ -1229,7 +1269,8 @@ static int scan_manager_piece(mgr_t *m, const char *bytes, const size_t *upto, i
     }
     int at = -1;
     if (got_serve(m->tow, 2000)) {
-        size_t skip = scan_blank_prefix(bytes, upto[npieces - 1]);
+        int bad;
+        size_t skip = scan_blank_prefix(bytes, upto[npieces - 1], &bad);
         at = -2;
         for (int k = 0; k < npieces && at == -2; k++)
             if (upto[k] > skip && g_sv.f.data_len == upto[k] - skip
@@ -1286,7 +1327,9 @@ static int scan_check_cutting(mgr_t *m, const char *bytes, const size_t *upto, i
     size_t worker_head;
     int by_worker = scan_worker_piece(bytes, upto, npieces, &worker_head);
     int by_manager = scan_manager_piece(m, bytes, upto, npieces);
-    int head_ok = worker_head == 0 || worker_head == whole_end;
+    int bad;
+    size_t skip = scan_blank_prefix(bytes, len, &bad);   /* the worker drops them */
+    int head_ok = worker_head == 0 || worker_head == whole_end - skip;
     if (want >= 0 && by_worker == want && by_manager == want && head_ok && one_call == whole_end)
         return 0;
     char cuts[160] = "";

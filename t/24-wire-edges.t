@@ -1,0 +1,293 @@
+use strict;
+use warnings;
+use Test::More;
+use Time::HiRes qw(time sleep);
+use lib 't/lib';
+use NarwhalTest qw(spawn_server raw_connect read_until_close read_response free_port perl_cmd);
+
+# The wire's last edges (docs/RFC-CHECKLIST.md): the same bytes get the
+# same answer from the worker's path and the manager's, however they are
+# cut and paced; nothing invalid reaches the app (a second Content-Length,
+# an invalid Host, a target that is not origin-form or absolute-form);
+# 1xx and 204 responses carry no Content-Length or Transfer-Encoding;
+# "OPTIONS *" is the server's to answer and CONNECT is refused; a slow
+# head gets its 408 when it is due. Raw sockets, both modes in one run:
+# a server with the manager (and a short --keepalive-wait, so that a pause
+# hands the connection to the manager) and one with --no-manager.
+
+my $app = <<'APP';
+my $log = $ENV{NARWHAL_T24_LOG};
+sub {
+    my $env = shift;
+    if ($log && open my $f, '>>', $log) {
+        print $f "$env->{REQUEST_METHOD} $env->{REQUEST_URI}\n";
+        close $f;
+    }
+    my $p = $env->{PATH_INFO};
+    return [204, ['Content-Length' => 5, 'X-A' => 1], []] if $p eq '/nobody';
+    return [204, ['Transfer-Encoding' => 'chunked'], []] if $p eq '/nobody-te';
+    return [304, ['Content-Length' => 5, 'ETag' => '"x"'], []] if $p eq '/notmod';
+    if ($p eq '/hints') {
+        $env->{'psgix.informational'}->(103, [Link => '</a.css>', 'Content-Length' => 3,
+                                              'Transfer-Encoding' => 'chunked']);
+        return [200, ['Content-Type' => 'text/plain'], ['hinted']];
+    }
+    my $in = $env->{'psgi.input'};
+    my $body = '';
+    while ($in->read(my $buf, 100)) { $body .= $buf }
+    [200, ['Content-Type' => 'text/plain'],
+     ["m=$env->{REQUEST_METHOD} u=$env->{REQUEST_URI} p=$env->{PATH_INFO} "
+      . "cl=" . ($env->{CONTENT_LENGTH} // '-') . " host=" . ($env->{HTTP_HOST} // '-')
+      . " body=$body"]];
+}
+APP
+
+my $tmp = NarwhalTest::tmpdir();
+my %log = (manager => "$tmp/t24-manager.log", 'no-manager' => "$tmp/t24-nomanager.log");
+my %srv = (
+    manager => spawn_server(app => $app, env => { NARWHAL_T24_LOG => $log{manager} },
+        args => [ '--max-workers', 2, '--keepalive-wait', 0.05, '--read-timeout', 5,
+                  '--keepalive-timeout', 5 ]),
+    'no-manager' => spawn_server(app => $app, env => { NARWHAL_T24_LOG => $log{'no-manager'} },
+        args => [ '--max-workers', 2, '--no-manager', '--read-timeout', 5,
+                  '--keepalive-timeout', 5 ]),
+);
+my @modes = ('manager', 'no-manager');
+
+# Send the pieces with a pause between them; the answers, as a list of
+# "status body" (Date left out), until the server closes.
+sub exchange {
+    my ($mode, $pause, @pieces) = @_;
+    my $s = raw_connect($srv{$mode}->port) or die "connect: $!";
+    for my $i (0 .. $#pieces) {
+        sleep $pause if $i;
+        syswrite($s, $pieces[$i]) // last;
+    }
+    my $raw = read_until_close($s, 3);
+    my @answers;
+    while ($raw =~ s{^HTTP/1\.1 (\d+)[^\r]*\r\n((?:[^\r]+\r\n)*)\r\n}{}) {
+        my ($status, $head) = ($1, $2);
+        my ($len) = $head =~ /^Content-Length: (\d+)\r$/mi;
+        my $body = substr($raw, 0, $len // 0, '');
+        push @answers, "$status $body";
+    }
+    push @answers, "junk: $raw" if length $raw;
+    return join ' | ', @answers;
+}
+
+sub statuses { join ',', map { /^(\d+)/ ? $1 : '?' } split / \| /, $_[0] }
+
+# ---- 1. one rule before the request line, whatever the cutting ----------
+
+my $close = "Host: a\r\nConnection: close\r\n\r\n";
+my @streams = (
+    [ 'a bare CR before the request line', "\rGET /e HTTP/1.1\r\n$close", '400' ],
+    [ 'a bare CR before XGET', "\rXGET /e HTTP/1.1\r\n$close", '400' ],
+    [ 'empty lines (CRLF, LF) before the request line', "\r\n\nGET /e HTTP/1.1\r\n$close", '200' ],
+    [ 'a bare CR after an empty line', "\n\r\r\nGET /e HTTP/1.1\r\n$close", '400' ],
+    [ 'keep-alive, then a bare CR before the second request',
+      "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n\rGET /e?second=1 HTTP/1.1\r\n$close", '200,400' ],
+    [ 'keep-alive, then an empty line before the second request',
+      "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n\r\nGET /e?second=1 HTTP/1.1\r\n$close", '200,200' ],
+);
+
+for my $st (@streams) {
+    my ($name, $bytes, $want) = @$st;
+    my (%seen, @wrong);
+    # every cut point, a short pause (the manager's side sees the pieces
+    # apart: a worker hands a partial head over at once)
+    for my $cut (1 .. length($bytes) - 1) {
+        my @pieces = (substr($bytes, 0, $cut), substr($bytes, $cut));
+        my %got = map { $_ => exchange($_, 0.01, @pieces) } @modes;
+        push @wrong, "cut $cut: manager '$got{manager}', no-manager '$got{'no-manager'}'"
+            if $got{manager} ne $got{'no-manager'} || statuses($got{manager}) ne $want;
+    }
+    ok(!@wrong, "$name: every cut point, both modes: $want, the same answers")
+        or diag join "\n", @wrong[0 .. ($#wrong < 4 ? $#wrong : 4)];
+}
+
+# Pauses long enough for the worker to hand an idle connection to the
+# manager (--keepalive-wait 0.05), at the cut points the issue named:
+# after the lone CR, and between the first request and the second.
+my @paced = (
+    [ 'CR, pause, GET', 0.3, "\r", "GET /e HTTP/1.1\r\n$close", '400' ],
+    [ 'CR, pause, XGET', 0.3, "\r", "XGET /e HTTP/1.1\r\n$close", '400' ],
+    [ 'CR, pause, LF, pause, GET', 0.3, "\r", "\n", "GET /e HTTP/1.1\r\n$close", '200' ],
+    [ 'first request, pause 0.1 s, CR GET', 0.1, "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+      "\rGET /e?second=1 HTTP/1.1\r\n$close", '200,400' ],
+    [ 'first request, pause 1 s, CR GET', 1, "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+      "\rGET /e?second=1 HTTP/1.1\r\n$close", '200,400' ],
+    [ 'first request, pause, CR, pause, GET', 0.3, "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+      "\r", "GET /e?second=1 HTTP/1.1\r\n$close", '200,400' ],
+    [ 'first request, pause, CRLF, pause, GET', 0.3, "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+      "\r\n", "GET /e?second=1 HTTP/1.1\r\n$close", '200,200' ],
+);
+for my $p (@paced) {
+    my ($name, $pause, @rest) = @$p;
+    my $want = pop @rest;
+    my %got = map { $_ => exchange($_, $pause, @rest) } @modes;
+    is(statuses($got{manager}), $want, "$name: $want with the manager");
+    is($got{'no-manager'}, $got{manager}, "$name: the same answers with --no-manager");
+}
+
+# The app never ran a request whose method came after a bare CR.
+for my $mode (@modes) {
+    my $seen = -e $log{$mode} ? do { local (@ARGV, $/) = $log{$mode}; <> } : '';
+    unlike($seen, qr/^XGET/m, "$mode: XGET after a bare CR never reached the app");
+}
+
+# ---- 2. Content-Length twice ------------------------------------------
+
+for my $mode (@modes) {
+    my $got = exchange($mode, 0, "POST /cl HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
+                                 . "Content-Length: 5\r\n\r\nhello");
+    is(statuses($got), '400', "$mode: two Content-Length: 5 lines: 400, as one '5, 5' line");
+    $got = exchange($mode, 0, "POST /cl HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\nhello");
+    is(statuses($got), '400', "$mode: Content-Length: 5, 5: 400");
+    $got = exchange($mode, 0, "POST /cl HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
+                              . "Connection: close\r\n\r\nhello");
+    like($got, qr/^200 .*cl=5 .*body=hello$/, "$mode: one Content-Length: 5: the app sees 5");
+}
+
+# ---- 3. 1xx and 204 carry no Content-Length or Transfer-Encoding ---------
+
+sub raw_head {
+    my ($mode, $req) = @_;
+    my $s = raw_connect($srv{$mode}->port) or die;
+    syswrite $s, $req;
+    return read_until_close($s, 3);
+}
+for my $mode (@modes) {
+    my $r = raw_head($mode, "GET /nobody HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    like($r, qr{^HTTP/1\.1 204 }, "$mode: 204 from the app");
+    unlike($r, qr/^Content-Length:/mi, "$mode: ... without the app's Content-Length");
+    like($r, qr/^X-A: 1\r$/m, "$mode: ... with its other headers");
+    $r = raw_head($mode, "GET /nobody-te HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    unlike($r, qr/^(?:Transfer-Encoding|Content-Length):/mi,
+           "$mode: 204 with the app's Transfer-Encoding: neither is sent");
+    $r = raw_head($mode, "GET /hints HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    my ($early) = $r =~ m{^(HTTP/1\.1 103 .*?\r\n\r\n)}s;
+    ok($early && $early =~ /^Link: /m, "$mode: 103 sent");
+    unlike($early // '', qr/^(?:Content-Length|Transfer-Encoding):/mi,
+           "$mode: ... without the app's Content-Length or Transfer-Encoding");
+    like($r, qr/\r\n\r\nhinted$/, "$mode: ... and the final response after it");
+    # RFC 9110 8.6: a 304 may carry the length a 200 would have: the app's is kept
+    $r = raw_head($mode, "GET /notmod HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    like($r, qr/^Content-Length: 5\r$/mi, "$mode: 304 keeps the app's Content-Length (the 200's length)");
+}
+
+# ---- 4. Host must be host[:port] ---------------------------------------
+
+for my $mode (@modes) {
+    for my $host ('a b', 'a/b', 'a?b', 'a@b', 'a:b', '[::1', 'a%zz', "a\x80") {
+        my $got = exchange($mode, 0, "GET /h HTTP/1.1\r\nHost: $host\r\nConnection: close\r\n\r\n");
+        (my $shown = $host) =~ s/([^\x21-\x7e ])/sprintf '\\x%02x', ord $1/ge;
+        is(statuses($got), '400', "$mode: Host: $shown: 400");
+    }
+    for my $host ('example.com:8080', '[::1]:5000', '127.0.0.1', 'a_b.c-d~e') {
+        my $got = exchange($mode, 0, "GET /h HTTP/1.1\r\nHost: $host\r\nConnection: close\r\n\r\n");
+        like($got, qr/^200 .* host=\Q$host\E /, "$mode: Host: $host: served, HTTP_HOST as sent");
+    }
+    my $got = exchange($mode, 0, "GET http://a<b/h HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    is(statuses($got), '400', "$mode: an absolute-form target with an invalid host: 400");
+}
+
+# ---- 5. OPTIONS *, CONNECT, other target forms ---------------------------
+
+for my $mode (@modes) {
+    my $r = raw_head($mode, "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n");
+    like($r, qr{^HTTP/1\.1 200 OK\r\n}, "$mode: OPTIONS *: 200 from the server");
+    like($r, qr/^Allow: GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS\r$/m, "$mode: ... with Allow");
+    like($r, qr/^Content-Length: 0\r$/m, "$mode: ... and no body");
+    is(statuses(exchange($mode, 0, "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n")), '501',
+       "$mode: CONNECT a:443: 501");
+    for my $t ('*', 'a:443', 'a', '?q') {
+        is(statuses(exchange($mode, 0, "GET $t HTTP/1.1\r\n$close")), '400',
+           "$mode: GET $t: 400");
+    }
+    like(exchange($mode, 0, "OPTIONS /x HTTP/1.1\r\n$close"), qr/^200 m=OPTIONS u=\/x p=\/x /,
+         "$mode: OPTIONS /x: the app's");
+    like(exchange($mode, 0, "GET http://h HTTP/1.1\r\n$close"), qr/^200 m=GET u= p= cl=- host=h /,
+         "$mode: GET http://h (absolute-form, no path): the app's, PATH_INFO empty");
+    my $seen = do { local (@ARGV, $/) = $log{$mode}; <> };
+    unlike($seen, qr/^(?:OPTIONS \*|CONNECT|GET (?:\*|a:443|a|\?q))$/m,
+           "$mode: none of those reached the app");
+}
+
+# Under plackup -E development, Plack::Middleware::Lint wraps the app:
+# every request that reaches it must pass (a PATH_INFO not beginning with
+# '/' was a 500 from Lint).
+SKIP: {
+    my $plackup = '/usr/bin/plackup';
+    skip 'plackup is not installed', 12 unless -x $plackup;
+    for my $mode (@modes) {
+        my $port = free_port();
+        my $file = NarwhalTest::write_app($app);
+        my $s = spawn_server(port => $port, command => [
+            perl_cmd(), $plackup, '-s', 'Narwhal', '-E', 'development', '--host', '127.0.0.1',
+            '--port', $port, '--max-workers', '1',
+            ($mode eq 'no-manager' ? '--no-manager=1' : ()), $file ]);
+        local $srv{$mode} = $s;
+        my %want = ("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n" => '200',
+                    "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n" => '501',
+                    "GET * HTTP/1.1\r\n$close" => '400',
+                    "GET http://h HTTP/1.1\r\n$close" => '200',
+                    "GET http://h?q=1 HTTP/1.1\r\n$close" => '200',
+                    "OPTIONS / HTTP/1.1\r\n$close" => '200');
+        for my $req (sort keys %want) {
+            (my $line = $req) =~ s/\r\n.*//s;
+            is(statuses(exchange($mode, 0, $req)), $want{$req},
+               "$mode, plackup -E development (Lint): $line: $want{$req}");
+        }
+        $s->stop;
+    }
+}
+
+# ---- 6. a slow head's 408 comes when it is due --------------------------
+
+# --read-timeout 1 and --min-head-rate 100: a head trickling at 50 bytes a
+# second (slower than the rate) is due at 1 s after its first byte; one
+# arriving at 400 bytes a second stays ahead and is served.
+for my $mode (@modes) {
+    my $port = free_port();
+    my $s = spawn_server(port => $port, app => $app, args => [
+        '--max-workers', 1, '--read-timeout', 1, '--read-timeout-max', 3,
+        '--min-head-rate', 100, ($mode eq 'no-manager' ? '--no-manager' : ()) ]);
+    my $head = "GET /slow HTTP/1.1\r\nHost: a\r\nX-Pad: " . ('p' x 1000) . "\r\n\r\n";
+    my @late;
+    for my $try (1 .. 3) {
+        my $c = raw_connect($port) or die;
+        my ($t0, $sent, $answer) = (undef, 0, undef);
+        while ($sent < length $head) {
+            syswrite($c, substr($head, $sent, 5)) or last;
+            $t0 //= time;
+            $sent += 5;
+            my $rin = '';
+            vec($rin, fileno $c, 1) = 1;
+            if (select(my $r = $rin, undef, undef, 0.1)) {
+                $answer = time;
+                last;
+            }
+        }
+        my $res = read_response($c, 3);
+        push @late, [ $res && $res->{status}, ($answer // time) - $t0 ];
+    }
+    my @status = map { $_->[0] // 'none' } @late;
+    is("@status", '408 408 408', "$mode: a head at 50 bytes/s under --min-head-rate 100: 408");
+    my @t = map { sprintf '%.3f', $_->[1] } @late;
+    ok(!grep({ $_ < 0.95 || $_ > 1.1 } @t),
+       "$mode: ... within 0.1 s of the 1 s due (@t s after the first byte)");
+
+    my $c = raw_connect($port) or die;
+    my $t0 = time;
+    for (my $sent = 0; $sent < length $head; $sent += 40) {
+        syswrite($c, substr($head, $sent, 40));
+        sleep 0.1;
+    }
+    my $res = read_response($c, 5);
+    is($res && $res->{status}, 200,
+       sprintf("$mode: a head at 400 bytes/s is served past --read-timeout (%.2f s)", time - $t0));
+    $s->stop;
+}
+
+done_testing;
