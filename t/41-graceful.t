@@ -167,6 +167,25 @@ APP
     }
 }
 
+# 5b. --graceful-timeout is the limit: 4 requests running (each asleep for
+# 5 s), 4 more queued and keep-alive clients hammering; the master has
+# killed what is left and is gone within the timeout and 0.2 s.
+{
+    my $dir = NarwhalTest::tmpdir();
+    my $s = server('--max-workers', 4, '--graceful-timeout', 1);
+    wait_workers($s, 4);
+    my @slow = map { send_request($s->port, '/sleep?5') } 1 .. 8;
+    my @clients = NarwhalTest::Clients::start_clients($dir, $s->port, 4, '/', 3);
+    sleep 0.5;
+    my $t0 = time;
+    kill TERM => $s->pid;
+    my $status = $s->wait_exit(5);
+    my $took = time - $t0;
+    NarwhalTest::Clients::collect(@clients);
+    is($status, 0, '--graceful-timeout 1 with 4 requests running and 4 queued: exit 0');
+    ok($took < 1.2, sprintf('... the master is gone %.2f s after TERM (limit 1.2 s)', $took));
+}
+
 # 6. The same on a unix-socket listener, with a drain: the kernel has no
 # SYN to drop there, so the listener kept completing connections until
 # the last worker closed it, and those queued then were reset (10 of 10
