@@ -16,6 +16,7 @@
 #include "src/nw_scoreboard.h"
 #include "src/nw_accesslog.h"
 #include "src/nw_signal.h"
+#include "src/nw_log.h"
 #include <strings.h>
 
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
@@ -724,6 +725,33 @@ wake_on_signals(fd, ...)
     for (int i = 1; i < items; i++)
         if (nw_signal_wake((int)SvIV(ST(i)), fd) < 0)
             RETVAL = 0;
+  OUTPUT:
+    RETVAL
+
+MODULE = Narwhal    PACKAGE = Narwhal::Log
+
+void
+set_role(role)
+    const char *role
+  CODE:
+    /* kept for the life of the process: nw_log_set_role keeps the pointer */
+    nw_log_set_role(savepv(role));
+
+SV *
+format(level, text)
+    const char *level
+    SV *text
+  CODE:
+    /* Narwhal's own lines, from Perl: the C formatter (src/nw_log.c) */
+    STRLEN len, lines = 1;
+    const char *p = SvPVbyte(text, len);
+    for (STRLEN i = 0; i < len; i++)
+        lines += p[i] == '\n';
+    STRLEN cap = len + lines * (NW_LOG_PREFIX_MAX + 1) + 1;
+    RETVAL = newSV(cap);
+    SvPOK_only(RETVAL);
+    SvCUR_set(RETVAL, nw_log_format(SvPVX(RETVAL), cap, level, p, len));
+    *SvEND(RETVAL) = 0;
   OUTPUT:
     RETVAL
 

@@ -9,6 +9,18 @@ XSLoader::load('Narwhal', $VERSION);
 
 # Logging helpers shared by the master and the workers.
 
+# Narwhal's own error-log lines: "TIME narwhal[PID] ROLE LEVEL: text", one
+# line per line of text, formatted by the C side's one formatter
+# (src/nw_log.c, which the manager uses too). Levels: error, warn, info.
+# The app's own lines (warn, psgi.errors) are never passed through here.
+sub log_line {
+    my ($level, $text) = @_;
+    print STDERR Narwhal::Log::format($level, $text);
+}
+
+# This process's role in those lines: master, worker or manager.
+sub log_role { Narwhal::Log::set_role($_[0]) }
+
 sub open_error_log {
     my ($o) = @_;
     my $file = $o->{error_log} or return;
@@ -413,7 +425,9 @@ Write the master's pid here.
 =item --error-log FILE
 
 Append stderr (and C<psgi.errors>) to this file instead of stderr; USR1
-reopens it.
+reopens it. Narwhal's own lines start with the time, C<narwhal[PID]>, the
+process's role and a level (C<2026-11-26T13:40:01.123Z narwhal[1234] master
+info: ...>); the app's lines are left as it wrote them.
 
 =back
 

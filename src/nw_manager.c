@@ -31,6 +31,7 @@
 #include "nw_io.h"
 #include "nw_limits.h"
 #include "nw_proxy.h"
+#include "nw_log.h"
 #include "nw_scoreboard.h"
 #include "nw_status.h"
 
@@ -762,7 +763,7 @@ static void nw_manager_bad_frame(nw_manager *m, const char *from)
     if (m->bad_frame_logged)
         return;
     m->bad_frame_logged = 1;
-    fprintf(stderr, "narwhal-manager: dropped a malformed or truncated frame "
+    nw_log("error", "dropped a malformed or truncated frame "
             "from %s (%s); further ones are dropped silently\n", from, strerror(errno));
 }
 
@@ -1184,7 +1185,7 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->nlisteners = cfg->nlisteners;
     memcpy(m->listeners, cfg->listener_fds, sizeof m->listeners);
     if (cfg->scoreboard_fd >= 0 && !(m->board = nw_scoreboard_map(cfg->scoreboard_fd)))
-        fprintf(stderr, "narwhal-manager: cannot map the scoreboard: %s\n", strerror(errno));
+        nw_log("error", "cannot map the scoreboard: %s", strerror(errno));
     /* the rests an earlier manager held went with it (DESIGN.md, "Slow readers") */
     if (m->board && (m->offload_bytes = nw_scoreboard_map_offload(cfg->scoreboard_fd)))
         __atomic_store_n(m->offload_bytes, 0, __ATOMIC_RELAXED);
@@ -1324,7 +1325,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
     struct epoll_event ev[NW_MANAGER_EVENTS];
     int rc = 0;
     if (nw_manager_open(&m, cfg, control_fd, handoff_queue_fd, serve_queue_fd) < 0) {
-        fprintf(stderr, "narwhal-manager: cannot start: %s\n", strerror(errno));
+        nw_log("error", "cannot start: %s", strerror(errno));
         nw_manager_close(&m);
         return 1;
     }
@@ -1341,7 +1342,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
             timeout = stop_at > m.now ? (int)(stop_at - m.now) : 0;
         int n = epoll_wait(m.ep, ev, NW_MANAGER_EVENTS, timeout);
         if (n < 0 && errno != EINTR) {
-            fprintf(stderr, "narwhal-manager: epoll_wait: %s\n", strerror(errno));
+            nw_log("error", "epoll_wait: %s", strerror(errno));
             rc = 1;
             break;
         }

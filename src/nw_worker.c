@@ -19,6 +19,7 @@
 #include "nw_frame.h"
 #include "nw_scoreboard.h"
 #include "nw_signal.h"
+#include "nw_log.h"
 
 #define SIGNAL_EVENT      63    /* epoll data for the signalfd (listeners are 0..62) */
 #define SERVE_QUEUE_EVENT 64    /* epoll data for the serve queue */
@@ -1045,16 +1046,9 @@ int nw_worker_watchdog_reply(void)
 static void watchdog_last_resort(void)
 {
     static const char msg[] =
-        ": the request watchdog found the app outside Perl (in C code or a system call "
-        "that does not return), so no Perl backtrace; answering 504 and exiting\n";
-    char line[sizeof msg + 40] = "narwhal: worker ", digits[12];
-    size_t n = strlen(line), k = 0;
-    for (unsigned pid = (unsigned)getpid(); pid && k < sizeof digits; pid /= 10)
-        digits[k++] = (char)('0' + pid % 10);
-    while (k)
-        line[n++] = digits[--k];
-    memcpy(line + n, msg, sizeof msg - 1);
-    (void)!write(2, line, n + sizeof msg - 1);
+        "the request watchdog found the app outside Perl (in C code or a system call "
+        "that does not return), so no Perl backtrace; answering 504 and exiting";
+    (void)nw_log_write(2, "error", msg, sizeof msg - 1);
     nw_worker_watchdog_reply();
     hand_off_parked_from_handler();
     if (watchdog_before_exit)

@@ -132,8 +132,9 @@ sub _start_manager {
     } else {
         $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED;
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
+        Narwhal::log_role('manager');
         eval { push @args, $self->_place_manager_descriptors; 1 } or do {
-            print STDERR "narwhal: connection manager: $@";
+            Narwhal::log_line(error => "cannot start: $@");
             POSIX::_exit(1);
         };
         # It reads request heads from the network: never as root. The
@@ -142,11 +143,11 @@ sub _start_manager {
         # that descriptor. The path comes first: an exec through /proc
         # needs /proc, and a tool that follows execs (valgrind) cannot.
         open(my $program, '<', $bin) or do {
-            print STDERR "narwhal: cannot open $bin: $!\n";
+            Narwhal::log_line(error => "cannot open $bin: $!");
             POSIX::_exit(127);
         };
         eval { _drop_privileges($self->{ids}); 1 } or do {
-            print STDERR "narwhal: connection manager: $@";
+            Narwhal::log_line(error => "cannot start: $@");
             POSIX::_exit(1);
         };
         {
@@ -154,7 +155,7 @@ sub _start_manager {
             exec { $bin } 'narwhal manager', @args;
             exec { '/proc/self/fd/' . fileno($program) } 'narwhal manager', @args if $!{EACCES};
         }
-        print STDERR "narwhal: cannot run $bin: $!\n";
+        Narwhal::log_line(error => "cannot run $bin: $!");
         POSIX::_exit(127);
     }
     $self->{manager} = { pid => $pid, started => Time::HiRes::time() };
@@ -218,7 +219,7 @@ sub _manager_gone {
     return if $self->{stop_deadline} || $self->{pending}{stop};
     my $how = $status & 127 ? "was killed by signal " . ($status & 127)
                             : "exited with status " . ($status >> 8);
-    print STDERR "narwhal: connection manager $m->{pid} $how; starting a new one\n";
+    Narwhal::log_line(error => "connection manager $m->{pid} $how; starting a new one");
     my $quick = Time::HiRes::time() - $m->{started} < QUICK_DEATH;
     $self->{manager_failures} = $quick ? ($self->{manager_failures} || 0) + 1 : 0;
     $self->{manager_restart_at} = Time::HiRes::time()
@@ -241,14 +242,14 @@ sub _tend_manager {
     my $at = $self->{manager_restart_at} or return;
     return if $self->{stop_deadline} || Time::HiRes::time() < $at;
     delete $self->{manager_restart_at};
-    eval { $self->_start_manager; 1 } or print STDERR "narwhal: $@";
+    eval { $self->_start_manager; 1 } or Narwhal::log_line(error => $@);
     $self->{manager_restart_at} = Time::HiRes::time() + BACKOFF_MAX unless $self->{manager};
 }
 
 sub _log_stats {
     my $self = shift;
-    my $st = $self->{manager_stats} or return print STDERR "narwhal: no manager counts yet\n";
-    print STDERR "narwhal: manager " . join(' ', map { "$_=$st->{$_}" } sort keys %$st) . "\n";
+    my $st = $self->{manager_stats} or return Narwhal::log_line(info => "no manager counts yet");
+    Narwhal::log_line(info => "manager " . join(' ', map { "$_=$st->{$_}" } sort keys %$st));
 }
 
 sub _user_ids {
@@ -364,7 +365,7 @@ sub _announce {
     my $self = shift;
     my $first = $self->{listeners}[0];
     my @where = map { Narwhal::Listener::describe($_) } @{ $self->{listeners} };
-    print STDERR "narwhal: master $$ listening on @where with $self->{options}{max_workers} workers\n"
+    Narwhal::log_line(info => "listening on @where with $self->{options}{max_workers} workers")
         unless $self->{quiet};
     my $ready = $self->{server_ready} or return;
     $ready->({
@@ -457,12 +458,12 @@ sub _reopen_logs {
     my $o = $self->{options};
     if (defined $o->{error_log}) {
         if (!Narwhal::reopen_error_log($o)) {
-            print STDERR "narwhal: cannot reopen the error log $o->{error_log}: $!\n";
+            Narwhal::log_line(error => "cannot reopen the error log $o->{error_log}: $!");
             return;
         }
         $self->_give_to_workers($o->{error_log});
     }
-    eval { $self->_create_access_log; 1 } or print STDERR "narwhal: $@";
+    eval { $self->_create_access_log; 1 } or Narwhal::log_line(error => $@);
     kill USR1 => keys %{ $self->{workers} };
 }
 
@@ -483,7 +484,7 @@ sub _give_to_workers {
     my $ids = $self->{ids} || {};
     return unless defined $ids->{uid} || defined $ids->{gid};
     chown($ids->{uid} // -1, $ids->{gid} // -1, $path)
-        or print STDERR "narwhal: cannot give $path to the workers' user: $!\n";
+        or Narwhal::log_line(error => "cannot give $path to the workers' user: $!");
 }
 
 # --drain-delay: /health says 503 at once, so that load balancers take the
@@ -494,8 +495,8 @@ sub _begin_drain {
     my $delay = $self->{options}{drain_delay};
     $self->{drain_until} = Time::HiRes::time() + $delay;
     $self->{scoreboard}->set_stopping(1);
-    print STDERR "narwhal: draining for $delay s (/health answers 503), then stopping; "
-               . "a second signal stops now\n";
+    Narwhal::log_line(info => "draining for $delay s (/health answers 503), then stopping; "
+                            . "a second signal stops now");
 }
 
 sub _tend_drain {
@@ -524,7 +525,7 @@ sub _begin_stop {
     # never reset after sending its request.
     for my $l (grep { $_->{handle} } @{ $self->{listeners} }) {
         Narwhal::Listener::refuse_new($l)
-            or print STDERR "narwhal: cannot stop new connections on " . Narwhal::Listener::describe($l) . ": $!\n";
+            or Narwhal::log_line(error => "cannot stop new connections on " . Narwhal::Listener::describe($l) . ": $!");
         close $l->{handle};
     }
     if ($self->{manager}) {
@@ -582,8 +583,8 @@ sub _ready {
 sub _abandon_reload {
     my ($self, $pid, $how) = @_;
     my $r = delete $self->{reload};
-    print STDERR "narwhal: the new workers cannot start (worker $pid $how); "
-               . "the workers already running go on\n";
+    Narwhal::log_line(error => "the new workers cannot start (worker $pid $how); "
+                             . "the workers already running go on");
     my @new = grep { $self->{workers}{$_}{generation} == $r->{generation} } keys %{ $self->{workers} };
     $self->{workers}{$_}{leaving} = 1 for @new;
     kill TERM => @new if @new;
@@ -687,7 +688,7 @@ sub _spawn {
     if (!defined $pid) {
         unshift @{ $self->{free_slots} }, $slot if defined $slot;
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
-        print STDERR "narwhal: fork failed: $!\n";
+        Narwhal::log_line(error => "fork failed: $!");
         $self->{next_spawn} = Time::HiRes::time() + 1;
         return;
     }
@@ -703,6 +704,7 @@ sub _spawn {
 sub _become_worker {
     my ($self, $saved_mask, $slot) = @_;
     $0 = "narwhal worker";
+    Narwhal::log_role('worker');
     # A stop or retire sent before the worker has its own handlers (while
     # it loads the app, say) is kept for it, not lost and not fatal.
     my @early;
@@ -732,7 +734,7 @@ sub _become_worker {
             adopt_queue   => $s->{adopt_in} ? [ fileno($s->{adopt_in}), fileno($s->{adopt_out}) ] : undef,
         )->run;
         1;
-    } or print STDERR "narwhal: worker $$: $@";
+    } or Narwhal::log_line(error => $@);
     POSIX::_exit(1);
 }
 
@@ -828,9 +830,9 @@ sub _watch_requests {
             next;
         }
         next unless $score->{state} eq 'busy' && $score->{running_ms} >= $limit_ms;
-        printf STDERR "narwhal: worker %d: %s has run for %.1f s, over --request-timeout %s; "
-                    . "ending it\n", $pid, $score->{request}, $score->{running_ms} / 1000,
-                    $self->{options}{request_timeout};
+        Narwhal::log_line(error => sprintf("worker %d: %s has run for %.1f s, over --request-timeout %s; "
+                                           . "ending it", $pid, $score->{request}, $score->{running_ms} / 1000,
+                                           $self->{options}{request_timeout}));
         $w->{watchdog} = { started => $score->{started}, at => $now, step => 1 };
         kill XCPU => $pid;
     }
@@ -846,14 +848,14 @@ sub _log_death {
     my $what = ($score->{state} // '') eq 'busy' ? " while serving $score->{request}"
              : ($score->{started} // 0) ? ' between requests' : ' before serving a request';
     if (!($score->{started} // 0)) {    # a failed start: the backoff paces these
-        print STDERR "narwhal: worker $pid $how$what\n";
+        Narwhal::log_line(error => "worker $pid $how$what");
         return;
     }
     my $c = $self->{crashes} ||= { until => 0, more => 0 };
     my $now = Time::HiRes::time();
     if ($now >= $c->{until}) {
         $self->_flush_crash_log(1);
-        print STDERR "narwhal: worker $pid $how$what\n";
+        Narwhal::log_line(error => "worker $pid $how$what");
         $c->{until} = $now + CRASH_LOG_EVERY;
     } else {
         $c->{more}++;
@@ -865,8 +867,8 @@ sub _flush_crash_log {
     my ($self, $now_anyway) = @_;
     my $c = $self->{crashes} or return;
     return unless $c->{more} && ($now_anyway || Time::HiRes::time() >= $c->{until});
-    print STDERR "narwhal: $c->{more} more worker(s) died in the last ", CRASH_LOG_EVERY,
-                 " s (the last $c->{last})\n";
+    Narwhal::log_line(error => "$c->{more} more worker(s) died in the last " . CRASH_LOG_EVERY
+                             . " s (the last $c->{last})");
     $c->{more} = 0;
 }
 

@@ -276,7 +276,9 @@ my @TABLE = (
     { name => 'error_log', type => 'string', group => 'Process', arg => 'FILE',
       help => 'append errors here instead of stderr (USR1 reopens it)',
       pod => 'Append stderr (and C<psgi.errors>) to this file instead of stderr; USR1 reopens '
-           . 'it.' },
+           . 'it. Narwhal\'s own lines start with the time, C<narwhal[PID]>, the process\'s role '
+           . 'and a level (C<2026-11-26T13:40:01.123Z narwhal[1234] master info: ...>); the '
+           . 'app\'s lines are left as it wrote them.' },
 );
 
 my %BY_NAME = map { $_->{name} => $_ } @TABLE;

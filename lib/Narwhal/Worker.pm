@@ -157,9 +157,9 @@ END {
 sub _over_memory {
     my ($self, $mb) = @_;
     return if $self->{exit_reason};
-    printf STDERR "narwhal: worker %d: resident size %.0f MiB is over --max-worker-rss %d after "
-                . "%d requests; it is replaced\n", $$, $mb, $self->{options}{max_worker_rss},
-                $self->{served};
+    Narwhal::log_line(warn => sprintf("resident size %.0f MiB is over --max-worker-rss %d after "
+                                      . "%d requests; it is replaced", $mb, $self->{options}{max_worker_rss},
+                                      $self->{served}));
     $self->{exit_reason} = Narwhal::Scoreboard::EXIT_MEMORY();
     return $self->{stopping} = 1;
 }
@@ -192,12 +192,12 @@ sub _request_timed_out {
         Narwhal::Acceptor::watchdog_rearm();
         return;
     }
-    print STDERR map { "narwhal: worker $$: $_\n" }
+    Narwhal::log_line(error => join "\n",
         "request timeout (--request-timeout $self->{options}{request_timeout}): "
-        . ($score->{request} || 'a request') . ' was stopped', _app_backtrace();
+        . ($score->{request} || 'a request') . ' was stopped', _app_backtrace());
     my $answered = Narwhal::Acceptor::watchdog_end($self->{acceptor}, $self->{conn});
-    print STDERR "narwhal: worker $$: ", ($answered ? 'answered 504' : 'its response had begun: closed'),
-                 "; the worker is replaced\n";
+    Narwhal::log_line(error => ($answered ? 'answered 504' : 'its response had begun: closed')
+                             . "; the worker is replaced");
     Narwhal::Acceptor::leave_process();
     POSIX::_exit(Narwhal::Scoreboard::WORKER_EXIT_WATCHDOG());
 }
@@ -243,9 +243,9 @@ sub _signals {
     $stop->($_) for @{ $self->{early_signals} || [] };
     $SIG{USR1} = sub {
         Narwhal::reopen_error_log($self->{options})
-            or print STDERR "narwhal: worker $$: cannot reopen the error log: $!\n";
+            or Narwhal::log_line(error => "cannot reopen the error log: $!");
         Narwhal::AccessLog::reopen()
-            or print STDERR "narwhal: worker $$: cannot reopen the access log: $!\n";
+            or Narwhal::log_line(error => "cannot reopen the access log: $!");
     };
     $SIG{CHLD} = 'DEFAULT';
     $SIG{XCPU} = sub { $self->_request_timed_out } if $self->{options}{request_timeout};
@@ -256,7 +256,7 @@ sub _load_app {
     my $app = eval { $self->{load_app}->() };
     unless (ref $app eq 'CODE' || Scalar::Util::blessed($app)) {
         my $err = $@ || "the app did not return a code reference\n";
-        print STDERR "narwhal: worker $$: cannot load the app: $err";
+        Narwhal::log_line(error => "cannot load the app: $err");
         POSIX::_exit(EXIT_APP_LOAD);
     }
     $self->{app} = $app;
@@ -446,7 +446,7 @@ sub _log_error {
     $err = "unknown error\n" unless defined $err && length $err;
     $err .= "\n" unless $err =~ /\n\z/;
     my $where = eval { ($env->{REQUEST_METHOD} || '?') . ' ' . ($env->{REQUEST_URI} || '?') } // '? ?';
-    print STDERR "narwhal: worker $$: $where: $err";
+    Narwhal::log_line(error => "$where: $err");
 }
 
 1;

@@ -18,6 +18,7 @@
 #include "nw_frame.h"
 #include "nw_manager.h"
 #include "nw_limits.h"
+#include "nw_log.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -171,11 +172,10 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         default:  return -1;   /* getopt_long has said why */
         }
         if (bad)
-            fprintf(stderr, "narwhal-manager: bad value for --%s: '%s'\n",
-                    opts[idx].name, optarg);
+            nw_log("error", "bad value for --%s: '%s'", opts[idx].name, optarg);
     }
     if (!bad && optind < argc) {
-        fprintf(stderr, "narwhal-manager: unexpected argument '%s'\n", argv[optind]);
+        nw_log("error", "unexpected argument '%s'", argv[optind]);
         bad = -1;
     }
     return bad ? -1 : 0;
@@ -198,14 +198,15 @@ int main(int argc, char **argv)
         .status_fd = -1,
     };
     int max_given = 0;
+    nw_log_set_role("manager");
     if (parse_args(argc, argv, &cfg, &max_given) < 0) {
         usage(stderr);
         return 2;
     }
     if (!control_fd_ok(NW_MANAGER_CONTROL_FD) || !control_fd_ok(NW_MANAGER_HANDOFF_QUEUE_FD)
         || !control_fd_ok(NW_MANAGER_SERVE_QUEUE_FD)) {
-        fprintf(stderr, "narwhal-manager: fds %d, %d and %d must be the master's sockets "
-                "(SOCK_SEQPACKET); it is started by narwhal, not by hand\n",
+        nw_log("error", "fds %d, %d and %d must be the master's sockets "
+                "(SOCK_SEQPACKET); it is started by narwhal, not by hand",
                 NW_MANAGER_CONTROL_FD, NW_MANAGER_HANDOFF_QUEUE_FD, NW_MANAGER_SERVE_QUEUE_FD);
         return 2;
     }
