@@ -425,9 +425,10 @@ Write the master's pid here.
 =item --error-log FILE
 
 Append stderr (and C<psgi.errors>) to this file instead of stderr; USR1
-reopens it. Narwhal's own lines start with the time, C<narwhal[PID]>, the
-process's role and a level (C<2026-11-26T13:40:01.123Z narwhal[1234] master
-info: ...>); the app's lines are left as it wrote them.
+reopens it in the master, the connection manager and every worker. Narwhal's
+own lines start with the time, C<narwhal[PID]>, the process's role and a
+level (C<2026-11-26T13:40:01.123Z narwhal[1234] master info: ...>); the app's
+lines are left as it wrote them.
 
 =back
 

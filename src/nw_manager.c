@@ -40,6 +40,7 @@
 #include <netinet/tcp.h>
 #include <sys/un.h>
 #include <time.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -145,6 +146,7 @@ typedef struct {
     nw_status_client status[NW_STATUS_CLIENTS];
     int     listeners[16];
     int     nlisteners;
+    const char *error_log;          /* --error-log (USR1 reopens it), or NULL */
 } nw_manager;
 
 /* ------------------------------------------------------------ records */
@@ -1119,6 +1121,27 @@ static int nw_manager_timeout(const nw_manager *m)
 
 /* ------------------------------------------------------------ the loop */
 
+/* USR1 (after the master reopened --error-log, created the file and gave
+ * it to --user): stderr onto the file at the path, so that the manager
+ * does not go on writing to the rotated (or deleted) one. A failure is
+ * said on the old stderr, and stderr stays where it was. */
+static void nw_manager_reopen_error_log(nw_manager *m)
+{
+    if (!m->error_log)
+        return;
+    int fd = open(m->error_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        nw_log("error", "cannot reopen the error log %s: %s", m->error_log, strerror(errno));
+        return;
+    }
+    if (fd != 2) {
+        if (dup2(fd, 2) < 0)
+            nw_log("error", "cannot reopen the error log %s: %s", m->error_log, strerror(errno));
+        close(fd);
+    }
+    nw_log("info", "reopened the error log %s", m->error_log);
+}
+
 static void nw_manager_event(nw_manager *m, int fd)
 {
     if ((m->status_fd >= 0 || m->status_active) && nw_manager_status_event(m, fd))
@@ -1127,8 +1150,12 @@ static void nw_manager_event(nw_manager *m, int fd)
         nw_manager_control_readable(m);
     } else if (fd == m->sigfd) {
         struct signalfd_siginfo si;
-        if (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si && !m->serve_until)
-            m->serve_until = m->now + NW_STOP_SERVE_MS;
+        while (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            if (si.ssi_signo == SIGUSR1)
+                nw_manager_reopen_error_log(m);
+            else if (!m->serve_until)
+                m->serve_until = m->now + NW_STOP_SERVE_MS;
+        }
     } else if (fd == m->handoff_queue) {
         nw_manager_handoff_queue_readable(m);
     } else if (fd == m->serve_queue) {
@@ -1180,6 +1207,7 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->serve_reader = cfg->serve_reader_fd;
     m->max_queue_wait = nw_manager_ms(cfg->max_queue_wait);
     m->status_fd = cfg->status_fd;
+    m->error_log = cfg->error_log;
     for (int i = 0; i < NW_STATUS_CLIENTS; i++)
         m->status[i].fd = -1;
     m->nlisteners = cfg->nlisteners;
@@ -1196,6 +1224,7 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
     sigprocmask(SIG_BLOCK, &set, NULL);
 
     if (!(m->frame_data = malloc(NW_FRAME_MAX_DATA)))

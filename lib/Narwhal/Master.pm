@@ -131,6 +131,7 @@ sub _start_manager {
         die "fork: $!\n" unless defined $pid;
     } else {
         $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED;
+        $SIG{USR1} = 'IGNORE';    # (until the program blocks it: a rotation now must not kill it)
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         Narwhal::log_role('manager');
         eval { push @args, $self->_place_manager_descriptors; 1 } or do {
@@ -450,9 +451,10 @@ sub _handle_signals {
 }
 
 # USR1 (logrotate): the master reopens the error log, as the user it runs
-# as, and gives the new file to the workers' user, so that workers that
-# dropped privileges can reopen it too (they could not create it in a
-# root-owned directory), then tells them to.
+# as, and gives the new file to the workers' user, so that workers and the
+# manager, which dropped privileges, can reopen it too (they could not
+# create it in a root-owned directory), then tells them to: the workers
+# reopen both logs, the manager its stderr.
 sub _reopen_logs {
     my $self = shift;
     my $o = $self->{options};
@@ -464,7 +466,11 @@ sub _reopen_logs {
         $self->_give_to_workers($o->{error_log});
     }
     eval { $self->_create_access_log; 1 } or Narwhal::log_line(error => $@);
-    kill USR1 => keys %{ $self->{workers} };
+    my @pids = keys %{ $self->{workers} };
+    push @pids, $self->{manager}{pid} if $self->{manager} && defined $o->{error_log};
+    kill USR1 => @pids;
+    Narwhal::log_line(info => 'USR1: reopened the logs; told ' . scalar(keys %{ $self->{workers} })
+                              . ' worker(s)' . ($self->{manager} && defined $o->{error_log} ? ' and the manager' : ''));
 }
 
 # The workers write the access log as their user: the master makes the
@@ -709,7 +715,7 @@ sub _become_worker {
     # it loads the app, say) is kept for it, not lost and not fatal.
     my @early;
     $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED, 'CHLD';
-    $SIG{$_} = do { my $sig = $_; sub { push @early, $sig } } for qw(TERM INT QUIT USR2);
+    $SIG{$_} = do { my $sig = $_; sub { push @early, $sig } } for qw(TERM INT QUIT USR2 USR1);
     POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved_mask) if $saved_mask;
     my $s = $self->{sockets} || {};
     close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager handoff_manager

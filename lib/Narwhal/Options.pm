@@ -273,10 +273,10 @@ my @TABLE = (
       help => 'stop: wait this long for requests in flight, then KILL' },
     { name => 'pid', alias => ['pid-file'], type => 'string', group => 'Process', arg => 'FILE',
       help => 'write the master\'s pid here' },
-    { name => 'error_log', type => 'string', group => 'Process', arg => 'FILE',
-      help => 'append errors here instead of stderr (USR1 reopens it)',
+    { name => 'error_log', type => 'string', group => 'Process', arg => 'FILE', manager => 'error-log',
+      help => 'append errors here instead of stderr (USR1 reopens it, in every process)',
       pod => 'Append stderr (and C<psgi.errors>) to this file instead of stderr; USR1 reopens '
-           . 'it. Narwhal\'s own lines start with the time, C<narwhal[PID]>, the process\'s role '
+           . 'it in the master, the connection manager and every worker. Narwhal\'s own lines start with the time, C<narwhal[PID]>, the process\'s role '
            . 'and a level (C<2026-11-26T13:40:01.123Z narwhal[1234] master info: ...>); the '
            . 'app\'s lines are left as it wrote them.' },
 );
@@ -509,7 +509,8 @@ sub usage {
         '  -a, --app FILE             the app (or the last argument; default app.psgi)',
         '  -h, --help                 -v, --version',
         'Signals: TERM/INT/QUIT stop gracefully, HUP restarts workers, TTIN/TTOU add or',
-        'remove a worker, USR1 reopens the error log, USR2 logs manager counts.';
+        'remove a worker, USR1 reopens the error and access logs (every process),',
+        'USR2 logs manager counts.';
     return join("\n", @out) . "\n";
 }
 

@@ -239,14 +239,18 @@ sub _signals {
     # the manager).
     $SIG{$_} = $stop for qw(TERM INT QUIT USR2);
     $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
-    # what arrived before these handlers (see Master's _become_worker)
-    $stop->($_) for @{ $self->{early_signals} || [] };
+    # USR1 (the master's, after log rotation): both logs are reopened.
     $SIG{USR1} = sub {
         Narwhal::reopen_error_log($self->{options})
             or Narwhal::log_line(error => "cannot reopen the error log: $!");
         Narwhal::AccessLog::reopen()
             or Narwhal::log_line(error => "cannot reopen the access log: $!");
     };
+    # what arrived before these handlers (see Master's _become_worker); a
+    # rotation then (the access log is not open yet) reopens the error log
+    my @early = @{ $self->{early_signals} || [] };
+    $stop->($_) for grep { $_ ne 'USR1' } @early;
+    Narwhal::reopen_error_log($self->{options}) if grep { $_ eq 'USR1' } @early;
     $SIG{CHLD} = 'DEFAULT';
     $SIG{XCPU} = sub { $self->_request_timed_out } if $self->{options}{request_timeout};
 }
