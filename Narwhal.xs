@@ -217,7 +217,7 @@ count_in_scoreboard(self)
     nw_xs_acceptor *self
   CODE:
     /* (after the scoreboard's attach: the slot this worker writes) */
-    nw_worker_count_in(self->w, nw_xs_score_slot ? &nw_xs_score_slot->counts : NULL);
+    nw_worker_count_in(self->w, nw_xs_score_slot);
 
 void
 hand_off_on_crash(self)
@@ -613,7 +613,40 @@ totals(self)
         av_push(cl, newSVnv((NV)t.by_class[i]));
     (void)hv_stores(hv, "served", newSVnv((NV)t.served));
     (void)hv_stores(hv, "by_class", newRV_noinc((SV *)cl));
+    (void)hv_stores(hv, "proxy_bad_header", newSVnv((NV)t.proxy_rejected[NW_PROXY_REJECT_BAD_HEADER]));
+    (void)hv_stores(hv, "proxy_not_allowed", newSVnv((NV)t.proxy_rejected[NW_PROXY_REJECT_NOT_ALLOWED]));
     RETVAL = newRV_noinc((SV *)hv);
+  OUTPUT:
+    RETVAL
+
+SV *
+proxy_last(self)
+    SV *self
+  CODE:
+    /* The latest connection a live worker refused under --proxy-protocol:
+     * [peer, reason ("bad_header" or "not_allowed")], or undef. */
+    const nw_scoreboard *b = board_of(aTHX_ self);
+    const nw_score_slot *last = NULL;
+    nw_msec at = 0;
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        nw_msec t = __atomic_load_n(&b->slot[i].proxy_last_ms, __ATOMIC_ACQUIRE);
+        if (b->slot[i].pid && t > at) {
+            at = t;
+            last = &b->slot[i];
+        }
+    }
+    if (last) {
+        char peer[NW_SCOREBOARD_PEER];
+        memcpy(peer, last->proxy_last_peer, sizeof peer);
+        peer[sizeof peer - 1] = 0;
+        AV *av = newAV();
+        av_push(av, newSVpv(peer, 0));
+        av_push(av, newSVpv(last->proxy_last_reason == NW_PROXY_REJECT_NOT_ALLOWED
+                            ? "not_allowed" : "bad_header", 0));
+        RETVAL = newRV_noinc((SV *)av);
+    } else {
+        RETVAL = &PL_sv_undef;
+    }
   OUTPUT:
     RETVAL
 

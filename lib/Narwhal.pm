@@ -148,15 +148,19 @@ C<send-proxy> and C<send-proxy-v2> send) before the HTTP request;
 C<REMOTE_ADDR> and C<REMOTE_PORT> come from it, and C<SERVER_PORT> from its
 destination port (a C<LOCAL> header, a balancer's health check, keeps the
 socket's own). A connection without a valid header is closed without an
-answer: the server never guesses. Only for listeners that nothing but the
-balancer can reach, or with C<--proxy-from>. Default: C<off>.
+answer: the server never guesses; it is counted in
+C<narwhal_proxy_rejected_total{reason="bad_header"}> and logged with its peer
+(the first at once, the rest summed up every 10 s). Only for listeners that
+nothing but the balancer can reach, or with C<--proxy-from>; without it,
+Narwhal warns at start. Default: C<off>.
 
 =item --proxy-from CIDR
 
 With C<--proxy-protocol>, connections from any other address are closed at
 once (C<10.0.0.0/8>, C<fd00::/8>, or an address; repeatable; IPv4-mapped IPv6
 peers match IPv4 entries; unix-socket peers are local processes and always
-allowed).
+allowed), counted in C<narwhal_proxy_rejected_total{reason="not_allowed"}>
+and logged as a bad header is.
 
 =back
 

@@ -51,6 +51,15 @@ enum nw_restart_reason {
     NW_RESTART_REASONS
 };
 
+/* Why a worker refused a connection under --proxy-protocol
+ * (narwhal_proxy_rejected_total{reason}). */
+enum nw_proxy_reject {
+    NW_PROXY_REJECT_BAD_HEADER = 0,  /* what came first was not a valid PROXY header */
+    NW_PROXY_REJECT_NOT_ALLOWED,     /* the peer is outside --proxy-from */
+    NW_PROXY_REJECTS
+};
+#define NW_SCOREBOARD_PEER 64       /* bytes of a peer's "address:port" kept */
+
 /* Counts a worker keeps of the requests it finished. */
 typedef struct {
     uint64_t served;                        /* requests finished */
@@ -58,6 +67,7 @@ typedef struct {
     uint64_t bucket[NW_SCORE_BUCKETS];      /* durations, per bucket (not cumulative) */
     uint64_t duration_us;                   /* sum of durations */
     uint64_t adopted;                       /* connections taken from a leaving worker (ADOPT) */
+    uint64_t proxy_rejected[NW_PROXY_REJECTS]; /* connections refused under --proxy-protocol */
 } nw_score_counts;
 
 typedef struct {
@@ -71,6 +81,11 @@ typedef struct {
     nw_score_counts counts;
     volatile uint32_t request_len;
     char request[NW_SCOREBOARD_REQUEST]; /* "METHOD target" of the current or last request */
+    /* the last connection this worker refused under --proxy-protocol (the
+     * master logs it: nw_scoreboard_proxy_rejected) */
+    volatile nw_msec proxy_last_ms;     /* when (monotonic ms; 0: never) */
+    volatile int32_t proxy_last_reason; /* enum nw_proxy_reject */
+    char proxy_last_peer[NW_SCOREBOARD_PEER]; /* its peer, "address:port", NUL-terminated */
 } nw_score_slot;
 
 typedef struct {
@@ -118,6 +133,13 @@ void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us);
 /* A request answered with an error before it reached the app (400, 408,
  * 413...): counted by its status, with no duration. */
 void nw_scoreboard_count_error(nw_score_slot *s, int status);
+
+/* A worker refused a connection under --proxy-protocol (reason: enum
+ * nw_proxy_reject; peer: the socket's peer, may be NULL): counted, and
+ * noted as the slot's last refusal for the master's log line. */
+struct sockaddr;
+void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,
+                                  unsigned peer_len, nw_msec now);
 
 /* --max-offload-total: take n bytes of the offload budget (0), or none
  * when that would pass cap (-1). */

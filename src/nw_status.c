@@ -207,7 +207,7 @@ static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *
 }
 
 static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
-                           uint64_t adopted)
+                           uint64_t adopted, const uint64_t *proxy_rejected)
 {
     int r = metric_head(o, "narwhal_connections", "gauge",
                         "Client connections: held idle or reading a head in the manager, "
@@ -232,6 +232,13 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
     r |= metric_head(o, "narwhal_offload_bytes", "gauge",
                      "Bytes of such responses held in memory (--max-offload-total).");
     r |= put(o, "narwhal_offload_bytes %lld\n", (long long)(m->offload_bytes > 0 ? m->offload_bytes : 0));
+    r |= metric_head(o, "narwhal_proxy_rejected_total", "counter",
+                     "Connections closed under --proxy-protocol: no valid PROXY header "
+                     "(bad_header) or a peer outside --proxy-from (not_allowed).");
+    r |= put(o, "narwhal_proxy_rejected_total{reason=\"bad_header\"} %llu\n",
+             (unsigned long long)proxy_rejected[NW_PROXY_REJECT_BAD_HEADER]);
+    r |= put(o, "narwhal_proxy_rejected_total{reason=\"not_allowed\"} %llu\n",
+             (unsigned long long)proxy_rejected[NW_PROXY_REJECT_NOT_ALLOWED]);
     r |= metric_head(o, "narwhal_shed_total", "counter",
                      "Requests answered 503 after waiting longer than --max-queue-wait.");
     r |= put(o, "narwhal_shed_total %llu\n", (unsigned long long)m->shed);
@@ -258,7 +265,7 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
     count_states(rows, n, by_state);
     int r = metrics_requests(o, &t);
     r |= metrics_workers(o, b, rows, n);
-    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], t.adopted);
+    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], t.adopted, t.proxy_rejected);
     r |= metric_head(o, "narwhal_start_time_seconds", "gauge",
                      "When the master started, in seconds since the epoch.");
     r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);

@@ -99,6 +99,8 @@ static nw_wconn *accept_ready(nw_worker *w)
         if (fd >= 0 && w->proxy_from_n
             && !nw_proxy_cidr_match(w->proxy_from, w->proxy_from_n, (struct sockaddr *)&peer)) {
             close(fd);      /* --proxy-from: not a peer that may send a PROXY header */
+            nw_scoreboard_proxy_rejected(w->slot, NW_PROXY_REJECT_NOT_ALLOWED,
+                                         (struct sockaddr *)&peer, plen, nw_now_ms());
             i--;
             continue;
         }
@@ -367,9 +369,10 @@ static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
     nw_wconn_free(wc);
 }
 
-void nw_worker_count_in(nw_worker *w, nw_score_counts *counts)
+void nw_worker_count_in(nw_worker *w, nw_score_slot *slot)
 {
-    w->counts = counts;
+    w->slot = slot;
+    w->counts = slot ? &slot->counts : NULL;
 }
 
 /* Whether a whole batch of descriptors can be installed here now (with

@@ -104,6 +104,7 @@ typedef struct {
     nw_msec adopt_seen;         /* a busy worker saw it ready then (0: not yet) */
     long adopt_fd_limit;        /* take a frame only while parked + a batch stays under this */
     nw_score_counts *counts;    /* the scoreboard slot's counts (adoptions), or NULL */
+    nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
     nw_msec last_poll;          /* when epoll was last asked */
     nw_worker_owner_ops ops;
 
@@ -152,9 +153,9 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
  * 0, or -1 with errno. */
 int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd);
 
-/* Count adopted connections in counts (a scoreboard slot's), read by the
- * metrics page; NULL: not counted. */
-void nw_worker_count_in(nw_worker *w, nw_score_counts *counts);
+/* Count adopted connections and refused --proxy-from peers in slot (a
+ * scoreboard slot), read by the metrics page; NULL: not counted. */
+void nw_worker_count_in(nw_worker *w, nw_score_slot *slot);
 
 /* Add a listening socket (made non-blocking). Returns 0, or -1 with errno
  * (EMFILE past NW_WORKER_MAX_LISTENERS). */

@@ -87,6 +87,13 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
             env = NULL;
         }
     }
+    if (r == NW_REQ_CLOSED && c->proxy_refused) {   /* not a valid PROXY header */
+        c->proxy_refused = 0;
+        if (nw_xs_score_slot)
+            nw_scoreboard_proxy_rejected(nw_xs_score_slot, NW_PROXY_REJECT_BAD_HEADER,
+                                         (struct sockaddr *)&xc->wc->peer, xc->wc->peer_len,
+                                         nw_now_ms());
+    }
     if (r == NW_REQ_ERROR) {
         if (nw_xs_score_slot)     /* (first: the close lingers) */
             nw_scoreboard_count_error(nw_xs_score_slot, c->error_status);

@@ -18,6 +18,7 @@ use constant QUICK_DEATH       => 1.0;   # a worker dying sooner is a failed sta
 use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed start
 use constant BACKOFF_MAX       => 10;    # ...doubling up to this
 use constant CRASH_LOG_EVERY   => 10;    # seconds: worker deaths past the first are summed up
+use constant PROXY_LOG_EVERY   => 10;    # seconds: refused PROXY connections past the first too
 use constant KILL_REAP_WAIT    => 0.5;   # after KILL at the graceful deadline, wait this long
 use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long at most for the manager
 use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
@@ -64,6 +65,7 @@ sub run {
     $self->_write_pid;
     $0 = "narwhal master " . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} });
     $self->_announce;
+    $self->_warn_open_proxy;
     $self->_wake_on_signals;    # (again: the app's loading may have touched %SIG)
     $self->_manage;
     $self->_cleanup;
@@ -375,6 +377,53 @@ sub _announce {
     });
 }
 
+# --proxy-protocol trusts whoever sends the header: without --proxy-from,
+# any client that reaches a TCP listener sets its own REMOTE_ADDR.
+sub _warn_open_proxy {
+    my $self = shift;
+    my $o = $self->{options};
+    return unless $o->{proxy_protocol} && !@{ $o->{proxy_from} || [] };
+    my @tcp = map { Narwhal::Listener::describe($_) } grep { !defined $_->{path} } @{ $self->{listeners} };
+    return unless @tcp;
+    Narwhal::log_line(warn => "--proxy-protocol without --proxy-from: any client that can reach @tcp "
+        . "can send its own PROXY header and so choose the REMOTE_ADDR the app sees; give the "
+        . "balancer's addresses with --proxy-from, or make sure nothing else can connect");
+}
+
+# Connections the workers refused under --proxy-protocol (a bad header, a
+# peer outside --proxy-from; counted in the scoreboard): the first of
+# PROXY_LOG_EVERY seconds is one line with its peer, the rest are summed
+# up once the interval is over, never dropped silently.
+my %PROXY_WHY = (bad_header  => 'no valid PROXY header (a client or a health check that does not '
+                                . 'speak the PROXY protocol, or a balancer without send-proxy)',
+                 not_allowed => 'its address is not in --proxy-from');
+sub _log_proxy_refusals {
+    my $self = shift;
+    my $board = $self->{scoreboard};
+    my $t = $board->totals;
+    my $n = $t->{proxy_bad_header} + $t->{proxy_not_allowed};
+    my $p = $self->{proxy_log} ||= { seen => 0, until => 0, more => 0 };
+    my $now = Time::HiRes::time();
+    if ($n > $p->{seen}) {
+        my $new = $n - $p->{seen};
+        $p->{seen} = $n;
+        my ($peer, $why) = @{ $board->proxy_last || [ 'unknown', 'bad_header' ] };
+        if ($now >= $p->{until} && !$p->{more}) {
+            Narwhal::log_line(warn => "refused a connection from $peer: $PROXY_WHY{$why}"
+                                      . ($new > 1 ? ' (and ' . ($new - 1) . ' more)' : ''));
+            $p->{until} = $now + PROXY_LOG_EVERY;
+            return;
+        }
+        $p->{more} += $new;
+        $p->{last} = "from $peer: $PROXY_WHY{$why}";
+    }
+    return unless $p->{more} && $now >= $p->{until};
+    Narwhal::log_line(warn => "refused $p->{more} more connection(s) under --proxy-protocol in the "
+                              . "last " . PROXY_LOG_EVERY . " s (the last $p->{last})");
+    $p->{more} = 0;
+    $p->{until} = $now + PROXY_LOG_EVERY;
+}
+
 # Signals first: a stop that arrived with the death of a child (the whole
 # process group got Ctrl-C, or systemd's TERM) is a stop, not a crash to
 # recover from.
@@ -386,6 +435,7 @@ sub _manage {
         $self->_reap;
         $self->_tend_manager;
         $self->_flush_crash_log;
+        $self->_log_proxy_refusals if $self->{options}{proxy_protocol};
         $self->_tend_reload;
         if ($self->{stop_deadline}) {
             $self->_stop_workers

@@ -208,13 +208,17 @@ my @TABLE = (
            . 'and C<REMOTE_PORT> come from it, and C<SERVER_PORT> from its destination port (a '
            . 'C<LOCAL> header, a balancer\'s health check, '
            . 'keeps the socket\'s own). A connection without a valid header is closed without '
-           . 'an answer: the server never guesses. Only for listeners that nothing but the '
-           . 'balancer can reach, or with C<--proxy-from>.' },
+           . 'an answer: the server never guesses; it is counted in '
+           . 'C<narwhal_proxy_rejected_total{reason="bad_header"}> and logged with its peer (the '
+           . 'first at once, the rest summed up every 10 s). Only for listeners that nothing but '
+           . 'the balancer can reach, or with C<--proxy-from>; without it, Narwhal warns at start.' },
     { name => 'proxy_from', type => 'list', group => 'Listening', arg => 'CIDR',
       help => 'with --proxy-protocol, only these peers may connect (repeatable)',
       pod => 'With C<--proxy-protocol>, connections from any other address are closed at once '
            . '(C<10.0.0.0/8>, C<fd00::/8>, or an address; repeatable; IPv4-mapped IPv6 peers '
-           . 'match IPv4 entries; unix-socket peers are local processes and always allowed).' },
+           . 'match IPv4 entries; unix-socket peers are local processes and always allowed), '
+           . 'counted in C<narwhal_proxy_rejected_total{reason="not_allowed"}> and logged as a '
+           . 'bad header is.' },
     { name => 'status_listen', type => 'string', group => 'Operations', arg => 'ADDR',
       help => 'serve /status, /status.json, /metrics and /health here (host:port or a path)',
       pod => 'Serve the status pages on this address (C<host:port>, C<:port> or a unix socket '
