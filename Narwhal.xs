@@ -676,6 +676,22 @@ open(path, json)
         croak("cannot open the access log %s: %s\n", path, strerror(errno));
     nw_xs_access_log_pid = (int)getpid();
 
+void
+forwarded(...)
+  CODE:
+    /* --access-log-client forwarded: the client field from the last
+     * X-Forwarded-For address when a trusted proxy sent it (unix-socket
+     * peers, and the --forwarded-from addresses given here). */
+    nw_xs_access_forwarded = 1;
+    free(nw_xs_forwarded_from);
+    nw_xs_forwarded_from = items ? calloc((size_t)items, sizeof *nw_xs_forwarded_from) : NULL;
+    nw_xs_forwarded_from_n = 0;
+    for (int i = 0; i < items && nw_xs_forwarded_from; i++) {
+        if (nw_proxy_cidr_parse(SvPV_nolen(ST(i)), &nw_xs_forwarded_from[nw_xs_forwarded_from_n]) < 0)
+            croak("--forwarded-from: not an address or CIDR: '%s'\n", SvPV_nolen(ST(i)));
+        nw_xs_forwarded_from_n++;
+    }
+
 int
 reopen()
   CODE:

@@ -401,6 +401,22 @@ F<docs/DESIGN.md> for the layouts.
 Combined (with duration and pid at the end) or json, one object per line.
 Default: C<combined>.
 
+=item --access-log-client WHO
+
+Who the access log's client field names. C<peer> (the default): the
+connection's C<REMOTE_ADDR> (the PROXY header's source under
+C<--proxy-protocol>; C<-> on a unix socket). C<forwarded>: the last address
+of C<X-Forwarded-For> when the request came from a proxy Narwhal trusts, a
+unix-socket peer (nginx on the same host; the socket's mode decides who may
+connect) or an address in C<--forwarded-from>; else, or when that is not an
+address, the peer as with C<peer>. Only the log changes: the app's
+C<REMOTE_ADDR> stays the peer's. Default: C<peer>.
+
+=item --forwarded-from CIDR
+
+With --access-log-client forwarded, trust X-Forwarded-For from these TCP
+peers too (repeatable).
+
 =back
 
 =head2 Process

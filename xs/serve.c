@@ -10,6 +10,9 @@
 nw_score_slot *nw_xs_score_slot;
 nw_access_log *nw_xs_access_log;
 int nw_xs_access_log_pid;
+int nw_xs_access_forwarded;                 /* --access-log-client forwarded */
+nw_proxy_cidr *nw_xs_forwarded_from;        /* --forwarded-from */
+size_t nw_xs_forwarded_from_n;
 
 void nw_xs_worker_leave_on_unwind(pTHX_ void *w)
 {
@@ -34,6 +37,18 @@ static nw_str header_value(const nw_request *r, const char *name, size_t len)
     return (nw_str){ NULL, 0 };
 }
 
+/* --access-log-client forwarded: whether X-Forwarded-For on this
+ * connection comes from a proxy we trust (a unix-socket peer: the socket's
+ * mode decides who connects; or an address in --forwarded-from). */
+static int forwarded_trusted(const nw_wconn *wc)
+{
+    if (wc->peer_len == 0 || wc->peer.ss_family == AF_UNIX)
+        return 1;
+    return nw_xs_forwarded_from_n
+        && nw_proxy_cidr_match(nw_xs_forwarded_from, nw_xs_forwarded_from_n,
+                               (const struct sockaddr *)&wc->peer);
+}
+
 /* One line for the request that ends on xc (parsed: its request line and
  * headers are there to read). */
 void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
@@ -45,6 +60,13 @@ void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
     memset(&e, 0, sizeof e);
     e.remote_addr = (nw_str){ addr, alen };
     e.minor_version = -1;
+    char forwarded[64];
+    if (nw_xs_access_forwarded && parsed && forwarded_trusted(xc->wc)) {
+        nw_str f = nw_access_forwarded_for(header_value(&c->req, "X-Forwarded-For", 15),
+                                           forwarded, sizeof forwarded);
+        if (f.p)
+            e.remote_addr = f;
+    }
     if (parsed) {
         e.method = (nw_str){ c->req.method, c->req.method_len };
         e.target = (nw_str){ c->req.target, c->req.target_len };

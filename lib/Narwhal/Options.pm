@@ -263,6 +263,18 @@ my @TABLE = (
     { name => 'access_log_format', type => 'enum', values => [qw(combined json)], default => 'combined',
       group => 'Operations', arg => 'FORMAT',
       help => 'combined (with duration and pid at the end) or json, one object per line' },
+    { name => 'access_log_client', type => 'enum', values => [qw(peer forwarded)], default => 'peer',
+      group => 'Operations', arg => 'WHO',
+      help => 'the access log\'s client: peer (REMOTE_ADDR) or forwarded (a trusted proxy\'s X-Forwarded-For)',
+      pod => 'Who the access log\'s client field names. C<peer> (the default): the connection\'s '
+           . 'C<REMOTE_ADDR> (the PROXY header\'s source under C<--proxy-protocol>; C<-> on a '
+           . 'unix socket). C<forwarded>: the last address of C<X-Forwarded-For> when the request '
+           . 'came from a proxy Narwhal trusts, a unix-socket peer (nginx on the same host; the '
+           . 'socket\'s mode decides who may connect) or an address in C<--forwarded-from>; else, '
+           . 'or when that is not an address, the peer as with C<peer>. Only the log changes: the '
+           . 'app\'s C<REMOTE_ADDR> stays the peer\'s.' },
+    { name => 'forwarded_from', type => 'list', group => 'Operations', arg => 'CIDR',
+      help => 'with --access-log-client forwarded, trust X-Forwarded-For from these TCP peers too (repeatable)' },
     { name => 'drain_delay', type => 'seconds', default => 0, max => _c('MAX_SECONDS'),
       group => 'Process', arg => 'SECS',
       help => 'on TERM/INT/QUIT, /health says 503 and serving goes on this long, then the stop',
@@ -466,6 +478,11 @@ sub _check_relations {
         die "--proxy-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
     }
     die "--proxy-from needs --proxy-protocol\n" if @{ $o->{proxy_from} || [] } && !$o->{proxy_protocol};
+    for my $cidr (@{ $o->{forwarded_from} || [] }) {
+        die "--forwarded-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
+    }
+    die "--forwarded-from needs --access-log-client forwarded\n"
+        if @{ $o->{forwarded_from} || [] } && $o->{access_log_client} ne 'forwarded';
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"
         if defined $o->{min_reqs_per_child} && $o->{max_reqs_per_child}
         && $o->{min_reqs_per_child} > $o->{max_reqs_per_child};

@@ -67,6 +67,8 @@ sub run {
     my $access_log = defined $self->{options}{access_log};
     Narwhal::AccessLog::open($self->{options}{access_log},
                              $self->{options}{access_log_format} eq 'json') if $access_log;
+    Narwhal::AccessLog::forwarded(@{ $self->{options}{forwarded_from} || [] })
+        if $access_log && $self->{options}{access_log_client} eq 'forwarded';
     # --request-timeout: the master's XCPU; a C handler in front of the
     # Perl one takes a second XCPU when the app is stuck outside Perl.
     Narwhal::Acceptor::arm_watchdog($acceptor, POSIX::SIGXCPU())
