@@ -474,6 +474,12 @@ new(class, nslots)
         croak("cannot map the scoreboard: %s", strerror(errno));
     b->h.master_pid = (int32_t)getpid();
     b->h.started_unix = (int64_t)time(NULL);
+    {   /* narwhal_build_info's labels */
+        SV *v = get_sv("Narwhal::VERSION", 0);
+        const char *vs = v && SvOK(v) ? SvPV_nolen(v) : "";
+        strncpy(b->h.version, vs, sizeof b->h.version - 1);
+        strncpy(b->h.perl_version, PERL_VERSION_STRING, sizeof b->h.perl_version - 1);
+    }
     scoreboard_fd = fd;
     RETVAL = newSV(0);
     sv_setref_pv(RETVAL, class, (void *)b);

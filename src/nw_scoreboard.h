@@ -100,6 +100,9 @@ typedef struct {
     nw_score_counts gone;               /* the counts of workers reaped */
     volatile int64_t offload_bytes;     /* bytes of responses in memfds the manager is writing:
                                          * workers raise it, the manager lowers it */
+    char     version[24];               /* Narwhal's version, NUL-terminated (the master's
+                                         * $Narwhal::VERSION: narwhal_build_info) */
+    char     perl_version[24];          /* the perl it runs on */
 } nw_score_header;
 
 typedef struct {

@@ -4,7 +4,9 @@
 #endif
 #include "nw_status.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +19,7 @@ static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
 
 /* One worker as the pages show it. */
 typedef struct {
-    int pid, state, generation;
+    int pid, state, generation, slot;
     uint64_t served, rss;
     double running_s, age_s;
     char request[NW_SCOREBOARD_REQUEST + 1];
@@ -83,6 +85,17 @@ static int put_json_string(nw_buf *b, const char *s)
     return nw_buf_append(b, "\"", 1);
 }
 
+/* A label value of the text format: '"', '\\' and newlines escaped. */
+static int put_label(nw_buf *b, const char *s)
+{
+    int r = 0;
+    for (; *s && !r; s++)
+        r = *s == '"' || *s == '\\' ? put(b, "\\%c", *s)
+          : *s == '\n'             ? put(b, "\\n")
+          :                          nw_buf_append(b, s, 1);
+    return r;
+}
+
 /* ------------------------------------------------------------ reading */
 
 static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
@@ -112,8 +125,10 @@ static worker_row *read_rows(const nw_scoreboard *b, size_t *n, uint64_t now_us)
     if (!rows)
         return NULL;
     for (uint32_t i = 0; i < b->h.nslots; i++)
-        if (b->slot[i].pid && read_row(&b->slot[i], &rows[*n], now_us))
+        if (b->slot[i].pid && read_row(&b->slot[i], &rows[*n], now_us)) {
+            rows[*n].slot = (int)i;
             (*n)++;
+        }
     return rows;
 }
 
@@ -198,10 +213,13 @@ static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *
     for (int i = 0; i < NW_RESTART_REASONS; i++)
         r |= put(o, "narwhal_worker_restarts_total{reason=\"%s\"} %llu\n", restart_names[i],
                  (unsigned long long)b->h.restarts[i]);
+    /* by scoreboard slot, not pid: a replaced worker's successor takes the
+     * lowest free slot, so the series stay (about --max-workers of them)
+     * while the workers come and go */
     r |= metric_head(o, "narwhal_worker_resident_bytes", "gauge",
-                     "Resident set size of each worker.");
+                     "Resident set size of each worker, by scoreboard slot.");
     for (size_t i = 0; i < n; i++)
-        r |= put(o, "narwhal_worker_resident_bytes{pid=\"%d\"} %llu\n", rows[i].pid,
+        r |= put(o, "narwhal_worker_resident_bytes{slot=\"%d\"} %llu\n", rows[i].slot,
                  (unsigned long long)rows[i].rss);
     return r;
 }
@@ -256,6 +274,128 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
     return r;
 }
 
+/* What /proc says of one process (the master): -1 where it could not be
+ * read (another user's fds under --user, say). */
+typedef struct {
+    double cpu_s, start_unix;
+    double rss, vsize, fds, max_fds;
+} proc_numbers;
+
+static double proc_boot_time(void)
+{
+    static double btime;
+    if (btime > 0)
+        return btime;
+    FILE *f = fopen("/proc/stat", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "btime ", 6)) {
+            btime = strtod(line + 6, NULL);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return btime;
+}
+
+static void proc_read(int pid, proc_numbers *p)
+{
+    char path[64], buf[1024];
+    p->cpu_s = p->start_unix = p->rss = p->vsize = p->fds = p->max_fds = -1;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    if (n > 0 && tick > 0) {
+        buf[n] = 0;
+        /* after "pid (comm) ": fields 3.. (comm may hold spaces: from the last ')') */
+        char *p3 = strrchr(buf, ')');
+        unsigned long long utime, stime, start, vsize;
+        long long rss;
+        if (p3 && sscanf(p3 + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
+                         "%*d %*d %*d %*d %*d %*d %llu %llu %lld",
+                         &utime, &stime, &start, &vsize, &rss) == 5) {
+            p->cpu_s = (double)(utime + stime) / (double)tick;
+            double boot = proc_boot_time();
+            if (boot > 0)
+                p->start_unix = boot + (double)start / (double)tick;
+            p->vsize = (double)vsize;
+            p->rss = (double)rss * (double)(page > 0 ? page : 4096);
+        }
+    }
+    snprintf(path, sizeof path, "/proc/%d/fd", pid);
+    DIR *d = opendir(path);
+    if (d) {
+        double count = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            count += e->d_name[0] != '.';
+        closedir(d);
+        p->fds = count;
+    }
+    snprintf(path, sizeof path, "/proc/%d/limits", pid);
+    FILE *f = fopen(path, "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "Max open files", 14)) {
+            char *v = line + 14;
+            while (*v == ' ')
+                v++;
+            if (strncmp(v, "unlimited", 9))
+                p->max_fds = strtod(v, NULL);
+            break;
+        }
+    if (f)
+        fclose(f);
+}
+
+/* The standard process_* families, of the master (the process that owns
+ * the server: its pid is in the scoreboard), and the build. */
+static int metrics_process(nw_buf *o, const nw_scoreboard *b)
+{
+    proc_numbers p;
+    proc_read(b->h.master_pid, &p);
+    int r = 0;
+    if (p.cpu_s >= 0) {
+        r |= metric_head(o, "process_cpu_seconds_total", "counter",
+                         "Total user and system CPU time of the master, in seconds.");
+        r |= put(o, "process_cpu_seconds_total %.2f\n", p.cpu_s);
+        r |= metric_head(o, "process_resident_memory_bytes", "gauge",
+                         "Resident memory size of the master, in bytes.");
+        r |= put(o, "process_resident_memory_bytes %.0f\n", p.rss);
+        r |= metric_head(o, "process_virtual_memory_bytes", "gauge",
+                         "Virtual memory size of the master, in bytes.");
+        r |= put(o, "process_virtual_memory_bytes %.0f\n", p.vsize);
+    }
+    r |= metric_head(o, "process_start_time_seconds", "gauge",
+                     "Start time of the master since the epoch, in seconds.");
+    r |= put(o, "process_start_time_seconds %.2f\n",
+             p.start_unix > 0 ? p.start_unix : (double)b->h.started_unix);
+    if (p.fds >= 0) {
+        r |= metric_head(o, "process_open_fds", "gauge", "Open file descriptors of the master.");
+        r |= put(o, "process_open_fds %.0f\n", p.fds);
+    }
+    if (p.max_fds >= 0) {
+        r |= metric_head(o, "process_max_fds", "gauge",
+                         "The master's limit of open file descriptors.");
+        r |= put(o, "process_max_fds %.0f\n", p.max_fds);
+    }
+    char version[sizeof b->h.version + 1], perl[sizeof b->h.perl_version + 1];
+    memcpy(version, b->h.version, sizeof b->h.version);
+    version[sizeof b->h.version] = 0;
+    memcpy(perl, b->h.perl_version, sizeof b->h.perl_version);
+    perl[sizeof b->h.perl_version] = 0;
+    r |= metric_head(o, "narwhal_build_info", "gauge",
+                     "Always 1; the labels say which Narwhal runs, on which perl.");
+    r |= put(o, "narwhal_build_info{version=\"");
+    r |= put_label(o, version[0] ? version : "unknown");
+    r |= put(o, "\",perl=\"");
+    r |= put_label(o, perl[0] ? perl : "unknown");
+    r |= put(o, "\"} 1\n");
+    return r;
+}
+
 static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
                           const worker_row *rows, size_t n, int64_t now_unix)
 {
@@ -271,6 +411,7 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
     r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);
     r |= metric_head(o, "narwhal_up", "gauge", "1 while the server accepts work, 0 once it stops.");
     r |= put(o, "narwhal_up %d\n", !(b->h.stopping || m->stopping));
+    r |= metrics_process(o, b);
     (void)now_unix;
     return r;
 }

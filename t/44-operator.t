@@ -122,7 +122,8 @@ SKIP: {
         is($v->{'narwhal_workers{state="idle"}'}, 2, 'two idle workers');
         is($v->{narwhal_workers_wanted}, 2, 'two wanted');
         my @w = worker_pids($s->pid);
-        ok($v->{"narwhal_worker_resident_bytes{pid=\"$_\"}"} > 1e6, "the RSS of worker $_ is there") for @w;
+        ok($v->{"narwhal_worker_resident_bytes{slot=\"$_\"}"} > 1e6, "the RSS of the worker in slot $_ is there")
+            for 0, 1;
         ok(defined $v->{"narwhal_listen_queue_length{listener=\"127.0.0.1:$port\"}"},
            'the listener\'s queue length is reported');
         is($v->{"narwhal_listen_queue_limit{listener=\"127.0.0.1:$port\"}"},

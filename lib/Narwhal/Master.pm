@@ -827,7 +827,9 @@ sub _worker_gone {
     my $score = defined $w->{slot} ? $self->{scoreboard}->slot($w->{slot}) : {};
     if (defined $w->{slot}) {
         $self->{scoreboard}->release($w->{slot});
-        push @{ $self->{free_slots} }, $w->{slot};
+        # the lowest free slot goes to the next worker: the metrics label
+        # workers by slot, and this keeps them to about --max-workers series
+        @{ $self->{free_slots} } = sort { $a <=> $b } @{ $self->{free_slots} }, $w->{slot};
     }
     if ($self->{reload} && $w->{generation} == $self->{reload}{generation} && $status != 0
         && !($score->{started} // 0) && ($score->{state} // '') ne 'idle') {
