@@ -3,7 +3,7 @@ use strict;
 use warnings;
 use POSIX ();
 use Time::HiRes ();
-use Socket qw(AF_UNIX SOCK_SEQPACKET);
+use Socket qw(AF_UNIX SOCK_SEQPACKET SOCK_DGRAM pack_sockaddr_un);
 use Fcntl qw(F_GETFL F_SETFL F_DUPFD O_NONBLOCK);
 use Narwhal ();
 use Narwhal::Listener ();
@@ -50,6 +50,9 @@ sub run {
     my $self = shift;
     my $o = $self->{options};
     $self->{pid} = $$;
+    # systemd's notification socket is the master's alone: the workers and
+    # the app must not tell systemd anything in its name.
+    $self->{notify_socket} = delete $ENV{NOTIFY_SOCKET};
     # The handlers first: a stop that arrives while the server starts (the
     # listeners are open, the app loads) is kept for the manage loop, which
     # starts the workers anyway so that what the kernel accepted is served.
@@ -377,6 +380,46 @@ sub _announce {
     });
 }
 
+# systemd (Type=notify): a datagram to $NOTIFY_SOCKET ("@name": the
+# abstract namespace) of "KEY=value" lines. Never fatal: a server that
+# cannot tell systemd goes on serving.
+sub _notify {
+    my ($self, @kv) = @_;
+    my $path = $self->{notify_socket} or return;
+    $path =~ s/^@/\0/;
+    if (!$self->{notify_handle}) {
+        socket(my $h, AF_UNIX, SOCK_DGRAM, 0) or return;
+        $self->{notify_handle} = $h;
+    }
+    my $msg = '';
+    while (my ($k, $v) = splice(@kv, 0, 2)) {
+        $v =~ s/\n/ /g;
+        $msg .= "$k=$v\n";
+    }
+    send($self->{notify_handle}, $msg, 0, pack_sockaddr_un($path))
+        or $self->{notify_failed}++
+        or Narwhal::log_line(warn => "cannot notify systemd at $self->{notify_socket}: $!");
+}
+
+# READY=1 once every worker of the current generation serves (its slot
+# says idle or busy): at start, and after a HUP once the new generation
+# has taken over (or was given up). A start whose workers never load
+# (a crash loop) is never ready, and systemd's start timeout says so.
+sub _tend_ready {
+    my $self = shift;
+    return if $self->{reload};
+    my $g = $self->{generation};
+    my @current = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} }
+                  values %{ $self->{workers} };
+    my $ready = grep { $self->_ready($_) } @current;
+    my $state = $ready >= $self->{options}{max_workers} ? 'ready' : 'starting';
+    return if ($self->{notified} // '') eq $state || $state ne 'ready';
+    $self->{notified} = $state;
+    $self->_notify(READY => 1, STATUS => "$ready worker(s) serving on "
+                   . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} })
+                   . ($self->{manager} ? ', with the connection manager' : ''));
+}
+
 # --proxy-protocol trusts whoever sends the header: without --proxy-from,
 # any client that reaches a TCP listener sets its own REMOTE_ADDR.
 sub _warn_open_proxy {
@@ -437,6 +480,7 @@ sub _manage {
         $self->_flush_crash_log;
         $self->_log_proxy_refusals if $self->{options}{proxy_protocol};
         $self->_tend_reload;
+        $self->_tend_ready if $self->{notify_socket} && !$self->{stop_deadline} && !$self->{drain_until};
         if ($self->{stop_deadline}) {
             $self->_stop_workers
                 if !$self->{workers_stopped} && (!$self->{manager} || Time::HiRes::time() >= $self->{stop_workers_at});
@@ -549,6 +593,7 @@ sub _give_to_workers {
 sub _begin_drain {
     my $self = shift;
     my $delay = $self->{options}{drain_delay};
+    $self->_notify(STOPPING => 1, STATUS => "draining for $delay s, then stopping");
     $self->{drain_until} = Time::HiRes::time() + $delay;
     $self->{scoreboard}->set_stopping(1);
     Narwhal::log_line(info => "draining for $delay s (/health answers 503), then stopping; "
@@ -574,6 +619,7 @@ sub _begin_stop {
     $self->_spawn_missing unless $self->{started_all};
     my $now = Time::HiRes::time();
     $self->{stop_deadline} = $now + $self->{options}{graceful_timeout};
+    $self->_notify(STOPPING => 1, STATUS => 'stopping: answering what has arrived');
     $self->{scoreboard}->set_stopping(1);
     # No handshake completes from now on (SYNs are dropped, then refused
     # once the listeners close), and the workers drain the queues: a
@@ -610,6 +656,9 @@ sub _kill_all {
 # one goes on serving: a reload of broken code is not an outage.
 sub _restart_workers {
     my $self = shift;
+    $self->{notified} = 'reloading';
+    $self->_notify(RELOADING => 1, STATUS => 'reloading: starting a new generation of workers',
+                   MONOTONIC_USEC => int(Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) * 1e6));
     my @old = grep { !$self->{workers}{$_}{leaving} } keys %{ $self->{workers} };
     $self->{generation}++;
     $self->{failures} = 0;
