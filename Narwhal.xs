@@ -830,6 +830,7 @@ BOOT:
         export_constant(aTHX_ sb, "RESTART_WATCHDOG", NW_RESTART_WATCHDOG);
         export_constant(aTHX_ sb, "RESTART_MEMORY", NW_RESTART_MEMORY);
         export_constant(aTHX_ sb, "RESTART_SIGNAL", NW_RESTART_SIGNAL);
+        export_constant(aTHX_ sb, "RESTART_LIFETIME", NW_RESTART_LIFETIME);
         export_constant(aTHX_ sb, "WORKER_EXIT_WATCHDOG", NW_WORKER_EXIT_WATCHDOG);
     }
     /* What serve answers, and how release_parked lets parked connections go. */

@@ -191,6 +191,18 @@ retired then, once the other workers are ready. Default: C<10000>.
 With it, each worker is replaced after a random count between this and
 C<--max-reqs-per-child>, so workers do not all restart at once.
 
+=item --max-worker-lifetime SECS
+
+A worker older than this many seconds is replaced as one that reached
+C<--max-reqs-per-child> is, also on a quiet server: its successor is started
+first, and once it is ready the old worker finishes its request and hands its
+kept-alive connections to the others (with the manager; without it, idle ones
+are closed). Each worker's limit is drawn once between SECS and SECS + 10%,
+and one worker is replaced at a time, so workers started together do not
+leave together. Counted in
+C<narwhal_worker_restarts_total{reason="lifetime"}>. 0 (the default): no
+limit. Default: C<0>. At most C<2000000>.
+
 =item --spawn-interval SECS
 
 Space out replacement workers. Default: C<0>.

@@ -48,6 +48,7 @@ enum nw_restart_reason {
     NW_RESTART_WATCHDOG,
     NW_RESTART_MEMORY,
     NW_RESTART_SIGNAL,
+    NW_RESTART_LIFETIME,    /* --max-worker-lifetime */
     NW_RESTART_REASONS
 };
 

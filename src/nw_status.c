@@ -14,7 +14,7 @@
 
 static const char *const state_names[] = { "free", "starting", "idle", "busy", "stopping" };
 static const char *const restart_names[NW_RESTART_REASONS] = {
-    "max-requests", "crash", "watchdog", "memory", "signal" };
+    "max-requests", "crash", "watchdog", "memory", "signal", "lifetime" };
 static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
 
 /* One worker as the pages show it. */

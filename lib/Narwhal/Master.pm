@@ -27,6 +27,7 @@ use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between th
 use constant REPLACE_LINGER    => 10;    # seconds a replaced worker may take to reach its limit
 use constant REPLACE_AT_ONCE   => 1;     # replaced workers alive at once (workers beyond
                                          # --max-workers); others asking are replaced as they exit
+use constant LIFETIME_JITTER   => 0.1;   # --max-worker-lifetime: each worker's is up to 10% longer
 
 # The master's signals are blocked across fork: a TERM sent to a new worker
 # (or manager) before it has its own handlers must not run the master's handler (which
@@ -747,15 +748,39 @@ sub _tend_replacements {
         } elsif ($w->{generation} == $self->{generation}
                  && $board->slot($w->{slot})->{exit_reason} eq 'max-requests') {
             push @asking, $w;
+        } elsif ($w->{generation} == $self->{generation} && $self->_past_lifetime($w, $now)) {
+            $w->{lifetime} = 1;
+            $w->{pid} = $pid;
+            push @asking, $w;
         }
     }
     my $room = REPLACE_AT_ONCE - $replaced;
-    $_->{replaced} = $now for $room > 0 ? splice(@asking, 0, $room) : ();
+    for my $w ($room > 0 ? splice(@asking, 0, $room) : ()) {
+        $w->{replaced} = $now;
+        next unless $w->{lifetime};
+        # It will not leave on its own: retired as soon as its successor
+        # is ready (as a recycled worker that lingers is), not 10 s later.
+        $w->{replaced} = $now - REPLACE_LINGER;
+        push @lingering, $w->{pid};
+        Narwhal::log_line(info => sprintf("worker %d is %.0f s old, over --max-worker-lifetime %s; "
+                                          . "replacing it", $w->{pid}, $now - $w->{started},
+                                          $self->{options}{max_worker_lifetime}));
+    }
     return unless @lingering;
     my $g = $self->{generation};
     my $ready = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && $self->_ready($_) }
                 values %{ $self->{workers} };
     $self->_retire(@lingering) if $ready >= $self->{options}{max_workers};
+}
+
+# --max-worker-lifetime: a worker older than the limit (plus up to 10%,
+# drawn once per worker, so that workers started together do not all
+# leave together) is replaced as one at its --max-reqs-per-child is.
+sub _past_lifetime {
+    my ($self, $w, $now) = @_;
+    my $limit = $self->{options}{max_worker_lifetime} or return 0;
+    $w->{expires} //= $w->{started} + $limit * (1 + rand(LIFETIME_JITTER));
+    return $now >= $w->{expires};
 }
 
 sub _spawn_missing {
@@ -903,7 +928,8 @@ sub _count_restart {
     my ($self, $w, $status, $score) = @_;
     my $sb = 'Narwhal::Scoreboard';
     my $reason = $score->{exit_reason} // '';
-    my $code = $w->{watchdog} || $reason eq 'watchdog' ? $sb->RESTART_WATCHDOG
+    my $code = $w->{lifetime} && !($status & 127)        ? $sb->RESTART_LIFETIME
+             : $w->{watchdog} || $reason eq 'watchdog' ? $sb->RESTART_WATCHDOG
              : $reason eq 'memory'                      ? $sb->RESTART_MEMORY
              : $reason eq 'max-requests' && !$status    ? $sb->RESTART_MAX_REQUESTS   # (said early:
                                                               # a replaced worker may crash yet)

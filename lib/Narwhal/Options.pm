@@ -88,6 +88,16 @@ my @TABLE = (
       help => 'replace each worker at a random count in [N, max]',
       pod => 'With it, each worker is replaced after a random count between this and '
            . 'C<--max-reqs-per-child>, so workers do not all restart at once.' },
+    { name => 'max_worker_lifetime', type => 'seconds', default => 0, max => _c('MAX_SECONDS'),
+      group => 'Workers', arg => 'SECS',
+      help => 'replace a worker older than this (plus up to 10%), busy or quiet (0: never)',
+      pod => 'A worker older than this many seconds is replaced as one that reached '
+           . 'C<--max-reqs-per-child> is, also on a quiet server: its successor is started first, '
+           . 'and once it is ready the old worker finishes its request and hands its kept-alive '
+           . 'connections to the others (with the manager; without it, idle ones are closed). '
+           . 'Each worker\'s limit is drawn once between SECS and SECS + 10%, and one worker is '
+           . 'replaced at a time, so workers started together do not leave together. Counted in '
+           . 'C<narwhal_worker_restarts_total{reason="lifetime"}>. 0 (the default): no limit.' },
     { name => 'spawn_interval', type => 'seconds', default => 0, group => 'Workers', arg => 'SECS',
       help => 'space out replacement workers' },
     { name => 'preload_app', type => 'bool', default => 1, group => 'Workers',
