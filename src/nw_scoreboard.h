@@ -84,6 +84,7 @@ typedef struct {
     char request[NW_SCOREBOARD_REQUEST]; /* "METHOD target" of the current or last request */
     /* the last connection this worker refused under --proxy-protocol (the
      * master logs it: nw_scoreboard_proxy_rejected) */
+    volatile uint32_t parked;           /* connections parked in this worker now (nw_park) */
     volatile nw_msec proxy_last_ms;     /* when (monotonic ms; 0: never) */
     volatile int32_t proxy_last_reason; /* enum nw_proxy_reject */
     char proxy_last_peer[NW_SCOREBOARD_PEER]; /* its peer, "address:port", NUL-terminated */

@@ -20,7 +20,7 @@ static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
 /* One worker as the pages show it. */
 typedef struct {
     int pid, state, generation, slot;
-    uint64_t served, rss;
+    uint64_t served, rss, parked;
     double running_s, age_s;
     char request[NW_SCOREBOARD_REQUEST + 1];
 } worker_row;
@@ -106,6 +106,7 @@ static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
         return 0;
     w->generation = s->generation;
     w->served = s->counts.served;
+    w->parked = s->parked;
     uint32_t len = s->request_len < NW_SCOREBOARD_REQUEST ? s->request_len : NW_SCOREBOARD_REQUEST;
     memcpy(w->request, s->request, len);
     w->request[len] = 0;
@@ -130,6 +131,14 @@ static worker_row *read_rows(const nw_scoreboard *b, size_t *n, uint64_t now_us)
             (*n)++;
         }
     return rows;
+}
+
+static uint64_t parked_total(const worker_row *rows, size_t n)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++)
+        t += rows[i].parked;
+    return t;
 }
 
 static void count_states(const worker_row *rows, size_t n, uint64_t by_state[5])
@@ -225,11 +234,13 @@ static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *
 }
 
 static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
-                           uint64_t adopted, const uint64_t *proxy_rejected)
+                           uint64_t parked, uint64_t adopted, const uint64_t *proxy_rejected)
 {
     int r = metric_head(o, "narwhal_connections", "gauge",
                         "Client connections: held idle or reading a head in the manager, "
-                        "queued for a worker, or with a worker (being served).");
+                        "queued for a worker, written to a slow reader by the manager, "
+                        "parked in a worker between requests, or being served by a worker.");
+    r |= put(o, "narwhal_connections{state=\"parked\"} %llu\n", (unsigned long long)parked);
     r |= put(o, "narwhal_connections{state=\"idle\"} %llu\n", (unsigned long long)m->held_idle);
     r |= put(o, "narwhal_connections{state=\"reading\"} %llu\n", (unsigned long long)m->held_reading);
     r |= put(o, "narwhal_connections{state=\"queued\"} %llu\n", (unsigned long long)m->held_queued);
@@ -405,7 +416,8 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
     count_states(rows, n, by_state);
     int r = metrics_requests(o, &t);
     r |= metrics_workers(o, b, rows, n);
-    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], t.adopted, t.proxy_rejected);
+    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], parked_total(rows, n), t.adopted,
+                         t.proxy_rejected);
     r |= metric_head(o, "narwhal_start_time_seconds", "gauge",
                      "When the master started, in seconds since the epoch.");
     r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);
@@ -446,15 +458,18 @@ static int json_counts(nw_buf *o, const nw_scoreboard *b, const nw_score_counts 
     return r | put(o, "}");
 }
 
-static int json_manager(nw_buf *o, const nw_status_manager *m)
+static int json_manager(nw_buf *o, const nw_status_manager *m, uint64_t parked, uint64_t busy)
 {
-    int r = put(o, "\"connections\":{\"idle\":%llu,\"reading\":%llu,\"queued\":%llu,"
-                "\"writing\":%llu},"
-                "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
-                "\"offloaded\":%llu,\"offload_bytes\":%lld,"
-                "\"listeners\":[",
+    int r = put(o, "\"connections\":{\"total\":%llu,\"idle\":%llu,\"reading\":%llu,\"queued\":%llu,"
+                "\"writing\":%llu,\"parked\":%llu,\"worker\":%llu},",
+                (unsigned long long)(m->held_idle + m->held_reading + m->held_queued
+                                     + m->held_writing + parked + busy),
                 (unsigned long long)m->held_idle, (unsigned long long)m->held_reading,
                 (unsigned long long)m->held_queued, (unsigned long long)m->held_writing,
+                (unsigned long long)parked, (unsigned long long)busy);
+    r |= put(o, "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
+                "\"offloaded\":%llu,\"offload_bytes\":%lld,"
+                "\"listeners\":[",
                 (unsigned long long)m->handoffs_in,
                 (unsigned long long)m->handoffs_out, (unsigned long long)m->shed,
                 (unsigned long long)m->offloaded,
@@ -484,7 +499,9 @@ static int render_json(nw_buf *o, const nw_scoreboard *b, const nw_status_manage
     r |= put(o, ",");
     r |= json_counts(o, b, &t);
     r |= put(o, ",");
-    r |= json_manager(o, m);
+    uint64_t by_state[5];
+    count_states(rows, n, by_state);
+    r |= json_manager(o, m, parked_total(rows, n), by_state[NW_WORKER_BUSY]);
     return r | put(o, "}\n");
 }
 
@@ -518,7 +535,7 @@ static int html_card(nw_buf *o, const char *label, unsigned long long v)
 }
 
 static int html_summary(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
-                        const uint64_t by_state[5], int64_t now_unix)
+                        const uint64_t by_state[5], uint64_t parked, int64_t now_unix)
 {
     nw_score_counts t;
     nw_scoreboard_totals(b, &t);
@@ -530,7 +547,11 @@ static int html_summary(nw_buf *o, const nw_scoreboard *b, const nw_status_manag
     r |= html_card(o, "requests", (unsigned long long)t.served);
     r |= html_card(o, "busy workers", (unsigned long long)by_state[NW_WORKER_BUSY]);
     r |= html_card(o, "idle workers", (unsigned long long)by_state[NW_WORKER_IDLE]);
+    r |= html_card(o, "open connections",
+                   (unsigned long long)(m->held_idle + m->held_reading + m->held_queued
+                                        + m->held_writing + parked + by_state[NW_WORKER_BUSY]));
     r |= html_card(o, "idle connections", (unsigned long long)m->held_idle);
+    r |= html_card(o, "parked in workers", (unsigned long long)parked);
     r |= html_card(o, "waiting for a worker", (unsigned long long)m->held_queued);
     r |= html_card(o, "writing to slow readers", (unsigned long long)m->held_writing);
     r |= html_card(o, "shed (503)", (unsigned long long)m->shed);
@@ -577,7 +598,7 @@ static int render_html(nw_buf *o, const nw_scoreboard *b, const nw_status_manage
     int r = put(o, "<!DOCTYPE html><html><head><meta charset=utf-8>"
                 "<meta http-equiv=refresh content=5><title>Narwhal status</title>"
                 "<style>%s</style></head><body>", html_style);
-    r |= html_summary(o, b, m, by_state, now_unix);
+    r |= html_summary(o, b, m, by_state, parked_total(rows, n), now_unix);
     r |= html_workers(o, rows, n);
     r |= put(o, "<p class=sub>listen queues:");
     for (int i = 0; i < m->nlisteners; i++) {

@@ -373,6 +373,7 @@ void nw_worker_count_in(nw_worker *w, nw_score_slot *slot)
 {
     w->slot = slot;
     w->counts = slot ? &slot->counts : NULL;
+    nw_park_publish(&w->park, slot ? &slot->parked : NULL);
 }
 
 /* Whether a whole batch of descriptors can be installed here now (with
