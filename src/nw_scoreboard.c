@@ -145,6 +145,9 @@ static void add_counts(nw_score_counts *to, const nw_score_counts *from)
     to->adopted += from->adopted;
     for (int i = 0; i < NW_PROXY_REJECTS; i++)
         to->proxy_rejected[i] += from->proxy_rejected[i];
+    for (int i = 0; i < NW_QUEUE_BUCKETS; i++)
+        to->queue_bucket[i] += from->queue_bucket[i];
+    to->queue_us += from->queue_us;
 }
 
 void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,
@@ -218,6 +221,16 @@ void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us)
     s->counts.served++;
     if (s->state == NW_WORKER_BUSY)
         s->state = NW_WORKER_IDLE;
+}
+
+void nw_scoreboard_queue_wait(nw_score_slot *s, uint64_t wait_us)
+{
+    static const uint64_t queue_bounds[NW_QUEUE_BUCKETS - 1] = NW_QUEUE_BOUNDS_US;
+    int i = 0;
+    while (i < NW_QUEUE_BUCKETS - 1 && wait_us > queue_bounds[i])
+        i++;
+    s->counts.queue_bucket[i]++;
+    s->counts.queue_us += wait_us;
 }
 
 void nw_scoreboard_count_error(nw_score_slot *s, int status)

@@ -16,12 +16,18 @@
 #define NW_SCOREBOARD_SLOTS   1024  /* workers alive at once, all generations */
 #define NW_SCOREBOARD_REQUEST 160   /* bytes of "METHOD target" kept */
 #define NW_SCORE_CLASSES      5     /* status classes 1xx .. 5xx */
-#define NW_SCORE_BUCKETS      12    /* duration histogram: 11 bounds and +Inf */
+#define NW_SCORE_BUCKETS      18    /* duration histogram: 17 bounds and +Inf */
+#define NW_QUEUE_BUCKETS      15    /* queue-wait histogram: 14 bounds and +Inf */
 #define NW_SCOREBOARD_READ_TRIES 100000 /* a reader's retries while the master folds */
 
-/* The histogram's upper bounds, in microseconds (the last bucket is +Inf). */
-#define NW_SCORE_BOUNDS_US { 5000, 10000, 25000, 50000, 100000, 250000, 500000, \
-                             1000000, 2500000, 5000000, 10000000 }
+/* The duration histogram's upper bounds, in microseconds (the last bucket
+ * is +Inf): from 100 us, so that a fast app's percentiles are resolved. */
+#define NW_SCORE_BOUNDS_US { 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, \
+                             250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000 }
+/* The queue-wait histogram's, from 1 ms (its resolution: the manager's
+ * clock is in milliseconds). */
+#define NW_QUEUE_BOUNDS_US { 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, \
+                             1000000, 2500000, 5000000, 10000000, 30000000 }
 
 enum nw_worker_state {
     NW_WORKER_FREE = 0,     /* no worker in this slot */
@@ -69,6 +75,8 @@ typedef struct {
     uint64_t duration_us;                   /* sum of durations */
     uint64_t adopted;                       /* connections taken from a leaving worker (ADOPT) */
     uint64_t proxy_rejected[NW_PROXY_REJECTS]; /* connections refused under --proxy-protocol */
+    uint64_t queue_bucket[NW_QUEUE_BUCKETS]; /* waits in the manager's queue, per bucket */
+    uint64_t queue_us;                      /* sum of those waits */
 } nw_score_counts;
 
 typedef struct {
@@ -134,6 +142,10 @@ void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s);
 void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t method_len,
                                  const char *target, size_t target_len, uint64_t now_us);
 void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us);
+
+/* A request that came through the manager's serve queue began: it had
+ * waited wait_us since its head was complete there. */
+void nw_scoreboard_queue_wait(nw_score_slot *s, uint64_t wait_us);
 
 /* A request answered with an error before it reached the app (400, 408,
  * 413...): counted by its status, with no duration. */

@@ -16,6 +16,7 @@ static const char *const state_names[] = { "free", "starting", "idle", "busy", "
 static const char *const restart_names[NW_RESTART_REASONS] = {
     "max-requests", "crash", "watchdog", "memory", "signal", "lifetime" };
 static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
+static const uint64_t queue_bounds_us[NW_QUEUE_BUCKETS - 1] = NW_QUEUE_BOUNDS_US;
 
 /* One worker as the pages show it. */
 typedef struct {
@@ -204,6 +205,21 @@ static int metrics_requests(nw_buf *o, const nw_score_counts *t)
     }
     r |= put(o, "narwhal_request_duration_seconds_sum %.6f\n", (double)t->duration_us / 1e6);
     r |= put(o, "narwhal_request_duration_seconds_count %llu\n", (unsigned long long)cumulative);
+    r |= metric_head(o, "narwhal_request_queue_seconds", "histogram",
+                     "Time a complete request waited in the connection manager's queue for a "
+                     "free worker (requests that came through it; 1 ms resolution).");
+    cumulative = 0;
+    for (int i = 0; i < NW_QUEUE_BUCKETS; i++) {
+        cumulative += t->queue_bucket[i];
+        if (i < NW_QUEUE_BUCKETS - 1)
+            r |= put(o, "narwhal_request_queue_seconds_bucket{le=\"%g\"} %llu\n",
+                     (double)queue_bounds_us[i] / 1e6, (unsigned long long)cumulative);
+        else
+            r |= put(o, "narwhal_request_queue_seconds_bucket{le=\"+Inf\"} %llu\n",
+                     (unsigned long long)cumulative);
+    }
+    r |= put(o, "narwhal_request_queue_seconds_sum %.6f\n", (double)t->queue_us / 1e6);
+    r |= put(o, "narwhal_request_queue_seconds_count %llu\n", (unsigned long long)cumulative);
     return r;
 }
 

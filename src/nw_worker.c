@@ -134,6 +134,8 @@ static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
     }
     wc->c->requests = f->requests;
     wc->c->proxy_pending = (f->flags & NW_FRAME_F_PROXY) != 0;
+    wc->ready_ms = f->ready_ms;     /* (narwhal_request_queue_seconds) */
+    wc->queued = 1;
     return wc;
 }
 

@@ -39,6 +39,9 @@ typedef struct {
     socklen_t peer_len;             /* 0 when unknown */
     nw_msec started;                /* the current request's head was complete then; 0 between requests */
     uint64_t started_us;            /* the same, in microseconds (its duration's start) */
+    uint32_t ready_ms;              /* from the manager (SERVE): its head was complete then
+                                     * (monotonic ms mod 2^32), valid while queued is set */
+    int queued;                     /* its next request waited in the manager's queue */
     nw_park_watch watch;            /* its registration in the worker's epoll set */
     int peer_closed;                /* its peer's FIN was reported while parked */
     int socket_lent;                /* the app got a dup of the socket (psgix.io): it may

@@ -100,9 +100,18 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
         r = nw_conn_read_body(c);
         if (r == NW_REQ_READY) {
             nw_worker_request_started(xc->wc);
-            if (nw_xs_score_slot)
+            if (nw_xs_score_slot) {
                 nw_scoreboard_request_begin(nw_xs_score_slot, c->req.method, c->req.method_len,
                                             c->req.target, c->req.target_len, xc->wc->started_us);
+                if (xc->wc->queued) {   /* it came through the manager's queue: how long */
+                    uint64_t at = xc->wc->started_us;
+                    uint32_t waited_ms = (uint32_t)(at / 1000) - xc->wc->ready_ms;
+                    xc->wc->queued = 0;
+                    if (waited_ms < 0x80000000u)
+                        nw_scoreboard_queue_wait(nw_xs_score_slot,
+                                                 (uint64_t)waited_ms * 1000 + at % 1000);
+                }
+            }
             nw_env_body(aTHX_ env, c);
         } else {
             SvREFCNT_dec((SV *)env);
