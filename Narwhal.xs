@@ -16,6 +16,7 @@
 #include "src/nw_scoreboard.h"
 #include "src/nw_accesslog.h"
 #include "src/nw_signal.h"
+#include "src/nw_log.h"
 #include <strings.h>
 
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
@@ -216,7 +217,7 @@ count_in_scoreboard(self)
     nw_xs_acceptor *self
   CODE:
     /* (after the scoreboard's attach: the slot this worker writes) */
-    nw_worker_count_in(self->w, nw_xs_score_slot ? &nw_xs_score_slot->counts : NULL);
+    nw_worker_count_in(self->w, nw_xs_score_slot);
 
 void
 hand_off_on_crash(self)
@@ -473,6 +474,12 @@ new(class, nslots)
         croak("cannot map the scoreboard: %s", strerror(errno));
     b->h.master_pid = (int32_t)getpid();
     b->h.started_unix = (int64_t)time(NULL);
+    {   /* narwhal_build_info's labels */
+        SV *v = get_sv("Narwhal::VERSION", 0);
+        const char *vs = v && SvOK(v) ? SvPV_nolen(v) : "";
+        strncpy(b->h.version, vs, sizeof b->h.version - 1);
+        strncpy(b->h.perl_version, PERL_VERSION_STRING, sizeof b->h.perl_version - 1);
+    }
     scoreboard_fd = fd;
     RETVAL = newSV(0);
     sv_setref_pv(RETVAL, class, (void *)b);
@@ -612,7 +619,40 @@ totals(self)
         av_push(cl, newSVnv((NV)t.by_class[i]));
     (void)hv_stores(hv, "served", newSVnv((NV)t.served));
     (void)hv_stores(hv, "by_class", newRV_noinc((SV *)cl));
+    (void)hv_stores(hv, "proxy_bad_header", newSVnv((NV)t.proxy_rejected[NW_PROXY_REJECT_BAD_HEADER]));
+    (void)hv_stores(hv, "proxy_not_allowed", newSVnv((NV)t.proxy_rejected[NW_PROXY_REJECT_NOT_ALLOWED]));
     RETVAL = newRV_noinc((SV *)hv);
+  OUTPUT:
+    RETVAL
+
+SV *
+proxy_last(self)
+    SV *self
+  CODE:
+    /* The latest connection a live worker refused under --proxy-protocol:
+     * [peer, reason ("bad_header" or "not_allowed")], or undef. */
+    const nw_scoreboard *b = board_of(aTHX_ self);
+    const nw_score_slot *last = NULL;
+    nw_msec at = 0;
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        nw_msec t = __atomic_load_n(&b->slot[i].proxy_last_ms, __ATOMIC_ACQUIRE);
+        if (b->slot[i].pid && t > at) {
+            at = t;
+            last = &b->slot[i];
+        }
+    }
+    if (last) {
+        char peer[NW_SCOREBOARD_PEER];
+        memcpy(peer, last->proxy_last_peer, sizeof peer);
+        peer[sizeof peer - 1] = 0;
+        AV *av = newAV();
+        av_push(av, newSVpv(peer, 0));
+        av_push(av, newSVpv(last->proxy_last_reason == NW_PROXY_REJECT_NOT_ALLOWED
+                            ? "not_allowed" : "bad_header", 0));
+        RETVAL = newRV_noinc((SV *)av);
+    } else {
+        RETVAL = &PL_sv_undef;
+    }
   OUTPUT:
     RETVAL
 
@@ -641,6 +681,22 @@ open(path, json)
     if (!nw_xs_access_log)
         croak("cannot open the access log %s: %s\n", path, strerror(errno));
     nw_xs_access_log_pid = (int)getpid();
+
+void
+forwarded(...)
+  CODE:
+    /* --access-log-client forwarded: the client field from the last
+     * X-Forwarded-For address when a trusted proxy sent it (unix-socket
+     * peers, and the --forwarded-from addresses given here). */
+    nw_xs_access_forwarded = 1;
+    free(nw_xs_forwarded_from);
+    nw_xs_forwarded_from = items ? calloc((size_t)items, sizeof *nw_xs_forwarded_from) : NULL;
+    nw_xs_forwarded_from_n = 0;
+    for (int i = 0; i < items && nw_xs_forwarded_from; i++) {
+        if (nw_proxy_cidr_parse(SvPV_nolen(ST(i)), &nw_xs_forwarded_from[nw_xs_forwarded_from_n]) < 0)
+            croak("--forwarded-from: not an address or CIDR: '%s'\n", SvPV_nolen(ST(i)));
+        nw_xs_forwarded_from_n++;
+    }
 
 int
 reopen()
@@ -727,6 +783,33 @@ wake_on_signals(fd, ...)
   OUTPUT:
     RETVAL
 
+MODULE = Narwhal    PACKAGE = Narwhal::Log
+
+void
+set_role(role)
+    const char *role
+  CODE:
+    /* kept for the life of the process: nw_log_set_role keeps the pointer */
+    nw_log_set_role(savepv(role));
+
+SV *
+format(level, text)
+    const char *level
+    SV *text
+  CODE:
+    /* Narwhal's own lines, from Perl: the C formatter (src/nw_log.c) */
+    STRLEN len, lines = 1;
+    const char *p = SvPVbyte(text, len);
+    for (STRLEN i = 0; i < len; i++)
+        lines += p[i] == '\n';
+    STRLEN cap = len + lines * (NW_LOG_PREFIX_MAX + 1) + 1;
+    RETVAL = newSV(cap);
+    SvPOK_only(RETVAL);
+    SvCUR_set(RETVAL, nw_log_format(SvPVX(RETVAL), cap, level, p, len));
+    *SvEND(RETVAL) = 0;
+  OUTPUT:
+    RETVAL
+
 MODULE = Narwhal    PACKAGE = Narwhal
 
 BOOT:
@@ -747,6 +830,7 @@ BOOT:
         export_constant(aTHX_ sb, "RESTART_WATCHDOG", NW_RESTART_WATCHDOG);
         export_constant(aTHX_ sb, "RESTART_MEMORY", NW_RESTART_MEMORY);
         export_constant(aTHX_ sb, "RESTART_SIGNAL", NW_RESTART_SIGNAL);
+        export_constant(aTHX_ sb, "RESTART_LIFETIME", NW_RESTART_LIFETIME);
         export_constant(aTHX_ sb, "WORKER_EXIT_WATCHDOG", NW_WORKER_EXIT_WATCHDOG);
     }
     /* What serve answers, and how release_parked lets parked connections go. */

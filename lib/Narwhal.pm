@@ -9,6 +9,18 @@ XSLoader::load('Narwhal', $VERSION);
 
 # Logging helpers shared by the master and the workers.
 
+# Narwhal's own error-log lines: "TIME narwhal[PID] ROLE LEVEL: text", one
+# line per line of text, formatted by the C side's one formatter
+# (src/nw_log.c, which the manager uses too). Levels: error, warn, info.
+# The app's own lines (warn, psgi.errors) are never passed through here.
+sub log_line {
+    my ($level, $text) = @_;
+    print STDERR Narwhal::Log::format($level, $text);
+}
+
+# This process's role in those lines: master, worker or manager.
+sub log_role { Narwhal::Log::set_role($_[0]) }
+
 sub open_error_log {
     my ($o) = @_;
     my $file = $o->{error_log} or return;
@@ -136,15 +148,19 @@ C<send-proxy> and C<send-proxy-v2> send) before the HTTP request;
 C<REMOTE_ADDR> and C<REMOTE_PORT> come from it, and C<SERVER_PORT> from its
 destination port (a C<LOCAL> header, a balancer's health check, keeps the
 socket's own). A connection without a valid header is closed without an
-answer: the server never guesses. Only for listeners that nothing but the
-balancer can reach, or with C<--proxy-from>. Default: C<off>.
+answer: the server never guesses; it is counted in
+C<narwhal_proxy_rejected_total{reason="bad_header"}> and logged with its peer
+(the first at once, the rest summed up every 10 s). Only for listeners that
+nothing but the balancer can reach, or with C<--proxy-from>; without it,
+Narwhal warns at start. Default: C<off>.
 
 =item --proxy-from CIDR
 
 With C<--proxy-protocol>, connections from any other address are closed at
 once (C<10.0.0.0/8>, C<fd00::/8>, or an address; repeatable; IPv4-mapped IPv6
 peers match IPv4 entries; unix-socket peers are local processes and always
-allowed).
+allowed), counted in C<narwhal_proxy_rejected_total{reason="not_allowed"}>
+and logged as a bad header is.
 
 =back
 
@@ -174,6 +190,18 @@ retired then, once the other workers are ready. Default: C<10000>.
 
 With it, each worker is replaced after a random count between this and
 C<--max-reqs-per-child>, so workers do not all restart at once.
+
+=item --max-worker-lifetime SECS
+
+A worker older than this many seconds is replaced as one that reached
+C<--max-reqs-per-child> is, also on a quiet server: its successor is started
+first, and once it is ready the old worker finishes its request and hands its
+kept-alive connections to the others (with the manager; without it, idle ones
+are closed). Each worker's limit is drawn once between SECS and SECS + 10%,
+and one worker is replaced at a time, so workers started together do not
+leave together. Counted in
+C<narwhal_worker_restarts_total{reason="lifetime"}>. 0 (the default): no
+limit. Default: C<0>. At most C<2000000>.
 
 =item --spawn-interval SECS
 
@@ -387,6 +415,22 @@ F<docs/DESIGN.md> for the layouts.
 Combined (with duration and pid at the end) or json, one object per line.
 Default: C<combined>.
 
+=item --access-log-client WHO
+
+Who the access log's client field names. C<peer> (the default): the
+connection's C<REMOTE_ADDR> (the PROXY header's source under
+C<--proxy-protocol>; C<-> on a unix socket). C<forwarded>: the last address
+of C<X-Forwarded-For> when the request came from a proxy Narwhal trusts, a
+unix-socket peer (nginx on the same host; the socket's mode decides who may
+connect) or an address in C<--forwarded-from>; else, or when that is not an
+address, the peer as with C<peer>. Only the log changes: the app's
+C<REMOTE_ADDR> stays the peer's. Default: C<peer>.
+
+=item --forwarded-from CIDR
+
+With --access-log-client forwarded, trust X-Forwarded-For from these TCP
+peers too (repeatable).
+
 =back
 
 =head2 Process
@@ -415,7 +459,10 @@ Write the master's pid here.
 =item --error-log FILE
 
 Append stderr (and C<psgi.errors>) to this file instead of stderr; USR1
-reopens it.
+reopens it in the master, the connection manager and every worker. Narwhal's
+own lines start with the time, C<narwhal[PID]>, the process's role and a
+level (C<2026-11-26T13:40:01.123Z narwhal[1234] master info: ...>); the app's
+lines are left as it wrote them.
 
 =back
 

@@ -6,7 +6,9 @@
 #endif
 #include "nw_accesslog.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -268,26 +270,97 @@ static char *put_clf(char *o, nw_str s)
     return o;
 }
 
-/* A JSON string's contents: '"' and '\' escaped, other bytes below 0x20 or
- * from 0x7f up as \u00XX (each byte its own code point: valid JSON
- * whatever the bytes were). At most NW_ACCESS_LOG_FIELD bytes out. */
+size_t nw_utf8_seq_len(const unsigned char *p, size_t left)
+{
+    unsigned char c = p[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;     /* the second byte's range */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0)
+            lo = 0xa0;                      /* no overlong forms */
+        else if (c == 0xed)
+            hi = 0x9f;                      /* no surrogates */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0)
+            lo = 0x90;                      /* no overlong forms */
+        else if (c == 0xf4)
+            hi = 0x8f;                      /* nothing above U+10FFFF */
+    } else {
+        return 0;                           /* 80-C1 (continuations, overlong), F5-FF */
+    }
+    if (left < n || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t k = 2; k < n; k++)
+        if ((p[k] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* A JSON string's contents: valid UTF-8 as it is; '"' and '\' escaped;
+ * control characters (below 0x20, 0x7f, and U+0080-U+009F) as \u00XX; a
+ * byte that is not part of valid UTF-8 as \u00XX of its value (valid JSON
+ * whatever the bytes were). At most NW_ACCESS_LOG_FIELD bytes out, never
+ * a sequence cut in two. */
 static char *put_json(char *o, nw_str s)
 {
     char *end = o + NW_ACCESS_LOG_FIELD;
-    for (size_t i = 0; i < s.len && o + 6 <= end; i++) {
-        unsigned char c = (unsigned char)s.p[i];
-        if (c == '"' || c == '\\') {
-            *o++ = '\\';
+    const unsigned char *p = (const unsigned char *)s.p;
+    for (size_t i = 0; i < s.len && o + 6 <= end;) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c < 0x7f) {
+            if (c == '"' || c == '\\')
+                *o++ = '\\';
             *o++ = (char)c;
-        } else if (c < 0x20 || c >= 0x7f) {
-            o = PUT_LIT(o, "\\u00");
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        } else {
-            *o++ = (char)c;
+            i++;
+            continue;
         }
+        size_t n = c < 0x80 ? 0 : nw_utf8_seq_len(p + i, s.len - i);
+        if (n == 2 && c == 0xc2 && p[i + 1] < 0xa0) {
+            c = p[i + 1];                   /* a C1 control: its code point */
+            n = 0;
+            i++;
+        }
+        if (n) {
+            o = put_mem(o, s.p + i, n);
+            i += n;
+            continue;
+        }
+        o = PUT_LIT(o, "\\u00");
+        *o++ = hex[c >> 4];
+        *o++ = hex[c & 15];
+        i++;
     }
     return o;
+}
+
+nw_str nw_access_forwarded_for(nw_str xff, char *buf, size_t size)
+{
+    nw_str none = { NULL, 0 };
+    if (!xff.p)
+        return none;
+    size_t end = xff.len;
+    while (end && (xff.p[end - 1] == ' ' || xff.p[end - 1] == '\t'))
+        end--;
+    size_t start = end;
+    while (start && xff.p[start - 1] != ',')
+        start--;
+    while (start < end && (xff.p[start] == ' ' || xff.p[start] == '\t'))
+        start++;
+    size_t n = end - start;
+    if (n == 0 || n >= size)
+        return none;
+    memcpy(buf, xff.p + start, n);
+    buf[n] = 0;
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, buf, addr) != 1 && inet_pton(AF_INET6, buf, addr) != 1)
+        return none;
+    return (nw_str){ buf, n };
 }
 
 static char *put_protocol(char *o, int minor)

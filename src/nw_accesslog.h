@@ -58,4 +58,15 @@ uint64_t nw_access_log_lost(const nw_access_log *log);
 /* Flush and close. */
 void nw_access_log_close(nw_access_log *log);
 
+/* The length of the valid UTF-8 sequence at p (left bytes there): 1 to 4,
+ * or 0 when it is not one (a stray continuation byte, an overlong form, a
+ * surrogate, above U+10FFFF, cut short). */
+size_t nw_utf8_seq_len(const unsigned char *p, size_t left);
+
+/* --access-log-client forwarded: the last address of an X-Forwarded-For
+ * value (the one the trusted proxy in front added), copied into buf (size
+ * bytes, NUL-terminated); absent (p NULL) when there is none or it is not
+ * an IPv4 or IPv6 address. */
+nw_str nw_access_forwarded_for(nw_str xff, char *buf, size_t size);
+
 #endif

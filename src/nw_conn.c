@@ -161,6 +161,7 @@ static int read_proxy_header(nw_conn *c)
     if (r == NW_PROXY_BAD) {
         close(c->fd);
         c->fd = -1;
+        c->proxy_refused = 1;
         return NW_REQ_CLOSED;
     }
     nw_buf_consume(&c->in, used);

@@ -84,6 +84,8 @@ typedef struct {
     uint64_t body_sent;         /* response body bytes written (framing included) */
     int proxy_pending;          /* its PROXY header is not parsed yet */
     int proxy_fresh;            /* one was just parsed: its addresses are news */
+    int proxy_refused;          /* closed because its PROXY header was not valid (for the
+                                 * caller to count: narwhal_proxy_rejected_total) */
     nw_proxy_info proxy;        /* what the last one said */
     char request_id[NW_REQUEST_ID_MAX];  /* the response's X-Request-Id (the access log's) */
     unsigned request_id_len;

@@ -31,6 +31,7 @@
 #include "nw_io.h"
 #include "nw_limits.h"
 #include "nw_proxy.h"
+#include "nw_log.h"
 #include "nw_scoreboard.h"
 #include "nw_status.h"
 
@@ -39,6 +40,7 @@
 #include <netinet/tcp.h>
 #include <sys/un.h>
 #include <time.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -144,6 +146,7 @@ typedef struct {
     nw_status_client status[NW_STATUS_CLIENTS];
     int     listeners[16];
     int     nlisteners;
+    const char *error_log;          /* --error-log (USR1 reopens it), or NULL */
 } nw_manager;
 
 /* ------------------------------------------------------------ records */
@@ -784,7 +787,7 @@ static void nw_manager_bad_frame(nw_manager *m, const char *from)
     if (m->bad_frame_logged)
         return;
     m->bad_frame_logged = 1;
-    fprintf(stderr, "narwhal-manager: dropped a malformed or truncated frame "
+    nw_log("error", "dropped a malformed or truncated frame "
             "from %s (%s); further ones are dropped silently\n", from, strerror(errno));
 }
 
@@ -1140,6 +1143,27 @@ static int nw_manager_timeout(const nw_manager *m)
 
 /* ------------------------------------------------------------ the loop */
 
+/* USR1 (after the master reopened --error-log, created the file and gave
+ * it to --user): stderr onto the file at the path, so that the manager
+ * does not go on writing to the rotated (or deleted) one. A failure is
+ * said on the old stderr, and stderr stays where it was. */
+static void nw_manager_reopen_error_log(nw_manager *m)
+{
+    if (!m->error_log)
+        return;
+    int fd = open(m->error_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        nw_log("error", "cannot reopen the error log %s: %s", m->error_log, strerror(errno));
+        return;
+    }
+    if (fd != 2) {
+        if (dup2(fd, 2) < 0)
+            nw_log("error", "cannot reopen the error log %s: %s", m->error_log, strerror(errno));
+        close(fd);
+    }
+    nw_log("info", "reopened the error log %s", m->error_log);
+}
+
 static void nw_manager_event(nw_manager *m, int fd)
 {
     if ((m->status_fd >= 0 || m->status_active) && nw_manager_status_event(m, fd))
@@ -1148,8 +1172,12 @@ static void nw_manager_event(nw_manager *m, int fd)
         nw_manager_control_readable(m);
     } else if (fd == m->sigfd) {
         struct signalfd_siginfo si;
-        if (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si && !m->serve_until)
-            m->serve_until = m->now + NW_STOP_SERVE_MS;
+        while (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            if (si.ssi_signo == SIGUSR1)
+                nw_manager_reopen_error_log(m);
+            else if (!m->serve_until)
+                m->serve_until = m->now + NW_STOP_SERVE_MS;
+        }
     } else if (fd == m->handoff_queue) {
         nw_manager_handoff_queue_readable(m);
     } else if (fd == m->serve_queue) {
@@ -1201,12 +1229,13 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->serve_reader = cfg->serve_reader_fd;
     m->max_queue_wait = nw_manager_ms(cfg->max_queue_wait);
     m->status_fd = cfg->status_fd;
+    m->error_log = cfg->error_log;
     for (int i = 0; i < NW_STATUS_CLIENTS; i++)
         m->status[i].fd = -1;
     m->nlisteners = cfg->nlisteners;
     memcpy(m->listeners, cfg->listener_fds, sizeof m->listeners);
     if (cfg->scoreboard_fd >= 0 && !(m->board = nw_scoreboard_map(cfg->scoreboard_fd)))
-        fprintf(stderr, "narwhal-manager: cannot map the scoreboard: %s\n", strerror(errno));
+        nw_log("error", "cannot map the scoreboard: %s", strerror(errno));
     /* the rests an earlier manager held went with it (DESIGN.md, "Slow readers") */
     if (m->board && (m->offload_bytes = nw_scoreboard_map_offload(cfg->scoreboard_fd)))
         __atomic_store_n(m->offload_bytes, 0, __ATOMIC_RELAXED);
@@ -1217,6 +1246,7 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
     sigprocmask(SIG_BLOCK, &set, NULL);
 
     if (!(m->frame_data = malloc(NW_FRAME_MAX_DATA)))
@@ -1346,7 +1376,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
     struct epoll_event ev[NW_MANAGER_EVENTS];
     int rc = 0;
     if (nw_manager_open(&m, cfg, control_fd, handoff_queue_fd, serve_queue_fd) < 0) {
-        fprintf(stderr, "narwhal-manager: cannot start: %s\n", strerror(errno));
+        nw_log("error", "cannot start: %s", strerror(errno));
         nw_manager_close(&m);
         return 1;
     }
@@ -1363,7 +1393,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
             timeout = stop_at > m.now ? (int)(stop_at - m.now) : 0;
         int n = epoll_wait(m.ep, ev, NW_MANAGER_EVENTS, timeout);
         if (n < 0 && errno != EINTR) {
-            fprintf(stderr, "narwhal-manager: epoll_wait: %s\n", strerror(errno));
+            nw_log("error", "epoll_wait: %s", strerror(errno));
             rc = 1;
             break;
         }

@@ -23,6 +23,7 @@ typedef struct {
     int status_fd;              /* the --status-listen listener, or -1 */
     int listener_fds[16];       /* the app's listeners (queue lengths only) */
     int nlisteners;
+    const char *error_log;      /* --error-log: reopened onto fd 2 on SIGUSR1, or NULL */
 } nw_manager_config;
 
 /* Run the manager until the master closes control_fd (end of stream) or
@@ -31,7 +32,10 @@ typedef struct {
  * SERVE frames written to serve_queue_fd (the serve queue). Returns 1 (with a message on stderr)
  * when it cannot start: no epoll, no signalfd, no memory.
  *
- * It blocks SIGTERM and SIGINT (they are read through a signalfd) and
+ * SIGUSR1 (the master's, after log rotation) reopens cfg->error_log onto
+ * fd 2.
+ *
+ * It blocks SIGTERM, SIGINT and SIGUSR1 (they are read through a signalfd) and
  * ignores SIGPIPE, and leaves both so on return: a second TERM arriving
  * while the process exits must not turn a clean exit into a killed one. */
 int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_queue_fd,

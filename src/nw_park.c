@@ -25,6 +25,13 @@ void nw_park_init(nw_park *p, int epfd, uint32_t event_base)
     p->nfree = NW_MAX_PARKED;
 }
 
+void nw_park_publish(nw_park *p, volatile uint32_t *to)
+{
+    p->published = to;
+    if (to)
+        *to = (uint32_t)p->count;
+}
+
 /* Take free slot i off the free stack (swap with the top). */
 static void claim_slot(nw_park *p, int i)
 {
@@ -91,6 +98,8 @@ int nw_park_add(nw_park *p, int fd, void *item, nw_msec until, int drained, nw_p
         p->head = i;
     p->tail = i;
     p->count++;
+    if (p->published)
+        *p->published = (uint32_t)p->count;
     return 0;
 }
 
@@ -140,6 +149,8 @@ static void *take_slot(nw_park *p, int i, int unwatch)
     p->free_pos[i] = p->nfree;
     p->free_slot[p->nfree++] = i;
     p->count--;
+    if (p->published)
+        *p->published = (uint32_t)p->count;
     return item;
 }
 

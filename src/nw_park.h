@@ -28,6 +28,7 @@ typedef struct {
     int epfd;                           /* the worker's epoll set (not owned) */
     uint32_t event_base;                /* epoll data for slot i: event_base + i, gen[i] above */
     int count;                          /* slots in use */
+    volatile uint32_t *published;       /* count is copied here (a scoreboard slot's), or NULL */
     int ready_count;                    /* of those, readable */
     int cursor;                         /* where the next search for a ready one starts */
     int used_slots;                     /* 1 + the highest slot ever used */
@@ -80,6 +81,10 @@ void *nw_park_take_expired(nw_park *p, nw_msec now, int everything);
 
 /* The nearest deadline of a connection that is not readable, or 0. */
 nw_msec nw_park_nearest(const nw_park *p);
+
+/* Copy the number of parked connections to *to from now on (a scoreboard
+ * slot's, for narwhal_connections{state="parked"}); NULL: nowhere. */
+void nw_park_publish(nw_park *p, volatile uint32_t *to);
 
 /* The fd parked in slot i (for shutdown), or -1. */
 int nw_park_fd(const nw_park *p, int i);

@@ -4,7 +4,11 @@
 #endif
 #include "nw_scoreboard.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -139,6 +143,34 @@ static void add_counts(nw_score_counts *to, const nw_score_counts *from)
         to->bucket[i] += from->bucket[i];
     to->duration_us += from->duration_us;
     to->adopted += from->adopted;
+    for (int i = 0; i < NW_PROXY_REJECTS; i++)
+        to->proxy_rejected[i] += from->proxy_rejected[i];
+    for (int i = 0; i < NW_QUEUE_BUCKETS; i++)
+        to->queue_bucket[i] += from->queue_bucket[i];
+    to->queue_us += from->queue_us;
+}
+
+void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,
+                                  unsigned peer_len, nw_msec now)
+{
+    if (!s || reason < 0 || reason >= NW_PROXY_REJECTS)
+        return;
+    s->counts.proxy_rejected[reason]++;
+    char text[NW_SCOREBOARD_PEER] = "unknown", addr[INET6_ADDRSTRLEN];
+    if (peer && peer_len >= sizeof(struct sockaddr_in) && peer->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
+        if (inet_ntop(AF_INET, &in->sin_addr, addr, sizeof addr))
+            snprintf(text, sizeof text, "%s:%u", addr, (unsigned)ntohs(in->sin_port));
+    } else if (peer && peer_len >= sizeof(struct sockaddr_in6) && peer->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)peer;
+        if (inet_ntop(AF_INET6, &in6->sin6_addr, addr, sizeof addr))
+            snprintf(text, sizeof text, "[%s]:%u", addr, (unsigned)ntohs(in6->sin6_port));
+    } else if (peer && peer->sa_family == AF_UNIX) {
+        snprintf(text, sizeof text, "a unix socket peer");
+    }
+    memcpy(s->proxy_last_peer, text, sizeof text);
+    s->proxy_last_reason = reason;
+    __atomic_store_n(&s->proxy_last_ms, now ? now : 1, __ATOMIC_RELEASE);
 }
 
 void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s)
@@ -189,6 +221,16 @@ void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us)
     s->counts.served++;
     if (s->state == NW_WORKER_BUSY)
         s->state = NW_WORKER_IDLE;
+}
+
+void nw_scoreboard_queue_wait(nw_score_slot *s, uint64_t wait_us)
+{
+    static const uint64_t queue_bounds[NW_QUEUE_BUCKETS - 1] = NW_QUEUE_BOUNDS_US;
+    int i = 0;
+    while (i < NW_QUEUE_BUCKETS - 1 && wait_us > queue_bounds[i])
+        i++;
+    s->counts.queue_bucket[i]++;
+    s->counts.queue_us += wait_us;
 }
 
 void nw_scoreboard_count_error(nw_score_slot *s, int status)

@@ -16,12 +16,18 @@
 #define NW_SCOREBOARD_SLOTS   1024  /* workers alive at once, all generations */
 #define NW_SCOREBOARD_REQUEST 160   /* bytes of "METHOD target" kept */
 #define NW_SCORE_CLASSES      5     /* status classes 1xx .. 5xx */
-#define NW_SCORE_BUCKETS      12    /* duration histogram: 11 bounds and +Inf */
+#define NW_SCORE_BUCKETS      18    /* duration histogram: 17 bounds and +Inf */
+#define NW_QUEUE_BUCKETS      15    /* queue-wait histogram: 14 bounds and +Inf */
 #define NW_SCOREBOARD_READ_TRIES 100000 /* a reader's retries while the master folds */
 
-/* The histogram's upper bounds, in microseconds (the last bucket is +Inf). */
-#define NW_SCORE_BOUNDS_US { 5000, 10000, 25000, 50000, 100000, 250000, 500000, \
-                             1000000, 2500000, 5000000, 10000000 }
+/* The duration histogram's upper bounds, in microseconds (the last bucket
+ * is +Inf): from 100 us, so that a fast app's percentiles are resolved. */
+#define NW_SCORE_BOUNDS_US { 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, \
+                             250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000 }
+/* The queue-wait histogram's, from 1 ms (its resolution: the manager's
+ * clock is in milliseconds). */
+#define NW_QUEUE_BOUNDS_US { 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, \
+                             1000000, 2500000, 5000000, 10000000, 30000000 }
 
 enum nw_worker_state {
     NW_WORKER_FREE = 0,     /* no worker in this slot */
@@ -48,8 +54,18 @@ enum nw_restart_reason {
     NW_RESTART_WATCHDOG,
     NW_RESTART_MEMORY,
     NW_RESTART_SIGNAL,
+    NW_RESTART_LIFETIME,    /* --max-worker-lifetime */
     NW_RESTART_REASONS
 };
+
+/* Why a worker refused a connection under --proxy-protocol
+ * (narwhal_proxy_rejected_total{reason}). */
+enum nw_proxy_reject {
+    NW_PROXY_REJECT_BAD_HEADER = 0,  /* what came first was not a valid PROXY header */
+    NW_PROXY_REJECT_NOT_ALLOWED,     /* the peer is outside --proxy-from */
+    NW_PROXY_REJECTS
+};
+#define NW_SCOREBOARD_PEER 64       /* bytes of a peer's "address:port" kept */
 
 /* Counts a worker keeps of the requests it finished. */
 typedef struct {
@@ -58,6 +74,9 @@ typedef struct {
     uint64_t bucket[NW_SCORE_BUCKETS];      /* durations, per bucket (not cumulative) */
     uint64_t duration_us;                   /* sum of durations */
     uint64_t adopted;                       /* connections taken from a leaving worker (ADOPT) */
+    uint64_t proxy_rejected[NW_PROXY_REJECTS]; /* connections refused under --proxy-protocol */
+    uint64_t queue_bucket[NW_QUEUE_BUCKETS]; /* waits in the manager's queue, per bucket */
+    uint64_t queue_us;                      /* sum of those waits */
 } nw_score_counts;
 
 typedef struct {
@@ -71,6 +90,12 @@ typedef struct {
     nw_score_counts counts;
     volatile uint32_t request_len;
     char request[NW_SCOREBOARD_REQUEST]; /* "METHOD target" of the current or last request */
+    /* the last connection this worker refused under --proxy-protocol (the
+     * master logs it: nw_scoreboard_proxy_rejected) */
+    volatile uint32_t parked;           /* connections parked in this worker now (nw_park) */
+    volatile nw_msec proxy_last_ms;     /* when (monotonic ms; 0: never) */
+    volatile int32_t proxy_last_reason; /* enum nw_proxy_reject */
+    char proxy_last_peer[NW_SCOREBOARD_PEER]; /* its peer, "address:port", NUL-terminated */
 } nw_score_slot;
 
 typedef struct {
@@ -85,6 +110,9 @@ typedef struct {
     nw_score_counts gone;               /* the counts of workers reaped */
     volatile int64_t offload_bytes;     /* bytes of responses in memfds the manager is writing:
                                          * workers raise it, the manager lowers it */
+    char     version[24];               /* Narwhal's version, NUL-terminated (the master's
+                                         * $Narwhal::VERSION: narwhal_build_info) */
+    char     perl_version[24];          /* the perl it runs on */
 } nw_score_header;
 
 typedef struct {
@@ -115,9 +143,20 @@ void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t me
                                  const char *target, size_t target_len, uint64_t now_us);
 void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us);
 
+/* A request that came through the manager's serve queue began: it had
+ * waited wait_us since its head was complete there. */
+void nw_scoreboard_queue_wait(nw_score_slot *s, uint64_t wait_us);
+
 /* A request answered with an error before it reached the app (400, 408,
  * 413...): counted by its status, with no duration. */
 void nw_scoreboard_count_error(nw_score_slot *s, int status);
+
+/* A worker refused a connection under --proxy-protocol (reason: enum
+ * nw_proxy_reject; peer: the socket's peer, may be NULL): counted, and
+ * noted as the slot's last refusal for the master's log line. */
+struct sockaddr;
+void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,
+                                  unsigned peer_len, nw_msec now);
 
 /* --max-offload-total: take n bytes of the offload budget (0), or none
  * when that would pass cap (-1). */

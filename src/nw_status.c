@@ -4,7 +4,9 @@
 #endif
 #include "nw_status.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,13 +14,14 @@
 
 static const char *const state_names[] = { "free", "starting", "idle", "busy", "stopping" };
 static const char *const restart_names[NW_RESTART_REASONS] = {
-    "max-requests", "crash", "watchdog", "memory", "signal" };
+    "max-requests", "crash", "watchdog", "memory", "signal", "lifetime" };
 static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
+static const uint64_t queue_bounds_us[NW_QUEUE_BUCKETS - 1] = NW_QUEUE_BOUNDS_US;
 
 /* One worker as the pages show it. */
 typedef struct {
-    int pid, state, generation;
-    uint64_t served, rss;
+    int pid, state, generation, slot;
+    uint64_t served, rss, parked;
     double running_s, age_s;
     char request[NW_SCOREBOARD_REQUEST + 1];
 } worker_row;
@@ -83,6 +86,17 @@ static int put_json_string(nw_buf *b, const char *s)
     return nw_buf_append(b, "\"", 1);
 }
 
+/* A label value of the text format: '"', '\\' and newlines escaped. */
+static int put_label(nw_buf *b, const char *s)
+{
+    int r = 0;
+    for (; *s && !r; s++)
+        r = *s == '"' || *s == '\\' ? put(b, "\\%c", *s)
+          : *s == '\n'             ? put(b, "\\n")
+          :                          nw_buf_append(b, s, 1);
+    return r;
+}
+
 /* ------------------------------------------------------------ reading */
 
 static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
@@ -93,6 +107,7 @@ static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
         return 0;
     w->generation = s->generation;
     w->served = s->counts.served;
+    w->parked = s->parked;
     uint32_t len = s->request_len < NW_SCOREBOARD_REQUEST ? s->request_len : NW_SCOREBOARD_REQUEST;
     memcpy(w->request, s->request, len);
     w->request[len] = 0;
@@ -112,9 +127,19 @@ static worker_row *read_rows(const nw_scoreboard *b, size_t *n, uint64_t now_us)
     if (!rows)
         return NULL;
     for (uint32_t i = 0; i < b->h.nslots; i++)
-        if (b->slot[i].pid && read_row(&b->slot[i], &rows[*n], now_us))
+        if (b->slot[i].pid && read_row(&b->slot[i], &rows[*n], now_us)) {
+            rows[*n].slot = (int)i;
             (*n)++;
+        }
     return rows;
+}
+
+static uint64_t parked_total(const worker_row *rows, size_t n)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++)
+        t += rows[i].parked;
+    return t;
 }
 
 static void count_states(const worker_row *rows, size_t n, uint64_t by_state[5])
@@ -180,6 +205,21 @@ static int metrics_requests(nw_buf *o, const nw_score_counts *t)
     }
     r |= put(o, "narwhal_request_duration_seconds_sum %.6f\n", (double)t->duration_us / 1e6);
     r |= put(o, "narwhal_request_duration_seconds_count %llu\n", (unsigned long long)cumulative);
+    r |= metric_head(o, "narwhal_request_queue_seconds", "histogram",
+                     "Time a complete request waited in the connection manager's queue for a "
+                     "free worker (requests that came through it; 1 ms resolution).");
+    cumulative = 0;
+    for (int i = 0; i < NW_QUEUE_BUCKETS; i++) {
+        cumulative += t->queue_bucket[i];
+        if (i < NW_QUEUE_BUCKETS - 1)
+            r |= put(o, "narwhal_request_queue_seconds_bucket{le=\"%g\"} %llu\n",
+                     (double)queue_bounds_us[i] / 1e6, (unsigned long long)cumulative);
+        else
+            r |= put(o, "narwhal_request_queue_seconds_bucket{le=\"+Inf\"} %llu\n",
+                     (unsigned long long)cumulative);
+    }
+    r |= put(o, "narwhal_request_queue_seconds_sum %.6f\n", (double)t->queue_us / 1e6);
+    r |= put(o, "narwhal_request_queue_seconds_count %llu\n", (unsigned long long)cumulative);
     return r;
 }
 
@@ -198,20 +238,25 @@ static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *
     for (int i = 0; i < NW_RESTART_REASONS; i++)
         r |= put(o, "narwhal_worker_restarts_total{reason=\"%s\"} %llu\n", restart_names[i],
                  (unsigned long long)b->h.restarts[i]);
+    /* by scoreboard slot, not pid: a replaced worker's successor takes the
+     * lowest free slot, so the series stay (about --max-workers of them)
+     * while the workers come and go */
     r |= metric_head(o, "narwhal_worker_resident_bytes", "gauge",
-                     "Resident set size of each worker.");
+                     "Resident set size of each worker, by scoreboard slot.");
     for (size_t i = 0; i < n; i++)
-        r |= put(o, "narwhal_worker_resident_bytes{pid=\"%d\"} %llu\n", rows[i].pid,
+        r |= put(o, "narwhal_worker_resident_bytes{slot=\"%d\"} %llu\n", rows[i].slot,
                  (unsigned long long)rows[i].rss);
     return r;
 }
 
 static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
-                           uint64_t adopted)
+                           uint64_t parked, uint64_t adopted, const uint64_t *proxy_rejected)
 {
     int r = metric_head(o, "narwhal_connections", "gauge",
                         "Client connections: held idle or reading a head in the manager, "
-                        "queued for a worker, or with a worker (being served).");
+                        "queued for a worker, written to a slow reader by the manager, "
+                        "parked in a worker between requests, or being served by a worker.");
+    r |= put(o, "narwhal_connections{state=\"parked\"} %llu\n", (unsigned long long)parked);
     r |= put(o, "narwhal_connections{state=\"idle\"} %llu\n", (unsigned long long)m->held_idle);
     r |= put(o, "narwhal_connections{state=\"reading\"} %llu\n", (unsigned long long)m->held_reading);
     r |= put(o, "narwhal_connections{state=\"queued\"} %llu\n", (unsigned long long)m->held_queued);
@@ -232,6 +277,13 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
     r |= metric_head(o, "narwhal_offload_bytes", "gauge",
                      "Bytes of such responses held in memory (--max-offload-total).");
     r |= put(o, "narwhal_offload_bytes %lld\n", (long long)(m->offload_bytes > 0 ? m->offload_bytes : 0));
+    r |= metric_head(o, "narwhal_proxy_rejected_total", "counter",
+                     "Connections closed under --proxy-protocol: no valid PROXY header "
+                     "(bad_header) or a peer outside --proxy-from (not_allowed).");
+    r |= put(o, "narwhal_proxy_rejected_total{reason=\"bad_header\"} %llu\n",
+             (unsigned long long)proxy_rejected[NW_PROXY_REJECT_BAD_HEADER]);
+    r |= put(o, "narwhal_proxy_rejected_total{reason=\"not_allowed\"} %llu\n",
+             (unsigned long long)proxy_rejected[NW_PROXY_REJECT_NOT_ALLOWED]);
     r |= metric_head(o, "narwhal_shed_total", "counter",
                      "Requests answered 503 after waiting longer than --max-queue-wait.");
     r |= put(o, "narwhal_shed_total %llu\n", (unsigned long long)m->shed);
@@ -249,6 +301,128 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
     return r;
 }
 
+/* What /proc says of one process (the master): -1 where it could not be
+ * read (another user's fds under --user, say). */
+typedef struct {
+    double cpu_s, start_unix;
+    double rss, vsize, fds, max_fds;
+} proc_numbers;
+
+static double proc_boot_time(void)
+{
+    static double btime;
+    if (btime > 0)
+        return btime;
+    FILE *f = fopen("/proc/stat", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "btime ", 6)) {
+            btime = strtod(line + 6, NULL);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return btime;
+}
+
+static void proc_read(int pid, proc_numbers *p)
+{
+    char path[64], buf[1024];
+    p->cpu_s = p->start_unix = p->rss = p->vsize = p->fds = p->max_fds = -1;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    if (n > 0 && tick > 0) {
+        buf[n] = 0;
+        /* after "pid (comm) ": fields 3.. (comm may hold spaces: from the last ')') */
+        char *p3 = strrchr(buf, ')');
+        unsigned long long utime, stime, start, vsize;
+        long long rss;
+        if (p3 && sscanf(p3 + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
+                         "%*d %*d %*d %*d %*d %*d %llu %llu %lld",
+                         &utime, &stime, &start, &vsize, &rss) == 5) {
+            p->cpu_s = (double)(utime + stime) / (double)tick;
+            double boot = proc_boot_time();
+            if (boot > 0)
+                p->start_unix = boot + (double)start / (double)tick;
+            p->vsize = (double)vsize;
+            p->rss = (double)rss * (double)(page > 0 ? page : 4096);
+        }
+    }
+    snprintf(path, sizeof path, "/proc/%d/fd", pid);
+    DIR *d = opendir(path);
+    if (d) {
+        double count = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            count += e->d_name[0] != '.';
+        closedir(d);
+        p->fds = count;
+    }
+    snprintf(path, sizeof path, "/proc/%d/limits", pid);
+    FILE *f = fopen(path, "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "Max open files", 14)) {
+            char *v = line + 14;
+            while (*v == ' ')
+                v++;
+            if (strncmp(v, "unlimited", 9))
+                p->max_fds = strtod(v, NULL);
+            break;
+        }
+    if (f)
+        fclose(f);
+}
+
+/* The standard process_* families, of the master (the process that owns
+ * the server: its pid is in the scoreboard), and the build. */
+static int metrics_process(nw_buf *o, const nw_scoreboard *b)
+{
+    proc_numbers p;
+    proc_read(b->h.master_pid, &p);
+    int r = 0;
+    if (p.cpu_s >= 0) {
+        r |= metric_head(o, "process_cpu_seconds_total", "counter",
+                         "Total user and system CPU time of the master, in seconds.");
+        r |= put(o, "process_cpu_seconds_total %.2f\n", p.cpu_s);
+        r |= metric_head(o, "process_resident_memory_bytes", "gauge",
+                         "Resident memory size of the master, in bytes.");
+        r |= put(o, "process_resident_memory_bytes %.0f\n", p.rss);
+        r |= metric_head(o, "process_virtual_memory_bytes", "gauge",
+                         "Virtual memory size of the master, in bytes.");
+        r |= put(o, "process_virtual_memory_bytes %.0f\n", p.vsize);
+    }
+    r |= metric_head(o, "process_start_time_seconds", "gauge",
+                     "Start time of the master since the epoch, in seconds.");
+    r |= put(o, "process_start_time_seconds %.2f\n",
+             p.start_unix > 0 ? p.start_unix : (double)b->h.started_unix);
+    if (p.fds >= 0) {
+        r |= metric_head(o, "process_open_fds", "gauge", "Open file descriptors of the master.");
+        r |= put(o, "process_open_fds %.0f\n", p.fds);
+    }
+    if (p.max_fds >= 0) {
+        r |= metric_head(o, "process_max_fds", "gauge",
+                         "The master's limit of open file descriptors.");
+        r |= put(o, "process_max_fds %.0f\n", p.max_fds);
+    }
+    char version[sizeof b->h.version + 1], perl[sizeof b->h.perl_version + 1];
+    memcpy(version, b->h.version, sizeof b->h.version);
+    version[sizeof b->h.version] = 0;
+    memcpy(perl, b->h.perl_version, sizeof b->h.perl_version);
+    perl[sizeof b->h.perl_version] = 0;
+    r |= metric_head(o, "narwhal_build_info", "gauge",
+                     "Always 1; the labels say which Narwhal runs, on which perl.");
+    r |= put(o, "narwhal_build_info{version=\"");
+    r |= put_label(o, version[0] ? version : "unknown");
+    r |= put(o, "\",perl=\"");
+    r |= put_label(o, perl[0] ? perl : "unknown");
+    r |= put(o, "\"} 1\n");
+    return r;
+}
+
 static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
                           const worker_row *rows, size_t n, int64_t now_unix)
 {
@@ -258,12 +432,14 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
     count_states(rows, n, by_state);
     int r = metrics_requests(o, &t);
     r |= metrics_workers(o, b, rows, n);
-    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], t.adopted);
+    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], parked_total(rows, n), t.adopted,
+                         t.proxy_rejected);
     r |= metric_head(o, "narwhal_start_time_seconds", "gauge",
                      "When the master started, in seconds since the epoch.");
     r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);
     r |= metric_head(o, "narwhal_up", "gauge", "1 while the server accepts work, 0 once it stops.");
     r |= put(o, "narwhal_up %d\n", !(b->h.stopping || m->stopping));
+    r |= metrics_process(o, b);
     (void)now_unix;
     return r;
 }
@@ -298,15 +474,18 @@ static int json_counts(nw_buf *o, const nw_scoreboard *b, const nw_score_counts 
     return r | put(o, "}");
 }
 
-static int json_manager(nw_buf *o, const nw_status_manager *m)
+static int json_manager(nw_buf *o, const nw_status_manager *m, uint64_t parked, uint64_t busy)
 {
-    int r = put(o, "\"connections\":{\"idle\":%llu,\"reading\":%llu,\"queued\":%llu,"
-                "\"writing\":%llu},"
-                "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
-                "\"offloaded\":%llu,\"offload_bytes\":%lld,"
-                "\"listeners\":[",
+    int r = put(o, "\"connections\":{\"total\":%llu,\"idle\":%llu,\"reading\":%llu,\"queued\":%llu,"
+                "\"writing\":%llu,\"parked\":%llu,\"worker\":%llu},",
+                (unsigned long long)(m->held_idle + m->held_reading + m->held_queued
+                                     + m->held_writing + parked + busy),
                 (unsigned long long)m->held_idle, (unsigned long long)m->held_reading,
                 (unsigned long long)m->held_queued, (unsigned long long)m->held_writing,
+                (unsigned long long)parked, (unsigned long long)busy);
+    r |= put(o, "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
+                "\"offloaded\":%llu,\"offload_bytes\":%lld,"
+                "\"listeners\":[",
                 (unsigned long long)m->handoffs_in,
                 (unsigned long long)m->handoffs_out, (unsigned long long)m->shed,
                 (unsigned long long)m->offloaded,
@@ -336,7 +515,9 @@ static int render_json(nw_buf *o, const nw_scoreboard *b, const nw_status_manage
     r |= put(o, ",");
     r |= json_counts(o, b, &t);
     r |= put(o, ",");
-    r |= json_manager(o, m);
+    uint64_t by_state[5];
+    count_states(rows, n, by_state);
+    r |= json_manager(o, m, parked_total(rows, n), by_state[NW_WORKER_BUSY]);
     return r | put(o, "}\n");
 }
 
@@ -370,7 +551,7 @@ static int html_card(nw_buf *o, const char *label, unsigned long long v)
 }
 
 static int html_summary(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
-                        const uint64_t by_state[5], int64_t now_unix)
+                        const uint64_t by_state[5], uint64_t parked, int64_t now_unix)
 {
     nw_score_counts t;
     nw_scoreboard_totals(b, &t);
@@ -382,7 +563,11 @@ static int html_summary(nw_buf *o, const nw_scoreboard *b, const nw_status_manag
     r |= html_card(o, "requests", (unsigned long long)t.served);
     r |= html_card(o, "busy workers", (unsigned long long)by_state[NW_WORKER_BUSY]);
     r |= html_card(o, "idle workers", (unsigned long long)by_state[NW_WORKER_IDLE]);
+    r |= html_card(o, "open connections",
+                   (unsigned long long)(m->held_idle + m->held_reading + m->held_queued
+                                        + m->held_writing + parked + by_state[NW_WORKER_BUSY]));
     r |= html_card(o, "idle connections", (unsigned long long)m->held_idle);
+    r |= html_card(o, "parked in workers", (unsigned long long)parked);
     r |= html_card(o, "waiting for a worker", (unsigned long long)m->held_queued);
     r |= html_card(o, "writing to slow readers", (unsigned long long)m->held_writing);
     r |= html_card(o, "shed (503)", (unsigned long long)m->shed);
@@ -429,7 +614,7 @@ static int render_html(nw_buf *o, const nw_scoreboard *b, const nw_status_manage
     int r = put(o, "<!DOCTYPE html><html><head><meta charset=utf-8>"
                 "<meta http-equiv=refresh content=5><title>Narwhal status</title>"
                 "<style>%s</style></head><body>", html_style);
-    r |= html_summary(o, b, m, by_state, now_unix);
+    r |= html_summary(o, b, m, by_state, parked_total(rows, n), now_unix);
     r |= html_workers(o, rows, n);
     r |= put(o, "<p class=sub>listen queues:");
     for (int i = 0; i < m->nlisteners; i++) {

@@ -19,6 +19,7 @@
 #include "nw_frame.h"
 #include "nw_scoreboard.h"
 #include "nw_signal.h"
+#include "nw_log.h"
 
 #define SIGNAL_EVENT      63    /* epoll data for the signalfd (listeners are 0..62) */
 #define SERVE_QUEUE_EVENT 64    /* epoll data for the serve queue */
@@ -98,6 +99,8 @@ static nw_wconn *accept_ready(nw_worker *w)
         if (fd >= 0 && w->proxy_from_n
             && !nw_proxy_cidr_match(w->proxy_from, w->proxy_from_n, (struct sockaddr *)&peer)) {
             close(fd);      /* --proxy-from: not a peer that may send a PROXY header */
+            nw_scoreboard_proxy_rejected(w->slot, NW_PROXY_REJECT_NOT_ALLOWED,
+                                         (struct sockaddr *)&peer, plen, nw_now_ms());
             i--;
             continue;
         }
@@ -133,6 +136,8 @@ static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
     }
     wc->c->requests = f->requests;
     wc->c->proxy_pending = (f->flags & NW_FRAME_F_PROXY) != 0;
+    wc->ready_ms = f->ready_ms;     /* (narwhal_request_queue_seconds) */
+    wc->queued = 1;
     return wc;
 }
 
@@ -390,9 +395,11 @@ static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
     nw_wconn_free(wc);
 }
 
-void nw_worker_count_in(nw_worker *w, nw_score_counts *counts)
+void nw_worker_count_in(nw_worker *w, nw_score_slot *slot)
 {
-    w->counts = counts;
+    w->slot = slot;
+    w->counts = slot ? &slot->counts : NULL;
+    nw_park_publish(&w->park, slot ? &slot->parked : NULL);
 }
 
 /* Whether a whole batch of descriptors can be installed here now (with
@@ -1095,16 +1102,9 @@ int nw_worker_watchdog_reply(void)
 static void watchdog_last_resort(void)
 {
     static const char msg[] =
-        ": the request watchdog found the app outside Perl (in C code or a system call "
-        "that does not return), so no Perl backtrace; answering 504 and exiting\n";
-    char line[sizeof msg + 40] = "narwhal: worker ", digits[12];
-    size_t n = strlen(line), k = 0;
-    for (unsigned pid = (unsigned)getpid(); pid && k < sizeof digits; pid /= 10)
-        digits[k++] = (char)('0' + pid % 10);
-    while (k)
-        line[n++] = digits[--k];
-    memcpy(line + n, msg, sizeof msg - 1);
-    (void)!write(2, line, n + sizeof msg - 1);
+        "the request watchdog found the app outside Perl (in C code or a system call "
+        "that does not return), so no Perl backtrace; answering 504 and exiting";
+    (void)nw_log_write(2, "error", msg, sizeof msg - 1);
     nw_worker_watchdog_reply();
     hand_off_parked_from_handler();
     if (watchdog_before_exit)

@@ -39,6 +39,9 @@ typedef struct {
     socklen_t peer_len;             /* 0 when unknown */
     nw_msec started;                /* the current request's head was complete then; 0 between requests */
     uint64_t started_us;            /* the same, in microseconds (its duration's start) */
+    uint32_t ready_ms;              /* from the manager (SERVE): its head was complete then
+                                     * (monotonic ms mod 2^32), valid while queued is set */
+    int queued;                     /* its next request waited in the manager's queue */
     nw_park_watch watch;            /* its registration in the worker's epoll set */
     int peer_closed;                /* its peer's FIN was reported while parked */
     int socket_lent;                /* the app got a dup of the socket (psgix.io): it may
@@ -106,6 +109,7 @@ typedef struct {
     nw_msec adopt_seen;         /* a busy worker saw it ready then (0: not yet) */
     long adopt_fd_limit;        /* take a frame only while parked + a batch stays under this */
     nw_score_counts *counts;    /* the scoreboard slot's counts (adoptions), or NULL */
+    nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
     nw_msec last_poll;          /* when epoll was last asked */
     nw_worker_owner_ops ops;
 
@@ -154,9 +158,9 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
  * 0, or -1 with errno. */
 int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd);
 
-/* Count adopted connections in counts (a scoreboard slot's), read by the
- * metrics page; NULL: not counted. */
-void nw_worker_count_in(nw_worker *w, nw_score_counts *counts);
+/* Count adopted connections and refused --proxy-from peers in slot (a
+ * scoreboard slot), read by the metrics page; NULL: not counted. */
+void nw_worker_count_in(nw_worker *w, nw_score_slot *slot);
 
 /* Add a listening socket (made non-blocking). Returns 0, or -1 with errno
  * (EMFILE past NW_WORKER_MAX_LISTENERS). */

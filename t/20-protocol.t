@@ -288,7 +288,8 @@ subtest 'app errors' => sub {
     }
     my ($p2) = exchange("GET /pid HTTP/1.0\r\n\r\n");
     is($p2->{body}, $p1->{body}, 'the same worker is still serving');
-    like($srv->log_text, qr{worker \d+: GET /die: boom in the app}, 'the error is logged with its message');
+    like($srv->log_text, qr{^\S+Z narwhal\[\d+\] worker error: GET /die: boom in the app$}m,
+         'the error is logged with its message');
 };
 
 # Lingering close: more pipelined requests than --max-keepalive-reqs in one

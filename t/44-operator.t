@@ -114,15 +114,16 @@ SKIP: {
         is($v->{'narwhal_requests_total{class="5xx"}'}, 2, '... the 5xx');
         is($v->{'narwhal_requests_total{class="4xx"}'}, 2, '... and the 4xx: the app\'s 404 and the server\'s 400');
         my @buckets = map { $v->{"narwhal_request_duration_seconds_bucket{le=\"$_\"}"} }
-                      qw(0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 +Inf);
-        ok(!grep({ !defined } @buckets), 'the histogram has its twelve buckets');
+                      qw(0.0001 0.00025 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 +Inf);
+        ok(!grep({ !defined } @buckets), 'the histogram has its eighteen buckets, from 100 us');
         is_deeply([ sort { $a <=> $b } @buckets ], \@buckets, 'the buckets are cumulative');
         is($buckets[-1], $v->{narwhal_request_duration_seconds_count}, '+Inf equals the count');
         is($v->{narwhal_request_duration_seconds_count}, 9, 'the count is every request answered');
         is($v->{'narwhal_workers{state="idle"}'}, 2, 'two idle workers');
         is($v->{narwhal_workers_wanted}, 2, 'two wanted');
         my @w = worker_pids($s->pid);
-        ok($v->{"narwhal_worker_resident_bytes{pid=\"$_\"}"} > 1e6, "the RSS of worker $_ is there") for @w;
+        ok($v->{"narwhal_worker_resident_bytes{slot=\"$_\"}"} > 1e6, "the RSS of the worker in slot $_ is there")
+            for 0, 1;
         ok(defined $v->{"narwhal_listen_queue_length{listener=\"127.0.0.1:$port\"}"},
            'the listener\'s queue length is reported');
         is($v->{"narwhal_listen_queue_limit{listener=\"127.0.0.1:$port\"}"},

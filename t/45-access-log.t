@@ -100,6 +100,15 @@ sub lines_when {
     ok(!exists $j[1]{request_id}, 'no request id when the app set none');
     ok(!exists $j[1]{referer}, 'no referer when none was sent');
     like($j[1]{duration_us}, qr/^\d+$/, 'duration_us');
+    # valid UTF-8 is written as UTF-8 (it was "caf\u00c3\u00a9": two
+    # characters for one), an invalid byte escaped (control characters:
+    # t/c/test_accesslog.c; the parser refuses them in a header)
+    request($port, "GET /u HTTP/1.1\r\nHost: x\r\nUser-Agent: caf\xc3\xa9 \xe2\x82\xac\r\nReferer: /\xc3(\r\n\r\n");
+    my ($u) = grep { m{"/u"} } lines_when($log, 3);
+    like($u, qr/"user_agent":"caf\xc3\xa9 \xe2\x82\xac"/, 'valid UTF-8 is in the line as it came');
+    like($u, qr/"referer":"\/\\u00c3\("/, 'an invalid byte is escaped');
+    my $ju = eval { JSON::PP->new->utf8->decode($u) } || {};
+    is($ju->{user_agent}, "caf\x{e9} \x{20ac}", 'a UTF-8 JSON reader gets the characters that were sent');
 }
 
 # 3. When lines go out: within a couple of seconds on an idle worker; at

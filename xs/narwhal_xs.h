@@ -100,6 +100,9 @@ int nw_serve_deliver_signals(pTHX_ nw_worker *w);
 extern nw_score_slot *nw_xs_score_slot;
 extern nw_access_log *nw_xs_access_log;
 extern int nw_xs_access_log_pid;
+extern int nw_xs_access_forwarded;
+extern nw_proxy_cidr *nw_xs_forwarded_from;
+extern size_t nw_xs_forwarded_from_n;
 
 /* Read the next request on xc (self_rv: its Narwhal::Conn) into a new
  * $env, or NULL with *result the reason there is none (NW_REQ_AGAIN,

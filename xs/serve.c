@@ -10,6 +10,9 @@
 nw_score_slot *nw_xs_score_slot;
 nw_access_log *nw_xs_access_log;
 int nw_xs_access_log_pid;
+int nw_xs_access_forwarded;                 /* --access-log-client forwarded */
+nw_proxy_cidr *nw_xs_forwarded_from;        /* --forwarded-from */
+size_t nw_xs_forwarded_from_n;
 
 void nw_xs_worker_leave_on_unwind(pTHX_ void *w)
 {
@@ -34,6 +37,18 @@ static nw_str header_value(const nw_request *r, const char *name, size_t len)
     return (nw_str){ NULL, 0 };
 }
 
+/* --access-log-client forwarded: whether X-Forwarded-For on this
+ * connection comes from a proxy we trust (a unix-socket peer: the socket's
+ * mode decides who connects; or an address in --forwarded-from). */
+static int forwarded_trusted(const nw_wconn *wc)
+{
+    if (wc->peer_len == 0 || wc->peer.ss_family == AF_UNIX)
+        return 1;
+    return nw_xs_forwarded_from_n
+        && nw_proxy_cidr_match(nw_xs_forwarded_from, nw_xs_forwarded_from_n,
+                               (const struct sockaddr *)&wc->peer);
+}
+
 /* One line for the request that ends on xc (parsed: its request line and
  * headers are there to read). */
 void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
@@ -45,6 +60,13 @@ void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
     memset(&e, 0, sizeof e);
     e.remote_addr = (nw_str){ addr, alen };
     e.minor_version = -1;
+    char forwarded[64];
+    if (nw_xs_access_forwarded && parsed && forwarded_trusted(xc->wc)) {
+        nw_str f = nw_access_forwarded_for(header_value(&c->req, "X-Forwarded-For", 15),
+                                           forwarded, sizeof forwarded);
+        if (f.p)
+            e.remote_addr = f;
+    }
     if (parsed) {
         e.method = (nw_str){ c->req.method, c->req.method_len };
         e.target = (nw_str){ c->req.target, c->req.target_len };
@@ -78,14 +100,30 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
         r = nw_conn_read_body(c);
         if (r == NW_REQ_READY) {
             nw_worker_request_started(xc->wc);
-            if (nw_xs_score_slot)
+            if (nw_xs_score_slot) {
                 nw_scoreboard_request_begin(nw_xs_score_slot, c->req.method, c->req.method_len,
                                             c->req.target, c->req.target_len, xc->wc->started_us);
+                if (xc->wc->queued) {   /* it came through the manager's queue: how long */
+                    uint64_t at = xc->wc->started_us;
+                    uint32_t waited_ms = (uint32_t)(at / 1000) - xc->wc->ready_ms;
+                    xc->wc->queued = 0;
+                    if (waited_ms < 0x80000000u)
+                        nw_scoreboard_queue_wait(nw_xs_score_slot,
+                                                 (uint64_t)waited_ms * 1000 + at % 1000);
+                }
+            }
             nw_env_body(aTHX_ env, c);
         } else {
             SvREFCNT_dec((SV *)env);
             env = NULL;
         }
+    }
+    if (r == NW_REQ_CLOSED && c->proxy_refused) {   /* not a valid PROXY header */
+        c->proxy_refused = 0;
+        if (nw_xs_score_slot)
+            nw_scoreboard_proxy_rejected(nw_xs_score_slot, NW_PROXY_REJECT_BAD_HEADER,
+                                         (struct sockaddr *)&xc->wc->peer, xc->wc->peer_len,
+                                         nw_now_ms());
     }
     if (r == NW_REQ_ERROR) {
         if (nw_xs_score_slot)     /* (first: the close lingers) */

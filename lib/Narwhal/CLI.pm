@@ -52,10 +52,18 @@ sub _run {
     }
     my $options = eval { Narwhal::Options::normalize(%opt) } or die "usage: $@";
     require Narwhal::Master;
-    return Narwhal::Master->new(
-        options  => $options,
-        load_app => sub { _load_psgi($file) },
-    )->run;
+    my $code = eval {
+        Narwhal::Master->new(
+            options  => $options,
+            load_app => sub { _load_psgi($file) },
+        )->run;
+    };
+    return $code if defined $code;
+    # Once the server runs, stderr may be --error-log: the failure is one
+    # of Narwhal's own lines there, with its time.
+    die $@ unless defined $options->{error_log};
+    Narwhal::log_line(error => $@ =~ s/\n.*//sr);
+    return EXIT_FAIL;
 }
 
 sub _load_psgi {

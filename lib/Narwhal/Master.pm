@@ -3,7 +3,7 @@ use strict;
 use warnings;
 use POSIX ();
 use Time::HiRes ();
-use Socket qw(AF_UNIX SOCK_SEQPACKET);
+use Socket qw(AF_UNIX SOCK_SEQPACKET SOCK_DGRAM pack_sockaddr_un);
 use Fcntl qw(F_GETFL F_SETFL F_DUPFD O_NONBLOCK);
 use Narwhal ();
 use Narwhal::Listener ();
@@ -18,6 +18,7 @@ use constant QUICK_DEATH       => 1.0;   # a worker dying sooner is a failed sta
 use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed start
 use constant BACKOFF_MAX       => 10;    # ...doubling up to this
 use constant CRASH_LOG_EVERY   => 10;    # seconds: worker deaths past the first are summed up
+use constant PROXY_LOG_EVERY   => 10;    # seconds: refused PROXY connections past the first too
 use constant KILL_REAP_WAIT    => 0.5;   # after KILL at the graceful deadline, wait this long
 use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long at most for the manager
 use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
@@ -26,6 +27,7 @@ use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between th
 use constant REPLACE_LINGER    => 10;    # seconds a replaced worker may take to reach its limit
 use constant REPLACE_AT_ONCE   => 1;     # replaced workers alive at once (workers beyond
                                          # --max-workers); others asking are replaced as they exit
+use constant LIFETIME_JITTER   => 0.1;   # --max-worker-lifetime: each worker's is up to 10% longer
 
 # The master's signals are blocked across fork: a TERM sent to a new worker
 # (or manager) before it has its own handlers must not run the master's handler (which
@@ -49,6 +51,9 @@ sub run {
     my $self = shift;
     my $o = $self->{options};
     $self->{pid} = $$;
+    # systemd's notification socket is the master's alone: the workers and
+    # the app must not tell systemd anything in its name.
+    $self->{notify_socket} = delete $ENV{NOTIFY_SOCKET};
     # The handlers first: a stop that arrives while the server starts (the
     # listeners are open, the app loads) is kept for the manage loop, which
     # starts the workers anyway so that what the kernel accepted is served.
@@ -64,6 +69,7 @@ sub run {
     $self->_write_pid;
     $0 = "narwhal master " . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} });
     $self->_announce;
+    $self->_warn_open_proxy;
     $self->_wake_on_signals;    # (again: the app's loading may have touched %SIG)
     $self->_manage;
     $self->_cleanup;
@@ -131,9 +137,11 @@ sub _start_manager {
         die "fork: $!\n" unless defined $pid;
     } else {
         $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED;
+        $SIG{USR1} = 'IGNORE';    # (until the program blocks it: a rotation now must not kill it)
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
+        Narwhal::log_role('manager');
         eval { push @args, $self->_place_manager_descriptors; 1 } or do {
-            print STDERR "narwhal: connection manager: $@";
+            Narwhal::log_line(error => "cannot start: $@");
             POSIX::_exit(1);
         };
         # It reads request heads from the network: never as root. The
@@ -142,11 +150,11 @@ sub _start_manager {
         # that descriptor. The path comes first: an exec through /proc
         # needs /proc, and a tool that follows execs (valgrind) cannot.
         open(my $program, '<', $bin) or do {
-            print STDERR "narwhal: cannot open $bin: $!\n";
+            Narwhal::log_line(error => "cannot open $bin: $!");
             POSIX::_exit(127);
         };
         eval { _drop_privileges($self->{ids}); 1 } or do {
-            print STDERR "narwhal: connection manager: $@";
+            Narwhal::log_line(error => "cannot start: $@");
             POSIX::_exit(1);
         };
         {
@@ -154,7 +162,7 @@ sub _start_manager {
             exec { $bin } 'narwhal manager', @args;
             exec { '/proc/self/fd/' . fileno($program) } 'narwhal manager', @args if $!{EACCES};
         }
-        print STDERR "narwhal: cannot run $bin: $!\n";
+        Narwhal::log_line(error => "cannot run $bin: $!");
         POSIX::_exit(127);
     }
     $self->{manager} = { pid => $pid, started => Time::HiRes::time() };
@@ -218,7 +226,7 @@ sub _manager_gone {
     return if $self->{stop_deadline} || $self->{pending}{stop};
     my $how = $status & 127 ? "was killed by signal " . ($status & 127)
                             : "exited with status " . ($status >> 8);
-    print STDERR "narwhal: connection manager $m->{pid} $how; starting a new one\n";
+    Narwhal::log_line(error => "connection manager $m->{pid} $how; starting a new one");
     my $quick = Time::HiRes::time() - $m->{started} < QUICK_DEATH;
     $self->{manager_failures} = $quick ? ($self->{manager_failures} || 0) + 1 : 0;
     $self->{manager_restart_at} = Time::HiRes::time()
@@ -241,14 +249,14 @@ sub _tend_manager {
     my $at = $self->{manager_restart_at} or return;
     return if $self->{stop_deadline} || Time::HiRes::time() < $at;
     delete $self->{manager_restart_at};
-    eval { $self->_start_manager; 1 } or print STDERR "narwhal: $@";
+    eval { $self->_start_manager; 1 } or Narwhal::log_line(error => $@);
     $self->{manager_restart_at} = Time::HiRes::time() + BACKOFF_MAX unless $self->{manager};
 }
 
 sub _log_stats {
     my $self = shift;
-    my $st = $self->{manager_stats} or return print STDERR "narwhal: no manager counts yet\n";
-    print STDERR "narwhal: manager " . join(' ', map { "$_=$st->{$_}" } sort keys %$st) . "\n";
+    my $st = $self->{manager_stats} or return Narwhal::log_line(info => "no manager counts yet");
+    Narwhal::log_line(info => "manager " . join(' ', map { "$_=$st->{$_}" } sort keys %$st));
 }
 
 sub _user_ids {
@@ -364,13 +372,100 @@ sub _announce {
     my $self = shift;
     my $first = $self->{listeners}[0];
     my @where = map { Narwhal::Listener::describe($_) } @{ $self->{listeners} };
-    print STDERR "narwhal: master $$ listening on @where with $self->{options}{max_workers} workers\n"
+    Narwhal::log_line(info => "listening on @where with $self->{options}{max_workers} workers")
         unless $self->{quiet};
     my $ready = $self->{server_ready} or return;
     $ready->({
         host => $first->{host} // $first->{path}, port => $first->{port} // 0,
         proto => 'http', server_software => 'Narwhal',
     });
+}
+
+# systemd (Type=notify): a datagram to $NOTIFY_SOCKET ("@name": the
+# abstract namespace) of "KEY=value" lines. Never fatal: a server that
+# cannot tell systemd goes on serving.
+sub _notify {
+    my ($self, @kv) = @_;
+    my $path = $self->{notify_socket} or return;
+    $path =~ s/^@/\0/;
+    if (!$self->{notify_handle}) {
+        socket(my $h, AF_UNIX, SOCK_DGRAM, 0) or return;
+        $self->{notify_handle} = $h;
+    }
+    my $msg = '';
+    while (my ($k, $v) = splice(@kv, 0, 2)) {
+        $v =~ s/\n/ /g;
+        $msg .= "$k=$v\n";
+    }
+    send($self->{notify_handle}, $msg, 0, pack_sockaddr_un($path))
+        or $self->{notify_failed}++
+        or Narwhal::log_line(warn => "cannot notify systemd at $self->{notify_socket}: $!");
+}
+
+# READY=1 once every worker of the current generation serves (its slot
+# says idle or busy): at start, and after a HUP once the new generation
+# has taken over (or was given up). A start whose workers never load
+# (a crash loop) is never ready, and systemd's start timeout says so.
+sub _tend_ready {
+    my $self = shift;
+    return if $self->{reload};
+    my $g = $self->{generation};
+    my @current = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} }
+                  values %{ $self->{workers} };
+    my $ready = grep { $self->_ready($_) } @current;
+    my $state = $ready >= $self->{options}{max_workers} ? 'ready' : 'starting';
+    return if ($self->{notified} // '') eq $state || $state ne 'ready';
+    $self->{notified} = $state;
+    $self->_notify(READY => 1, STATUS => "$ready worker(s) serving on "
+                   . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} })
+                   . ($self->{manager} ? ', with the connection manager' : ''));
+}
+
+# --proxy-protocol trusts whoever sends the header: without --proxy-from,
+# any client that reaches a TCP listener sets its own REMOTE_ADDR.
+sub _warn_open_proxy {
+    my $self = shift;
+    my $o = $self->{options};
+    return unless $o->{proxy_protocol} && !@{ $o->{proxy_from} || [] };
+    my @tcp = map { Narwhal::Listener::describe($_) } grep { !defined $_->{path} } @{ $self->{listeners} };
+    return unless @tcp;
+    Narwhal::log_line(warn => "--proxy-protocol without --proxy-from: any client that can reach @tcp "
+        . "can send its own PROXY header and so choose the REMOTE_ADDR the app sees; give the "
+        . "balancer's addresses with --proxy-from, or make sure nothing else can connect");
+}
+
+# Connections the workers refused under --proxy-protocol (a bad header, a
+# peer outside --proxy-from; counted in the scoreboard): the first of
+# PROXY_LOG_EVERY seconds is one line with its peer, the rest are summed
+# up once the interval is over, never dropped silently.
+my %PROXY_WHY = (bad_header  => 'no valid PROXY header (a client or a health check that does not '
+                                . 'speak the PROXY protocol, or a balancer without send-proxy)',
+                 not_allowed => 'its address is not in --proxy-from');
+sub _log_proxy_refusals {
+    my $self = shift;
+    my $board = $self->{scoreboard};
+    my $t = $board->totals;
+    my $n = $t->{proxy_bad_header} + $t->{proxy_not_allowed};
+    my $p = $self->{proxy_log} ||= { seen => 0, until => 0, more => 0 };
+    my $now = Time::HiRes::time();
+    if ($n > $p->{seen}) {
+        my $new = $n - $p->{seen};
+        $p->{seen} = $n;
+        my ($peer, $why) = @{ $board->proxy_last || [ 'unknown', 'bad_header' ] };
+        if ($now >= $p->{until} && !$p->{more}) {
+            Narwhal::log_line(warn => "refused a connection from $peer: $PROXY_WHY{$why}"
+                                      . ($new > 1 ? ' (and ' . ($new - 1) . ' more)' : ''));
+            $p->{until} = $now + PROXY_LOG_EVERY;
+            return;
+        }
+        $p->{more} += $new;
+        $p->{last} = "from $peer: $PROXY_WHY{$why}";
+    }
+    return unless $p->{more} && $now >= $p->{until};
+    Narwhal::log_line(warn => "refused $p->{more} more connection(s) under --proxy-protocol in the "
+                              . "last " . PROXY_LOG_EVERY . " s (the last $p->{last})");
+    $p->{more} = 0;
+    $p->{until} = $now + PROXY_LOG_EVERY;
 }
 
 # Signals first: a stop that arrived with the death of a child (the whole
@@ -384,7 +479,9 @@ sub _manage {
         $self->_reap;
         $self->_tend_manager;
         $self->_flush_crash_log;
+        $self->_log_proxy_refusals if $self->{options}{proxy_protocol};
         $self->_tend_reload;
+        $self->_tend_ready if $self->{notify_socket} && !$self->{stop_deadline} && !$self->{drain_until};
         if ($self->{stop_deadline}) {
             $self->_stop_workers
                 if !$self->{workers_stopped} && (!$self->{manager} || Time::HiRes::time() >= $self->{stop_workers_at});
@@ -449,21 +546,26 @@ sub _handle_signals {
 }
 
 # USR1 (logrotate): the master reopens the error log, as the user it runs
-# as, and gives the new file to the workers' user, so that workers that
-# dropped privileges can reopen it too (they could not create it in a
-# root-owned directory), then tells them to.
+# as, and gives the new file to the workers' user, so that workers and the
+# manager, which dropped privileges, can reopen it too (they could not
+# create it in a root-owned directory), then tells them to: the workers
+# reopen both logs, the manager its stderr.
 sub _reopen_logs {
     my $self = shift;
     my $o = $self->{options};
     if (defined $o->{error_log}) {
         if (!Narwhal::reopen_error_log($o)) {
-            print STDERR "narwhal: cannot reopen the error log $o->{error_log}: $!\n";
+            Narwhal::log_line(error => "cannot reopen the error log $o->{error_log}: $!");
             return;
         }
         $self->_give_to_workers($o->{error_log});
     }
-    eval { $self->_create_access_log; 1 } or print STDERR "narwhal: $@";
-    kill USR1 => keys %{ $self->{workers} };
+    eval { $self->_create_access_log; 1 } or Narwhal::log_line(error => $@);
+    my @pids = keys %{ $self->{workers} };
+    push @pids, $self->{manager}{pid} if $self->{manager} && defined $o->{error_log};
+    kill USR1 => @pids;
+    Narwhal::log_line(info => 'USR1: reopened the logs; told ' . scalar(keys %{ $self->{workers} })
+                              . ' worker(s)' . ($self->{manager} && defined $o->{error_log} ? ' and the manager' : ''));
 }
 
 # The workers write the access log as their user: the master makes the
@@ -483,7 +585,7 @@ sub _give_to_workers {
     my $ids = $self->{ids} || {};
     return unless defined $ids->{uid} || defined $ids->{gid};
     chown($ids->{uid} // -1, $ids->{gid} // -1, $path)
-        or print STDERR "narwhal: cannot give $path to the workers' user: $!\n";
+        or Narwhal::log_line(error => "cannot give $path to the workers' user: $!");
 }
 
 # --drain-delay: /health says 503 at once, so that load balancers take the
@@ -492,10 +594,11 @@ sub _give_to_workers {
 sub _begin_drain {
     my $self = shift;
     my $delay = $self->{options}{drain_delay};
+    $self->_notify(STOPPING => 1, STATUS => "draining for $delay s, then stopping");
     $self->{drain_until} = Time::HiRes::time() + $delay;
     $self->{scoreboard}->set_stopping(1);
-    print STDERR "narwhal: draining for $delay s (/health answers 503), then stopping; "
-               . "a second signal stops now\n";
+    Narwhal::log_line(info => "draining for $delay s (/health answers 503), then stopping; "
+                            . "a second signal stops now");
 }
 
 sub _tend_drain {
@@ -517,6 +620,7 @@ sub _begin_stop {
     $self->_spawn_missing unless $self->{started_all};
     my $now = Time::HiRes::time();
     $self->{stop_deadline} = $now + $self->{options}{graceful_timeout};
+    $self->_notify(STOPPING => 1, STATUS => 'stopping: answering what has arrived');
     $self->{scoreboard}->set_stopping(1);
     # No handshake completes from now on (SYNs are dropped, then refused
     # once the listeners close), and the workers drain the queues: a
@@ -524,7 +628,7 @@ sub _begin_stop {
     # never reset after sending its request.
     for my $l (grep { $_->{handle} } @{ $self->{listeners} }) {
         Narwhal::Listener::refuse_new($l)
-            or print STDERR "narwhal: cannot stop new connections on " . Narwhal::Listener::describe($l) . ": $!\n";
+            or Narwhal::log_line(error => "cannot stop new connections on " . Narwhal::Listener::describe($l) . ": $!");
         close $l->{handle};
     }
     if ($self->{manager}) {
@@ -553,6 +657,9 @@ sub _kill_all {
 # one goes on serving: a reload of broken code is not an outage.
 sub _restart_workers {
     my $self = shift;
+    $self->{notified} = 'reloading';
+    $self->_notify(RELOADING => 1, STATUS => 'reloading: starting a new generation of workers',
+                   MONOTONIC_USEC => int(Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) * 1e6));
     my @old = grep { !$self->{workers}{$_}{leaving} } keys %{ $self->{workers} };
     $self->{generation}++;
     $self->{failures} = 0;
@@ -582,8 +689,8 @@ sub _ready {
 sub _abandon_reload {
     my ($self, $pid, $how) = @_;
     my $r = delete $self->{reload};
-    print STDERR "narwhal: the new workers cannot start (worker $pid $how); "
-               . "the workers already running go on\n";
+    Narwhal::log_line(error => "the new workers cannot start (worker $pid $how); "
+                             . "the workers already running go on");
     my @new = grep { $self->{workers}{$_}{generation} == $r->{generation} } keys %{ $self->{workers} };
     $self->{workers}{$_}{leaving} = 1 for @new;
     kill TERM => @new if @new;
@@ -641,15 +748,39 @@ sub _tend_replacements {
         } elsif ($w->{generation} == $self->{generation}
                  && $board->slot($w->{slot})->{exit_reason} eq 'max-requests') {
             push @asking, $w;
+        } elsif ($w->{generation} == $self->{generation} && $self->_past_lifetime($w, $now)) {
+            $w->{lifetime} = 1;
+            $w->{pid} = $pid;
+            push @asking, $w;
         }
     }
     my $room = REPLACE_AT_ONCE - $replaced;
-    $_->{replaced} = $now for $room > 0 ? splice(@asking, 0, $room) : ();
+    for my $w ($room > 0 ? splice(@asking, 0, $room) : ()) {
+        $w->{replaced} = $now;
+        next unless $w->{lifetime};
+        # It will not leave on its own: retired as soon as its successor
+        # is ready (as a recycled worker that lingers is), not 10 s later.
+        $w->{replaced} = $now - REPLACE_LINGER;
+        push @lingering, $w->{pid};
+        Narwhal::log_line(info => sprintf("worker %d is %.0f s old, over --max-worker-lifetime %s; "
+                                          . "replacing it", $w->{pid}, $now - $w->{started},
+                                          $self->{options}{max_worker_lifetime}));
+    }
     return unless @lingering;
     my $g = $self->{generation};
     my $ready = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && $self->_ready($_) }
                 values %{ $self->{workers} };
     $self->_retire(@lingering) if $ready >= $self->{options}{max_workers};
+}
+
+# --max-worker-lifetime: a worker older than the limit (plus up to 10%,
+# drawn once per worker, so that workers started together do not all
+# leave together) is replaced as one at its --max-reqs-per-child is.
+sub _past_lifetime {
+    my ($self, $w, $now) = @_;
+    my $limit = $self->{options}{max_worker_lifetime} or return 0;
+    $w->{expires} //= $w->{started} + $limit * (1 + rand(LIFETIME_JITTER));
+    return $now >= $w->{expires};
 }
 
 sub _spawn_missing {
@@ -687,7 +818,7 @@ sub _spawn {
     if (!defined $pid) {
         unshift @{ $self->{free_slots} }, $slot if defined $slot;
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
-        print STDERR "narwhal: fork failed: $!\n";
+        Narwhal::log_line(error => "fork failed: $!");
         $self->{next_spawn} = Time::HiRes::time() + 1;
         return;
     }
@@ -703,11 +834,12 @@ sub _spawn {
 sub _become_worker {
     my ($self, $saved_mask, $slot) = @_;
     $0 = "narwhal worker";
+    Narwhal::log_role('worker');
     # A stop or retire sent before the worker has its own handlers (while
     # it loads the app, say) is kept for it, not lost and not fatal.
     my @early;
     $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED, 'CHLD';
-    $SIG{$_} = do { my $sig = $_; sub { push @early, $sig } } for qw(TERM INT QUIT USR2);
+    $SIG{$_} = do { my $sig = $_; sub { push @early, $sig } } for qw(TERM INT QUIT USR2 USR1);
     POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved_mask) if $saved_mask;
     my $s = $self->{sockets} || {};
     close $s->{$_} for grep { $s->{$_} } qw(control_master control_manager handoff_manager
@@ -732,7 +864,7 @@ sub _become_worker {
             adopt_queue   => $s->{adopt_in} ? [ fileno($s->{adopt_in}), fileno($s->{adopt_out}) ] : undef,
         )->run;
         1;
-    } or print STDERR "narwhal: worker $$: $@";
+    } or Narwhal::log_line(error => $@);
     POSIX::_exit(1);
 }
 
@@ -769,7 +901,9 @@ sub _worker_gone {
     my $score = defined $w->{slot} ? $self->{scoreboard}->slot($w->{slot}) : {};
     if (defined $w->{slot}) {
         $self->{scoreboard}->release($w->{slot});
-        push @{ $self->{free_slots} }, $w->{slot};
+        # the lowest free slot goes to the next worker: the metrics label
+        # workers by slot, and this keeps them to about --max-workers series
+        @{ $self->{free_slots} } = sort { $a <=> $b } @{ $self->{free_slots} }, $w->{slot};
     }
     if ($self->{reload} && $w->{generation} == $self->{reload}{generation} && $status != 0
         && !($score->{started} // 0) && ($score->{state} // '') ne 'idle') {
@@ -794,7 +928,8 @@ sub _count_restart {
     my ($self, $w, $status, $score) = @_;
     my $sb = 'Narwhal::Scoreboard';
     my $reason = $score->{exit_reason} // '';
-    my $code = $w->{watchdog} || $reason eq 'watchdog' ? $sb->RESTART_WATCHDOG
+    my $code = $w->{lifetime} && !($status & 127)        ? $sb->RESTART_LIFETIME
+             : $w->{watchdog} || $reason eq 'watchdog' ? $sb->RESTART_WATCHDOG
              : $reason eq 'memory'                      ? $sb->RESTART_MEMORY
              : $reason eq 'max-requests' && !$status    ? $sb->RESTART_MAX_REQUESTS   # (said early:
                                                               # a replaced worker may crash yet)
@@ -828,9 +963,9 @@ sub _watch_requests {
             next;
         }
         next unless $score->{state} eq 'busy' && $score->{running_ms} >= $limit_ms;
-        printf STDERR "narwhal: worker %d: %s has run for %.1f s, over --request-timeout %s; "
-                    . "ending it\n", $pid, $score->{request}, $score->{running_ms} / 1000,
-                    $self->{options}{request_timeout};
+        Narwhal::log_line(error => sprintf("worker %d: %s has run for %.1f s, over --request-timeout %s; "
+                                           . "ending it", $pid, $score->{request}, $score->{running_ms} / 1000,
+                                           $self->{options}{request_timeout}));
         $w->{watchdog} = { started => $score->{started}, at => $now, step => 1 };
         kill XCPU => $pid;
     }
@@ -846,14 +981,14 @@ sub _log_death {
     my $what = ($score->{state} // '') eq 'busy' ? " while serving $score->{request}"
              : ($score->{started} // 0) ? ' between requests' : ' before serving a request';
     if (!($score->{started} // 0)) {    # a failed start: the backoff paces these
-        print STDERR "narwhal: worker $pid $how$what\n";
+        Narwhal::log_line(error => "worker $pid $how$what");
         return;
     }
     my $c = $self->{crashes} ||= { until => 0, more => 0 };
     my $now = Time::HiRes::time();
     if ($now >= $c->{until}) {
         $self->_flush_crash_log(1);
-        print STDERR "narwhal: worker $pid $how$what\n";
+        Narwhal::log_line(error => "worker $pid $how$what");
         $c->{until} = $now + CRASH_LOG_EVERY;
     } else {
         $c->{more}++;
@@ -865,8 +1000,8 @@ sub _flush_crash_log {
     my ($self, $now_anyway) = @_;
     my $c = $self->{crashes} or return;
     return unless $c->{more} && ($now_anyway || Time::HiRes::time() >= $c->{until});
-    print STDERR "narwhal: $c->{more} more worker(s) died in the last ", CRASH_LOG_EVERY,
-                 " s (the last $c->{last})\n";
+    Narwhal::log_line(error => "$c->{more} more worker(s) died in the last " . CRASH_LOG_EVERY
+                             . " s (the last $c->{last})");
     $c->{more} = 0;
 }
 

@@ -88,6 +88,16 @@ my @TABLE = (
       help => 'replace each worker at a random count in [N, max]',
       pod => 'With it, each worker is replaced after a random count between this and '
            . 'C<--max-reqs-per-child>, so workers do not all restart at once.' },
+    { name => 'max_worker_lifetime', type => 'seconds', default => 0, max => _c('MAX_SECONDS'),
+      group => 'Workers', arg => 'SECS',
+      help => 'replace a worker older than this (plus up to 10%), busy or quiet (0: never)',
+      pod => 'A worker older than this many seconds is replaced as one that reached '
+           . 'C<--max-reqs-per-child> is, also on a quiet server: its successor is started first, '
+           . 'and once it is ready the old worker finishes its request and hands its kept-alive '
+           . 'connections to the others (with the manager; without it, idle ones are closed). '
+           . 'Each worker\'s limit is drawn once between SECS and SECS + 10%, and one worker is '
+           . 'replaced at a time, so workers started together do not leave together. Counted in '
+           . 'C<narwhal_worker_restarts_total{reason="lifetime"}>. 0 (the default): no limit.' },
     { name => 'spawn_interval', type => 'seconds', default => 0, group => 'Workers', arg => 'SECS',
       help => 'space out replacement workers' },
     { name => 'preload_app', type => 'bool', default => 1, group => 'Workers',
@@ -211,13 +221,17 @@ my @TABLE = (
            . 'and C<REMOTE_PORT> come from it, and C<SERVER_PORT> from its destination port (a '
            . 'C<LOCAL> header, a balancer\'s health check, '
            . 'keeps the socket\'s own). A connection without a valid header is closed without '
-           . 'an answer: the server never guesses. Only for listeners that nothing but the '
-           . 'balancer can reach, or with C<--proxy-from>.' },
+           . 'an answer: the server never guesses; it is counted in '
+           . 'C<narwhal_proxy_rejected_total{reason="bad_header"}> and logged with its peer (the '
+           . 'first at once, the rest summed up every 10 s). Only for listeners that nothing but '
+           . 'the balancer can reach, or with C<--proxy-from>; without it, Narwhal warns at start.' },
     { name => 'proxy_from', type => 'list', group => 'Listening', arg => 'CIDR',
       help => 'with --proxy-protocol, only these peers may connect (repeatable)',
       pod => 'With C<--proxy-protocol>, connections from any other address are closed at once '
            . '(C<10.0.0.0/8>, C<fd00::/8>, or an address; repeatable; IPv4-mapped IPv6 peers '
-           . 'match IPv4 entries; unix-socket peers are local processes and always allowed).' },
+           . 'match IPv4 entries; unix-socket peers are local processes and always allowed), '
+           . 'counted in C<narwhal_proxy_rejected_total{reason="not_allowed"}> and logged as a '
+           . 'bad header is.' },
     { name => 'status_listen', type => 'string', group => 'Operations', arg => 'ADDR',
       help => 'serve /status, /status.json, /metrics and /health here (host:port or a path)',
       pod => 'Serve the status pages on this address (C<host:port>, C<:port> or a unix socket '
@@ -262,6 +276,18 @@ my @TABLE = (
     { name => 'access_log_format', type => 'enum', values => [qw(combined json)], default => 'combined',
       group => 'Operations', arg => 'FORMAT',
       help => 'combined (with duration and pid at the end) or json, one object per line' },
+    { name => 'access_log_client', type => 'enum', values => [qw(peer forwarded)], default => 'peer',
+      group => 'Operations', arg => 'WHO',
+      help => 'the access log\'s client: peer (REMOTE_ADDR) or forwarded (a trusted proxy\'s X-Forwarded-For)',
+      pod => 'Who the access log\'s client field names. C<peer> (the default): the connection\'s '
+           . 'C<REMOTE_ADDR> (the PROXY header\'s source under C<--proxy-protocol>; C<-> on a '
+           . 'unix socket). C<forwarded>: the last address of C<X-Forwarded-For> when the request '
+           . 'came from a proxy Narwhal trusts, a unix-socket peer (nginx on the same host; the '
+           . 'socket\'s mode decides who may connect) or an address in C<--forwarded-from>; else, '
+           . 'or when that is not an address, the peer as with C<peer>. Only the log changes: the '
+           . 'app\'s C<REMOTE_ADDR> stays the peer\'s.' },
+    { name => 'forwarded_from', type => 'list', group => 'Operations', arg => 'CIDR',
+      help => 'with --access-log-client forwarded, trust X-Forwarded-For from these TCP peers too (repeatable)' },
     { name => 'drain_delay', type => 'seconds', default => 0, max => _c('MAX_SECONDS'),
       group => 'Process', arg => 'SECS',
       help => 'on TERM/INT/QUIT, /health says 503 and serving goes on this long, then the stop',
@@ -276,10 +302,12 @@ my @TABLE = (
       help => 'stop: wait this long for requests in flight, then KILL' },
     { name => 'pid', alias => ['pid-file'], type => 'string', group => 'Process', arg => 'FILE',
       help => 'write the master\'s pid here' },
-    { name => 'error_log', type => 'string', group => 'Process', arg => 'FILE',
-      help => 'append errors here instead of stderr (USR1 reopens it)',
+    { name => 'error_log', type => 'string', group => 'Process', arg => 'FILE', manager => 'error-log',
+      help => 'append errors here instead of stderr (USR1 reopens it, in every process)',
       pod => 'Append stderr (and C<psgi.errors>) to this file instead of stderr; USR1 reopens '
-           . 'it.' },
+           . 'it in the master, the connection manager and every worker. Narwhal\'s own lines start with the time, C<narwhal[PID]>, the process\'s role '
+           . 'and a level (C<2026-11-26T13:40:01.123Z narwhal[1234] master info: ...>); the '
+           . 'app\'s lines are left as it wrote them.' },
 );
 
 my %BY_NAME = map { $_->{name} => $_ } @TABLE;
@@ -463,6 +491,11 @@ sub _check_relations {
         die "--proxy-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
     }
     die "--proxy-from needs --proxy-protocol\n" if @{ $o->{proxy_from} || [] } && !$o->{proxy_protocol};
+    for my $cidr (@{ $o->{forwarded_from} || [] }) {
+        die "--forwarded-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
+    }
+    die "--forwarded-from needs --access-log-client forwarded\n"
+        if @{ $o->{forwarded_from} || [] } && $o->{access_log_client} ne 'forwarded';
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"
         if defined $o->{min_reqs_per_child} && $o->{max_reqs_per_child}
         && $o->{min_reqs_per_child} > $o->{max_reqs_per_child};
@@ -510,7 +543,8 @@ sub usage {
         '  -a, --app FILE             the app (or the last argument; default app.psgi)',
         '  -h, --help                 -v, --version',
         'Signals: TERM/INT/QUIT stop gracefully, HUP restarts workers, TTIN/TTOU add or',
-        'remove a worker, USR1 reopens the error log, USR2 logs manager counts.';
+        'remove a worker, USR1 reopens the error and access logs (every process),',
+        'USR2 logs manager counts.';
     return join("\n", @out) . "\n";
 }
 

@@ -67,6 +67,8 @@ sub run {
     my $access_log = defined $self->{options}{access_log};
     Narwhal::AccessLog::open($self->{options}{access_log},
                              $self->{options}{access_log_format} eq 'json') if $access_log;
+    Narwhal::AccessLog::forwarded(@{ $self->{options}{forwarded_from} || [] })
+        if $access_log && $self->{options}{access_log_client} eq 'forwarded';
     # --request-timeout: the master's XCPU; a C handler in front of the
     # Perl one takes a second XCPU when the app is stuck outside Perl.
     Narwhal::Acceptor::arm_watchdog($acceptor, POSIX::SIGXCPU())
@@ -157,9 +159,9 @@ END {
 sub _over_memory {
     my ($self, $mb) = @_;
     return if $self->{exit_reason};
-    printf STDERR "narwhal: worker %d: resident size %.0f MiB is over --max-worker-rss %d after "
-                . "%d requests; it is replaced\n", $$, $mb, $self->{options}{max_worker_rss},
-                $self->{served};
+    Narwhal::log_line(warn => sprintf("resident size %.0f MiB is over --max-worker-rss %d after "
+                                      . "%d requests; it is replaced", $mb, $self->{options}{max_worker_rss},
+                                      $self->{served}));
     $self->{exit_reason} = Narwhal::Scoreboard::EXIT_MEMORY();
     return $self->{stopping} = 1;
 }
@@ -192,12 +194,12 @@ sub _request_timed_out {
         Narwhal::Acceptor::watchdog_rearm();
         return;
     }
-    print STDERR map { "narwhal: worker $$: $_\n" }
+    Narwhal::log_line(error => join "\n",
         "request timeout (--request-timeout $self->{options}{request_timeout}): "
-        . ($score->{request} || 'a request') . ' was stopped', _app_backtrace();
+        . ($score->{request} || 'a request') . ' was stopped', _app_backtrace());
     my $answered = Narwhal::Acceptor::watchdog_end($self->{acceptor}, $self->{conn});
-    print STDERR "narwhal: worker $$: ", ($answered ? 'answered 504' : 'its response had begun: closed'),
-                 "; the worker is replaced\n";
+    Narwhal::log_line(error => ($answered ? 'answered 504' : 'its response had begun: closed')
+                             . "; the worker is replaced");
     Narwhal::Acceptor::leave_process();
     POSIX::_exit(Narwhal::Scoreboard::WORKER_EXIT_WATCHDOG());
 }
@@ -239,14 +241,18 @@ sub _signals {
     # the manager).
     $SIG{$_} = $stop for qw(TERM INT QUIT USR2);
     $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
-    # what arrived before these handlers (see Master's _become_worker)
-    $stop->($_) for @{ $self->{early_signals} || [] };
+    # USR1 (the master's, after log rotation): both logs are reopened.
     $SIG{USR1} = sub {
         Narwhal::reopen_error_log($self->{options})
-            or print STDERR "narwhal: worker $$: cannot reopen the error log: $!\n";
+            or Narwhal::log_line(error => "cannot reopen the error log: $!");
         Narwhal::AccessLog::reopen()
-            or print STDERR "narwhal: worker $$: cannot reopen the access log: $!\n";
+            or Narwhal::log_line(error => "cannot reopen the access log: $!");
     };
+    # what arrived before these handlers (see Master's _become_worker); a
+    # rotation then (the access log is not open yet) reopens the error log
+    my @early = @{ $self->{early_signals} || [] };
+    $stop->($_) for grep { $_ ne 'USR1' } @early;
+    Narwhal::reopen_error_log($self->{options}) if grep { $_ eq 'USR1' } @early;
     $SIG{CHLD} = 'DEFAULT';
     $SIG{XCPU} = sub { $self->_request_timed_out } if $self->{options}{request_timeout};
 }
@@ -256,7 +262,7 @@ sub _load_app {
     my $app = eval { $self->{load_app}->() };
     unless (ref $app eq 'CODE' || Scalar::Util::blessed($app)) {
         my $err = $@ || "the app did not return a code reference\n";
-        print STDERR "narwhal: worker $$: cannot load the app: $err";
+        Narwhal::log_line(error => "cannot load the app: $err");
         POSIX::_exit(EXIT_APP_LOAD);
     }
     $self->{app} = $app;
@@ -446,7 +452,7 @@ sub _log_error {
     $err = "unknown error\n" unless defined $err && length $err;
     $err .= "\n" unless $err =~ /\n\z/;
     my $where = eval { ($env->{REQUEST_METHOD} || '?') . ' ' . ($env->{REQUEST_URI} || '?') } // '? ?';
-    print STDERR "narwhal: worker $$: $where: $err";
+    Narwhal::log_line(error => "$where: $err");
 }
 
 1;

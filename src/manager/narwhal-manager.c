@@ -7,6 +7,7 @@
  *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
  *                   [--max-connections N] [--max-header-bytes N]
  *                   [--max-request-line N] [--max-queue-wait MS] [--timeout SECS]
+ *                   [--error-log FILE]
  *                   [--scoreboard-fd FD] [--serve-reader-fd FD]
  *                   [--status-fd FD] [--listener-fds FD,FD...]
  *
@@ -18,6 +19,7 @@
 #include "nw_frame.h"
 #include "nw_manager.h"
 #include "nw_limits.h"
+#include "nw_log.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -41,6 +43,7 @@ static const struct option manager_opts[] = {
     { "min-head-rate",     required_argument, NULL, 'm' },
     { "max-queue-wait",    required_argument, NULL, 'q' },
     { "timeout",           required_argument, NULL, 't' },
+    { "error-log",         required_argument, NULL, 'e' },
     { "help",              no_argument,       NULL, 'h' },
     /* descriptors the master passes (docs/PROTOCOL.md), not options of
      * the option table: usage() lists them apart */
@@ -163,6 +166,7 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'm': { size_t rate; bad = parse_count(optarg, 0, &rate); cfg->min_head_rate = (double)rate; break; }
         case 'q': bad = parse_ms(optarg, &cfg->max_queue_wait); break;
         case 't': bad = parse_seconds(optarg, &cfg->timeout); break;
+        case 'e': cfg->error_log = optarg; bad = !*optarg; break;
         case 'S': bad = parse_fd(optarg, &cfg->scoreboard_fd); break;
         case 'Q': bad = parse_fd(optarg, &cfg->serve_reader_fd); break;
         case 'T': bad = parse_fd(optarg, &cfg->status_fd); break;
@@ -171,11 +175,10 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         default:  return -1;   /* getopt_long has said why */
         }
         if (bad)
-            fprintf(stderr, "narwhal-manager: bad value for --%s: '%s'\n",
-                    opts[idx].name, optarg);
+            nw_log("error", "bad value for --%s: '%s'", opts[idx].name, optarg);
     }
     if (!bad && optind < argc) {
-        fprintf(stderr, "narwhal-manager: unexpected argument '%s'\n", argv[optind]);
+        nw_log("error", "unexpected argument '%s'", argv[optind]);
         bad = -1;
     }
     return bad ? -1 : 0;
@@ -198,24 +201,32 @@ int main(int argc, char **argv)
         .status_fd = -1,
     };
     int max_given = 0;
+    nw_log_set_role("manager");
     if (parse_args(argc, argv, &cfg, &max_given) < 0) {
         usage(stderr);
         return 2;
     }
     if (!control_fd_ok(NW_MANAGER_CONTROL_FD) || !control_fd_ok(NW_MANAGER_HANDOFF_QUEUE_FD)
         || !control_fd_ok(NW_MANAGER_SERVE_QUEUE_FD)) {
-        fprintf(stderr, "narwhal-manager: fds %d, %d and %d must be the master's sockets "
-                "(SOCK_SEQPACKET); it is started by narwhal, not by hand\n",
+        nw_log("error", "fds %d, %d and %d must be the master's sockets "
+                "(SOCK_SEQPACKET); it is started by narwhal, not by hand",
                 NW_MANAGER_CONTROL_FD, NW_MANAGER_HANDOFF_QUEUE_FD, NW_MANAGER_SERVE_QUEUE_FD);
         return 2;
     }
     size_t fd_limit = raise_fd_limit();
     if (!max_given)
         cfg.max_connections = default_max_connections(fd_limit);
-    /* HUP and USR1 are the master's business (SIGNALS.md); one sent to the
-     * whole process group must not kill the manager and its connections. */
+    /* HUP is the master's business (SIGNALS.md); one sent to the whole
+     * process group must not kill the manager and its connections. USR1
+     * reopens --error-log: blocked here (nw_manager_run reads it through
+     * its signalfd), and no longer ignored (an ignored signal never
+     * reaches a signalfd; the master ignores it until the exec). */
     signal(SIGHUP, SIG_IGN);
-    signal(SIGUSR1, SIG_IGN);
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    signal(SIGUSR1, SIG_DFL);
     return nw_manager_run(&cfg, NW_MANAGER_CONTROL_FD, NW_MANAGER_HANDOFF_QUEUE_FD,
                           NW_MANAGER_SERVE_QUEUE_FD);
 }

@@ -29,10 +29,13 @@ static char *page(const nw_scoreboard *b, const nw_status_manager *m, const char
 static void test_buckets(void)
 {
     is(nw_scoreboard_bucket(0), 0, "a zero duration is in the first bucket");
-    is(nw_scoreboard_bucket(5000), 0, "5 ms is in le=0.005 (bounds are inclusive)");
-    is(nw_scoreboard_bucket(5001), 1, "5.001 ms is in le=0.01");
-    is(nw_scoreboard_bucket(10000000), 10, "10 s is in le=10");
-    is(nw_scoreboard_bucket(10000001), 11, "more than 10 s is in +Inf");
+    is(nw_scoreboard_bucket(100), 0, "100 us is in le=0.0001 (bounds are inclusive)");
+    is(nw_scoreboard_bucket(101), 1, "101 us is in le=0.00025");
+    is(nw_scoreboard_bucket(5000), 5, "5 ms is in le=0.005");
+    is(nw_scoreboard_bucket(5001), 6, "5.001 ms is in le=0.01");
+    is(nw_scoreboard_bucket(10000000), 15, "10 s is in le=10");
+    is(nw_scoreboard_bucket(30000000), 16, "30 s is in le=30");
+    is(nw_scoreboard_bucket(30000001), 17, "more than 30 s is in +Inf");
 }
 
 static void test_routes(void)
@@ -78,8 +81,9 @@ static void test_board(void)
     is(t.by_class[1], 1, "one 2xx");
     is(t.by_class[3], 1, "one 4xx");
     is(t.by_class[4], 1, "one 5xx");
-    is(t.bucket[0], 2, "two in the first bucket");
-    is(t.bucket[8], 1, "2 s in le=2.5");
+    is(t.bucket[0], 1, "the error in the first bucket");
+    is(t.bucket[5], 1, "3 ms in le=0.005");
+    is(t.bucket[13], 1, "2 s in le=2.5");
     is(t.duration_us, 2003000, "the sum of durations");
 
     /* A reaped worker's counts move into the header: the totals stay. */

@@ -1,0 +1,85 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use IO::Socket::INET ();
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server write_app raw_connect read_until_close wait_until tmpdir
+                   manager_fallback free_port worker_pids http_get);
+
+# PROXY mistakes said out loud: a connection refused under
+# --proxy-protocol (no valid header; a peer outside --proxy-from) is
+# counted in narwhal_proxy_rejected_total{reason} and logged with its
+# peer, the first at once and the rest summed up per 10 s; and
+# --proxy-protocol without --proxy-from warns at start.
+
+my @NM = manager_fallback();
+my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $TMP = tmpdir();
+
+sub slurp { open(my $fh, '<', $_[0]) or return ''; local $/; <$fh> // '' }
+sub metric {
+    my ($sport, $name) = @_;
+    my $r = http_get("http://127.0.0.1:$sport", '/metrics');
+    return undef unless $r->{status} == 200;
+    return $r->{content} =~ /^\Q$name\E (\S+)$/m ? $1 : undef;
+}
+my $LOGLINE = qr/\S+Z narwhal\[\d+\] master warn: /;
+
+subtest 'bad headers, no --proxy-from' => sub {
+    my $log = "$TMP/open.log";
+    my $sport = free_port();
+    my $s = spawn_server(args => [ @NM, '--proxy-protocol', '--max-workers', 2, '--error-log', $log,
+                                   ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ],
+                         ready => sub { slurp($log) =~ /listening on/ && worker_pids($_[0]->pid) == 2 });
+    ok(wait_until(sub { slurp($log) =~ /without --proxy-from/ }, 5), 'a warning at start');
+    like(slurp($log), qr/^${LOGLINE}--proxy-protocol without --proxy-from: any client that can reach 127\.0\.0\.1:\d+ can send its own PROXY header and so choose the REMOTE_ADDR/m,
+         'the start warns that any client can set REMOTE_ADDR');
+    # A client that does not speak PROXY (a forgotten send-proxy-v2)
+    my $c = raw_connect($s->port);
+    my $first = $c->sockport;
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    is(read_until_close($c, 5), '', 'a request without a PROXY header is closed unanswered');
+    ok(wait_until(sub { slurp($log) =~ /refused a connection/ }, 5), 'and logged') or diag slurp($log);
+    like(slurp($log), qr/^${LOGLINE}refused a connection from 127\.0\.0\.1:$first: no valid PROXY header/m,
+         '... one warn line with the peer address and port');
+    is(metric($sport, 'narwhal_proxy_rejected_total{reason="bad_header"}'), 1, 'counted: bad_header 1')
+        if $MANAGED;
+    # more within the interval: counted at once, logged as one sum later
+    my $t0 = time;
+    for (1 .. 4) {
+        my $c = raw_connect($s->port);
+        syswrite($c, "PROXY TCP4 garbage\r\n");
+        read_until_close($c, 5);
+    }
+    ok(wait_until(sub { (metric($sport, 'narwhal_proxy_rejected_total{reason="bad_header"}') // 0) == 5 }, 5),
+       'counted: bad_header 5') if $MANAGED;
+    is(metric($sport, 'narwhal_proxy_rejected_total{reason="not_allowed"}'), 0, 'not_allowed 0') if $MANAGED;
+    sleep 1;
+    my @lines = slurp($log) =~ /(refused .*)/g;
+    is(scalar @lines, 1, 'the next four are not one line each') or diag explain \@lines;
+    ok(wait_until(sub { slurp($log) =~ /refused 4 more connection\(s\) under --proxy-protocol in the last 10 s \(the last from 127\.0\.0\.1:\d+: no valid PROXY header/ }, 15),
+       'they are summed up in one line when the interval is over') or diag slurp($log);
+    cmp_ok(time - $t0, '>', 7, '... not before');
+    $s->stop;
+};
+
+subtest 'a peer outside --proxy-from' => sub {
+    my $log = "$TMP/from.log";
+    my $sport = free_port();
+    my $s = spawn_server(args => [ @NM, '--proxy-protocol', '--proxy-from', '10.0.0.0/8', '--max-workers', 1,
+                                   '--error-log', $log, ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ],
+                         ready => sub { slurp($log) =~ /listening on/ && worker_pids($_[0]->pid) == 1 });
+    unlike(slurp($log), qr/without --proxy-from/, 'no warning with --proxy-from');
+    my $c = raw_connect($s->port);
+    my $port = $c->sockport;
+    syswrite($c, "PROXY TCP4 203.0.113.7 10.0.0.1 51234 80\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    is(read_until_close($c, 5), '', 'closed unanswered');
+    ok(wait_until(sub { slurp($log) =~ /^${LOGLINE}refused a connection from 127\.0\.0\.1:(\d+): its address is not in --proxy-from/m }, 5),
+       'logged with the peer') or diag slurp($log);
+    ok(wait_until(sub { (metric($sport, 'narwhal_proxy_rejected_total{reason="not_allowed"}') // -1) == 1 }, 5),
+       'counted: not_allowed 1') if $MANAGED;
+    $s->stop;
+};
+
+done_testing();

@@ -1,0 +1,89 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use IO::Select ();
+use Socket qw(AF_UNIX SOCK_DGRAM pack_sockaddr_un);
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server write_app wait_until tmpdir manager_fallback http_get worker_pids);
+
+# systemd's side of Type=notify, played with our own datagram socket: the
+# master sends READY=1 only once its workers serve, RELOADING=1 and then
+# READY=1 around a HUP, STOPPING=1 when a stop begins, each with a
+# one-line STATUS=; the workers do not see NOTIFY_SOCKET.
+
+my @NM = manager_fallback();
+my $TMP = tmpdir();
+
+# Each worker takes a second to load the app: READY=1 must wait for it.
+my $APP = write_app(<<'APP');
+Time::HiRes::sleep(1.0) if $ENV{NARWHAL_TEST_SLOW_LOAD};
+sub { [200, ['Content-Type' => 'text/plain'], ["notify=" . ($ENV{NOTIFY_SOCKET} // 'none') . "\n"]] }
+APP
+
+sub listen_notify {
+    my ($addr) = @_;
+    socket(my $s, AF_UNIX, SOCK_DGRAM, 0) or die "socket: $!";
+    bind($s, pack_sockaddr_un($addr)) or die "bind: $!";
+    return $s;
+}
+
+# The next datagram within $timeout s, as { KEY => value }, with its raw text.
+sub next_message {
+    my ($s, $timeout) = @_;
+    return undef unless IO::Select->new($s)->can_read($timeout);
+    recv($s, my $buf, 4096, 0) // return undef;
+    my %kv = map { /^([A-Z_]+)=(.*)$/ ? ($1 => $2) : () } split /\n/, $buf;
+    return { %kv, _raw => $buf, _at => time };
+}
+
+for my $case ([ 'a socket path', "$TMP/notify.sock", "$TMP/notify.sock" ],
+              [ 'an abstract socket', "\0narwhal-test-$$", "\@narwhal-test-$$" ]) {
+    my ($name, $bind, $env) = @$case;
+    subtest $name => sub {
+        my $n = listen_notify($bind);
+        my $t0 = time;
+        my $s = spawn_server(app => $APP, env => { NOTIFY_SOCKET => $env, NARWHAL_TEST_SLOW_LOAD => 1 },
+                             args => [ @NM, '--no-preload-app', '--max-workers', 2 ]);
+        my $m = next_message($n, 15);
+        ok($m && $m->{READY}, 'READY=1 arrives') or diag explain $m;
+        cmp_ok($m->{_at} - $t0, '>=', 0.9, 'only once the workers had loaded the app (1 s each)') if $m;
+        like($m->{STATUS} // '', qr/^2 worker\(s\) serving on 127\.0\.0\.1:\d+/, 'STATUS= says it in one line');
+        my $t1 = time;
+        my $r = http_get($s->port, '/');
+        is($r->{status}, 200, 'the server serves at READY');
+        cmp_ok(time - $t1, '<', 0.5, '... at once');
+        is($r->{content}, "notify=none\n", "the app does not see NOTIFY_SOCKET");
+        ok(!next_message($n, 0.7), 'nothing more while it serves');
+
+        kill HUP => $s->pid;
+        my $reload = next_message($n, 5);
+        ok($reload && $reload->{RELOADING}, 'HUP: RELOADING=1') or diag explain $reload;
+        like($reload->{MONOTONIC_USEC} // '', qr/^\d+$/, '... with MONOTONIC_USEC');
+        my $again = next_message($n, 15);
+        ok($again && $again->{READY}, '... then READY=1') or diag explain $again;
+        cmp_ok($again->{_at} - $reload->{_at}, '>=', 0.9, '... once the new workers had loaded the app')
+            if $again && $reload;
+
+        kill TERM => $s->pid;
+        my $stop = next_message($n, 5);
+        ok($stop && $stop->{STOPPING}, 'TERM: STOPPING=1') or diag explain $stop;
+        like($stop->{STATUS} // '', qr/stopping/, '... with a STATUS=');
+        ok(defined $s->wait_exit(10), 'and it stops');
+        unlink "$TMP/notify.sock";
+    };
+}
+
+# A crash loop at start is never ready.
+subtest 'workers that cannot load the app' => sub {
+    my $n = listen_notify("$TMP/never.sock");
+    my $bad = write_app("die 'no app here';\n");
+    my $s = spawn_server(app => $bad, env => { NOTIFY_SOCKET => "$TMP/never.sock" },
+                         args => [ @NM, '--no-preload-app', '--max-workers', 1 ],
+                         ready => sub { 1 });
+    my $m = next_message($n, 3);
+    ok(!$m || !$m->{READY}, 'no READY=1 while no worker serves') or diag explain $m;
+    $s->stop;
+};
+
+done_testing();
