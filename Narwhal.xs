@@ -558,7 +558,8 @@ slot(self, index)
      * exit_reason, since_us}. */
     const nw_score_slot *s = slot_of(aTHX_ self, index);
     static const char *const state_name[] = { "free", "starting", "idle", "busy", "stopping" };
-    static const char *const reason_name[] = { "", "max-requests", "memory", "watchdog", "retired" };
+    static const char *const reason_name[] = { "", "max-requests", "memory", "watchdog", "retired",
+                                                "stopped" };
     HV *hv = newHV();
     uint32_t len = s->request_len < sizeof s->request ? s->request_len : sizeof s->request;
     int state = s->state, reason = s->exit_reason;
@@ -571,7 +572,7 @@ slot(self, index)
     (void)hv_stores(hv, "since_us", newSVnv((NV)s->since_us));
     (void)hv_stores(hv, "running_ms", newSViv(state == NW_WORKER_BUSY
                                               ? (IV)((nw_now_us() - s->since_us) / 1000) : 0));
-    (void)hv_stores(hv, "exit_reason", newSVpv(reason > 0 && reason <= NW_EXIT_RETIRED
+    (void)hv_stores(hv, "exit_reason", newSVpv(reason > 0 && reason <= NW_EXIT_STOPPED
                                                ? reason_name[reason] : "", 0));
     RETVAL = newRV_noinc((SV *)hv);
   OUTPUT:
@@ -606,6 +607,12 @@ count_restart(self, reason)
   CODE:
     if (reason >= 0 && reason < NW_RESTART_REASONS)
         board_of(aTHX_ self)->h.restarts[reason]++;
+
+void
+count_manager_restart(self)
+    SV *self
+  CODE:
+    board_of(aTHX_ self)->h.manager_restarts++;
 
 SV *
 totals(self)
@@ -825,12 +832,14 @@ BOOT:
         export_constant(aTHX_ sb, "EXIT_MEMORY", NW_EXIT_MEMORY);
         export_constant(aTHX_ sb, "EXIT_WATCHDOG", NW_EXIT_WATCHDOG);
         export_constant(aTHX_ sb, "EXIT_RETIRED", NW_EXIT_RETIRED);
+        export_constant(aTHX_ sb, "EXIT_STOPPED", NW_EXIT_STOPPED);
         export_constant(aTHX_ sb, "RESTART_MAX_REQUESTS", NW_RESTART_MAX_REQUESTS);
         export_constant(aTHX_ sb, "RESTART_CRASH", NW_RESTART_CRASH);
         export_constant(aTHX_ sb, "RESTART_WATCHDOG", NW_RESTART_WATCHDOG);
         export_constant(aTHX_ sb, "RESTART_MEMORY", NW_RESTART_MEMORY);
         export_constant(aTHX_ sb, "RESTART_SIGNAL", NW_RESTART_SIGNAL);
         export_constant(aTHX_ sb, "RESTART_LIFETIME", NW_RESTART_LIFETIME);
+        export_constant(aTHX_ sb, "RESTART_EXIT", NW_RESTART_EXIT);
         export_constant(aTHX_ sb, "WORKER_EXIT_WATCHDOG", NW_WORKER_EXIT_WATCHDOG);
     }
     /* What serve answers, and how release_parked lets parked connections go. */

@@ -3,6 +3,7 @@
 #endif
 #include "nw_conn.h"
 #include "nw_frame.h"
+#include "nw_log.h"
 #include "nw_scoreboard.h"
 
 #include <errno.h>
@@ -76,6 +77,7 @@ nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
 
 static void body_reset(nw_conn *c)
 {
+    c->spool_errno = 0;
     c->body.len = 0;
     c->body_len = 0;
     if (c->body_fd >= 0) {
@@ -254,36 +256,52 @@ int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
     }
 }
 
-/* Body bytes go to memory, or to an unlinked temp file once they outgrow
- * cfg.body_in_memory. */
-static int spill_to_file(nw_conn *c)
+/* Write n bytes to the body's temp file. */
+static int write_all_spooled(nw_conn *c, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(c->body_fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            c->spool_errno = w < 0 ? errno : ENOSPC;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Where request bodies are spooled. */
+static const char *spool_dir(void)
 {
     const char *dir = getenv("TMPDIR");
-    if (!dir || !*dir)
-        dir = "/tmp";
+    return dir && *dir ? dir : "/tmp";
+}
+
+/* Body bytes go to memory, or to an unlinked temp file once they outgrow
+ * cfg.body_in_memory. A failure to create or write the file sets
+ * c->spool_errno. */
+static int spill_to_file(nw_conn *c)
+{
+    const char *dir = spool_dir();
     int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/narwhal-body-XXXXXX", dir);
         fd = mkostemp(path, O_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            c->spool_errno = errno;
             return -1;
+        }
         unlink(path);
     }
     c->body_fd = fd;
     const char *p = c->body.data;
     size_t left = c->body.len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        left -= (size_t)w;
-    }
     c->body.len = 0;
-    return 0;
+    return write_all_spooled(c, p, left);
 }
 
 static int sink_body(nw_conn *c, const char *p, size_t n)
@@ -294,16 +312,21 @@ static int sink_body(nw_conn *c, const char *p, size_t n)
         return -1;
     if (c->body_fd < 0)
         return nw_buf_append(&c->body, p, n);
-    while (n > 0) {
-        ssize_t w = write(c->body_fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    return write_all_spooled(c, p, n);
+}
+
+/* A body that could not be kept: 503 (with Retry-After) and a line in the
+ * log when the disk refused it (full, read-only, no such TMPDIR: not the
+ * client's fault, and it may pass), 500 when memory did. */
+static int body_sink_error(nw_conn *c)
+{
+    static nw_log_limit spool_log;
+    if (!c->spool_errno)
+        return head_error(c, 500);
+    nw_log_limited(&spool_log, nw_now_ms(), "error",
+                   "cannot spool a request body to %s (TMPDIR): %s; answered 503",
+                   spool_dir(), strerror(c->spool_errno));
+    return head_error(c, 503);
 }
 
 static int io_failure(nw_conn *c, ssize_t n)
@@ -319,7 +342,7 @@ static int read_length_body(nw_conn *c)
     size_t have = c->in.len - c->head_len;
     size_t take = have < left ? have : (size_t)left;
     if (sink_body(c, c->in.data + c->head_len, take) < 0)
-        return head_error(c, 500);
+        return body_sink_error(c);
     c->consumed += take;
     left -= take;
     char buf[NW_READ_CHUNK * 4];
@@ -332,7 +355,7 @@ static int read_length_body(nw_conn *c)
         if (n <= 0)
             return io_failure(c, n);
         if (sink_body(c, buf, (size_t)n) < 0)
-            return head_error(c, 500);
+            return body_sink_error(c);
         left -= (uint64_t)n;
     }
     return NW_REQ_READY;
@@ -350,7 +373,7 @@ static int decode_buffered_chunks(nw_conn *c, nw_chunked *d)
     if (used < 0)
         return head_error(c, 400);
     if (sink_body(c, p, out_len) < 0)
-        return head_error(c, 500);
+        return body_sink_error(c);
     /* The decoded bytes were written over consumed input: drop both. */
     memmove(p, p + used, avail - (size_t)used);
     c->in.len -= (size_t)used;

@@ -71,6 +71,7 @@ typedef struct {
     nw_framing framing;
     int is_head_method;
     int error_status;
+    int spool_errno;            /* the body could not be spooled to TMPDIR: why (503) */
 
     nw_buf body;                /* request body, when in memory */
     int body_fd;                /* request body, when spilled; -1 otherwise */

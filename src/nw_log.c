@@ -153,3 +153,36 @@ void nw_log(const char *level, const char *fmt, ...)
     size_t len = (size_t)k < sizeof msg ? (size_t)k : sizeof msg - 1;
     (void)!nw_log_write(2, level, msg, len);
 }
+
+static void limited_summary(nw_log_limit *l, const char *level, const char *what)
+{
+    if (l->more)
+        nw_log(level, "%lu more %s in the last %d s", l->more, what, NW_LOG_LIMIT_MS / 1000);
+    l->more = 0;
+}
+
+int nw_log_limited(nw_log_limit *l, long long now_ms, const char *level, const char *fmt, ...)
+{
+    if (now_ms < l->until_ms) {
+        l->more++;
+        return 0;
+    }
+    limited_summary(l, level, "like it");
+    char msg[NW_LOG_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (k >= 0)
+        (void)!nw_log_write(2, level, msg, (size_t)k < sizeof msg ? (size_t)k : sizeof msg - 1);
+    l->until_ms = now_ms + NW_LOG_LIMIT_MS;
+    return 1;
+}
+
+void nw_log_limited_flush(nw_log_limit *l, long long now_ms, const char *level, const char *what)
+{
+    if (l->more && now_ms >= l->until_ms) {
+        limited_summary(l, level, what);
+        l->until_ms = 0;
+    }
+}

@@ -47,6 +47,26 @@ void nw_log(const char *level, const char *fmt, ...)
  * len + (newlines + 1) * (NW_LOG_PREFIX_MAX + 1) bytes is never cut. */
 size_t nw_log_format(char *out, size_t cap, const char *level, const char *msg, size_t len);
 
+/* One kind of failure that can repeat in a loop (a full disk, the
+ * open-file limit): its first line is written at once, the next ones in
+ * the following NW_LOG_LIMIT_MS are counted, and the count is written
+ * ("N more like it in the last 10 s") with the next line after that, or
+ * by nw_log_limited_flush once the interval is over. Zeroed: ready. */
+#define NW_LOG_LIMIT_MS 10000
+typedef struct {
+    long long until_ms;     /* lines are counted, not written, until then */
+    unsigned long more;     /* counted so far */
+} nw_log_limit;
+
+/* nw_log through l, at now_ms (a monotonic clock). Returns 1 when the line
+ * was written, 0 when it was counted. */
+int nw_log_limited(nw_log_limit *l, long long now_ms, const char *level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Write the count of l's lines not written, once its interval is over
+ * (what: the kind, for the line). */
+void nw_log_limited_flush(nw_log_limit *l, long long now_ms, const char *level, const char *what);
+
 /* Writes an already formatted message (may hold newlines) with the
  * prefix to fd; returns what write returned. */
 long nw_log_write(int fd, const char *level, const char *msg, size_t len);

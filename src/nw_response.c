@@ -283,8 +283,9 @@ int nw_head_error(nw_buf *b, int status)
     const char *d = nw_date_header(&dlen);
     char tail[160];
     int tlen = snprintf(tail, sizeof tail,
-                        "Content-Type: text/plain\r\nContent-Length: %d\r\n"
-                        "Connection: close\r\n\r\n", blen);
+                        "Content-Type: text/plain\r\nContent-Length: %d\r\n%s"
+                        "Connection: close\r\n\r\n", blen,
+                        status == 503 ? "Retry-After: 1\r\n" : "");
     if (nw_buf_append(b, d, dlen) < 0 || nw_buf_append(b, tail, (size_t)tlen) < 0)
         return -1;
     return nw_buf_append(b, body, (size_t)blen);

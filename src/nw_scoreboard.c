@@ -148,6 +148,8 @@ static void add_counts(nw_score_counts *to, const nw_score_counts *from)
     for (int i = 0; i < NW_QUEUE_BUCKETS; i++)
         to->queue_bucket[i] += from->queue_bucket[i];
     to->queue_us += from->queue_us;
+    to->spool_failed += from->spool_failed;
+    to->fd_limit += from->fd_limit;
 }
 
 void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,

@@ -44,6 +44,9 @@ enum nw_exit_reason {
     NW_EXIT_MEMORY,         /* --max-worker-rss */
     NW_EXIT_WATCHDOG,       /* --request-timeout */
     NW_EXIT_RETIRED,        /* the master asked (HUP, TTOU) */
+    NW_EXIT_STOPPED,        /* it left by its own way out for any other reason (a stop):
+                             * a worker that exits 0 with NONE left from elsewhere (an
+                             * app's exit), and the master says so */
 };
 
 /* Why the master started a worker in place of another (the restarts
@@ -55,6 +58,7 @@ enum nw_restart_reason {
     NW_RESTART_MEMORY,
     NW_RESTART_SIGNAL,
     NW_RESTART_LIFETIME,    /* --max-worker-lifetime */
+    NW_RESTART_EXIT,        /* it exited on its own, status 0 (an app's exit) */
     NW_RESTART_REASONS
 };
 
@@ -77,6 +81,8 @@ typedef struct {
     uint64_t proxy_rejected[NW_PROXY_REJECTS]; /* connections refused under --proxy-protocol */
     uint64_t queue_bucket[NW_QUEUE_BUCKETS]; /* waits in the manager's queue, per bucket */
     uint64_t queue_us;                      /* sum of those waits */
+    uint64_t spool_failed;                  /* request bodies that could not be spooled (503) */
+    uint64_t fd_limit;                      /* accepts refused by the open-file limit */
 } nw_score_counts;
 
 typedef struct {
@@ -107,6 +113,7 @@ typedef struct {
     volatile uint32_t seq;              /* odd while the master folds a slot into gone */
     volatile int32_t workers_wanted;    /* --max-workers now */
     volatile uint64_t restarts[NW_RESTART_REASONS];
+    volatile uint64_t manager_restarts; /* connection managers started after the first */
     nw_score_counts gone;               /* the counts of workers reaped */
     volatile int64_t offload_bytes;     /* bytes of responses in memfds the manager is writing:
                                          * workers raise it, the manager lowers it */

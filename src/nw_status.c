@@ -14,7 +14,7 @@
 
 static const char *const state_names[] = { "free", "starting", "idle", "busy", "stopping" };
 static const char *const restart_names[NW_RESTART_REASONS] = {
-    "max-requests", "crash", "watchdog", "memory", "signal", "lifetime" };
+    "max-requests", "crash", "watchdog", "memory", "signal", "lifetime", "exit" };
 static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
 static const uint64_t queue_bounds_us[NW_QUEUE_BUCKETS - 1] = NW_QUEUE_BOUNDS_US;
 
@@ -434,6 +434,15 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
     r |= metrics_workers(o, b, rows, n);
     r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], parked_total(rows, n), t.adopted,
                          t.proxy_rejected);
+    r |= metric_head(o, "narwhal_failures_total", "counter",
+                     "Failures that are not a request's own, each also logged: a request body "
+                     "that could not be spooled to TMPDIR (spool; answered 503), an accept "
+                     "refused by the open-file limit (fd_limit), a connection manager that "
+                     "died and was started again (manager_restart).");
+    r |= put(o, "narwhal_failures_total{kind=\"spool\"} %llu\n", (unsigned long long)t.spool_failed);
+    r |= put(o, "narwhal_failures_total{kind=\"fd_limit\"} %llu\n", (unsigned long long)t.fd_limit);
+    r |= put(o, "narwhal_failures_total{kind=\"manager_restart\"} %llu\n",
+             (unsigned long long)b->h.manager_restarts);
     r |= metric_head(o, "narwhal_start_time_seconds", "gauge",
                      "When the master started, in seconds since the epoch.");
     r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);

@@ -82,6 +82,24 @@ static void drop_owner(nw_worker *w, nw_wconn *wc)
 
 /* ---- where new work comes from ------------------------------------- */
 
+/* accept4 refused a client for want of a descriptor: counted, and said
+ * in the log (the first time in NW_LOG_LIMIT_MS, then a count). The
+ * client stays in the listen queue for a later try. */
+static void fd_limit_reached(nw_worker *w, const nw_worker_listener *l)
+{
+    static nw_log_limit fd_log;
+    int e = errno;
+    struct rlimit rl;
+    if (w->counts)
+        w->counts->fd_limit++;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        rl.rlim_cur = 0;
+    nw_log_limited(&fd_log, nw_now_ms(), "error",
+                   "cannot accept a connection on listener %d: %s (open-file limit %llu); "
+                   "it waits in the listen queue", (int)(l - w->listener), strerror(e),
+                   (unsigned long long)rl.rlim_cur);
+}
+
 /* Try each listener that may have a client once, starting after the last
  * one that gave a client. A listener that has none is not tried again
  * until epoll reports it readable: an accept4 that fails costs as much as
@@ -109,6 +127,8 @@ static nw_wconn *accept_ready(nw_worker *w)
             return wconn_new(w, idx, fd, &peer, plen);
         }
         w->listener_ready &= ~((uint64_t)1 << idx);
+        if (errno == EMFILE || errno == ENFILE)
+            fd_limit_reached(w, l);
         if (!l->is_tcp && nw_io_listener_shut(l->fd))
             epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->fd, NULL);    /* (it would read ready forever) */
     }

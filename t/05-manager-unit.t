@@ -19,6 +19,6 @@ my $manager = build('narwhal-manager', [qw(src/manager/narwhal-manager.c src/nw_
 # The test plays the workers too: it links their connection code, to feed
 # the worker's head scanner the same bytes as the manager's.
 my $test = build('test_manager', [qw(t/c/test_manager.c src/nw_frame.c src/nw_io.c src/nw_conn.c src/nw_proxy.c
-                                     src/nw_http.c src/nw_response.c src/nw_scoreboard.c)], '-Werror');
+                                     src/nw_http.c src/nw_response.c src/nw_scoreboard.c src/nw_log.c)], '-Werror');
 relay_tap(run_program($test, $manager));
 done_testing();

@@ -126,8 +126,11 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
                                          nw_now_ms());
     }
     if (r == NW_REQ_ERROR) {
-        if (nw_xs_score_slot)     /* (first: the close lingers) */
+        if (nw_xs_score_slot) {   /* (first: the close lingers) */
             nw_scoreboard_count_error(nw_xs_score_slot, c->error_status);
+            if (c->spool_errno)
+                nw_xs_score_slot->counts.spool_failed++;
+        }
         nw_conn_send_error(c, c->error_status);
         if (nw_xs_access_log)
             nw_serve_log_request(aTHX_ xc, c->req.method_len > 0 && c->req.target_len > 0,

@@ -227,6 +227,7 @@ sub _manager_gone {
     my $how = $status & 127 ? "was killed by signal " . ($status & 127)
                             : "exited with status " . ($status >> 8);
     Narwhal::log_line(error => "connection manager $m->{pid} $how; starting a new one");
+    $self->{scoreboard}->count_manager_restart;
     my $quick = Time::HiRes::time() - $m->{started} < QUICK_DEATH;
     $self->{manager_failures} = $quick ? ($self->{manager_failures} || 0) + 1 : 0;
     $self->{manager_restart_at} = Time::HiRes::time()
@@ -910,7 +911,8 @@ sub _worker_gone {
         return $self->_abandon_reload($pid, $status & 127 ? "was killed by signal " . ($status & 127)
                                                           : "exited with status " . ($status >> 8));
     }
-    $self->_log_death($pid, $status, $score) if $status != 0 && !$w->{leaving} && !$w->{watchdog};
+    $self->_log_death($pid, $status, $score)
+        if ($status != 0 || _exited_on_its_own($status, $score)) && !$w->{leaving} && !$w->{watchdog};
     $self->_count_restart($w, $status, $score) unless $self->{stop_deadline};
     return if $self->{stop_deadline} || $w->{generation} != $self->{generation};
     my $served = ($score->{started} // 0) > 0;
@@ -919,6 +921,13 @@ sub _worker_gone {
     } else {
         $self->{failures} = 0;
     }
+}
+
+# A worker that exited 0 without its way out having said why: something
+# in the process called exit (the app, most likely, in a request).
+sub _exited_on_its_own {
+    my ($status, $score) = @_;
+    return $status == 0 && ($score->{exit_reason} // '') eq '' && ($score->{pid} // 0);
 }
 
 # Why a worker that left is replaced (narwhal_worker_restarts_total). A
@@ -937,6 +946,7 @@ sub _count_restart {
                                                             ? $sb->RESTART_SIGNAL : return)
              : ($status & 127) && !$CRASH_SIGNAL{ $status & 127 } ? $sb->RESTART_SIGNAL
              : $status != 0                             ? $sb->RESTART_CRASH
+             : _exited_on_its_own($status, $score)      ? $sb->RESTART_EXIT
              :                                            $sb->RESTART_SIGNAL;
     return if $w->{generation} != $self->{generation} && $code != $sb->RESTART_SIGNAL;
     $self->{scoreboard}->count_restart($code);
@@ -977,7 +987,8 @@ sub _watch_requests {
 sub _log_death {
     my ($self, $pid, $status, $score) = @_;
     my $how = $status & 127 ? "was killed by signal " . ($status & 127)
-                            : "exited with status " . ($status >> 8);
+            : $status          ? "exited with status " . ($status >> 8)
+            :                    'exited with status 0 on its own (did the app call exit?)';
     my $what = ($score->{state} // '') eq 'busy' ? " while serving $score->{request}"
              : ($score->{started} // 0) ? ' between requests' : ' before serving a request';
     if (!($score->{started} // 0)) {    # a failed start: the backoff paces these

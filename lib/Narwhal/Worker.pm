@@ -123,7 +123,9 @@ sub run {
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
     $self->{exit_reason} //= Narwhal::Scoreboard::EXIT_MAX_REQUESTS() if $limit && $$served >= $limit;
-    $board->leaving($self->{exit_reason} // 0) if $board;
+    # (always a reason: a worker that exits 0 with none said left from
+    # elsewhere, an app's exit, and the master logs it)
+    $board->leaving($self->{exit_reason} // Narwhal::Scoreboard::EXIT_STOPPED()) if $board;
     $acceptor->release_parked($$closing ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
     Narwhal::AccessLog::close() if $access_log;
     $self->_exit(0);

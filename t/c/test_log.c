@@ -87,6 +87,35 @@ int main(void)
     ok(n > 0 && out[n - 1] == '\n' && memchr(out, '\n', n) == out + n - 1,
        "an empty message is one line");
 
+    /* the limiter: the first line at once, the rest of the interval
+     * counted, the count with the next line after it or at a flush */
+    int pipefd[2], saved = dup(2);
+    if (pipe(pipefd) == 0 && saved >= 0) {
+        dup2(pipefd[1], 2);
+        nw_log_limit l = { 0, 0 };
+        int wrote = nw_log_limited(&l, 1000, "error", "disk full %d", 1);
+        wrote += nw_log_limited(&l, 2000, "error", "disk full %d", 2);
+        wrote += nw_log_limited(&l, 10999, "error", "disk full %d", 3);
+        nw_log_limited_flush(&l, 5000, "error", "disk failures");     /* too early: nothing */
+        wrote += nw_log_limited(&l, 11000, "error", "disk full %d", 4);
+        nw_log_limited(&l, 12000, "error", "disk full %d", 5);
+        nw_log_limited_flush(&l, 21000, "error", "disk failures");
+        nw_log_limited_flush(&l, 40000, "error", "disk failures");    /* nothing left */
+        dup2(saved, 2);
+        close(pipefd[1]);
+        char got[4096];
+        ssize_t r = read(pipefd[0], got, sizeof got - 1);
+        got[r > 0 ? r : 0] = 0;
+        ok(wrote == 2, "limited: 2 of the first 4 lines written (at 0 and 10 s)");
+        ok(matches("error: disk full 1\n.*error: 2 more like it in the last 10 s\n"
+                   ".*error: disk full 4\n.*error: 1 more disk failures in the last 10 s\n$", got),
+           "limited: the first line, then the count with the next, then at a flush");
+        if (!matches("disk full 4", got))
+            diag("got '%s'", got);
+        ok(!matches("disk full [235]", got), "limited: the counted lines are not written");
+        close(pipefd[0]);
+    }
+
     char small[NW_LOG_PREFIX_MAX + 10];
     n = nw_log_format(small, sizeof small, "info", "0123456789abcdefghij", 20);
     ok(n <= sizeof small && small[n - 1] == '\n', "a message longer than the buffer is cut, still one line");
