@@ -523,6 +523,7 @@ attach(self, index)
     nw_xs_score_slot->state = NW_WORKER_IDLE;
     nw_conn_watch_closing(&board_of(aTHX_ self)->h.stopping);
     nw_conn_watch_offload(&board_of(aTHX_ self)->h.offload_bytes);
+    nw_xs_score_header = &board_of(aTHX_ self)->h;
 
 void
 leaving(self, reason = 0)
@@ -607,6 +608,27 @@ count_restart(self, reason)
   CODE:
     if (reason >= 0 && reason < NW_RESTART_REASONS)
         board_of(aTHX_ self)->h.restarts[reason]++;
+
+int
+block_route(self, request, ms)
+    SV *self
+    SV *request
+    double ms
+  CODE:
+    /* --crash-backoff: answer the route of request ("METHOD target") 503
+     * for ms. 0, or -1 when every entry is taken. */
+    STRLEN len;
+    const char *p = SvPV(request, len);
+    RETVAL = nw_scoreboard_block_route(board_of(aTHX_ self), nw_route_hash_request(p, len),
+                                       nw_now_ms() + (nw_msec)ms);
+  OUTPUT:
+    RETVAL
+
+void
+expire_routes(self)
+    SV *self
+  CODE:
+    nw_scoreboard_expire_routes(board_of(aTHX_ self), nw_now_ms());
 
 void
 count_manager_restart(self)

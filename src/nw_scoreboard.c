@@ -150,6 +150,7 @@ static void add_counts(nw_score_counts *to, const nw_score_counts *from)
     to->queue_us += from->queue_us;
     to->spool_failed += from->spool_failed;
     to->fd_limit += from->fd_limit;
+    to->crash_refused += from->crash_refused;
 }
 
 void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,
@@ -264,5 +265,76 @@ void nw_scoreboard_totals(const nw_scoreboard *b, nw_score_counts *out)
         }
         if (tries >= 8)
             sched_yield();
+    }
+}
+
+/* ---- routes that kill workers (--crash-backoff) ----------------------- */
+
+static uint64_t fnv(uint64_t h, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+uint64_t nw_route_hash(const char *method, size_t method_len, const char *target, size_t target_len)
+{
+    const char *q = target_len ? memchr(target, '?', target_len) : NULL;
+    uint64_t h = fnv(0xcbf29ce484222325ull, method, method_len);
+    h = fnv(h, " ", 1);
+    h = fnv(h, target, q ? (size_t)(q - target) : target_len);
+    return h ? h : 1;
+}
+
+uint64_t nw_route_hash_request(const char *request, size_t len)
+{
+    const char *sp = memchr(request, ' ', len);
+    if (!sp)
+        return nw_route_hash(request, len, "", 0);
+    return nw_route_hash(request, (size_t)(sp - request), sp + 1, len - (size_t)(sp - request) - 1);
+}
+
+/* The entry route has, else a free one, else one past its time; -1. */
+static int route_entry(const nw_scoreboard *b, uint64_t route, nw_msec now)
+{
+    int free_one = -1;
+    for (int i = 0; i < NW_CRASH_ROUTES; i++) {
+        const nw_crash_route *e = &b->h.crash_route[i];
+        if (e->hash == route)
+            return i;
+        if (free_one < 0 && (!e->hash || e->until <= now))
+            free_one = i;
+    }
+    return free_one;
+}
+
+int nw_scoreboard_block_route(nw_scoreboard *b, uint64_t route, nw_msec until)
+{
+    int i = route_entry(b, route, nw_now_ms());
+    if (i < 0)
+        return -1;
+    nw_crash_route *e = &b->h.crash_route[i];
+    if (e->hash != route) {
+        if (!e->hash)
+            b->h.crash_routes++;
+        e->hash = 0;        /* (a worker never sees the old route with the new time) */
+        e->until = until;
+        e->hash = route;
+    } else {
+        e->until = until;
+    }
+    return 0;
+}
+
+void nw_scoreboard_expire_routes(nw_scoreboard *b, nw_msec now)
+{
+    for (int i = 0; i < NW_CRASH_ROUTES; i++) {
+        nw_crash_route *e = &b->h.crash_route[i];
+        if (e->hash && e->until <= now) {
+            e->hash = 0;
+            b->h.crash_routes--;
+        }
     }
 }

@@ -19,6 +19,7 @@
 #define NW_SCORE_BUCKETS      18    /* duration histogram: 17 bounds and +Inf */
 #define NW_QUEUE_BUCKETS      15    /* queue-wait histogram: 14 bounds and +Inf */
 #define NW_SCOREBOARD_READ_TRIES 100000 /* a reader's retries while the master folds */
+#define NW_CRASH_ROUTES       16    /* routes answered 503 at once for killing workers */
 
 /* The duration histogram's upper bounds, in microseconds (the last bucket
  * is +Inf): from 100 us, so that a fast app's percentiles are resolved. */
@@ -83,7 +84,16 @@ typedef struct {
     uint64_t queue_us;                      /* sum of those waits */
     uint64_t spool_failed;                  /* request bodies that could not be spooled (503) */
     uint64_t fd_limit;                      /* accepts refused by the open-file limit */
+    uint64_t crash_refused;                 /* requests to a route that kills workers, 503 */
 } nw_score_counts;
+
+/* A route ("METHOD path", the query left out) that killed workers again
+ * and again: answered 503 until `until` (--crash-backoff). The master
+ * writes these; workers read them before they run the app. */
+typedef struct {
+    volatile uint64_t hash;         /* nw_route_hash; 0: a free entry */
+    volatile nw_msec until;         /* monotonic ms */
+} nw_crash_route;
 
 typedef struct {
     volatile int32_t pid;
@@ -114,6 +124,8 @@ typedef struct {
     volatile int32_t workers_wanted;    /* --max-workers now */
     volatile uint64_t restarts[NW_RESTART_REASONS];
     volatile uint64_t manager_restarts; /* connection managers started after the first */
+    volatile int32_t crash_routes;      /* entries of crash_route in use (0: none to look at) */
+    nw_crash_route crash_route[NW_CRASH_ROUTES];
     nw_score_counts gone;               /* the counts of workers reaped */
     volatile int64_t offload_bytes;     /* bytes of responses in memfds the manager is writing:
                                          * workers raise it, the manager lowers it */
@@ -181,5 +193,29 @@ int nw_scoreboard_bucket(uint64_t duration_us);
 /* A reader's consistent copy of the totals: the header's counts of the
  * workers gone plus every live slot's (retried while the master folds). */
 void nw_scoreboard_totals(const nw_scoreboard *b, nw_score_counts *out);
+
+/* The route of a request: FNV-1a over "METHOD path", the target up to its
+ * '?' (never 0). nw_route_hash_request takes "METHOD target" as one
+ * string (the slot's request), nw_route_hash the two pieces. */
+uint64_t nw_route_hash(const char *method, size_t method_len, const char *target, size_t target_len);
+uint64_t nw_route_hash_request(const char *request, size_t len);
+
+/* The master: answer route 503 until `until` (an entry of its own, or the
+ * one that expired first). Returns 0, or -1 when the table is full of
+ * live entries. */
+int nw_scoreboard_block_route(nw_scoreboard *b, uint64_t route, nw_msec until);
+/* The master, now and then: entries past their time are freed. */
+void nw_scoreboard_expire_routes(nw_scoreboard *b, nw_msec now);
+/* A worker, before the app: whether route is answered 503 now. One load
+ * when no route is blocked. */
+static inline int nw_scoreboard_route_blocked(const nw_score_header *h, uint64_t route, nw_msec now)
+{
+    if (!h->crash_routes)
+        return 0;
+    for (int i = 0; i < NW_CRASH_ROUTES; i++)
+        if (h->crash_route[i].hash == route && h->crash_route[i].until > now)
+            return 1;
+    return 0;
+}
 
 #endif

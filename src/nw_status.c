@@ -443,6 +443,10 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
     r |= put(o, "narwhal_failures_total{kind=\"fd_limit\"} %llu\n", (unsigned long long)t.fd_limit);
     r |= put(o, "narwhal_failures_total{kind=\"manager_restart\"} %llu\n",
              (unsigned long long)b->h.manager_restarts);
+    r |= metric_head(o, "narwhal_crash_refused_total", "counter",
+                     "Requests answered 503 without running the app: their route had killed "
+                     "workers again and again (--crash-backoff).");
+    r |= put(o, "narwhal_crash_refused_total %llu\n", (unsigned long long)t.crash_refused);
     r |= metric_head(o, "narwhal_start_time_seconds", "gauge",
                      "When the master started, in seconds since the epoch.");
     r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 nw_score_slot *nw_xs_score_slot;
+const nw_score_header *nw_xs_score_header;
 nw_access_log *nw_xs_access_log;
 int nw_xs_access_log_pid;
 int nw_xs_access_forwarded;                 /* --access-log-client forwarded */
@@ -84,6 +85,19 @@ void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
     nw_access_log_record(nw_xs_access_log, &e, (nw_msec)(now_us / 1000));
 }
 
+/* --crash-backoff: the request's route killed workers again and again,
+ * and the master says to answer it 503 for a while. */
+static int route_blocked(nw_conn *c)
+{
+    uint64_t route = nw_route_hash(c->req.method, c->req.method_len, c->req.target, c->req.target_len);
+    if (!nw_scoreboard_route_blocked(nw_xs_score_header, route, nw_now_ms()))
+        return 0;
+    c->error_status = 503;
+    if (nw_xs_score_slot)
+        nw_xs_score_slot->counts.crash_refused++;
+    return 1;
+}
+
 HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_partial,
                   int *result)
 {
@@ -95,6 +109,9 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
         if (!c->proxy.local && c->proxy.src_len)
             nw_env_peer(aTHX_ xc, &c->proxy.src, c->proxy.src_len);
     }
+    if (r == NW_REQ_READY && nw_xs_score_header && nw_xs_score_header->crash_routes
+        && route_blocked(c))
+        r = NW_REQ_ERROR;           /* --crash-backoff: 503, the app is not run */
     if (r == NW_REQ_READY) {
         env = nw_env_build(aTHX_ xc, self_rv);
         r = nw_conn_read_body(c);

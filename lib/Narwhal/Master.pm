@@ -27,6 +27,9 @@ use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between th
 use constant REPLACE_LINGER    => 10;    # seconds a replaced worker may take to reach its limit
 use constant REPLACE_AT_ONCE   => 1;     # replaced workers alive at once (workers beyond
                                          # --max-workers); others asking are replaced as they exit
+use constant CRASH_WINDOW      => 10;    # --crash-backoff: seconds in which ...
+use constant CRASH_COUNT       => 3;     # ... this many deaths of one route start a back-off
+use constant CRASH_BACKOFF_MAX => 300;   # seconds a back-off doubles up to
 use constant LIFETIME_JITTER   => 0.1;   # --max-worker-lifetime: each worker's is up to 10% longer
 
 # The master's signals are blocked across fork: a TERM sent to a new worker
@@ -480,6 +483,7 @@ sub _manage {
         $self->_reap;
         $self->_tend_manager;
         $self->_flush_crash_log;
+        $self->_tend_crash_routes;
         $self->_log_proxy_refusals if $self->{options}{proxy_protocol};
         $self->_tend_reload;
         $self->_tend_ready if $self->{notify_socket} && !$self->{stop_deadline} && !$self->{drain_until};
@@ -911,8 +915,10 @@ sub _worker_gone {
         return $self->_abandon_reload($pid, $status & 127 ? "was killed by signal " . ($status & 127)
                                                           : "exited with status " . ($status >> 8));
     }
-    $self->_log_death($pid, $status, $score)
-        if ($status != 0 || _exited_on_its_own($status, $score)) && !$w->{leaving} && !$w->{watchdog};
+    my $died = ($status != 0 || _exited_on_its_own($status, $score)) && !$w->{leaving} && !$w->{watchdog};
+    $self->_log_death($pid, $status, $score) if $died;
+    $self->_charge_route($score->{request})
+        if $died && ($score->{state} // '') eq 'busy' && !$self->{stop_deadline};
     $self->_count_restart($w, $status, $score) unless $self->{stop_deadline};
     return if $self->{stop_deadline} || $w->{generation} != $self->{generation};
     my $served = ($score->{started} // 0) > 0;
@@ -920,6 +926,48 @@ sub _worker_gone {
         $self->{next_spawn} = Time::HiRes::time() + _backoff($self->{failures}++);
     } else {
         $self->{failures} = 0;
+    }
+}
+
+# --crash-backoff: a worker died serving $request. When its route
+# ("METHOD path") has killed CRASH_COUNT workers in CRASH_WINDOW seconds,
+# or kills one again within twice its last back-off after it ended, the
+# workers answer it 503 for a back-off that starts at --crash-backoff and
+# doubles (up to CRASH_BACKOFF_MAX) while it goes on; one line each time.
+sub _charge_route {
+    my ($self, $request) = @_;
+    my $first = $self->{options}{crash_backoff} or return;
+    (my $route = $request // '') =~ s/\?.*//s;
+    return unless length $route;
+    my $now = Time::HiRes::time();
+    my $r = $self->{crash_routes}{$route} ||= { times => [], backoff => 0, until => 0 };
+    my @times = grep { $_ > $now - CRASH_WINDOW } @{ $r->{times} }, $now;
+    $r->{times} = \@times;
+    my $again = $r->{backoff} && $now < $r->{until} + 2 * $r->{backoff};
+    return unless $again || @times >= CRASH_COUNT;
+    $r->{backoff} = $again ? _min($r->{backoff} * 2, CRASH_BACKOFF_MAX) : $first;
+    $r->{until} = $now + $r->{backoff};
+    $r->{times} = [];
+    my $ok = $self->{scoreboard}->block_route($route, $r->{backoff} * 1000) == 0;
+    Narwhal::log_line(warn => $ok
+        ? sprintf("%s killed %s: answered 503 for %s s, then tried again", $route,
+                  $again ? 'a worker again after its back-off' : scalar(@times) . ' workers in ' . CRASH_WINDOW . ' s',
+                  $r->{backoff})
+        : "$route killed workers again and again, but every back-off entry is taken: it runs on");
+}
+
+sub _min { $_[0] < $_[1] ? $_[0] : $_[1] }
+
+# The back-offs that ended, and the routes that stopped crashing.
+sub _tend_crash_routes {
+    my $self = shift;
+    my $routes = $self->{crash_routes} or return;
+    $self->{scoreboard}->expire_routes;
+    my $now = Time::HiRes::time();
+    for my $route (keys %$routes) {
+        my $r = $routes->{$route};
+        delete $routes->{$route}
+            if $now > $r->{until} + 2 * $r->{backoff} && !grep { $_ > $now - CRASH_WINDOW } @{ $r->{times} };
     }
 }
 

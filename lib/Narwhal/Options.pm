@@ -255,6 +255,19 @@ my @TABLE = (
            . 'replaced; the error log says how large it was. Checked after every request with one '
            . 'C<getrusage> (the peak size); C</proc> is read only once the peak is over. 0 (the '
            . 'default) means no limit.' },
+    { name => 'crash_backoff', type => 'seconds', default => 1, max => _c('MAX_SECONDS'),
+      group => 'Operations', arg => 'SECS',
+      help => 'a route that killed 3 workers in 10 s gets 503 for SECS, doubling while it goes on (0: off)',
+      pod => 'A worker that dies while serving a request (a crash, a signal, an exit) is charged '
+           . 'to the request\'s method and path (the query left out). When the same route has '
+           . 'killed three workers within 10 seconds, the workers answer it C<503 Service '
+           . 'Unavailable> with C<Retry-After: 1> without running the app, for this many seconds; '
+           . 'then it is tried again, and if it kills a worker again within twice that time the '
+           . 'wait doubles (up to 5 minutes), else it starts over. The master logs each back-off '
+           . 'once, with the route and the count; answers are counted in '
+           . 'C<narwhal_crash_refused_total>. Every crash is a fork: without this, four clients '
+           . 'on a URL that crashes its worker cut everyone else\'s throughput by about 80 times. '
+           . '0 turns it off.' },
     { name => 'max_queue_wait', type => 'count', default => 0, max => _c('MAX_SECONDS') * 1000,
       manager => 'max-queue-wait', group => 'Operations', arg => 'MS',
       help => 'a request waiting longer for a free worker gets 503 (0: off)',
