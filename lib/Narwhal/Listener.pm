@@ -201,9 +201,10 @@ sub refuse_new {
     my ($l) = @_;
     return 1 if $l->{inherited} || !$l->{handle};
     my $how = refuse_new_connections(fileno $l->{handle});
-    print STDERR "narwhal: this kernel refuses socket filters to this user: on "
-               . describe($l) . " the listen queue was shortened instead, and a client that "
-               . "connects in the stop's last instant may be reset (docs/SIGNALS.md)\n"
+    Narwhal::log_line(warn => "this kernel refuses socket filters to this user: on "
+                              . describe($l) . " the listen queue was shortened instead, and a "
+                              . "client that connects in the stop's last instant may be reset "
+                              . "(docs/SIGNALS.md)")
         if $how == 1 && !$said_shortened++;
     return $how >= 0;
 }
