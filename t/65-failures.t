@@ -47,7 +47,8 @@ sub lines_like { my ($s, $re) = @_; return scalar(() = $s->log_text =~ /$re/g) }
 # counted (CRASH_LOG_EVERY), and narwhal_worker_restarts_total{reason="exit"}.
 {
     my $sport = free_port();
-    my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2,
+    # (--crash-backoff 0: else the route is answered 503 after 3 exits)
+    my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2, '--crash-backoff', 0,
                                                  ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
     get($s->port, '/exit') for 1 .. 5;
     ok(wait_until(sub { lines_like($s, qr/exited with status 0 on its own/) }, 5),
