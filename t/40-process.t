@@ -288,12 +288,12 @@ sub finish_client_loop {
 # leaves: with 1/20 of its requests left (2 of 40) the master forks the next
 # worker, so the pool never lacks one; the old worker still serves at most
 # its 40, and one that does not reach them is retired REPLACE_LINGER (10 s;
-# 2 s here, set for tests by NARWHAL_TEST_REPLACE_LINGER) later, counted as
+# 1 s here, set for tests by NARWHAL_TEST_REPLACE_LINGER) later, counted as
 # max-requests. One replaced worker at a time; one that crashes meanwhile
 # counts as a crash.
 SKIP: {
     skip 'early replacement needs the connection manager', 17 if @NM;
-    my $LINGER = 2;
+    my $LINGER = 1;
     my %linger = (env => { NARWHAL_TEST_REPLACE_LINGER => $LINGER });
     my $metric = sub {      # narwhal_worker_restarts_total{reason=...}
         my ($sport, $reason) = @_;
