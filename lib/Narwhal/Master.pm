@@ -13,17 +13,6 @@ use Narwhal::Worker ();
 # workers and keeps their number right. Signal handlers only record what was
 # asked; the manage loop acts on it.
 
-# A constant the test suite would otherwise have to outwait can be set for
-# tests by NARWHAL_TEST_<NAME> in the environment (seconds, read once as
-# this module loads). For tests only: not an option, not for operators.
-BEGIN {
-    sub _for_tests {
-        my ($name, $default) = @_;
-        my $v = $ENV{"NARWHAL_TEST_$name"};
-        return defined $v && $v =~ /\A\d+(?:\.\d+)?\z/ && $v > 0 ? $v + 0 : $default;
-    }
-}
-
 use constant MANAGE_TICK       => 0.5;   # seconds between looks at the workers
 use constant QUICK_DEATH       => 1.0;   # a worker dying sooner is a failed start
 use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed start
@@ -34,7 +23,7 @@ use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long a
 use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
 use constant MANAGER_MAX_LISTENERS => 16; # listeners whose queue the manager reports
 use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between the watchdog's steps
-use constant REPLACE_LINGER    => _for_tests(REPLACE_LINGER => 10);
+use constant REPLACE_LINGER    => Narwhal::for_tests(REPLACE_LINGER => 10);
                                          # seconds a replaced worker may take to reach its limit
 use constant REPLACE_AT_ONCE   => 1;     # replaced workers alive at once (workers beyond
                                          # --max-workers); others asking are replaced as they exit
