@@ -402,7 +402,10 @@ APP
 
 # (f) TTIN / TTOU change the number of workers.
 {
-    my $s = server(args => [ '--max-workers', '2' ]);
+    # (with the manager, its status listener says how many the master wants)
+    my $managed = !@NM && !grep { $_ eq '--no-manager' } @XARGS;
+    my $sport = free_port();
+    my $s = server(args => [ '--max-workers', '2', ($managed ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
     ok(wait_workers($s, 2), 'two workers to start with');
     kill TTIN => $s->pid;
     ok(wait_workers($s, 3), 'TTIN: three workers');
@@ -414,8 +417,19 @@ APP
     sleep 0.1;
     kill TTOU => $s->pid;
     ok(wait_workers($s, 1), 'TTOU twice more: one worker') or diag "now: @{[ workers($s) ]}";
+    # One more TTOU, then USR2: the master handles the signals that came
+    # before USR2 in the pass that logs its counts (or in an earlier one).
+    my $usr2_lines = sub { scalar(() = $s->log_text =~ /^narwhal: (?:manager |no manager counts)/mg) };
+    my $before = $usr2_lines->();
     kill TTOU => $s->pid;
-    sleep 1.2;
+    kill USR2 => $s->pid;
+    ok(wait_until(sub { $usr2_lines->() > $before }, 5), 'TTOU at one worker, then USR2: the master has handled both');
+    if ($managed) {
+        my ($wanted) = http_get($sport, '/metrics')->{content} =~ /^narwhal_workers_wanted (\d+)/m;
+        is($wanted, 1, '... it still wants one worker');
+    } else {
+        sleep 1.2;    # (no status listener without the manager: let a retirement show)
+    }
     is(scalar(workers($s)), 1, 'TTOU never goes below one worker');
     ok(defined get_pid($s->port), 'still serving');
     $s->stop;
