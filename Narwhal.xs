@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "src/nw_frame.h"
-#include "src/nw_manager.h"
 #include "src/nw_scoreboard.h"
 #include "src/nw_accesslog.h"
 #include "src/nw_signal.h"

@@ -7,14 +7,21 @@
 #                          (work-frame/, findings-frame/)
 #   make -f fuzz.mk run-proxy FUZZ_TIME=300  the same for the PROXY protocol
 #                          parser (work-proxy/, findings-proxy/)
-#   make -f fuzz.mk replay          build ./replay and ./replay_frame with gcc and
-#                          replay corpus/ and corpus-frame/
+#   make -f fuzz.mk replay          build ./replay, ./replay_frame and ./replay_proxy
+#                          with gcc and replay corpus/, corpus-frame/ and corpus-proxy/
 #   make -f fuzz.mk clean
+# What each harness links with comes from its includes
+# (../inc/NarwhalLink.pm, the build description the C unit tests and
+# Makefile.PL share).
 CLANG   ?= clang
 GCC     ?= gcc
+PERL    ?= perl
 FUZZ_TIME ?= 300
-SRC      = ../src/nw_http.c
-HDRS     = ../src/nw_http.h ../src/nw_limits.h
+LINK     = $(shell $(PERL) ../inc/NarwhalLink.pm $(1))
+HTTP     := $(call LINK,fuzz_http.c)
+FRAME    := $(call LINK,fuzz_frame.c)
+PROXY    := $(call LINK,fuzz_proxy.c)
+HDRS     = $(wildcard ../src/*.h)
 
 .PHONY: all fuzz run run-frame run-proxy replay clean
 
@@ -22,22 +29,22 @@ all: fuzz replay
 
 fuzz: fuzz_http fuzz_frame fuzz_proxy
 
-fuzz_proxy: fuzz_proxy.c ../src/nw_proxy.c ../src/nw_proxy.h
+fuzz_proxy: $(PROXY) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-I../src fuzz_proxy.c ../src/nw_proxy.c -o $@
+		-I../src $(PROXY) -o $@
 
 run-proxy: fuzz_proxy
 	mkdir -p work-proxy findings-proxy
 	./fuzz_proxy -max_total_time=$(FUZZ_TIME) -max_len=2048 -artifact_prefix=findings-proxy/ \
 		-print_final_stats=1 work-proxy corpus-proxy
 
-fuzz_http: fuzz_http.c $(SRC) $(HDRS)
+fuzz_http: $(HTTP) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-I../src fuzz_http.c $(SRC) -o $@
+		-I../src $(HTTP) -o $@
 
-fuzz_frame: fuzz_frame.c ../src/nw_frame.c ../src/nw_frame.h
+fuzz_frame: $(FRAME) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-I../src fuzz_frame.c ../src/nw_frame.c -o $@
+		-I../src $(FRAME) -o $@
 
 run-frame: fuzz_frame
 	mkdir -p work-frame findings-frame
@@ -49,13 +56,16 @@ run: fuzz_http
 	./fuzz_http -max_total_time=$(FUZZ_TIME) -max_len=8192 -dict=http.dict \
 		-artifact_prefix=findings/ -print_final_stats=1 work corpus
 
-replay: replay.c fuzz_http.c $(SRC) $(HDRS)
+replay: replay.c $(HTTP) $(FRAME) $(PROXY) $(HDRS)
 	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
-		-I../src replay.c fuzz_http.c $(SRC) -o replay
+		-I../src replay.c $(HTTP) -o replay
 	./replay corpus
 	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
-		-I../src replay.c fuzz_frame.c ../src/nw_frame.c -o replay_frame
+		-I../src replay.c $(FRAME) -o replay_frame
 	./replay_frame corpus-frame
+	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
+		-I../src replay.c $(PROXY) -o replay_proxy
+	./replay_proxy corpus-proxy
 
 clean:
-	rm -rf fuzz_http fuzz_frame fuzz_proxy replay replay_frame work findings work-frame findings-frame work-proxy findings-proxy
+	rm -rf fuzz_http fuzz_frame fuzz_proxy replay replay_frame replay_proxy work findings work-frame findings-frame work-proxy findings-proxy

@@ -7,6 +7,16 @@ our $VERSION = '0.01';
 require XSLoader;
 XSLoader::load('Narwhal', $VERSION);
 
+# A constant the test suite would otherwise have to outwait can be set for
+# tests by NARWHAL_TEST_<NAME> in the environment (seconds, read once as
+# the module that uses it loads). For tests only: not an option, not for
+# operators (docs/DESIGN.md, "Limits and timeouts").
+sub for_tests {
+    my ($name, $default) = @_;
+    my $v = $ENV{"NARWHAL_TEST_$name"};
+    return defined $v && $v =~ /\A\d+(?:\.\d+)?\z/ && $v > 0 ? $v + 0 : $default;
+}
+
 # Logging helpers shared by the master and the workers.
 
 # Narwhal's own error-log lines: "TIME narwhal[PID] ROLE LEVEL: text", one

@@ -132,7 +132,7 @@ typedef struct {
     nw_msec write_ms;               /* --timeout: a write making no progress */
     volatile int64_t *offload_bytes; /* the scoreboard's count (--max-offload-total), or NULL */
     nw_manager_stats st;    /* the running totals; gauges filled in when sent */
-    nw_msec now, next_stats;
+    nw_msec now, next_stats, stats_ms;
     char   *frame_data;     /* NW_FRAME_MAX_DATA bytes for incoming frames */
     int     stop;
     nw_msec serve_until;    /* a stop signal came: serve until then, then close (0: none) */
@@ -1105,13 +1105,14 @@ static void nw_manager_expire(nw_manager *m)
         nw_manager_drop_conn(m, m->closing.first);
 }
 
-/* Counts to the master once a second. A full control socket drops them:
- * the next ones follow a second later, and the manager must never block. */
+/* Counts to the master once a second (stats_ms). A full control socket
+ * drops them: the next ones follow a second later, and the manager must
+ * never block. */
 static void nw_manager_send_stats(nw_manager *m)
 {
     if (m->now < m->next_stats)
         return;
-    m->next_stats = m->now + NW_MANAGER_STATS_MS;
+    m->next_stats = m->now + m->stats_ms;
     m->st.idle = nw_manager_held(m);
     m->st.queued = m->queue.len;
     m->st.writing = m->writing.len;
@@ -1225,7 +1226,8 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->max_header = cfg->max_header_bytes;
     m->max_line = cfg->max_request_line;
     m->now = nw_now_ms();
-    m->next_stats = m->now + NW_MANAGER_STATS_MS;
+    m->stats_ms = cfg->stats_ms > 0 ? cfg->stats_ms : NW_MANAGER_STATS_MS;
+    m->next_stats = m->now + m->stats_ms;
     m->serve_reader = cfg->serve_reader_fd;
     m->max_queue_wait = nw_manager_ms(cfg->max_queue_wait);
     m->status_fd = cfg->status_fd;

@@ -24,6 +24,8 @@ typedef struct {
     int listener_fds[16];       /* the app's listeners (queue lengths only) */
     int nlisteners;
     const char *error_log;      /* --error-log: reopened onto fd 2 on SIGUSR1, or NULL */
+    int stats_ms;               /* STATS to the master this often; 0: once a second (tests
+                                 * set less with NARWHAL_TEST_MANAGER_STATS_MS) */
 } nw_manager_config;
 
 /* Run the manager until the master closes control_fd (end of stream) or

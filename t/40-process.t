@@ -287,11 +287,14 @@ sub finish_client_loop {
 # (e2) With the manager, a recycled worker's replacement starts before it
 # leaves: with 1/20 of its requests left (2 of 40) the master forks the next
 # worker, so the pool never lacks one; the old worker still serves at most
-# its 40, and one that does not reach them is retired REPLACE_LINGER (10 s)
-# later, counted as max-requests. One replaced worker at a time; one that
-# crashes meanwhile counts as a crash.
+# its 40, and one that does not reach them is retired REPLACE_LINGER (10 s;
+# 1 s here, set for tests by NARWHAL_TEST_REPLACE_LINGER) later, counted as
+# max-requests. One replaced worker at a time; one that crashes meanwhile
+# counts as a crash.
 SKIP: {
     skip 'early replacement needs the connection manager', 17 if @NM;
+    my $LINGER = 1;
+    my %linger = (env => { NARWHAL_TEST_REPLACE_LINGER => $LINGER });
     my $metric = sub {      # narwhal_worker_restarts_total{reason=...}
         my ($sport, $reason) = @_;
         my $res = http_get($sport, '/metrics');
@@ -317,16 +320,17 @@ SKIP: {
     $s->stop;
 
     my $sport = free_port();
-    $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
-                          '--status-listen', "127.0.0.1:$sport" ]);
+    $s = server(%linger, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+                                   '--status-listen', "127.0.0.1:$sport" ]);
     $port = $s->port;
     ($old) = @{ wait_workers($s, 1) || [] };
     get_pid($port) for 1 .. 38;
     my $t0 = time;
     ok(wait_workers($s, 2, 3), 'no more requests: the replacement runs beside the old worker');
-    my $left = wait_until(sub { pid_alive($old) ? undef : 1 }, 14);
+    my $left = wait_until(sub { pid_alive($old) ? undef : 1 }, $LINGER + 6);
     my $took = time - $t0;
-    ok($left && $took >= 9, sprintf('the old worker is retired about 10 s later (%.1f s)', $took));
+    ok($left && $took >= $LINGER - 0.5,
+       sprintf('the old worker is retired about REPLACE_LINGER (%d s) later (%.1f s)', $LINGER, $took));
     my $now = get_pid($port);
     ok($now && $now ne $old, '... and its replacement serves');
     ok(wait_until(sub { $metric->($sport, 'max-requests') == 1 }, 3),
@@ -374,22 +378,23 @@ SKIP: {
     $s->stop;
 
     # The replacement cannot start (--no-preload-app, code now broken):
-    # the old worker is not retired after 10 s, it goes on serving.
+    # the old worker is not retired after REPLACE_LINGER, it goes on serving.
     my $marker = File::Spec->catfile($TMP, 'replacement-fails');
     my $app = write_app(<<"APP");
 exit 3 if -e '$marker';
 sub { [200, ['Content-Type' => 'text/plain'], ["pid=\$\$\\n"]] };
 APP
-    $s = server(app => $app, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
-                                       '--no-preload-app' ]);
+    $s = server(%linger, app => $app, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+                                                '--no-preload-app' ]);
     $port = $s->port;
     $old = get_pid($port);      # (loaded: the code may break from now on)
     open(my $m, '>', $marker) or die $!;
     close $m;
     get_pid($port) for 2 .. 38;
     ok(wait_until(sub { $s->log_text =~ /exited with status 3/ }, 3), 'broken code: the replacement fails');
-    sleep 11;
-    ok(pid_alive($old), 'the old worker is still there after 11 s') or diag $s->log_text;
+    sleep $LINGER + 1.5;    # (past REPLACE_LINGER and the master's next look)
+    ok(pid_alive($old), "the old worker is still there after REPLACE_LINGER ($LINGER s) and more")
+        or diag $s->log_text;
     is(get_pid($port), $old, '... and serves');
     unlink $marker;
     $s->stop;
@@ -397,7 +402,10 @@ APP
 
 # (f) TTIN / TTOU change the number of workers.
 {
-    my $s = server(args => [ '--max-workers', '2' ]);
+    # (with the manager, its status listener says how many the master wants)
+    my $managed = !@NM && !grep { $_ eq '--no-manager' } @XARGS;
+    my $sport = free_port();
+    my $s = server(args => [ '--max-workers', '2', ($managed ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
     ok(wait_workers($s, 2), 'two workers to start with');
     kill TTIN => $s->pid;
     ok(wait_workers($s, 3), 'TTIN: three workers');
@@ -409,8 +417,19 @@ APP
     sleep 0.1;
     kill TTOU => $s->pid;
     ok(wait_workers($s, 1), 'TTOU twice more: one worker') or diag "now: @{[ workers($s) ]}";
+    # One more TTOU, then USR2: the master handles the signals that came
+    # before USR2 in the pass that logs its counts (or in an earlier one).
+    my $usr2_lines = sub { scalar(() = $s->log_text =~ /^narwhal: (?:manager |no manager counts)/mg) };
+    my $before = $usr2_lines->();
     kill TTOU => $s->pid;
-    sleep 1.2;
+    kill USR2 => $s->pid;
+    ok(wait_until(sub { $usr2_lines->() > $before }, 5), 'TTOU at one worker, then USR2: the master has handled both');
+    if ($managed) {
+        my ($wanted) = http_get($sport, '/metrics')->{content} =~ /^narwhal_workers_wanted (\d+)/m;
+        is($wanted, 1, '... it still wants one worker');
+    } else {
+        sleep 1.2;    # (no status listener without the manager: let a retirement show)
+    }
     is(scalar(workers($s)), 1, 'TTOU never goes below one worker');
     ok(defined get_pid($s->port), 'still serving');
     $s->stop;

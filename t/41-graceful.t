@@ -89,7 +89,7 @@ sub send_request {
 # stopped (SIGSTOP) so that the bytes and the signal are both waiting when
 # it runs again: the order a busy worker sees them in.
 SKIP: {
-    skip 'parking needs the manager', 3 if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    skip 'parking needs the manager', 4 if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
     my $s = server('--max-workers', 1, '--keepalive-wait', 30);
     my ($w) = wait_workers($s, 1);
     my $c = send_request($s->port, '/') or die "connect: $!";
@@ -102,7 +102,13 @@ SKIP: {
         or diag 'the worker did not stop';
     syswrite($c, "GET /again HTTP/1.1\r\nHost: x\r\n\r\n");
     kill TERM => $s->pid;
-    sleep 1;                         # the master has signalled the worker
+    # the master has signalled the worker: the TERM waits, pending, in the
+    # stopped process (/proc's ShdPnd mask; TERM is bit 15)
+    ok(wait_until(sub {
+        open(my $f, '<', "/proc/$w/status") or return 0;
+        my ($pending) = join('', <$f>) =~ /^ShdPnd:\s*([0-9a-f]+)/m or return 0;
+        return hex(substr($pending, -8)) & (1 << (POSIX::SIGTERM() - 1));
+    }, 5), 'the master signals the stopped worker');
     kill CONT => $w;
     my $r = read_response($c, 5);
     ok($r && $r->{status} == 200, 'its request that arrived with the stop is answered');

@@ -54,6 +54,14 @@ sub server {
     return spawn_server(app => $APP, args => [ @NM, @{ $a{args} } ], %{ $a{spawn} || {} });
 }
 
+# Whether process $pid has a handler for signal $sig (/proc/PID/status).
+sub catches {
+    my ($pid, $sig) = @_;
+    open(my $f, '<', "/proc/$pid/status") or return 0;
+    my ($mask) = join('', <$f>) =~ /^SigCgt:\s*([0-9a-f]+)/m or return 0;
+    return hex(substr($mask, -8)) & (1 << ($sig - 1));
+}
+
 sub get_raw {
     my ($port, $path, $timeout) = @_;
     my $c = raw_connect($port) or return undef;
@@ -262,9 +270,17 @@ SKIP: {
     # the worker idle: it must neither die nor count it as a first signal.
     my @before = sort { $a <=> $b } worker_pids($s->pid);
     get_raw($port, '/') for 1 .. 4;
-    sleep 1;    # (a worker forked a moment ago may not have its handlers yet)
+    # (a worker forked a moment ago may not have its handlers yet: wait
+    # until each catches XCPU, /proc's SigCgt mask)
+    wait_until(sub { !grep { !catches($_, POSIX::SIGXCPU()) } @before }, 5);
     kill XCPU => @before;
-    sleep 1.5;
+    # Each worker runs its Perl handler at its next safe point at the
+    # latest: the return from its wait for a connection. Two requests at
+    # once, each 0.3 s long, take both workers.
+    my @both = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?0.3 HTTP/1.1\r\nHost: x\r\n\r\n"); $c }
+               1 .. 2;
+    my @got = map { read_response($_, 10) } @both;
+    is(scalar(grep { $_ && $_->{status} == 200 } @got), 2, 'after a late XCPU both workers serve');
     is_deeply([ sort { $a <=> $b } worker_pids($s->pid) ], \@before, 'an idle worker ignores a late XCPU');
     for my $case ([ '/sleep?30', 'a sleeping request', qr{at \S+ line 9\n} ],
                   [ '/busy', 'a busy Perl loop', qr{at \S+ line 11\n} ],

@@ -29,7 +29,9 @@ sub {
 }
 APP
 
-sub server { spawn_server(app => $APP, args => [ @NM, @_ ]) }
+# The workers' idle wait is 0.2 s here, not 1 s (NARWHAL_TEST_WORKER_WAIT):
+# an idle worker writes its buffered lines that much sooner.
+sub server { spawn_server(app => $APP, env => { NARWHAL_TEST_WORKER_WAIT => 0.2 }, args => [ @NM, @_ ]) }
 
 sub request {
     my ($port, $head) = @_;

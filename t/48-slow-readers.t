@@ -130,12 +130,14 @@ if ($no_manager || !manager_built()) {
     # Pipelined behind an offloaded response, and Connection: close.
     my $c = raw_connect($s->port);
     syswrite($c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\nGET /small HTTP/1.1\r\nHost: x\r\n\r\n");
-    sleep 1;
+    ok(wait_until(sub { $m = metrics($sport); ($m->{'narwhal_connections{state="writing"}'} // 0) == 1 }, 10),
+       'pipelined: the manager is writing the response');
     body_ok(read_response($c, 20), '/big', 'pipelined');
     my $r = read_response($c, 5);
     is($r && $r->{body}, "small\n", '... and the request behind it is answered after it, in order');
     $c = slow_client($s->port, '/big', "Connection: close\r\n");
-    sleep 1;
+    ok(wait_until(sub { $m = metrics($sport); ($m->{'narwhal_connections{state="writing"}'} // 0) == 1 }, 10),
+       'Connection: close: the manager is writing the response');
     $r = read_response($c, 20);
     body_ok($r, '/big', 'Connection: close');
     is(sysread($c, my $more, 1), 0, '... then end of stream');

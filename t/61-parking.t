@@ -165,8 +165,12 @@ subtest 'a FIN that comes with the last request' => sub {
 subtest 'a lone pipelining client is not counted as others waiting' => sub {
     # After --worker-quantum pipelined requests the worker lets others in
     # only when others wait; the served connection's own new bytes are not
-    # others. A hand-off would show in the manager's counts.
-    my $srv = server('--keepalive-wait' => 3, '--worker-quantum' => 2);
+    # others. A hand-off would show in the manager's counts (sent to the
+    # master every 50 ms here, not once a second: NARWHAL_TEST_MANAGER_STATS_MS;
+    # USR2 logs them).
+    my $srv = spawn_server(app => $app, env => { NARWHAL_TEST_MANAGER_STATS_MS => 50 },
+                           args => [ '--max-workers' => 1, '--keepalive-timeout' => 30,
+                                     '--keepalive-wait' => 3, '--worker-quantum' => 2 ]);
     my $c = raw_connect($srv->port);
     request_on($c, '/c1');
     Time::HiRes::sleep(0.05);
@@ -175,7 +179,8 @@ subtest 'a lone pipelining client is not counted as others waiting' => sub {
     syswrite($c, "GET /d HTTP/1.1\r\n$H\r\n");     # arrives while /sleep runs
     my @r = map { read_response($c, 5) } 1 .. 4;
     is(scalar(grep { $_ && $_->{status} == 200 } @r), 4, 'all four answered');
-    Time::HiRes::sleep(1.5);    # a fresh manager count
+    Time::HiRes::sleep(0.7);    # a fresh manager count: sent within 50 ms, read by the
+                                # master at its next look (MANAGE_TICK, 0.5 s)
     my $before = length $srv->log_text;
     kill USR2 => $srv->pid;
     my $line;

@@ -3,7 +3,7 @@ use warnings;
 use Test::More;
 use Time::HiRes ();
 use lib 't/lib';
-use NarwhalTest qw(spawn_server raw_connect read_response wait_until);
+use NarwhalTest qw(spawn_server raw_connect read_response wait_until worker_pids pid_alive);
 
 # The park watcher thread and a worker whose app calls exit while
 # connections are parked in it. Perl's global destruction clears every
@@ -39,9 +39,13 @@ for my $round (1 .. 2) {
                                                   '--keepalive-timeout' => 30 ]);
     my @parked = grep { $_ } map { my $s = raw_connect($srv->port); request_on($s, "/p$_") && $s } 1 .. 20;
     is(scalar @parked, 20, "round $round: twenty connections parked in the only worker");
+    my ($worker) = worker_pids($srv->pid);
     my $x = raw_connect($srv->port);
     syswrite($x, "GET /exit HTTP/1.1\r\n$H\r\n");
-    Time::HiRes::sleep(2);      # its global destruction runs and ends
+    # its global destruction runs and ends; the master reaps it (and logs
+    # how it ended) before it starts the next worker
+    ok(wait_until(sub { !pid_alive($worker) && grep { $_ != $worker } worker_pids($srv->pid) }, 10),
+       "round $round: the worker exits and is replaced");
     my $log = $srv->log_text;
     unlike($log, qr/worker \d+ was killed by signal/, "round $round: the worker exits cleanly")
         or diag $log;

@@ -24,7 +24,8 @@ use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long a
 use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
 use constant MANAGER_MAX_LISTENERS => 16; # listeners whose queue the manager reports
 use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between the watchdog's steps
-use constant REPLACE_LINGER    => 10;    # seconds a replaced worker may take to reach its limit
+use constant REPLACE_LINGER    => Narwhal::for_tests(REPLACE_LINGER => 10);
+                                         # seconds a replaced worker may take to reach its limit
 use constant REPLACE_AT_ONCE   => 1;     # replaced workers alive at once (workers beyond
                                          # --max-workers); others asking are replaced as they exit
 use constant CRASH_WINDOW      => 10;    # --crash-backoff: seconds in which ...

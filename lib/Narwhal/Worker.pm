@@ -14,7 +14,9 @@ use Scalar::Util ();
 # common response; this file is the loop around it and what a request
 # needs of Perl: other response shapes, streaming, cleanup handlers.
 
-use constant WAIT          => 1.0;    # the longest wait before the worker looks at its flags
+use constant WAIT          => Narwhal::for_tests(WORKER_WAIT => 1.0);
+                                      # the longest wait before the worker looks at its flags
+                                      # (and, idle, writes its buffered access log lines)
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
 use constant REPLACE_AHEAD => 20;     # a recycled worker asks for its replacement with
                                       # 1/REPLACE_AHEAD of its requests left (under

@@ -12,13 +12,17 @@ use NarwhalTest ();
 # Building C test programs under AddressSanitizer and UBSan, running them,
 # and passing their TAP through as Test::More results.
 
-our @EXPORT_OK = qw(root find_cc build run_program relay_tap);
+our @EXPORT_OK = qw(root find_cc build link_sources run_program relay_tap);
 
 use constant SANITIZE => ('-fsanitize=address,undefined', '-fno-sanitize-recover=all',
                           '-fno-omit-frame-pointer');
 
 my $ROOT = File::Spec->rel2abs(File::Spec->catdir($FindBin::Bin, File::Spec->updir));
 sub root { $ROOT }
+
+# What a program links with comes from its includes (inc/NarwhalLink.pm).
+require File::Spec->catfile($ROOT, 'inc', 'NarwhalLink.pm');
+sub link_sources { NarwhalLink::link_sources($ROOT, @_) }
 
 my $DIR;
 sub _dir { $DIR ||= tempdir(CLEANUP => 1) }
@@ -80,18 +84,20 @@ sub sanitizers_work {
     };
 }
 
-# build($name, [sources relative to the root], @extra_flags): compile with
-# sanitizers into a temp dir; one test result; returns the program's path,
-# or ends the test file when it does not compile.
+# build($name, [files relative to the root], @extra_flags): compile the
+# files and the src/*.c they need (link_sources) with sanitizers into a
+# temp dir; one test result; returns the program's path, or ends the test
+# file when it does not compile.
 sub build {
-    my ($name, $sources, @extra) = @_;
+    my ($name, $files, @extra) = @_;
+    my @sources = link_sources(@$files);
     my $cc = find_cc() or NarwhalTest::missing_all('no C compiler found');
     sanitizers_work($cc)
         or NarwhalTest::missing_all("$cc cannot build with AddressSanitizer and UBSan "
                                     . '(Debian: libasan and libubsan come with gcc)');
     my $exe = File::Spec->catfile(_dir(), $name);
     my @cmd = ($cc, qw(-std=gnu99 -g -O1 -Wall -Wextra), SANITIZE, @extra,
-               "-I$ROOT/src", "-I$ROOT/t/c", (map { "$ROOT/$_" } @$sources), '-o', $exe);
+               "-I$ROOT/src", "-I$ROOT/t/c", (map { "$ROOT/$_" } @sources), '-o', $exe);
     my ($status, $out, $err) = run_program(@cmd);
     return $exe if ok($status == 0, "compile $name with $cc and sanitizers");
     diag("@cmd");

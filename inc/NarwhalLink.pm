@@ -1,0 +1,87 @@
+package NarwhalLink;
+use strict;
+use warnings;
+use File::Spec;
+
+# What a C program made of Narwhal's sources links with, derived from its
+# includes: the one build description for the C units (t/lib/NarwhalTest/
+# CBuild.pm for the unit tests and the corpus replays), the manager program
+# and the XS module (Makefile.PL) and the fuzzing harnesses (fuzz/fuzz.mk).
+#
+# The rule: a file's `#include "..."` lines name headers (looked for next
+# to the file, then from the top directory, then in src/); a header
+# src/nw_x.h whose src/nw_x.c exists brings that file in, and every file
+# brought in is read the same way. Adding src/nw_x.c with its nw_x.h is
+# then the whole build change: whatever includes nw_x.h links nw_x.c.
+# Headers not in the tree (perl.h, XSUB.h, the system's) are skipped.
+#
+#   perl inc/NarwhalLink.pm FILE...   print the C files FILE... link with
+#                                     (FILE... first, then the closure,
+#                                     paths as given / relative to here)
+
+# link_sources($root, @files): @files (paths relative to $root) followed by
+# the .c files of src/ they need, sorted, relative to $root.
+sub link_sources {
+    my ($root, @files) = @_;
+    my (%seen, @todo, @found);
+    $seen{$_} = 1 for @files;
+    @todo = @files;
+    while (defined(my $file = shift @todo)) {
+        for my $header (includes($root, $file)) {
+            next if $seen{$header}++;
+            push @todo, $header;
+            (my $c = $header) =~ s/\.h\z/.c/;
+            next if $c eq $header || $seen{$c} || !-f "$root/$c" || $c !~ m{\Asrc/[^/]+\.c\z};
+            $seen{$c} = 1;
+            push @todo, $c;
+            push @found, $c;
+        }
+    }
+    return (@files, sort @found);
+}
+
+# The headers of the tree that $file includes, relative to $root.
+sub includes {
+    my ($root, $file) = @_;
+    open(my $fh, '<', "$root/$file") or die "NarwhalLink: $root/$file: $!\n";
+    my (undef, $dir) = File::Spec->splitpath($file);
+    my @out;
+    while (my $line = <$fh>) {
+        next unless $line =~ /^\s*#\s*include\s+"([^"]+)"/;
+        my $name = $1;
+        for my $cand ((length $dir ? File::Spec->catfile($dir, $name) : ()), $name, "src/$name") {
+            my $canon = File::Spec->canonpath($cand);
+            $canon =~ s{\A\./}{};
+            if (-f "$root/$canon") {
+                push @out, $canon;
+                last;
+            }
+        }
+    }
+    close $fh;
+    return @out;
+}
+
+# The top directory: the one above inc/.
+sub root {
+    my $here = File::Spec->rel2abs(__FILE__);
+    my (undef, $dir) = File::Spec->splitpath($here);
+    return File::Spec->canonpath(File::Spec->catdir($dir, File::Spec->updir));
+}
+
+sub main {
+    my (@args) = @_;
+    die "usage: perl inc/NarwhalLink.pm FILE...\n" unless @args;
+    my $root = Cwd::realpath(root());
+    my @rel = map { File::Spec->abs2rel(Cwd::realpath($_), $root) } @args;
+    my @out = link_sources($root, @rel);
+    print join(' ', @args, map { File::Spec->abs2rel("$root/$_") } @out[@args .. $#out]), "\n";
+    return 0;
+}
+
+unless (caller) {
+    require Cwd;
+    exit main(@ARGV);
+}
+
+1;

@@ -1,0 +1,59 @@
+#!/usr/bin/perl
+# One build description for the C: what a C unit test, the manager program,
+# the XS module and a fuzzing harness link with comes from their includes
+# (inc/NarwhalLink.pm), so no test, Makefile.PL or fuzz/fuzz.mk names a
+# file of src/ to link. And every src/*.c is compiled into a C unit test
+# (run under the sanitizers by t/0*-*.t).
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use NarwhalTest::CBuild qw(root link_sources);
+
+my $root = root();
+chdir $root or die "$root: $!";
+
+sub code_of {    # a file without its comments (# and /* */ both)
+    my ($file) = @_;
+    open(my $fh, '<', $file) or die "$file: $!";
+    my $text = do { local $/; <$fh> };
+    $text =~ s{/\*.*?\*/}{}gs if $file =~ /\.(?:c|h)\z/;
+    $text =~ s/^\s*#(?!\s*include).*$//mg;
+    $text =~ s/\s#\s.*$//mg;
+    return $text;
+}
+
+my @tests = sort glob('t/*.t');
+my %code = map { $_ => code_of($_) } @tests;
+
+# The programs the unit tests build: each C test in t/c/ and the manager.
+my @programs = (sort(glob('t/c/test_*.c')), 'src/manager/narwhal-manager.c');
+my %compiled_by;
+for my $prog (@programs) {
+    (my $name = $prog) =~ s{.*/}{};
+    $name =~ s/\.c\z//;
+    my @by = grep { $code{$_} =~ /\bbuild\(/ && $code{$_} =~ /(?<![\w-])\Q$name\E(?![\w-])/ } @tests;
+    ok(@by, "$prog is built by a test (@by)");
+    push @{ $compiled_by{$_} }, $name for link_sources($prog);
+}
+
+# Every file of src/ is compiled into one of them.
+for my $c (sort glob('src/*.c')) {
+    ok($compiled_by{$c}, "$c is compiled into a C unit test ("
+                          . join(', ', @{ $compiled_by{$c} || [] }) . ')');
+}
+
+# No one else lists what to link: a new src/nw_x.c is then the one edit.
+for my $file (@tests, 'Makefile.PL', (-d 'fuzz' ? 'fuzz/fuzz.mk' : ())) {
+    my @named = code_of($file) =~ m{\b(nw_\w+\.c)\b}g;
+    is("@named", '', "$file names no src/*.c to link");
+}
+
+# The XS module links what Narwhal.xs and xs/ include: the worker's C and
+# all it needs; what it leaves out is the manager program's alone.
+my %in_xs = map { $_ => 1 } link_sources('Narwhal.xs', sort glob('xs/*.c'));
+my @left = grep { !$in_xs{$_} } sort glob('src/*.c');
+cmp_ok(scalar(grep { m{\Asrc/} } keys %in_xs), '>', @left, 'the XS module links most of src/');
+is(join(' ', grep { !grep { $_ eq 'narwhal-manager' } @{ $compiled_by{$_} } } @left), '',
+   "what it leaves out (@left) is the manager program's");
+done_testing();
