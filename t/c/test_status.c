@@ -19,7 +19,7 @@ static char *page(const nw_scoreboard *b, const nw_status_manager *m, const char
     int head_only;
     nw_buf out = { 0 };
     int p = nw_status_route(request, strlen(request), &head_only);
-    if (nw_status_respond(&out, p, head_only, b, m, nw_now_us(), 1700000000) < 0)
+    if (nw_status_respond(&out, p, head_only, b, m, NULL, nw_now_us(), 1700000000) < 0)
         return NULL;
     nw_buf_append(&out, "", 1);
     *len = out.len - 1;
@@ -69,12 +69,12 @@ static void test_board(void)
     nw_scoreboard_claim(&b->slot[1], 1002, 1, nw_now_ms());
     b->slot[0].state = b->slot[1].state = NW_WORKER_IDLE;
     uint64_t t0 = nw_now_us();
-    nw_scoreboard_request_begin(&b->slot[0], "GET", 3, "/a", 2, t0);
-    nw_scoreboard_request_end(&b->slot[0], 200, t0 + 3000);
-    nw_scoreboard_request_begin(&b->slot[0], "POST", 4, "/b", 2, t0);
-    nw_scoreboard_request_end(&b->slot[0], 503, t0 + 2000000);
+    nw_scoreboard_request_begin(&b->slot[0], "GET", 3, "/a", 2, t0, NULL, 0);
+    nw_scoreboard_request_end(&b->slot[0], 200, 0, t0 + 3000);
+    nw_scoreboard_request_begin(&b->slot[0], "POST", 4, "/b", 2, t0, NULL, 0);
+    nw_scoreboard_request_end(&b->slot[0], 503, 0, t0 + 2000000);
     nw_scoreboard_count_error(&b->slot[1], 400);
-    nw_scoreboard_request_begin(&b->slot[1], "GET", 3, "/</script><b>\"x\"\x01", 17, t0);
+    nw_scoreboard_request_begin(&b->slot[1], "GET", 3, "/</script><b>\"x\"\x01", 17, t0, NULL, 0);
     nw_score_counts t;
     nw_scoreboard_totals(ro, &t);
     is(t.served, 3, "totals: three requests ended");
