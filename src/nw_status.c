@@ -722,7 +722,7 @@ static const char html_style[] =
     "caption{text-align:left;color:#666;padding:0 0 .2em}th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}"
     ".idle{color:#1a7f37}.busy{color:#9a6700;font-weight:600}.starting,.stopping{color:#666}"
     ".slow{background:#fff1e5}.cards{display:flex;gap:1em;flex-wrap:wrap;margin:0 0 1.2em}"
-    ".card{border:1px solid #ddd;border-radius:6px;padding:.5em 1em;min-width:7em}"
+    ".card{border:1px solid #ddd;border-radius:6px;padding:.4em .8em;min-width:6em}"
     ".card b{display:block;font-size:1.5em}code{font-size:13px}";
 
 static int html_duration(nw_buf *o, double s)
@@ -736,10 +736,13 @@ static int html_duration(nw_buf *o, double s)
     return put(o, "%d d %d h", (int)s / 86400, (int)s % 86400 / 3600);
 }
 
-/* A response time: "-" when none, ms below a second. */
+/* A response time: "-" when none, us below a millisecond, ms below a second. */
 static int html_latency(nw_buf *o, double s)
 {
-    return s < 0 ? put(o, "-") : s < 1 ? put(o, "%.1f ms", s * 1e3) : put(o, "%.2f s", s);
+    return s < 0     ? put(o, "-")
+         : s < 1e-3  ? put(o, "%.0f \xc2\xb5s", s * 1e6)
+         : s < 1     ? put(o, "%.1f ms", s * 1e3)
+         :             put(o, "%.2f s", s);
 }
 
 static int html_bytes(nw_buf *o, uint64_t n)
