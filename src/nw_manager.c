@@ -144,6 +144,8 @@ typedef struct {
     int     status_fd;              /* the status listener, or -1 */
     int     status_active;          /* clients in use */
     nw_status_client status[NW_STATUS_CLIENTS];
+    nw_status_rates *rates;         /* the samples /status's rates are measured from
+                                     * (allocated at the first render) */
     int     listeners[16];
     int     nlisteners;
     const char *error_log;          /* --error-log (USR1 reopens it), or NULL */
@@ -1012,8 +1014,10 @@ static void nw_manager_status_answer(nw_manager *m, nw_status_client *c)
     int page = nw_status_route(c->in.data, c->in.len, &head_only);
     nw_status_manager sm;
     nw_manager_status_numbers(m, &sm);
-    if (nw_status_respond(&c->out, page, head_only, nw_manager_board(m), &sm, nw_now_us(),
-                          (int64_t)time(NULL)) < 0) {
+    if (!m->rates)
+        m->rates = calloc(1, sizeof *m->rates);     /* none: rates since the start */
+    if (nw_status_respond(&c->out, page, head_only, nw_manager_board(m), &sm, m->rates,
+                          nw_now_us(), (int64_t)time(NULL)) < 0) {
         nw_manager_status_close(m, c);
         return;
     }
@@ -1358,6 +1362,7 @@ static void nw_manager_close(nw_manager *m)
     nw_scoreboard_unmap(m->board);
     nw_scoreboard_unmap_offload(m->offload_bytes);
     free(m->slots);
+    free(m->rates);
     free(m->frame_data);
     if (m->ep >= 0)
         close(m->ep);

@@ -151,6 +151,7 @@ static void add_counts(nw_score_counts *to, const nw_score_counts *from)
     to->spool_failed += from->spool_failed;
     to->fd_limit += from->fd_limit;
     to->crash_refused += from->crash_refused;
+    to->bytes_sent += from->bytes_sent;
 }
 
 void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,
@@ -185,7 +186,8 @@ void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s)
 }
 
 void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t method_len,
-                                 const char *target, size_t target_len, uint64_t now_us)
+                                 const char *target, size_t target_len, uint64_t now_us,
+                                 const struct sockaddr *client, unsigned client_len)
 {
     size_t room = sizeof s->request;
     if (method_len > room - 1)
@@ -200,6 +202,11 @@ void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t me
         n += target_len;
     }
     s->request_len = (uint32_t)n;
+    if (client_len > sizeof s->client)      /* only AF_UNIX's is longer: its family will do */
+        client_len = sizeof client->sa_family;
+    if (client)
+        memcpy(&s->client, client, client_len);
+    s->client_len = client ? client_len : 0;
     s->since_us = now_us;
     s->started++;
     s->state = NW_WORKER_BUSY;
@@ -213,9 +220,12 @@ int nw_scoreboard_bucket(uint64_t duration_us)
     return i;
 }
 
-void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us)
+void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t bytes, uint64_t now_us)
 {
     uint64_t d = now_us > s->since_us ? now_us - s->since_us : 0;
+    s->last_us = d;
+    s->last_end_us = now_us;
+    s->counts.bytes_sent += bytes;
     int class = status / 100 - 1;
     if (class >= 0 && class < NW_SCORE_CLASSES)
         s->counts.by_class[class]++;

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include "nw_io.h"
 
 #define NW_SCOREBOARD_MAGIC   0x3142534eu  /* "NSB1" */
@@ -85,6 +86,7 @@ typedef struct {
     uint64_t spool_failed;                  /* request bodies that could not be spooled (503) */
     uint64_t fd_limit;                      /* accepts refused by the open-file limit */
     uint64_t crash_refused;                 /* requests to a route that kills workers, 503 */
+    uint64_t bytes_sent;                    /* response body bytes written (framing included) */
 } nw_score_counts;
 
 /* A route ("METHOD path", the query left out) that killed workers again
@@ -106,6 +108,12 @@ typedef struct {
     nw_score_counts counts;
     volatile uint32_t request_len;
     char request[NW_SCOREBOARD_REQUEST]; /* "METHOD target" of the current or last request */
+    volatile uint32_t client_len;       /* bytes of client (0: unknown) */
+    struct sockaddr_in6 client;         /* its client's address, as the socket (or a PROXY
+                                         * header) gave it: copied, not formatted (the
+                                         * manager formats it when it renders) */
+    volatile uint64_t last_us;          /* the last finished request took (us) */
+    volatile uint64_t last_end_us;      /* ... and ended (monotonic us; 0: none yet) */
     /* the last connection this worker refused under --proxy-protocol (the
      * master logs it: nw_scoreboard_proxy_rejected) */
     volatile uint32_t parked;           /* connections parked in this worker now (nw_park) */
@@ -157,10 +165,14 @@ void nw_scoreboard_claim(nw_score_slot *s, int pid, int generation, nw_msec now)
  * is freed, under the sequence counter. */
 void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s);
 
-/* A request begins and ends (the worker, on its own slot). */
+/* A request begins and ends (the worker, on its own slot). client is its
+ * client's address (client_len bytes; NULL or 0: unknown), bytes what
+ * the response's body took on the wire. */
+struct sockaddr;
 void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t method_len,
-                                 const char *target, size_t target_len, uint64_t now_us);
-void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t now_us);
+                                 const char *target, size_t target_len, uint64_t now_us,
+                                 const struct sockaddr *client, unsigned client_len);
+void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t bytes, uint64_t now_us);
 
 /* A request that came through the manager's serve queue began: it had
  * waited wait_us since its head was complete there. */
@@ -173,7 +185,6 @@ void nw_scoreboard_count_error(nw_score_slot *s, int status);
 /* A worker refused a connection under --proxy-protocol (reason: enum
  * nw_proxy_reject; peer: the socket's peer, may be NULL): counted, and
  * noted as the slot's last refusal for the master's log line. */
-struct sockaddr;
 void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,
                                   unsigned peer_len, nw_msec now);
 

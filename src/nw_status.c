@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,10 +22,19 @@ static const uint64_t queue_bounds_us[NW_QUEUE_BUCKETS - 1] = NW_QUEUE_BOUNDS_US
 /* One worker as the pages show it. */
 typedef struct {
     int pid, state, generation, slot;
-    uint64_t served, rss, parked;
+    uint64_t served, rss, parked, bytes, duration_us, last_end_us;
     double running_s, age_s;
+    double cpu_s;                       /* -1: /proc could not say */
+    double rps, mean_s, last_s;         /* rates (nw_status_rates); -1: no request yet */
     char request[NW_SCOREBOARD_REQUEST + 1];
+    char client[NW_SCOREBOARD_PEER];    /* "" when unknown */
 } worker_row;
+
+/* The whole server's rates. */
+typedef struct {
+    double rps, mean_s, last_s;         /* -1: no request yet */
+    double window_s;                    /* what the rates are over; 0: since the start */
+} total_rates;
 
 /* ------------------------------------------------------------ buffers */
 
@@ -99,6 +109,52 @@ static int put_label(nw_buf *b, const char *s)
 
 /* ------------------------------------------------------------ reading */
 
+/* utime + stime (seconds) and the resident size (bytes) of pid from one
+ * read of /proc/PID/stat; the fields after those, from field 22 on, into
+ * rest (start time, vsize) when asked. -1 when it could not be read. */
+static int proc_stat(int pid, double *cpu_s, uint64_t *rss, unsigned long long rest[2])
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    if (n <= 0 || tick <= 0)
+        return -1;
+    buf[n] = 0;
+    /* after "pid (comm) ": fields 3.. (comm may hold spaces: from the last ')') */
+    char *p3 = strrchr(buf, ')');
+    unsigned long long utime, stime, start, vsize;
+    long long pages;
+    if (!p3 || sscanf(p3 + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
+                      "%*d %*d %*d %*d %*d %*d %llu %llu %lld",
+                      &utime, &stime, &start, &vsize, &pages) != 5)
+        return -1;
+    *cpu_s = (double)(utime + stime) / (double)tick;
+    *rss = pages > 0 ? (uint64_t)pages * (uint64_t)(page > 0 ? page : 4096) : 0;
+    if (rest) {
+        rest[0] = start;
+        rest[1] = vsize;
+    }
+    return 0;
+}
+
+static void read_client(const nw_score_slot *s, char *out, size_t cap)
+{
+    struct sockaddr_in6 sa;
+    uint32_t len = s->client_len;
+    out[0] = 0;
+    if (len < sizeof sa.sin6_family || len > sizeof sa)
+        return;
+    memcpy(&sa, &s->client, len);
+    if (sa.sin6_family == AF_UNIX)
+        snprintf(out, cap, "unix socket");
+    else
+        nw_format_address((const struct sockaddr *)&sa, len, out, cap);
+}
+
 static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
 {
     w->pid = s->pid;
@@ -115,7 +171,15 @@ static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
     w->running_s = w->state == NW_WORKER_BUSY && now_us > since ? (double)(now_us - since) / 1e6 : 0;
     uint64_t born_us = (uint64_t)s->born * 1000;
     w->age_s = now_us > born_us ? (double)(now_us - born_us) / 1e6 : 0;
-    w->rss = nw_rss_bytes(w->pid);
+    w->bytes = s->counts.bytes_sent;
+    w->duration_us = s->counts.duration_us;
+    w->last_end_us = s->last_end_us;
+    w->last_s = w->last_end_us ? (double)s->last_us / 1e6 : -1;
+    read_client(s, w->client, sizeof w->client);
+    if (proc_stat(w->pid, &w->cpu_s, &w->rss, NULL) < 0) {
+        w->cpu_s = -1;
+        w->rss = 0;
+    }
     return 1;
 }
 
@@ -147,6 +211,72 @@ static void count_states(const worker_row *rows, size_t n, uint64_t by_state[5])
     memset(by_state, 0, 5 * sizeof *by_state);
     for (size_t i = 0; i < n; i++)
         by_state[rows[i].state]++;
+}
+
+/* ------------------------------------------------------------ rates */
+
+static void sample_take(nw_status_sample *smp, const worker_row *rows, size_t n,
+                        const nw_score_counts *t, uint64_t now_us)
+{
+    memset(smp->slot, 0, sizeof smp->slot);
+    smp->at_us = now_us;
+    smp->served = t->served;
+    smp->duration_us = t->duration_us;
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].slot < NW_SCOREBOARD_SLOTS)
+            smp->slot[rows[i].slot] = (nw_status_slot_sample){ rows[i].pid, rows[i].served,
+                                                               rows[i].duration_us };
+}
+
+/* The rate of served over secs and the mean duration of those requests
+ * (-1 when there were none). */
+static void rate_of(uint64_t served, uint64_t duration_us, double secs, double *rps,
+                    double *mean_s)
+{
+    *rps = secs > 0 ? (double)served / secs : 0;
+    *mean_s = served ? (double)duration_us / (double)served / 1e6 : -1;
+}
+
+static void rates_rows(const nw_status_sample *base, worker_row *rows, size_t n, uint64_t now_us)
+{
+    for (size_t i = 0; i < n; i++) {
+        worker_row *w = &rows[i];
+        const nw_status_slot_sample *was = base && w->slot < NW_SCOREBOARD_SLOTS
+                                         ? &base->slot[w->slot] : NULL;
+        if (was && was->pid == w->pid && w->served >= was->served)
+            rate_of(w->served - was->served, w->duration_us - was->duration_us,
+                    (double)(now_us - base->at_us) / 1e6, &w->rps, &w->mean_s);
+        else
+            rate_of(w->served, w->duration_us, w->age_s, &w->rps, &w->mean_s);
+    }
+}
+
+/* Take a sample when the last is NW_STATUS_SAMPLE_US old (rates may be
+ * NULL: none kept), then measure from the one before it. */
+static void rates_apply(nw_status_rates *rates, worker_row *rows, size_t n,
+                        const nw_score_counts *t, uint64_t now_us, double uptime_s,
+                        total_rates *out)
+{
+    if (rates && (!rates->last.at_us || now_us - rates->last.at_us >= NW_STATUS_SAMPLE_US)) {
+        rates->older = rates->last;
+        sample_take(&rates->last, rows, n, t, now_us);
+    }
+    const nw_status_sample *base = rates && rates->older.at_us && now_us > rates->older.at_us
+                                 && t->served >= rates->older.served ? &rates->older : NULL;
+    out->window_s = base ? (double)(now_us - base->at_us) / 1e6 : 0;
+    if (base)
+        rate_of(t->served - base->served, t->duration_us - base->duration_us, out->window_s,
+                &out->rps, &out->mean_s);
+    else
+        rate_of(t->served, t->duration_us, uptime_s, &out->rps, &out->mean_s);
+    rates_rows(base, rows, n, now_us);
+    uint64_t last_end = 0;
+    out->last_s = -1;
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].last_end_us > last_end) {
+            last_end = rows[i].last_end_us;
+            out->last_s = rows[i].last_s;
+        }
 }
 
 /* ------------------------------------------------------------ routes */
@@ -220,6 +350,9 @@ static int metrics_requests(nw_buf *o, const nw_score_counts *t)
     }
     r |= put(o, "narwhal_request_queue_seconds_sum %.6f\n", (double)t->queue_us / 1e6);
     r |= put(o, "narwhal_request_queue_seconds_count %llu\n", (unsigned long long)cumulative);
+    r |= metric_head(o, "narwhal_response_body_bytes_total", "counter",
+                     "Bytes of response bodies the workers wrote (chunked framing included).");
+    r |= put(o, "narwhal_response_body_bytes_total %llu\n", (unsigned long long)t->bytes_sent);
     return r;
 }
 
@@ -327,30 +460,19 @@ static double proc_boot_time(void)
 
 static void proc_read(int pid, proc_numbers *p)
 {
-    char path[64], buf[1024];
+    char path[64];
+    double cpu;
+    uint64_t rss;
+    unsigned long long rest[2];
     p->cpu_s = p->start_unix = p->rss = p->vsize = p->fds = p->max_fds = -1;
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
-    if (n > 0 && tick > 0) {
-        buf[n] = 0;
-        /* after "pid (comm) ": fields 3.. (comm may hold spaces: from the last ')') */
-        char *p3 = strrchr(buf, ')');
-        unsigned long long utime, stime, start, vsize;
-        long long rss;
-        if (p3 && sscanf(p3 + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
-                         "%*d %*d %*d %*d %*d %*d %llu %llu %lld",
-                         &utime, &stime, &start, &vsize, &rss) == 5) {
-            p->cpu_s = (double)(utime + stime) / (double)tick;
-            double boot = proc_boot_time();
-            if (boot > 0)
-                p->start_unix = boot + (double)start / (double)tick;
-            p->vsize = (double)vsize;
-            p->rss = (double)rss * (double)(page > 0 ? page : 4096);
-        }
+    if (proc_stat(pid, &cpu, &rss, rest) == 0) {
+        long tick = sysconf(_SC_CLK_TCK);
+        double boot = proc_boot_time();
+        p->cpu_s = cpu;
+        if (boot > 0)
+            p->start_unix = boot + (double)rest[0] / (double)tick;
+        p->vsize = (double)rest[1];
+        p->rss = (double)rss;
     }
     snprintf(path, sizeof path, "/proc/%d/fd", pid);
     DIR *d = opendir(path);
@@ -457,45 +579,105 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
     return r;
 }
 
+/* ------------------------------------------------------------ shared */
+
+/* What /status and /status.json show besides the rows. */
+typedef struct {
+    const nw_scoreboard *b;
+    const nw_status_manager *m;
+    nw_score_counts t;
+    uint64_t by_state[5], parked;
+    total_rates rates;
+    int64_t now_unix;
+    char host[256], version[sizeof ((nw_score_header *)0)->version + 1],
+         perl[sizeof ((nw_score_header *)0)->perl_version + 1];
+} page_view;
+
+static void view_read(page_view *v, const nw_scoreboard *b, const nw_status_manager *m,
+                      nw_status_rates *rates, worker_row *rows, size_t n, uint64_t now_us,
+                      int64_t now_unix)
+{
+    v->b = b;
+    v->m = m;
+    v->now_unix = now_unix;
+    nw_scoreboard_totals(b, &v->t);
+    count_states(rows, n, v->by_state);
+    v->parked = parked_total(rows, n);
+    rates_apply(rates, rows, n, &v->t, now_us, (double)(now_unix - b->h.started_unix), &v->rates);
+    if (gethostname(v->host, sizeof v->host - 1) != 0)
+        strcpy(v->host, "?");
+    v->host[sizeof v->host - 1] = 0;
+    memcpy(v->version, b->h.version, sizeof b->h.version);
+    v->version[sizeof b->h.version] = 0;
+    memcpy(v->perl, b->h.perl_version, sizeof b->h.perl_version);
+    v->perl[sizeof b->h.perl_version] = 0;
+}
+
+static uint64_t open_connections(const page_view *v)
+{
+    const nw_status_manager *m = v->m;
+    return m->held_idle + m->held_reading + m->held_queued + m->held_writing + v->parked
+         + v->by_state[NW_WORKER_BUSY];
+}
+
 /* ------------------------------------------------------------ JSON */
+
+/* A number of seconds, or null where there is none (negative). */
+static int json_seconds(nw_buf *o, const char *name, double s)
+{
+    return s < 0 ? put(o, ",\"%s\":null", name) : put(o, ",\"%s\":%.6f", name, s);
+}
 
 static int json_workers(nw_buf *o, const worker_row *rows, size_t n)
 {
     int r = put(o, "\"workers\":[");
     for (size_t i = 0; i < n; i++) {
         const worker_row *w = &rows[i];
-        r |= put(o, "%s{\"pid\":%d,\"state\":\"%s\",\"generation\":%d,\"served\":%llu,"
-                 "\"rss_bytes\":%llu,\"age_seconds\":%.3f,\"running_seconds\":%.3f,\"request\":",
-                 i ? "," : "", w->pid, state_names[w->state], w->generation,
+        r |= put(o, "%s{\"pid\":%d,\"slot\":%d,\"state\":\"%s\",\"generation\":%d,\"served\":%llu,"
+                 "\"rss_bytes\":%llu,\"age_seconds\":%.3f,\"running_seconds\":%.3f,"
+                 "\"requests_per_second\":%.3f,\"bytes_sent\":%llu",
+                 i ? "," : "", w->pid, w->slot, state_names[w->state], w->generation,
                  (unsigned long long)w->served, (unsigned long long)w->rss, w->age_s,
-                 w->running_s);
+                 w->running_s, w->rps, (unsigned long long)w->bytes);
+        r |= json_seconds(o, "mean_seconds", w->mean_s);
+        r |= json_seconds(o, "last_seconds", w->last_s);
+        r |= json_seconds(o, "cpu_seconds", w->cpu_s);
+        r |= put(o, ",\"client\":");
+        r |= w->client[0] ? put_json_string(o, w->client) : put(o, "null");
+        r |= put(o, ",\"request\":");
         r |= put_json_string(o, w->request);
         r |= put(o, "}");
     }
     return r | put(o, "]");
 }
 
-static int json_counts(nw_buf *o, const nw_scoreboard *b, const nw_score_counts *t)
+static int json_counts(nw_buf *o, const page_view *v)
 {
+    const nw_score_counts *t = &v->t;
     int r = put(o, "\"requests\":{\"total\":%llu,\"by_class\":{", (unsigned long long)t->served);
     for (int i = 0; i < NW_SCORE_CLASSES; i++)
         r |= put(o, "%s\"%dxx\":%llu", i ? "," : "", i + 1, (unsigned long long)t->by_class[i]);
-    r |= put(o, "},\"duration_seconds_sum\":%.6f},\"restarts\":{", (double)t->duration_us / 1e6);
+    r |= put(o, "},\"duration_seconds_sum\":%.6f,\"per_second\":%.3f,\"rate_window_seconds\":%.3f,"
+             "\"bytes_sent\":%llu", (double)t->duration_us / 1e6, v->rates.rps,
+             v->rates.window_s, (unsigned long long)t->bytes_sent);
+    r |= json_seconds(o, "mean_seconds", v->rates.mean_s);
+    r |= json_seconds(o, "last_seconds", v->rates.last_s);
+    r |= put(o, "},\"restarts\":{");
     for (int i = 0; i < NW_RESTART_REASONS; i++)
         r |= put(o, "%s\"%s\":%llu", i ? "," : "", restart_names[i],
-                 (unsigned long long)b->h.restarts[i]);
+                 (unsigned long long)v->b->h.restarts[i]);
     return r | put(o, "}");
 }
 
-static int json_manager(nw_buf *o, const nw_status_manager *m, uint64_t parked, uint64_t busy)
+static int json_manager(nw_buf *o, const page_view *v)
 {
+    const nw_status_manager *m = v->m;
     int r = put(o, "\"connections\":{\"total\":%llu,\"idle\":%llu,\"reading\":%llu,\"queued\":%llu,"
                 "\"writing\":%llu,\"parked\":%llu,\"worker\":%llu},",
-                (unsigned long long)(m->held_idle + m->held_reading + m->held_queued
-                                     + m->held_writing + parked + busy),
+                (unsigned long long)open_connections(v),
                 (unsigned long long)m->held_idle, (unsigned long long)m->held_reading,
                 (unsigned long long)m->held_queued, (unsigned long long)m->held_writing,
-                (unsigned long long)parked, (unsigned long long)busy);
+                (unsigned long long)v->parked, (unsigned long long)v->by_state[NW_WORKER_BUSY]);
     r |= put(o, "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
                 "\"offloaded\":%llu,\"offload_bytes\":%lld,"
                 "\"listeners\":[",
@@ -514,23 +696,23 @@ static int json_manager(nw_buf *o, const nw_status_manager *m, uint64_t parked, 
     return r | put(o, "]");
 }
 
-static int render_json(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
-                       const worker_row *rows, size_t n, int64_t now_unix)
+static int render_json(nw_buf *o, const page_view *v, const worker_row *rows, size_t n)
 {
-    nw_score_counts t;
-    nw_scoreboard_totals(b, &t);
-    int r = put(o, "{\"master_pid\":%d,\"started\":%lld,\"uptime_seconds\":%lld,"
-                "\"stopping\":%s,\"workers_wanted\":%d,",
-                b->h.master_pid, (long long)b->h.started_unix,
-                (long long)(now_unix - b->h.started_unix),
-                b->h.stopping || m->stopping ? "true" : "false", b->h.workers_wanted);
+    const nw_scoreboard *b = v->b;
+    int r = put(o, "{\"master_pid\":%d,\"host\":", b->h.master_pid);
+    r |= put_json_string(o, v->host);
+    r |= put(o, ",\"version\":");
+    r |= put_json_string(o, v->version[0] ? v->version : "unknown");
+    r |= put(o, ",\"perl_version\":");
+    r |= put_json_string(o, v->perl[0] ? v->perl : "unknown");
+    r |= put(o, ",\"started\":%lld,\"uptime_seconds\":%lld,\"stopping\":%s,\"workers_wanted\":%d,",
+             (long long)b->h.started_unix, (long long)(v->now_unix - b->h.started_unix),
+             b->h.stopping || v->m->stopping ? "true" : "false", b->h.workers_wanted);
     r |= json_workers(o, rows, n);
     r |= put(o, ",");
-    r |= json_counts(o, b, &t);
+    r |= json_counts(o, v);
     r |= put(o, ",");
-    uint64_t by_state[5];
-    count_states(rows, n, by_state);
-    r |= json_manager(o, m, parked_total(rows, n), by_state[NW_WORKER_BUSY]);
+    r |= json_manager(o, v);
     return r | put(o, "}\n");
 }
 
@@ -544,7 +726,7 @@ static const char html_style[] =
     "caption{text-align:left;color:#666;padding:0 0 .2em}th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}"
     ".idle{color:#1a7f37}.busy{color:#9a6700;font-weight:600}.starting,.stopping{color:#666}"
     ".slow{background:#fff1e5}.cards{display:flex;gap:1em;flex-wrap:wrap;margin:0 0 1.2em}"
-    ".card{border:1px solid #ddd;border-radius:6px;padding:.5em 1em;min-width:8em}"
+    ".card{border:1px solid #ddd;border-radius:6px;padding:.4em .8em;min-width:6em}"
     ".card b{display:block;font-size:1.5em}code{font-size:13px}";
 
 static int html_duration(nw_buf *o, double s)
@@ -558,76 +740,137 @@ static int html_duration(nw_buf *o, double s)
     return put(o, "%d d %d h", (int)s / 86400, (int)s % 86400 / 3600);
 }
 
+/* A response time: "-" when none, us below a millisecond, ms below a second. */
+static int html_latency(nw_buf *o, double s)
+{
+    return s < 0     ? put(o, "-")
+         : s < 1e-3  ? put(o, "%.0f \xc2\xb5s", s * 1e6)
+         : s < 1     ? put(o, "%.1f ms", s * 1e3)
+         :             put(o, "%.2f s", s);
+}
+
+static int html_bytes(nw_buf *o, uint64_t n)
+{
+    static const char *const unit[] = { "B", "kB", "MB", "GB", "TB" };
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        u++;
+    }
+    return u ? put(o, "%.1f %s", v, unit[u]) : put(o, "%llu B", (unsigned long long)n);
+}
+
 static int html_card(nw_buf *o, const char *label, unsigned long long v)
 {
     return put(o, "<div class=card><b>%llu</b>%s</div>", v, label);
 }
 
-static int html_summary(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
-                        const uint64_t by_state[5], uint64_t parked, int64_t now_unix)
+/* The cards of what is happening now: rates and response times. */
+static int html_now(nw_buf *o, const page_view *v)
 {
-    nw_score_counts t;
-    nw_scoreboard_totals(b, &t);
-    int stopping = b->h.stopping || m->stopping;
-    int r = put(o, "<h1>Narwhal %s</h1><p class=sub>master %d, up ",
-                stopping ? "(stopping)" : "", b->h.master_pid);
-    r |= html_duration(o, (double)(now_unix - b->h.started_unix));
-    r |= put(o, "</p><div class=cards>");
-    r |= html_card(o, "requests", (unsigned long long)t.served);
-    r |= html_card(o, "busy workers", (unsigned long long)by_state[NW_WORKER_BUSY]);
-    r |= html_card(o, "idle workers", (unsigned long long)by_state[NW_WORKER_IDLE]);
-    r |= html_card(o, "open connections",
-                   (unsigned long long)(m->held_idle + m->held_reading + m->held_queued
-                                        + m->held_writing + parked + by_state[NW_WORKER_BUSY]));
-    r |= html_card(o, "idle connections", (unsigned long long)m->held_idle);
-    r |= html_card(o, "parked in workers", (unsigned long long)parked);
-    r |= html_card(o, "waiting for a worker", (unsigned long long)m->held_queued);
-    r |= html_card(o, "writing to slow readers", (unsigned long long)m->held_writing);
-    r |= html_card(o, "shed (503)", (unsigned long long)m->shed);
-    r |= put(o, "</div><div class=cards><table><caption>responses</caption><tr>");
+    int r = put(o, "<div class=cards><div class=card><b>%.1f</b>requests/s</div>"
+                "<div class=card><b>", v->rates.rps);
+    r |= html_latency(o, v->rates.mean_s);
+    r |= put(o, "</b>mean response</div><div class=card><b>");
+    r |= html_latency(o, v->rates.last_s);
+    r |= put(o, "</b>last response</div>");
+    r |= html_card(o, "requests", (unsigned long long)v->t.served);
+    r |= put(o, "<div class=card><b>");
+    r |= html_bytes(o, v->t.bytes_sent);
+    r |= put(o, "</b>sent</div>");
+    r |= html_card(o, "busy workers", (unsigned long long)v->by_state[NW_WORKER_BUSY]);
+    r |= html_card(o, "idle workers", (unsigned long long)v->by_state[NW_WORKER_IDLE]);
+    r |= html_card(o, "open connections", (unsigned long long)open_connections(v));
+    r |= html_card(o, "shed (503)", (unsigned long long)v->m->shed);
+    return r | put(o, "</div>");
+}
+
+static int html_header(nw_buf *o, const page_view *v)
+{
+    int r = put(o, "<h1>Narwhal ");
+    r |= put_html(o, v->version[0] ? v->version : "");
+    r |= put(o, " on ");
+    r |= put_html(o, v->host);
+    r |= put(o, "%s</h1><p class=sub>master %d, perl ",
+             v->b->h.stopping || v->m->stopping ? " (stopping)" : "", v->b->h.master_pid);
+    r |= put_html(o, v->perl[0] ? v->perl : "?");
+    r |= put(o, ", up ");
+    r |= html_duration(o, (double)(v->now_unix - v->b->h.started_unix));
+    if (v->rates.window_s > 0)
+        r |= put(o, "; rates over the last %.1f s", v->rates.window_s);
+    else
+        r |= put(o, "; rates since the start (the next render measures from this one)");
+    return r | put(o, "</p>");
+}
+
+static int html_tables(nw_buf *o, const page_view *v)
+{
+    const nw_status_manager *m = v->m;
+    int r = put(o, "<div class=cards><table><caption>connections</caption><tr><th>idle</th>"
+                "<th>reading</th><th>queued</th><th>writing</th><th>parked</th><th>worker</th>"
+                "<th>total</th></tr><tr>");
+    uint64_t c[] = { m->held_idle, m->held_reading, m->held_queued, m->held_writing, v->parked,
+                     v->by_state[NW_WORKER_BUSY], open_connections(v) };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)c[i]);
+    r |= put(o, "</tr></table><table><caption>responses</caption><tr>");
     for (int i = 0; i < NW_SCORE_CLASSES; i++)
         r |= put(o, "<th>%dxx</th>", i + 1);
     r |= put(o, "</tr><tr>");
     for (int i = 0; i < NW_SCORE_CLASSES; i++)
-        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)t.by_class[i]);
+        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)v->t.by_class[i]);
     r |= put(o, "</tr></table><table><caption>workers replaced</caption><tr>");
     for (int i = 0; i < NW_RESTART_REASONS; i++)
         r |= put(o, "<th>%s</th>", restart_names[i]);
     r |= put(o, "</tr><tr>");
     for (int i = 0; i < NW_RESTART_REASONS; i++)
-        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)b->h.restarts[i]);
+        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)v->b->h.restarts[i]);
     return r | put(o, "</tr></table></div>");
+}
+
+static int html_worker(nw_buf *o, const worker_row *w)
+{
+    int r = put(o, "<tr%s><td class=n>%d</td><td class=%s>%s</td><td><code>",
+                w->running_s >= 1 ? " class=slow" : "", w->pid, state_names[w->state],
+                state_names[w->state]);
+    r |= put_html(o, w->client[0] ? w->client : "-");
+    r |= put(o, "</code></td><td><code>");
+    r |= put_html(o, w->request);
+    r |= put(o, "</code></td><td class=n>");
+    r |= w->state == NW_WORKER_BUSY ? html_duration(o, w->running_s) : put(o, "-");
+    r |= put(o, "</td><td class=n>%.1f</td><td class=n>", w->rps);
+    r |= html_latency(o, w->mean_s);
+    r |= put(o, "</td><td class=n>");
+    r |= html_latency(o, w->last_s);
+    r |= put(o, "</td><td class=n>%llu</td><td class=n>", (unsigned long long)w->served);
+    r |= html_bytes(o, w->bytes);
+    r |= w->cpu_s < 0 ? put(o, "</td><td class=n>-") : put(o, "</td><td class=n>%.2f s", w->cpu_s);
+    r |= put(o, "</td><td class=n>%.1f MB</td><td class=n>", (double)w->rss / (1024.0 * 1024.0));
+    r |= html_duration(o, w->age_s);
+    return r | put(o, "</td></tr>");
 }
 
 static int html_workers(nw_buf *o, const worker_row *rows, size_t n)
 {
-    int r = put(o, "<table><tr><th>pid</th><th>state</th><th>request</th><th>running</th>"
-                "<th>served</th><th>RSS</th><th>age</th></tr>");
-    for (size_t i = 0; i < n; i++) {
-        const worker_row *w = &rows[i];
-        r |= put(o, "<tr%s><td class=n>%d</td><td class=%s>%s</td><td><code>",
-                 w->running_s >= 1 ? " class=slow" : "", w->pid, state_names[w->state],
-                 state_names[w->state]);
-        r |= put_html(o, w->request);
-        r |= put(o, "</code></td><td class=n>");
-        r |= w->state == NW_WORKER_BUSY ? html_duration(o, w->running_s) : put(o, "-");
-        r |= put(o, "</td><td class=n>%llu</td><td class=n>%.1f MB</td><td class=n>",
-                 (unsigned long long)w->served, (double)w->rss / (1024.0 * 1024.0));
-        r |= html_duration(o, w->age_s);
-        r |= put(o, "</td></tr>");
-    }
+    int r = put(o, "<table><caption>workers</caption><tr><th>pid</th><th>state</th>"
+                "<th>client</th><th>request</th><th>running</th><th>req/s</th><th>mean</th>"
+                "<th>last</th><th>served</th><th>sent</th><th>CPU</th><th>RSS</th>"
+                "<th>age</th></tr>");
+    for (size_t i = 0; i < n; i++)
+        r |= html_worker(o, &rows[i]);
     return r | put(o, "</table>");
 }
 
-static int render_html(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
-                       const worker_row *rows, size_t n, int64_t now_unix)
+static int render_html(nw_buf *o, const page_view *v, const worker_row *rows, size_t n)
 {
-    uint64_t by_state[5];
-    count_states(rows, n, by_state);
+    const nw_status_manager *m = v->m;
     int r = put(o, "<!DOCTYPE html><html><head><meta charset=utf-8>"
                 "<meta http-equiv=refresh content=5><title>Narwhal status</title>"
                 "<style>%s</style></head><body>", html_style);
-    r |= html_summary(o, b, m, by_state, parked_total(rows, n), now_unix);
+    r |= html_header(o, v);
+    r |= html_now(o, v);
+    r |= html_tables(o, v);
     r |= html_workers(o, rows, n);
     r |= put(o, "<p class=sub>listen queues:");
     for (int i = 0; i < m->nlisteners; i++) {
@@ -646,21 +889,31 @@ static int render_html(nw_buf *o, const nw_scoreboard *b, const nw_status_manage
 /* ------------------------------------------------------------ responses */
 
 static int render_body(nw_buf *o, int page, const nw_scoreboard *b, const nw_status_manager *m,
-                       uint64_t now_us, int64_t now_unix)
+                       nw_status_rates *rates, uint64_t now_us, int64_t now_unix)
 {
     size_t n = 0;
     worker_row *rows = read_rows(b, &n, now_us);
     if (!rows)
         return -1;
-    int r = page == NW_STATUS_METRICS ? render_metrics(o, b, m, rows, n, now_unix)
-          : page == NW_STATUS_JSON    ? render_json(o, b, m, rows, n, now_unix)
-          :                             render_html(o, b, m, rows, n, now_unix);
+    int r;
+    if (page == NW_STATUS_METRICS) {
+        r = render_metrics(o, b, m, rows, n, now_unix);
+    } else {
+        page_view *v = malloc(sizeof *v);
+        r = -1;
+        if (v) {
+            view_read(v, b, m, rates, rows, n, now_us, now_unix);
+            r = page == NW_STATUS_JSON ? render_json(o, v, rows, n) : render_html(o, v, rows, n);
+            free(v);
+        }
+    }
     free(rows);
     return r ? -1 : 0;
 }
 
 int nw_status_respond(nw_buf *out, int page, int head_only, const nw_scoreboard *b,
-                      const nw_status_manager *m, uint64_t now_us, int64_t now_unix)
+                      const nw_status_manager *m, nw_status_rates *rates, uint64_t now_us,
+                      int64_t now_unix)
 {
     nw_buf body = { 0 };
     int code = 200;
@@ -684,7 +937,7 @@ int nw_status_respond(nw_buf *out, int page, int head_only, const nw_scoreboard 
         r = put(&body, "404 Not Found: try /status, /status.json, /metrics or /health\n");
     }
     if (code == 200 && page != NW_STATUS_HEALTH)
-        r = render_body(&body, page, b, m, now_us, now_unix);
+        r = render_body(&body, page, b, m, rates, now_us, now_unix);
     const char *reason = code == 200 ? "OK" : code == 503 ? "Service Unavailable"
                        : code == 405 ? "Method Not Allowed" : "Not Found";
     r |= put(out, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"

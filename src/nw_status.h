@@ -1,8 +1,10 @@
 /* The status pages: what the manager answers on --status-listen, rendered
  * from the scoreboard (the workers' slots, the master's header) and the
  * manager's own counts. Pure functions of their inputs, except that a
- * worker's resident size is read from /proc at render time. See "The
- * operator layer" in docs/DESIGN.md. */
+ * worker's resident size and CPU time are read from /proc/PID/stat and
+ * the host's name from gethostname at render time, and that /status and
+ * /status.json keep a sample of the counts for the next render's rates
+ * (nw_status_rates). See "The operator layer" in docs/DESIGN.md. */
 #ifndef NW_STATUS_H
 #define NW_STATUS_H
 
@@ -45,14 +47,39 @@ typedef struct {
     nw_status_listener listener[NW_STATUS_MAX_LISTENERS];
 } nw_status_manager;
 
+/* Requests per second and the mean response time are rates: counts now
+ * less counts at an earlier sample, over the time between. The manager
+ * keeps two samples; /status and /status.json take one when the last is
+ * 1 s old or more, and measure from the one before it, so the window is
+ * at least 1 s and about one refresh of the page. With no earlier sample
+ * (the first render, or a worker newer than the sample) the rates are
+ * the means since the server (the worker) started. */
+#define NW_STATUS_SAMPLE_US 1000000
+typedef struct {
+    int32_t  pid;           /* the worker in that slot then (0: none) */
+    uint64_t served, duration_us;
+} nw_status_slot_sample;
+
+typedef struct {
+    uint64_t at_us;         /* when (monotonic; 0: never taken) */
+    uint64_t served, duration_us;
+    nw_status_slot_sample slot[NW_SCOREBOARD_SLOTS];
+} nw_status_sample;
+
+typedef struct {
+    nw_status_sample older, last;
+} nw_status_rates;
+
 /* The page a request head asks for ("GET /metrics HTTP/1.1 ..."). *head_only
  * is set for HEAD. */
 int nw_status_route(const char *head, size_t len, int *head_only);
 
 /* Append the whole response (status line, headers, body unless head_only)
  * for a page to out. now_us is CLOCK_MONOTONIC, now_unix the wall clock.
- * Returns 0, or -1 when out of memory. */
+ * rates: the samples the manager keeps between renders (NULL: none, every
+ * rate is a mean since the start). Returns 0, or -1 when out of memory. */
 int nw_status_respond(nw_buf *out, int page, int head_only, const nw_scoreboard *b,
-                      const nw_status_manager *m, uint64_t now_us, int64_t now_unix);
+                      const nw_status_manager *m, nw_status_rates *rates, uint64_t now_us,
+                      int64_t now_unix);
 
 #endif

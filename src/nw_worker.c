@@ -1110,7 +1110,7 @@ int nw_worker_watchdog_reply(void)
     shutdown(wc->c->fd, SHUT_WR);
     if (watchdog_slot) {    /* counted as what the client got */
         nw_scoreboard_request_end(watchdog_slot, answered || !wc->c->status ? 504 : wc->c->status,
-                                  nw_now_us());
+                                  wc->c->body_sent, nw_now_us());
         watchdog_slot->exit_reason = NW_EXIT_WATCHDOG;
         watchdog_slot->state = NW_WORKER_STOPPING;
     }

@@ -161,7 +161,7 @@ SKIP: {
         like($html->{headers}{'content-type'}, qr{^text/html}, '/status is HTML');
         like($html->{body}, qr{\Q$_\E}, "it shows worker $_") for @w;
         like($html->{body}, qr{GET /sleep\?3&amp;&lt;b&gt;1}, 'request lines are escaped');
-        unlike($html->{body}, qr{<b>1}, '... never inserted raw');
+        unlike($html->{body}, qr{3&<b>1}, '... never inserted raw');   # (the cards' own <b> are not it)
         is(read_response($_, 10)->{status}, 200, 'the stuck requests finish') for @stuck;
 
         is(get_raw($sport, '/nope')->{status}, 404, 'an unknown page: 404');

@@ -118,8 +118,12 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
         if (r == NW_REQ_READY) {
             nw_worker_request_started(xc->wc);
             if (nw_xs_score_slot) {
+                int px = !c->proxy.local && c->proxy.src_len;   /* a PROXY header said */
                 nw_scoreboard_request_begin(nw_xs_score_slot, c->req.method, c->req.method_len,
-                                            c->req.target, c->req.target_len, xc->wc->started_us);
+                                            c->req.target, c->req.target_len, xc->wc->started_us,
+                                            px ? (struct sockaddr *)&c->proxy.src
+                                               : (struct sockaddr *)&xc->wc->peer,
+                                            px ? c->proxy.src_len : xc->wc->peer_len);
                 if (xc->wc->queued) {   /* it came through the manager's queue: how long */
                     uint64_t at = xc->wc->started_us;
                     uint32_t waited_ms = (uint32_t)(at / 1000) - xc->wc->ready_ms;
@@ -162,7 +166,7 @@ void nw_serve_end(pTHX_ nw_xs_conn *xc, SV *env_rv, int finish_conn)
     if (nw_xs_score_slot || nw_xs_access_log) {
         uint64_t now = nw_now_us();
         if (nw_xs_score_slot)
-            nw_scoreboard_request_end(nw_xs_score_slot, xc->c->status, now);
+            nw_scoreboard_request_end(nw_xs_score_slot, xc->c->status, xc->c->body_sent, now);
         if (nw_xs_access_log)
             nw_serve_log_request(aTHX_ xc, 1, now);
     }

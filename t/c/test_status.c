@@ -7,6 +7,8 @@
 #include "nw_scoreboard.h"
 #include "nw_status.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +21,132 @@ static char *page(const nw_scoreboard *b, const nw_status_manager *m, const char
     int head_only;
     nw_buf out = { 0 };
     int p = nw_status_route(request, strlen(request), &head_only);
-    if (nw_status_respond(&out, p, head_only, b, m, nw_now_us(), 1700000000) < 0)
+    if (nw_status_respond(&out, p, head_only, b, m, NULL, nw_now_us(), 1700000000) < 0)
         return NULL;
     nw_buf_append(&out, "", 1);
     *len = out.len - 1;
     return out.data;
+}
+
+static char *page_at(const nw_scoreboard *b, const nw_status_manager *m, nw_status_rates *rates,
+                     const char *request, uint64_t now_us)
+{
+    int head_only;
+    nw_buf out = { 0 };
+    int p = nw_status_route(request, strlen(request), &head_only);
+    if (nw_status_respond(&out, p, head_only, b, m, rates, now_us, 1700000000) < 0)
+        return NULL;
+    nw_buf_append(&out, "", 1);
+    return out.data;
+}
+
+/* A request of d_us on slot s from client, with a body of bytes. */
+static void serve_one(nw_score_slot *s, const struct sockaddr_in *client, uint64_t at,
+                      uint64_t d_us, uint64_t bytes)
+{
+    nw_scoreboard_request_begin(s, "GET", 3, "/x", 2, at, (const struct sockaddr *)client,
+                                sizeof *client);
+    nw_scoreboard_request_end(s, 200, bytes, at + d_us);
+}
+
+static int has(const char *text, const char *want, const char *name)
+{
+    int found = text && strstr(text, want) != NULL;
+    ok(found, name);
+    if (!found)
+        diag("no %s in %s", want, text ? text : "(null)");
+    return found;
+}
+
+/* The fields an operator acts on: rates over the manager's samples,
+ * response times, bytes, the client of a running request, the host and
+ * version, connections by state. */
+static void test_operator_fields(void)
+{
+    int fd = -1;
+    nw_scoreboard *b = nw_scoreboard_create(4, &fd);
+    uint64_t t0 = nw_now_us() / 1000 * 1000;     /* whole ms: ages are exact */
+    b->h.master_pid = 77;
+    b->h.started_unix = 1700000000 - 10;
+    strcpy(b->h.version, "9.87");
+    strcpy(b->h.perl_version, "5.36.0");
+    nw_scoreboard_claim(&b->slot[0], 1001, 1, (nw_msec)(t0 / 1000) - 10000);
+    nw_scoreboard_claim(&b->slot[2], 1003, 1, (nw_msec)(t0 / 1000) - 10000);
+    b->slot[0].state = b->slot[2].state = NW_WORKER_IDLE;
+    struct sockaddr_in c4 = { .sin_family = AF_INET, .sin_port = htons(4567) };
+    inet_pton(AF_INET, "10.1.2.3", &c4.sin_addr);
+    for (int i = 0; i < 20; i++)            /* 20 requests of 2 ms, 100 bytes each */
+        serve_one(&b->slot[0], &c4, t0 - 5000000, 2000, 100);
+    nw_status_manager m = { .held_idle = 3, .held_reading = 1, .held_queued = 2,
+                            .held_writing = 4, .shed = 0 };
+    nw_status_rates *rates = calloc(1, sizeof *rates);
+
+    char *j = page_at(b, &m, rates, "GET /status.json HTTP/1.1\r\n\r\n", t0);
+    has(j, "\"version\":\"9.87\"", "status.json: the version");
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    char want[512];
+    snprintf(want, sizeof want, "\"host\":\"%s\"", host);
+    has(j, want, "... the host's name");
+    has(j, "\"per_second\":2.000,\"rate_window_seconds\":0.000", "... first render: 20 requests "
+        "over 10 s up, a rate since the start");
+    has(j, "\"bytes_sent\":2000", "... the bytes sent in all");
+    has(j, "\"mean_seconds\":0.002000,\"last_seconds\":0.002000}", "... mean and last: 2 ms");
+    has(j, "\"requests_per_second\":2.000,\"bytes_sent\":2000,\"mean_seconds\":0.002000,"
+        "\"last_seconds\":0.002000", "... and the same for the worker (10 s old)");
+    has(j, "\"client\":\"10.1.2.3:4567\"", "... the worker's client");
+    has(j, "\"connections\":{\"total\":10,\"idle\":3,\"reading\":1,\"queued\":2,\"writing\":4",
+        "... connections by state");
+    free(j);
+
+    /* 2 s later: 30 more requests of 10 ms on slot 0, one on slot 2 */
+    for (int i = 0; i < 30; i++)
+        serve_one(&b->slot[0], &c4, t0 + 1000000, 10000, 10);
+    struct sockaddr_in6 c6 = { .sin6_family = AF_INET6, .sin6_port = htons(80) };
+    inet_pton(AF_INET6, "2001:db8::1", &c6.sin6_addr);
+    nw_scoreboard_request_begin(&b->slot[2], "POST", 4, "/y", 2, t0 + 1500000,
+                                (const struct sockaddr *)&c6, sizeof c6);
+    nw_scoreboard_request_end(&b->slot[2], 200, 5, t0 + 1500000 + 40000);
+    j = page_at(b, &m, rates, "GET /status.json HTTP/1.1\r\n\r\n", t0 + 2000000);
+    has(j, "\"per_second\":15.500,\"rate_window_seconds\":2.000", "2 s later: 31 requests "
+        "over the 2 s since the last sample");
+    has(j, "\"mean_seconds\":0.010968", "... their mean (30 of 10 ms, one of 40 ms)");
+    has(j, "\"last_seconds\":0.040000}", "... the last to end took 40 ms");
+    has(j, "\"requests_per_second\":15.000,\"bytes_sent\":2300,\"mean_seconds\":0.010000",
+        "... the first worker: 30 in 2 s of 10 ms");
+    has(j, "\"client\":\"[2001:db8::1]:80\"", "... an IPv6 client");
+    free(j);
+
+    /* 0.5 s later: no new sample, still measured from the first */
+    j = page_at(b, &m, rates, "GET /status.json HTTP/1.1\r\n\r\n", t0 + 2500000);
+    has(j, "\"per_second\":12.400,\"rate_window_seconds\":2.500", "a render within 1 s of the "
+        "last sample measures from the one before it");
+    free(j);
+
+    /* a running request: its client on the HTML page, escaped */
+    nw_scoreboard_request_begin(&b->slot[2], "GET", 3, "/slow", 5, t0 + 2600000,
+                                (const struct sockaddr *)&c4, sizeof c4);
+    char *h = page_at(b, &m, rates, "GET /status HTTP/1.1\r\n\r\n", t0 + 3000000);
+    has(h, "<h1>Narwhal 9.87 on ", "HTML: the version and host in the title");
+    has(h, "<td class=busy>busy</td><td><code>10.1.2.3:4567</code></td><td><code>GET /slow",
+        "... the running request's client");
+    has(h, "<th>reading</th><th>queued</th><th>writing</th><th>parked</th><th>worker</th>",
+        "... a table of connections by state");
+    has(h, "<td class=n>3</td><td class=n>1</td><td class=n>2</td><td class=n>4</td>",
+        "... with the manager's counts");
+    has(h, "</b>requests/s</div>", "... requests per second");
+    has(h, "</b>mean response</div>", "... mean response time");
+    has(h, "<b>2.3 kB</b>sent", "... bytes sent");
+    free(h);
+    /* /metrics: bytes, and it leaves the samples alone */
+    nw_status_sample before = rates->last;
+    char *mx = page_at(b, &m, rates, "GET /metrics HTTP/1.1\r\n\r\n", t0 + 9000000);
+    has(mx, "\nnarwhal_response_body_bytes_total 2305\n", "/metrics: the body bytes");
+    ok(rates->last.at_us == before.at_us, "... and takes no sample");
+    free(mx);
+    free(rates);
+    nw_scoreboard_destroy(b);
+    close(fd);
 }
 
 static void test_buckets(void)
@@ -69,12 +192,12 @@ static void test_board(void)
     nw_scoreboard_claim(&b->slot[1], 1002, 1, nw_now_ms());
     b->slot[0].state = b->slot[1].state = NW_WORKER_IDLE;
     uint64_t t0 = nw_now_us();
-    nw_scoreboard_request_begin(&b->slot[0], "GET", 3, "/a", 2, t0);
-    nw_scoreboard_request_end(&b->slot[0], 200, t0 + 3000);
-    nw_scoreboard_request_begin(&b->slot[0], "POST", 4, "/b", 2, t0);
-    nw_scoreboard_request_end(&b->slot[0], 503, t0 + 2000000);
+    nw_scoreboard_request_begin(&b->slot[0], "GET", 3, "/a", 2, t0, NULL, 0);
+    nw_scoreboard_request_end(&b->slot[0], 200, 0, t0 + 3000);
+    nw_scoreboard_request_begin(&b->slot[0], "POST", 4, "/b", 2, t0, NULL, 0);
+    nw_scoreboard_request_end(&b->slot[0], 503, 0, t0 + 2000000);
     nw_scoreboard_count_error(&b->slot[1], 400);
-    nw_scoreboard_request_begin(&b->slot[1], "GET", 3, "/</script><b>\"x\"\x01", 17, t0);
+    nw_scoreboard_request_begin(&b->slot[1], "GET", 3, "/</script><b>\"x\"\x01", 17, t0, NULL, 0);
     nw_score_counts t;
     nw_scoreboard_totals(ro, &t);
     is(t.served, 3, "totals: three requests ended");
@@ -193,6 +316,7 @@ int main(void)
     test_buckets();
     test_routes();
     test_board();
+    test_operator_fields();
     test_fold_race();
     done_testing();
     return tap_failed ? 1 : 0;
