@@ -942,6 +942,7 @@ sub _charge_route {
     return unless length $route;
     my $now = Time::HiRes::time();
     my $r = $self->{crash_routes}{$route} ||= { times => [], backoff => 0, until => 0 };
+    return if $now < $r->{until};   # a request that began before its back-off did
     my @times = grep { $_ > $now - CRASH_WINDOW } @{ $r->{times} }, $now;
     $r->{times} = \@times;
     my $again = $r->{backoff} && $now < $r->{until} + 2 * $r->{backoff};
