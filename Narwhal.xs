@@ -609,25 +609,42 @@ count_restart(self, reason)
         board_of(aTHX_ self)->h.restarts[reason]++;
 
 int
-block_route(self, request, ms)
+watch_route(self, request)
     SV *self
     SV *request
-    double ms
   CODE:
-    /* --crash-backoff: answer the route of request ("METHOD target") 503
-     * for ms. 0, or -1 when every entry is taken. */
+    /* --crash-backoff: the entry of the route of request ("METHOD
+     * target"), watched from now on; -1 when every entry is taken. */
     STRLEN len;
     const char *p = SvPV(request, len);
-    RETVAL = nw_scoreboard_block_route(board_of(aTHX_ self), nw_route_hash_request(p, len),
-                                       nw_now_ms() + (nw_msec)ms);
+    RETVAL = nw_scoreboard_watch_route(board_of(aTHX_ self), nw_route_hash_request(p, len));
+  OUTPUT:
+    RETVAL
+
+UV
+route_started(self, entry)
+    SV *self
+    int entry
+  CODE:
+    RETVAL = entry >= 0 && entry < NW_CRASH_ROUTES
+           ? __atomic_load_n(&board_of(aTHX_ self)->h.crash_route[entry].started, __ATOMIC_RELAXED) : 0;
   OUTPUT:
     RETVAL
 
 void
-expire_routes(self)
+block_route(self, entry, ms)
     SV *self
+    int entry
+    double ms
   CODE:
-    nw_scoreboard_expire_routes(board_of(aTHX_ self), nw_now_ms());
+    nw_scoreboard_block_route(board_of(aTHX_ self), entry, nw_now_ms() + (nw_msec)ms);
+
+void
+unwatch_route(self, entry)
+    SV *self
+    int entry
+  CODE:
+    nw_scoreboard_unwatch_route(board_of(aTHX_ self), entry);
 
 void
 count_manager_restart(self)

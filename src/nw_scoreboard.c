@@ -306,45 +306,35 @@ uint64_t nw_route_hash_request(const char *request, size_t len)
     return nw_route_hash(request, (size_t)(sp - request), sp + 1, len - (size_t)(sp - request) - 1);
 }
 
-/* The entry route has, else a free one, else one past its time; -1. */
-static int route_entry(const nw_scoreboard *b, uint64_t route, nw_msec now)
+int nw_scoreboard_watch_route(nw_scoreboard *b, uint64_t route)
 {
     int free_one = -1;
     for (int i = 0; i < NW_CRASH_ROUTES; i++) {
-        const nw_crash_route *e = &b->h.crash_route[i];
-        if (e->hash == route)
+        if (b->h.crash_route[i].hash == route)
             return i;
-        if (free_one < 0 && (!e->hash || e->until <= now))
+        if (free_one < 0 && !b->h.crash_route[i].hash)
             free_one = i;
     }
+    if (free_one < 0)
+        return -1;
+    nw_crash_route *e = &b->h.crash_route[free_one];
+    e->until = 0;
+    e->started = 0;
+    e->hash = route;        /* (last: a worker never sees a half-made entry) */
+    b->h.crash_routes++;
     return free_one;
 }
 
-int nw_scoreboard_block_route(nw_scoreboard *b, uint64_t route, nw_msec until)
+void nw_scoreboard_block_route(nw_scoreboard *b, int entry, nw_msec until)
 {
-    int i = route_entry(b, route, nw_now_ms());
-    if (i < 0)
-        return -1;
-    nw_crash_route *e = &b->h.crash_route[i];
-    if (e->hash != route) {
-        if (!e->hash)
-            b->h.crash_routes++;
-        e->hash = 0;        /* (a worker never sees the old route with the new time) */
-        e->until = until;
-        e->hash = route;
-    } else {
-        e->until = until;
-    }
-    return 0;
+    if (entry >= 0 && entry < NW_CRASH_ROUTES)
+        b->h.crash_route[entry].until = until;
 }
 
-void nw_scoreboard_expire_routes(nw_scoreboard *b, nw_msec now)
+void nw_scoreboard_unwatch_route(nw_scoreboard *b, int entry)
 {
-    for (int i = 0; i < NW_CRASH_ROUTES; i++) {
-        nw_crash_route *e = &b->h.crash_route[i];
-        if (e->hash && e->until <= now) {
-            e->hash = 0;
-            b->h.crash_routes--;
-        }
-    }
+    if (entry < 0 || entry >= NW_CRASH_ROUTES || !b->h.crash_route[entry].hash)
+        return;
+    b->h.crash_route[entry].hash = 0;
+    b->h.crash_routes--;
 }

@@ -89,12 +89,15 @@ typedef struct {
     uint64_t bytes_sent;                    /* response body bytes written (framing included) */
 } nw_score_counts;
 
-/* A route ("METHOD path", the query left out) that killed workers again
- * and again: answered 503 until `until` (--crash-backoff). The master
- * writes these; workers read them before they run the app. */
+/* A route ("METHOD path", the query left out) that killed a worker: the
+ * master watches it (workers count the requests to it that begin, so the
+ * master can tell a route that kills most of its requests from a busy one
+ * that killed a few) and, when it kills again and again, has it answered
+ * 503 until `until` (--crash-backoff). */
 typedef struct {
     volatile uint64_t hash;         /* nw_route_hash; 0: a free entry */
-    volatile nw_msec until;         /* monotonic ms */
+    volatile nw_msec until;         /* answered 503 until then (monotonic ms); 0: watched only */
+    volatile uint64_t started;      /* requests to it that began (workers add, atomically) */
 } nw_crash_route;
 
 typedef struct {
@@ -211,21 +214,28 @@ void nw_scoreboard_totals(const nw_scoreboard *b, nw_score_counts *out);
 uint64_t nw_route_hash(const char *method, size_t method_len, const char *target, size_t target_len);
 uint64_t nw_route_hash_request(const char *request, size_t len);
 
-/* The master: answer route 503 until `until` (an entry of its own, or the
- * one that expired first). Returns 0, or -1 when the table is full of
- * live entries. */
-int nw_scoreboard_block_route(nw_scoreboard *b, uint64_t route, nw_msec until);
-/* The master, now and then: entries past their time are freed. */
-void nw_scoreboard_expire_routes(nw_scoreboard *b, nw_msec now);
-/* A worker, before the app: whether route is answered 503 now. One load
- * when no route is blocked. */
-static inline int nw_scoreboard_route_blocked(const nw_score_header *h, uint64_t route, nw_msec now)
+/* The master: watch route (an entry of its own, or a free one); returns
+ * its entry's index, or -1 when every entry is taken. */
+int nw_scoreboard_watch_route(nw_scoreboard *b, uint64_t route);
+/* The master: route's entry answers 503 until `until`. */
+void nw_scoreboard_block_route(nw_scoreboard *b, int entry, nw_msec until);
+/* The master: stop watching route's entry. */
+void nw_scoreboard_unwatch_route(nw_scoreboard *b, int entry);
+/* A worker, before the app: whether the route is answered 503 now; a
+ * watched route's request is counted. One load when no route is watched. */
+static inline int nw_scoreboard_route_check(nw_score_header *h, uint64_t route, nw_msec now)
 {
     if (!h->crash_routes)
         return 0;
-    for (int i = 0; i < NW_CRASH_ROUTES; i++)
-        if (h->crash_route[i].hash == route && h->crash_route[i].until > now)
+    for (int i = 0; i < NW_CRASH_ROUTES; i++) {
+        nw_crash_route *e = &h->crash_route[i];
+        if (e->hash != route)
+            continue;
+        if (e->until > now)
             return 1;
+        __atomic_fetch_add(&e->started, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
     return 0;
 }
 

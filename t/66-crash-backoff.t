@@ -18,7 +18,8 @@ my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
 my $APP = write_app(<<'APP');
 sub { my $env = shift;
-      kill SEGV => $$ if $env->{PATH_INFO} eq '/segv';
+      kill SEGV => $$ if $env->{PATH_INFO} eq '/segv' || $env->{QUERY_STRING} eq 'crash';
+      select undef, undef, undef, 5 if $env->{PATH_INFO} eq '/sleep';
       [200, ['Content-Type' => 'text/plain'], ["ok pid=$$\n"]] }
 APP
 
@@ -53,7 +54,7 @@ sub metric {
     is($r && $r->{headers}{'retry-after'}, 1, '... with Retry-After, without running the app');
     is(status_of($s->port, '/other'), 200, 'another route is served meanwhile');
     is(status_of($s->port, '/segv?again'), 503, '... and /segv with another query is the same route');
-    like($s->log_text, qr/GET \/segv killed 3 workers in 10 s: answered 503 for 1 s, then tried again/,
+    like($s->log_text, qr/GET \/segv killed 3 workers in 10 s \(3 of its \d+ requests\): answered 503 for 1 s, then tried again/,
          'the back-off is logged once, with the route and the count');
     my $log_lines = () = $s->log_text =~ /answered 503 for/g;
     is($log_lines, 1, '... once');
@@ -71,6 +72,31 @@ sub metric {
         ok((metric($sport, 'narwhal_crash_refused_total') // 0) >= 4,
            'counted: narwhal_crash_refused_total');
     }
+    $s->stop;
+}
+
+# A busy route that kills a few of its requests is not a crash loop: 3
+# deaths among 33 requests to /flaky, and /flaky is still run. Nor is a
+# worker killed from outside (KILL): it is not the route's doing.
+{
+    my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2 ]);
+    my @got;
+    for my $i (1 .. 33) { push @got, status_of($s->port, $i % 11 ? '/flaky' : '/flaky?crash') }
+    is(scalar(grep { $_ == 0 } @got), 3, 'a route that killed 3 of its 33 requests ...');
+    is(status_of($s->port, '/flaky?crash'), 0, '... is still run (and its next crash too)');
+    is(status_of($s->port, '/flaky'), 200, '... and served');
+    for (1 .. 3) {
+        my $c = raw_connect($s->port);
+        syswrite($c, "GET /sleep HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $busy;
+        wait_until(sub { ($busy) = grep { `cat /proc/$_/cmdline 2>/dev/null` =~ /worker/ }
+                         NarwhalTest::children_of($s->pid); $busy && $s->log_text !~ /killed by signal 9.*$busy/ }, 5);
+        sleep 0.3;
+        my @w = grep { `cat /proc/$_/cmdline 2>/dev/null` =~ /worker/ } NarwhalTest::children_of($s->pid);
+        kill KILL => @w;
+        wait_until(sub { NarwhalTest::worker_pids($s->pid) >= 2 && !grep { kill 0 => $_ } @w }, 5);
+    }
+    unlike($s->log_text, qr/GET \/sleep killed/, 'workers killed with KILL while serving /sleep: no back-off');
     $s->stop;
 }
 

@@ -8,7 +8,7 @@
 #include <strings.h>
 
 nw_score_slot *nw_xs_score_slot;
-const nw_score_header *nw_xs_score_header;
+nw_score_header *nw_xs_score_header;
 nw_access_log *nw_xs_access_log;
 int nw_xs_access_log_pid;
 int nw_xs_access_forwarded;                 /* --access-log-client forwarded */
@@ -86,11 +86,12 @@ void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
 }
 
 /* --crash-backoff: the request's route killed workers again and again,
- * and the master says to answer it 503 for a while. */
+ * and the master says to answer it 503 for a while (a route it watches
+ * has its request counted). */
 static int route_blocked(nw_conn *c)
 {
     uint64_t route = nw_route_hash(c->req.method, c->req.method_len, c->req.target, c->req.target_len);
-    if (!nw_scoreboard_route_blocked(nw_xs_score_header, route, nw_now_ms()))
+    if (!nw_scoreboard_route_check(nw_xs_score_header, route, nw_now_ms()))
         return 0;
     c->error_status = 503;
     if (nw_xs_score_slot)

@@ -28,6 +28,8 @@ use constant REPLACE_LINGER    => Narwhal::for_tests(REPLACE_LINGER => 10);
                                          # seconds a replaced worker may take to reach its limit
 use constant REPLACE_AT_ONCE   => 1;     # replaced workers alive at once (workers beyond
                                          # --max-workers); others asking are replaced as they exit
+# Signals that mean the worker crashed (not that someone stopped it).
+my %CRASH_SIGNAL = map { (POSIX->can("SIG$_")->() => 1) } qw(SEGV BUS FPE ILL ABRT);
 use constant CRASH_WINDOW      => 10;    # --crash-backoff: seconds in which ...
 use constant CRASH_COUNT       => 3;     # ... this many deaths of one route start a back-off
 use constant CRASH_BACKOFF_MAX => 300;   # seconds a back-off doubles up to
@@ -919,7 +921,8 @@ sub _worker_gone {
     my $died = ($status != 0 || _exited_on_its_own($status, $score)) && !$w->{leaving} && !$w->{watchdog};
     $self->_log_death($pid, $status, $score) if $died;
     $self->_charge_route($score->{request})
-        if $died && ($score->{state} // '') eq 'busy' && !$self->{stop_deadline};
+        if $died && ($score->{state} // '') eq 'busy' && !$self->{stop_deadline}
+        && (!($status & 127) || $CRASH_SIGNAL{ $status & 127 });
     $self->_count_restart($w, $status, $score) unless $self->{stop_deadline};
     return if $self->{stop_deadline} || $w->{generation} != $self->{generation};
     my $served = ($score->{started} // 0) > 0;
@@ -930,46 +933,57 @@ sub _worker_gone {
     }
 }
 
-# --crash-backoff: a worker died serving $request. When its route
-# ("METHOD path") has killed CRASH_COUNT workers in CRASH_WINDOW seconds,
-# or kills one again within twice its last back-off after it ended, the
-# workers answer it 503 for a back-off that starts at --crash-backoff and
-# doubles (up to CRASH_BACKOFF_MAX) while it goes on; one line each time.
+# --crash-backoff: a worker died serving $request (a crash signal or an
+# exit; not KILL or TERM, which come from outside). The route ("METHOD
+# path") is watched from its first death: workers count the requests to
+# it that begin. It is answered 503 for a back-off when it has killed
+# CRASH_COUNT workers in CRASH_WINDOW seconds and at least half the
+# requests to it since it was watched (a busy route that kills a few is
+# not a crash loop), or kills one again within twice its last back-off
+# after it ended; the back-off starts at --crash-backoff and doubles (up to
+# CRASH_BACKOFF_MAX) while it goes on. One line each time.
 sub _charge_route {
     my ($self, $request) = @_;
     my $first = $self->{options}{crash_backoff} or return;
     (my $route = $request // '') =~ s/\?.*//s;
     return unless length $route;
+    my $sb = $self->{scoreboard};
     my $now = Time::HiRes::time();
-    my $r = $self->{crash_routes}{$route} ||= { times => [], backoff => 0, until => 0 };
+    my $r = $self->{crash_routes}{$route} ||= do {
+        my $entry = $sb->watch_route($route);
+        return if $entry < 0;       # every entry is taken: it runs on
+        { entry => $entry, times => [], deaths => 0, base => -1, backoff => 0, until => 0 };
+    };
     return if $now < $r->{until};   # a request that began before its back-off did
-    my @times = grep { $_ > $now - CRASH_WINDOW } @{ $r->{times} }, $now;
-    $r->{times} = \@times;
+    $r->{times} = [ (grep { $_ > $now - CRASH_WINDOW } @{ $r->{times} }), $now ];
+    $r->{deaths}++;
+    my $requests = $sb->route_started($r->{entry}) - $r->{base};
+    $requests = $r->{deaths} if $requests < $r->{deaths};    # (begun before it was watched)
     my $again = $r->{backoff} && $now < $r->{until} + 2 * $r->{backoff};
-    return unless $again || @times >= CRASH_COUNT;
+    return unless ($again || @{ $r->{times} } >= CRASH_COUNT) && 2 * $r->{deaths} >= $requests;
     $r->{backoff} = $again ? _min($r->{backoff} * 2, CRASH_BACKOFF_MAX) : $first;
     $r->{until} = $now + $r->{backoff};
-    $r->{times} = [];
-    my $ok = $self->{scoreboard}->block_route($route, $r->{backoff} * 1000) == 0;
-    Narwhal::log_line(warn => $ok
-        ? sprintf("%s killed %s: answered 503 for %s s, then tried again", $route,
-                  $again ? 'a worker again after its back-off' : scalar(@times) . ' workers in ' . CRASH_WINDOW . ' s',
-                  $r->{backoff})
-        : "$route killed workers again and again, but every back-off entry is taken: it runs on");
+    $sb->block_route($r->{entry}, $r->{backoff} * 1000);
+    Narwhal::log_line(warn => sprintf("%s killed %s: answered 503 for %s s, then tried again", $route,
+        $again ? 'a worker again after its back-off'
+               : sprintf('%d workers in %d s (%d of its %d requests)', scalar @{ $r->{times} },
+                         CRASH_WINDOW, $r->{deaths}, $requests),
+        $r->{backoff}));
+    ($r->{times}, $r->{deaths}, $r->{base}) = ([], 0, $sb->route_started($r->{entry}));
 }
 
 sub _min { $_[0] < $_[1] ? $_[0] : $_[1] }
 
-# The back-offs that ended, and the routes that stopped crashing.
+# Routes that stopped killing workers are no longer watched.
 sub _tend_crash_routes {
     my $self = shift;
     my $routes = $self->{crash_routes} or return;
-    $self->{scoreboard}->expire_routes;
     my $now = Time::HiRes::time();
     for my $route (keys %$routes) {
         my $r = $routes->{$route};
-        delete $routes->{$route}
-            if $now > $r->{until} + 2 * $r->{backoff} && !grep { $_ > $now - CRASH_WINDOW } @{ $r->{times} };
+        next if $now <= $r->{until} + 2 * $r->{backoff} || grep { $_ > $now - CRASH_WINDOW } @{ $r->{times} };
+        $self->{scoreboard}->unwatch_route($r->{entry});
+        delete $routes->{$route};
     }
 }
 
@@ -982,7 +996,6 @@ sub _exited_on_its_own {
 
 # Why a worker that left is replaced (narwhal_worker_restarts_total). A
 # worker retired by TTOU is not replaced, nor one of a reload given up.
-my %CRASH_SIGNAL = map { (POSIX->can("SIG$_")->() => 1) } qw(SEGV BUS FPE ILL ABRT);
 sub _count_restart {
     my ($self, $w, $status, $score) = @_;
     my $sb = 'Narwhal::Scoreboard';

@@ -257,10 +257,11 @@ my @TABLE = (
            . 'default) means no limit.' },
     { name => 'crash_backoff', type => 'seconds', default => 1, max => _c('MAX_SECONDS'),
       group => 'Operations', arg => 'SECS',
-      help => 'a route that killed 3 workers in 10 s gets 503 for SECS, doubling while it goes on (0: off)',
-      pod => 'A worker that dies while serving a request (a crash, a signal, an exit) is charged '
-           . 'to the request\'s method and path (the query left out). When the same route has '
-           . 'killed three workers within 10 seconds, the workers answer it C<503 Service '
+      help => 'a route that killed 3 workers in 10 s (and half its requests) gets 503 for SECS, doubling (0: off)',
+      pod => 'A worker that dies while serving a request (a crash signal or an exit; not a KILL or '
+           . 'TERM from outside) is charged to the request\'s method and path (the query left out). '
+           . 'When the same route has killed three workers within 10 seconds, and at least half '
+           . 'the requests to it since its first death, the workers answer it C<503 Service '
            . 'Unavailable> with C<Retry-After: 1> without running the app, for this many seconds; '
            . 'then it is tried again, and if it kills a worker again within twice that time the '
            . 'wait doubles (up to 5 minutes), else it starts over. The master logs each back-off '
