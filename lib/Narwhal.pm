@@ -402,17 +402,18 @@ once the peak is over. 0 (the default) means no limit. Default: C<0>.
 
 =item --crash-backoff SECS
 
-A worker that dies while serving a request (a crash, a signal, an exit) is
-charged to the request's method and path (the query left out). When the same
-route has killed three workers within 10 seconds, the workers answer it C<503
-Service Unavailable> with C<Retry-After: 1> without running the app, for this
-many seconds; then it is tried again, and if it kills a worker again within
-twice that time the wait doubles (up to 5 minutes), else it starts over. The
-master logs each back-off once, with the route and the count; answers are
-counted in C<narwhal_crash_refused_total>. Every crash is a fork: without
-this, four clients on a URL that crashes its worker cut everyone else's
-throughput by about 80 times. 0 turns it off. Default: C<1>. At most
-C<2000000>.
+A worker that dies while serving a request (a crash signal or an exit; not a
+KILL or TERM from outside) is charged to the request's method and path (the
+query left out). When the same route has killed three workers within 10
+seconds, and at least half the requests to it since its first death, the
+workers answer it C<503 Service Unavailable> with C<Retry-After: 1> without
+running the app, for this many seconds; then it is tried again, and if it
+kills a worker again within twice that time the wait doubles (up to 5
+minutes), else it starts over. The master logs each back-off once, with the
+route and the count; answers are counted in C<narwhal_crash_refused_total>.
+Every crash is a fork: without this, four clients on a URL that crashes its
+worker cut everyone else's throughput by about 80 times. 0 turns it off.
+Default: C<1>. At most C<2000000>.
 
 =item --max-queue-wait MS
 

@@ -135,7 +135,9 @@ SKIP: {
     skip 'no connection manager in this mode', 3 unless $MANAGED;
     my $sport = free_port();
     my $s = spawn_server(app => $APP, args => [ '--status-listen', "127.0.0.1:$sport" ]);
-    my ($manager) = grep { (`cat /proc/$_/cmdline 2>/dev/null` // '') =~ /manager/ } children_of($s->pid);
+    my $manager;
+    wait_until(sub { ($manager) = grep { (`cat /proc/$_/cmdline 2>/dev/null` // '') =~ /manager/ }
+                                      children_of($s->pid) });
     ok($manager && kill(KILL => $manager), 'the manager is killed');
     ok(wait_until(sub { $s->log_text =~ /${STAMP}connection manager $manager was killed by signal 9; starting a new one/m }, 5),
        '... a stamped line says so');
