@@ -24,6 +24,7 @@ typedef struct {
     SV *remote_port;
     SV *io;             /* psgix.io, made the first time an app looks */
     int turn;           /* requests served in a row since the worker took it */
+    int crash_refused;  /* --crash-backoff: this request is answered 503, not by the app */
 } nw_xs_conn;
 
 /* What the request sequence (xs/serve.c) is given once by the worker

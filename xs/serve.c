@@ -93,10 +93,28 @@ static int route_blocked(nw_conn *c)
     uint64_t route = nw_route_hash(c->req.method, c->req.method_len, c->req.target, c->req.target_len);
     if (!nw_scoreboard_route_check(nw_xs_score_header, route, nw_now_ms()))
         return 0;
-    c->error_status = 503;
     if (nw_xs_score_slot)
         nw_xs_score_slot->counts.crash_refused++;
     return 1;
+}
+
+/* The answer in the app's place: an ordinary response (the body read,
+ * keep-alive kept), so that a client of the route costs no more than any
+ * other's request. */
+static SV *crash_refusal(pTHX)
+{
+    AV *headers = newAV();
+    av_push(headers, newSVpvs("Content-Type"));
+    av_push(headers, newSVpvs("text/plain"));
+    av_push(headers, newSVpvs("Retry-After"));
+    av_push(headers, newSVpvs("1"));
+    AV *body = newAV();
+    av_push(body, newSVpvs("503 Service Unavailable\n"));
+    AV *res = newAV();
+    av_push(res, newSViv(503));
+    av_push(res, newRV_noinc((SV *)headers));
+    av_push(res, newRV_noinc((SV *)body));
+    return newRV_noinc((SV *)res);
 }
 
 HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_partial,
@@ -110,9 +128,8 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
         if (!c->proxy.local && c->proxy.src_len)
             nw_env_peer(aTHX_ xc, &c->proxy.src, c->proxy.src_len);
     }
-    if (r == NW_REQ_READY && nw_xs_score_header && nw_xs_score_header->crash_routes
-        && route_blocked(c))
-        r = NW_REQ_ERROR;           /* --crash-backoff: 503, the app is not run */
+    xc->crash_refused = r == NW_REQ_READY && nw_xs_score_header && nw_xs_score_header->crash_routes
+                        && route_blocked(c);    /* --crash-backoff: 503, the app is not run */
     if (r == NW_REQ_READY) {
         env = nw_env_build(aTHX_ xc, self_rv);
         r = nw_conn_read_body(c);
@@ -332,7 +349,7 @@ static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, d
     if (xc->c->body_fd >= 0)        /* a body spilled to a file: Perl opens it */
         call_worker(aTHX_ s, "_open_spilled_body", 2, conn_rv, env_rv);
     int may_keep = may_keep_alive(aTHX_ s);
-    SV *res = call_app(aTHX_ s->app, env_rv);
+    SV *res = xc->crash_refused ? crash_refusal(aTHX) : call_app(aTHX_ s->app, env_rv);
     if (over_memory(aTHX_ s) && !s->managed)
         may_keep = 0;
     int kept = write_response(aTHX_ s, xc, conn_rv, env_rv, res, may_keep);
