@@ -798,6 +798,7 @@ recv_stats(control)
         (void)hv_stores(hv, "shed", newSVuv(st.shed));
         (void)hv_stores(hv, "writing", newSVuv(st.writing));
         (void)hv_stores(hv, "offloaded", newSVuv(st.offloaded));
+        (void)hv_stores(hv, "accepted", newSVuv(st.accepted));
         RETVAL = newRV_noinc((SV *)hv);
     }
   OUTPUT:
@@ -810,6 +811,14 @@ refuse_new_connections(fd)
     int fd
   CODE:
     RETVAL = nw_io_refuse_new_connections(fd);   /* 0, 1 (the queue shortened), -1 */
+  OUTPUT:
+    RETVAL
+
+int
+stamp_arrivals(fd)
+    int fd
+  CODE:
+    RETVAL = nw_io_stamp_arrivals(fd);
   OUTPUT:
     RETVAL
 

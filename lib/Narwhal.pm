@@ -420,9 +420,11 @@ Default: C<1>. At most C<2000000>.
 When every worker is busy, a complete request that has waited longer than
 this many milliseconds in the connection manager is answered C<503 Service
 Unavailable> with C<Retry-After: 1> and closed (counted in
-C<narwhal_shed_total>), instead of the queue growing without bound. Needs the
-manager. 0 (the default) means no limit. Default: C<0>. At most
-C<2000000000>.
+C<narwhal_shed_total>), instead of the queue growing without bound. New
+clients are included: while every worker has been on its request for 20 ms,
+the manager takes new connections from the listeners itself, so they wait in
+its queue rather than unseen in the listen queue. Needs the manager. 0 (the
+default) means no limit. Default: C<0>. At most C<2000000000>.
 
 =item --access-log PATH
 

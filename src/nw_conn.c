@@ -20,17 +20,25 @@
 #define LINGER_MAX_BYTES (1024 * 1024) /* ...or this much, so the reply is not reset */
 
 /* Every read of the socket goes through these two, which keep c->drained:
- * a short read, or a brief look that found nothing, left the socket empty. */
+ * a short read, or a brief look that found nothing, left the socket empty.
+ * A head's reads also keep c->arrived_ns (arrived: non-NULL). */
 static ssize_t conn_read(nw_conn *c, char *buf, size_t len, nw_msec deadline)
 {
-    ssize_t n = nw_io_read(c->fd, buf, len, deadline);
+    ssize_t n = nw_io_read(c->fd, buf, len, deadline, NULL);
+    c->drained = n > 0 && (size_t)n < len;
+    return n;
+}
+
+static ssize_t conn_read_head(nw_conn *c, char *buf, size_t len, nw_msec deadline)
+{
+    ssize_t n = nw_io_read(c->fd, buf, len, deadline, &c->arrived_ns);
     c->drained = n > 0 && (size_t)n < len;
     return n;
 }
 
 static ssize_t conn_read_brief(nw_conn *c, char *buf, size_t len, double wait_s)
 {
-    ssize_t n = nw_io_read_brief(c->fd, buf, len, wait_s);
+    ssize_t n = nw_io_read_brief(c->fd, buf, len, wait_s, &c->arrived_ns);
     c->drained = n == NW_IO_TIMEOUT || (n > 0 && (size_t)n < len);
     return n;
 }
@@ -237,7 +245,7 @@ int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
         /* A wait under a millisecond is a brief look, not a deadline. */
         ssize_t n = wait_shorter && max_wait_s < 0.001
             ? conn_read_brief(c, c->in.data + c->in.len, c->in.cap - c->in.len, max_wait_s)
-            : conn_read(c, c->in.data + c->in.len, c->in.cap - c->in.len, deadline);
+            : conn_read_head(c, c->in.data + c->in.len, c->in.cap - c->in.len, deadline);
         if (n > 0) {
             c->in.len += (size_t)n;
             continue;

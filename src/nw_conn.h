@@ -64,6 +64,8 @@ typedef struct {
     nw_msec idle_deadline;      /* first byte of the next request due by then */
     nw_msec head_deadline;      /* whole head due by then; 0 before its first byte */
     nw_msec head_started;       /* its first byte came then */
+    int64_t arrived_ns;         /* the kernel received the head's last read bytes then
+                                 * (CLOCK_REALTIME ns, SO_TIMESTAMPNS; 0: unknown) */
 
     nw_request req;
     nw_header *headers;         /* cfg.parse.max_headers entries */

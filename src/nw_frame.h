@@ -96,6 +96,7 @@ typedef struct {
     uint64_t shed;              /* requests answered 503 by --max-queue-wait, total */
     uint64_t writing;           /* connections whose response the manager is writing now */
     uint64_t offloaded;         /* responses workers gave the manager to finish, total */
+    uint64_t accepted;          /* connections it took from the listeners (a stuck pool), total */
 } nw_manager_stats;
 
 void nw_frame_init(nw_frame *f, int type);

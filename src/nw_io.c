@@ -34,6 +34,13 @@ uint64_t nw_now_us(void)
     return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+int64_t nw_wall_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 nw_msec nw_deadline_in(double seconds)
 {
     return nw_now_ms() + (nw_msec)(seconds * 1000.0 + 0.5);
@@ -55,10 +62,46 @@ int nw_io_wait(int fd, short events, nw_msec deadline)
     return errno == EINTR ? NW_IO_INTERRUPTED : NW_IO_CLOSED;
 }
 
-ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline)
+int nw_io_stamp_arrivals(int fd)
+{
+    int on = 1;
+    return setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
+}
+
+/* read(2), or recvmsg(2) with the receive time when arrived_ns is given. */
+static ssize_t read_stamped(int fd, char *buf, size_t len, int64_t *arrived_ns)
+{
+    if (!arrived_ns)
+        return read(fd, buf, len);
+    return nw_io_recv_stamped(fd, buf, len, 0, arrived_ns);
+}
+
+ssize_t nw_io_recv_stamped(int fd, char *buf, size_t len, int flags, int64_t *arrived_ns)
+{
+    union {
+        char space[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = { .iov_base = buf, .iov_len = len };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+                          .msg_control = control.space, .msg_controllen = sizeof control.space };
+    ssize_t n = recvmsg(fd, &msg, flags);
+    if (n <= 0 || msg.msg_controllen == 0)
+        return n;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h)) {
+        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(h), sizeof ts);
+            *arrived_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        }
+    }
+    return n;
+}
+
+ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline, int64_t *arrived_ns)
 {
     for (;;) {
-        ssize_t n = read(fd, buf, len);
+        ssize_t n = read_stamped(fd, buf, len, arrived_ns);
         if (n > 0)
             return n;
         if (n == 0)
@@ -73,10 +116,10 @@ ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline)
     }
 }
 
-ssize_t nw_io_read_brief(int fd, char *buf, size_t len, double wait_s)
+ssize_t nw_io_read_brief(int fd, char *buf, size_t len, double wait_s, int64_t *arrived_ns)
 {
     for (int tries = 0; tries < 2; tries++) {
-        ssize_t n = read(fd, buf, len);
+        ssize_t n = read_stamped(fd, buf, len, arrived_ns);
         if (n > 0)
             return n;
         if (n == 0)

@@ -23,6 +23,9 @@ nw_msec nw_now_ms(void);
 /* The same clock in microseconds. */
 uint64_t nw_now_us(void);
 
+/* CLOCK_REALTIME in nanoseconds: the clock of the kernel's receive times. */
+int64_t nw_wall_clock_ns(void);
+
 /* The deadline of a request head that began at started and has brought
  * bytes so far: one second per min_rate bytes from started, never less
  * than base seconds nor more than max. A head arriving at min_rate bytes
@@ -36,13 +39,27 @@ nw_msec nw_deadline_in(double seconds);     /* now + seconds */
  * Returns NW_IO_OK, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. */
 int nw_io_wait(int fd, short events, nw_msec deadline);
 
-/* One read(2) into buf, waiting up to deadline. Returns bytes (> 0),
- * NW_IO_CLOSED, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. */
-ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline);
+/* One read into buf, waiting up to deadline. Returns bytes (> 0),
+ * NW_IO_CLOSED, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. With arrived_ns, the
+ * read is a recvmsg(2) that also asks for the kernel's receive time of the
+ * last bytes read (SO_TIMESTAMPNS, see nw_io_stamp_arrivals): stored there
+ * in CLOCK_REALTIME nanoseconds when the kernel gave one, else left alone. */
+ssize_t nw_io_read(int fd, char *buf, size_t len, nw_msec deadline, int64_t *arrived_ns);
 
 /* A read that waits at most wait_s (sub-millisecond precision, no deadline):
- * bytes, NW_IO_CLOSED, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. */
-ssize_t nw_io_read_brief(int fd, char *buf, size_t len, double wait_s);
+ * bytes, NW_IO_CLOSED, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. arrived_ns as
+ * for nw_io_read. */
+ssize_t nw_io_read_brief(int fd, char *buf, size_t len, double wait_s, int64_t *arrived_ns);
+
+/* recv(2) with flags that also stores the kernel's receive time of the
+ * last bytes read in arrived_ns (CLOCK_REALTIME ns) when it gave one. */
+ssize_t nw_io_recv_stamped(int fd, char *buf, size_t len, int flags, int64_t *arrived_ns);
+
+/* Ask the kernel to stamp what arrives on a TCP listener's connections with
+ * its receive time (SO_TIMESTAMPNS; accepted sockets inherit it), so that
+ * the wait of a request in the listen queue or parked in a busy worker can
+ * be measured. A unix socket gives no such time. Returns 0 or -1. */
+int nw_io_stamp_arrivals(int fd);
 
 /* Write all of iov[0..iovcnt) (the array is modified), in batches of at most
  * NW_IOV_BATCH, each wait bounded by now + timeout_s. Returns NW_IO_OK,

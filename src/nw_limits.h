@@ -50,6 +50,16 @@
  * clients); the rest is --max-connections' default. */
 #define NW_MANAGER_RESERVED_FDS 256
 
+/* A stuck pool (DESIGN.md, "When every worker is busy"): when no worker is
+ * free and each has been on its request this long, the manager takes new
+ * connections from the listeners itself, so that they wait where they are
+ * measured and --max-queue-wait can shed them. The manager looks at the
+ * pool this often while any worker is busy, and less often while none is. */
+#define NW_POOL_STUCK_MS              20
+#define NW_POOL_LOOK_MS               10
+#define NW_POOL_LOOK_IDLE_MS          100
+#define NW_MANAGER_ACCEPT_BATCH       64      /* connections taken per wake-up */
+
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */
 #define NW_MAX_PARKED 4096

@@ -66,6 +66,7 @@ enum {
 #define NW_STATUS_HEAD_MAX      4096    /* a status request's head */
 #define NW_STATUS_DEADLINE_MS   5000    /* to send the head and read the answer */
 #define NW_SHED_TICK_MAX_MS     50      /* --max-queue-wait: look at the oldest request this often */
+#define NW_MANAGER_ARRIVAL_BELIEF_MS 3600000 /* an older receive time: the clock was set meanwhile */
 
 /* A connection to the status listener. */
 typedef struct {
@@ -141,6 +142,7 @@ typedef struct {
     const nw_scoreboard *board;     /* read-only; NULL when the master gave none */
     int     serve_reader;           /* the workers' end of the serve queue, or -1 */
     nw_msec max_queue_wait, next_shed;
+    int64_t arrived_ns;     /* the kernel's receive time of the client bytes being read (0: none) */
     int     status_fd;              /* the status listener, or -1 */
     int     status_active;          /* clients in use */
     nw_status_client status[NW_STATUS_CLIENTS];
@@ -148,6 +150,10 @@ typedef struct {
                                      * (allocated at the first render) */
     int     listeners[16];
     int     nlisteners;
+    int     accepting;              /* the listeners are in epoll: the pool is stuck */
+    nw_msec next_look;              /* when to look at the pool again */
+    nw_log_limit fd_limit_said;     /* "cannot take a connection" lines */
+    int     proxy_protocol;         /* --proxy-protocol: what it takes begins with a header */
     const char *error_log;          /* --error-log (USR1 reopens it), or NULL */
 } nw_manager;
 
@@ -439,12 +445,26 @@ static void nw_manager_watch_serve_queue(nw_manager *m, int on)
 
 static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t len);
 
+/* When the head just completed became ready, on the manager's clock: when
+ * the kernel received the bytes just read (TCP, SO_TIMESTAMPNS: a request
+ * that waited parked in a busy worker before it was handed here keeps
+ * that wait), else now. */
+static uint32_t nw_manager_ready_ms(const nw_manager *m)
+{
+    if (m->arrived_ns) {
+        int64_t ago_ms = (nw_wall_clock_ns() - m->arrived_ns) / 1000000;
+        if (ago_ms > 0 && ago_ms < NW_MANAGER_ARRIVAL_BELIEF_MS)
+            return (uint32_t)(m->now - ago_ms);
+    }
+    return (uint32_t)m->now;
+}
+
 /* fd (detached) has a head to serve: on the serve queue now, or to the back of
  * the queue until there is room. */
 static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t len)
 {
     nw_manager_slot *s = &m->slots[fd];
-    s->ready_ms = (uint32_t)m->now;
+    s->ready_ms = nw_manager_ready_ms(m);
     nw_manager_queue_up(m, fd, data, len);
 }
 
@@ -766,7 +786,8 @@ static void nw_manager_client_readable(nw_manager *m, int fd)
     size_t room = NW_FRAME_MAX_DATA - m->slots[fd].head_len;
     if (room > sizeof buf)
         room = sizeof buf;
-    ssize_t n = recv(fd, buf, room, MSG_DONTWAIT);
+    m->arrived_ns = 0;
+    ssize_t n = nw_io_recv_stamped(fd, buf, room, MSG_DONTWAIT, &m->arrived_ns);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
     if (n <= 0) {
@@ -778,6 +799,7 @@ static void nw_manager_client_readable(nw_manager *m, int fd)
         nw_manager_first_bytes(m, fd, buf, (size_t)n);
     else
         nw_manager_more_bytes(m, fd, buf, (size_t)n);
+    m->arrived_ns = 0;
 }
 
 /* ------------------------------------------------------------ channels */
@@ -928,6 +950,93 @@ static void nw_manager_shed(nw_manager *m)
         nw_manager_watch_serve_queue(m, 0);
 }
 
+/* ------------------------------------------------------------ a stuck pool */
+
+/* DESIGN.md, "When every worker is busy": while every worker has been on
+ * its request for NW_POOL_STUCK_MS, new connections are taken here, read,
+ * and queued with the time their request arrived, instead of waiting
+ * unseen in the listen queue; as soon as a worker is free again, the
+ * workers accept them directly, as always. */
+static void nw_manager_take_listeners(nw_manager *m, int on)
+{
+    struct epoll_event ev = { .events = EPOLLIN };
+    for (int i = 0; i < m->nlisteners; i++) {
+        ev.data.fd = m->listeners[i];
+        epoll_ctl(m->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, m->listeners[i], &ev);
+    }
+    m->accepting = on;
+}
+
+static void nw_manager_look_at_pool(nw_manager *m)
+{
+    if (!m->board || !m->nlisteners)
+        return;
+    if (m->serve_until || m->board->h.stopping) {   /* a stop: the workers drain the queue */
+        if (m->accepting)
+            nw_manager_take_listeners(m, 0);
+        return;
+    }
+    if (m->now < m->next_look)
+        return;
+    int busy = 0;
+    int stuck = nw_scoreboard_pool_stuck(m->board, nw_now_us(),
+                                            (uint64_t)NW_POOL_STUCK_MS * 1000, &busy);
+    m->next_look = m->now + (busy ? NW_POOL_LOOK_MS : NW_POOL_LOOK_IDLE_MS);
+    if (stuck != m->accepting)
+        nw_manager_take_listeners(m, stuck);
+}
+
+static int nw_manager_listener_index(const nw_manager *m, int fd)
+{
+    for (int i = 0; i < m->nlisteners; i++)
+        if (m->listeners[i] == fd)
+            return i;
+    return -1;
+}
+
+/* A new connection from listener i: held like one a worker handed over,
+ * and read at once (its request is usually there: TCP_DEFER_ACCEPT). */
+static void nw_manager_accept_one(nw_manager *m, int i, int fd)
+{
+    m->st.accepted++;
+    if (nw_manager_reserve(m, fd) < 0) {
+        close(fd);
+        return;
+    }
+    nw_manager_slot *s = &m->slots[fd];
+    memset(s, 0, sizeof *s);
+    s->listener = (uint16_t)i;
+    if (m->proxy_protocol)
+        s->flags = NW_MANAGER_F_PROXY;
+    if (!nw_manager_make_room(m)) {
+        m->st.closed_full++;
+        nw_manager_forget(m, fd);
+        return;
+    }
+    if (nw_manager_watch(m, fd) < 0) {
+        nw_manager_forget(m, fd);
+        return;
+    }
+    s->head_started = m->now;
+    nw_manager_enlist(m, fd, NW_MANAGER_IDLE, m->now + m->read_ms);
+    nw_manager_client_readable(m, fd);
+}
+
+static void nw_manager_accept(nw_manager *m, int i)
+{
+    for (int n = 0; m->accepting && n < NW_MANAGER_ACCEPT_BATCH; n++) {
+        int fd = accept4(m->listeners[i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE)
+                nw_log_limited(&m->fd_limit_said, m->now, "warn",
+                               "the manager cannot take a connection: %s (the workers will)",
+                               strerror(errno));
+            return;
+        }
+        nw_manager_accept_one(m, i, fd);
+    }
+}
+
 /* ------------------------------------------------------------ status */
 
 static void nw_manager_listener_info(const nw_manager *m, nw_status_manager *sm)
@@ -964,6 +1073,8 @@ static void nw_manager_status_numbers(const nw_manager *m, nw_status_manager *sm
     sm->handoffs_in = m->st.received;
     sm->handoffs_out = m->st.handed_off;
     sm->shed = m->st.shed;
+    sm->accepted = m->st.accepted;
+    sm->accepting = m->accepting;
     sm->stopping = m->serve_until != 0;
     nw_manager_listener_info(m, sm);
 }
@@ -1140,6 +1251,8 @@ static int nw_manager_timeout(const nw_manager *m)
         next = m->slots[m->closing.first].deadline;
     if (m->max_queue_wait && m->next_shed < next)
         next = m->next_shed;
+    if (m->board && m->nlisteners && m->next_look < next)
+        next = m->next_look;
     if (m->status_active && m->now + 1000 < next)
         next = m->now + 1000;
     nw_msec left = next - nw_now_ms();
@@ -1187,6 +1300,8 @@ static void nw_manager_event(nw_manager *m, int fd)
         nw_manager_handoff_queue_readable(m);
     } else if (fd == m->serve_queue) {
         nw_manager_drain_queue(m);
+    } else if (m->accepting && nw_manager_listener_index(m, fd) >= 0) {
+        nw_manager_accept(m, nw_manager_listener_index(m, fd));
     } else if ((size_t)fd < m->nslots) {
         int kind = m->slots[fd].kind;
         if (kind == NW_MANAGER_IDLE || kind == NW_MANAGER_READING)
@@ -1239,6 +1354,7 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     for (int i = 0; i < NW_STATUS_CLIENTS; i++)
         m->status[i].fd = -1;
     m->nlisteners = cfg->nlisteners;
+    m->proxy_protocol = cfg->proxy_protocol;
     memcpy(m->listeners, cfg->listener_fds, sizeof m->listeners);
     if (cfg->scoreboard_fd >= 0 && !(m->board = nw_scoreboard_map(cfg->scoreboard_fd)))
         nw_log("error", "cannot map the scoreboard: %s", strerror(errno));
@@ -1409,6 +1525,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
             nw_manager_event(&m, ev[i].data.fd);
         nw_manager_expire(&m);
         nw_manager_shed(&m);
+        nw_manager_look_at_pool(&m);
         nw_manager_status_expire(&m);
         nw_manager_send_stats(&m);
     }

@@ -18,10 +18,12 @@ typedef struct {
     size_t max_request_line;    /* a first line longer than this, no LF yet: to a worker (414) */
     double max_queue_wait;      /* seconds a complete request may wait for a worker, then 503 (0: no limit) */
     double timeout;             /* seconds a response's write may make no progress (output offload) */
+    int proxy_protocol;         /* --proxy-protocol: connections it accepts begin with a PROXY header */
     int scoreboard_fd;          /* the scoreboard's memfd, or -1 */
     int serve_reader_fd;        /* the workers' end of the serve queue (for shedding), or -1 */
     int status_fd;              /* the --status-listen listener, or -1 */
-    int listener_fds[16];       /* the app's listeners (queue lengths only) */
+    int listener_fds[16];       /* the app's listeners (queue lengths; taken from while the
+                                 * pool is stuck) */
     int nlisteners;
     const char *error_log;      /* --error-log: reopened onto fd 2 on SIGUSR1, or NULL */
     int stats_ms;               /* STATS to the master this often; 0: once a second (tests

@@ -145,7 +145,7 @@ static void add_counts(nw_score_counts *to, const nw_score_counts *from)
     to->adopted += from->adopted;
     for (int i = 0; i < NW_PROXY_REJECTS; i++)
         to->proxy_rejected[i] += from->proxy_rejected[i];
-    for (int i = 0; i < NW_QUEUE_BUCKETS; i++)
+    for (int i = 0; i < NW_SCORE_BUCKETS; i++)
         to->queue_bucket[i] += from->queue_bucket[i];
     to->queue_us += from->queue_us;
     to->spool_failed += from->spool_failed;
@@ -212,6 +212,30 @@ void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t me
     s->state = NW_WORKER_BUSY;
 }
 
+int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
+                             int *any_busy)
+{
+    int busy = 0, stuck = 1;
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        const nw_score_slot *s = &b->slot[i];
+        int state = s->state;
+        if (state == NW_WORKER_IDLE) {
+            stuck = 0;
+        } else if (state == NW_WORKER_STARTING) {
+            busy = 1;
+            stuck = 0;          /* (one is coming: at a start, or after a crash) */
+        } else if (state == NW_WORKER_BUSY) {
+            busy = 1;
+            uint64_t since = s->since_us;
+            if (since + min_us > now_us)
+                stuck = 0;      /* (a request that began a moment ago) */
+        }
+    }
+    if (any_busy)
+        *any_busy = busy;
+    return stuck && busy;
+}
+
 int nw_scoreboard_bucket(uint64_t duration_us)
 {
     int i = 0;
@@ -238,11 +262,7 @@ void nw_scoreboard_request_end(nw_score_slot *s, int status, uint64_t bytes, uin
 
 void nw_scoreboard_queue_wait(nw_score_slot *s, uint64_t wait_us)
 {
-    static const uint64_t queue_bounds[NW_QUEUE_BUCKETS - 1] = NW_QUEUE_BOUNDS_US;
-    int i = 0;
-    while (i < NW_QUEUE_BUCKETS - 1 && wait_us > queue_bounds[i])
-        i++;
-    s->counts.queue_bucket[i]++;
+    s->counts.queue_bucket[nw_scoreboard_bucket(wait_us)]++;
     s->counts.queue_us += wait_us;
 }
 

@@ -18,18 +18,14 @@
 #define NW_SCOREBOARD_REQUEST 160   /* bytes of "METHOD target" kept */
 #define NW_SCORE_CLASSES      5     /* status classes 1xx .. 5xx */
 #define NW_SCORE_BUCKETS      18    /* duration histogram: 17 bounds and +Inf */
-#define NW_QUEUE_BUCKETS      15    /* queue-wait histogram: 14 bounds and +Inf */
 #define NW_SCOREBOARD_READ_TRIES 100000 /* a reader's retries while the master folds */
 #define NW_CRASH_ROUTES       16    /* routes answered 503 at once for killing workers */
 
-/* The duration histogram's upper bounds, in microseconds (the last bucket
- * is +Inf): from 100 us, so that a fast app's percentiles are resolved. */
+/* The duration and queue-wait histograms' upper bounds, in microseconds
+ * (the last bucket is +Inf): from 100 us, so that a fast app's percentiles
+ * are resolved. */
 #define NW_SCORE_BOUNDS_US { 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, \
                              250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000 }
-/* The queue-wait histogram's, from 1 ms (its resolution: the manager's
- * clock is in milliseconds). */
-#define NW_QUEUE_BOUNDS_US { 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, \
-                             1000000, 2500000, 5000000, 10000000, 30000000 }
 
 enum nw_worker_state {
     NW_WORKER_FREE = 0,     /* no worker in this slot */
@@ -81,7 +77,7 @@ typedef struct {
     uint64_t duration_us;                   /* sum of durations */
     uint64_t adopted;                       /* connections taken from a leaving worker (ADOPT) */
     uint64_t proxy_rejected[NW_PROXY_REJECTS]; /* connections refused under --proxy-protocol */
-    uint64_t queue_bucket[NW_QUEUE_BUCKETS]; /* waits in the manager's queue, per bucket */
+    uint64_t queue_bucket[NW_SCORE_BUCKETS]; /* waits before a worker began a request */
     uint64_t queue_us;                      /* sum of those waits */
     uint64_t spool_failed;                  /* request bodies that could not be spooled (503) */
     uint64_t fd_limit;                      /* accepts refused by the open-file limit */
@@ -200,6 +196,13 @@ void nw_scoreboard_offload_release(volatile int64_t *counter, uint64_t n);
  * lowers), or NULL with errno; and its unmapping. */
 volatile int64_t *nw_scoreboard_map_offload(int fd);
 void nw_scoreboard_unmap_offload(volatile int64_t *counter);
+
+/* Whether the pool is stuck, so that new connections would wait unseen in
+ * the listen queue: some worker is busy, none is idle or starting, and
+ * every busy one has been on its current request for at least min_us.
+ * *any_busy (may be NULL) says whether any worker is busy or starting. */
+int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
+                             int *any_busy);
 
 /* Which bucket a duration falls in. */
 int nw_scoreboard_bucket(uint64_t duration_us);

@@ -17,7 +17,6 @@ static const char *const state_names[] = { "free", "starting", "idle", "busy", "
 static const char *const restart_names[NW_RESTART_REASONS] = {
     "max-requests", "crash", "watchdog", "memory", "signal", "lifetime", "exit" };
 static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
-static const uint64_t queue_bounds_us[NW_QUEUE_BUCKETS - 1] = NW_QUEUE_BOUNDS_US;
 
 /* One worker as the pages show it. */
 typedef struct {
@@ -314,6 +313,25 @@ static int metric_head(nw_buf *o, const char *name, const char *type, const char
     return put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A histogram in seconds from counts per bucket (NW_SCORE_BOUNDS_US). */
+static int histogram(nw_buf *o, const char *name, const char *help,
+                     const uint64_t bucket[NW_SCORE_BUCKETS], uint64_t sum_us)
+{
+    int r = metric_head(o, name, "histogram", help);
+    uint64_t cumulative = 0;
+    for (int i = 0; i < NW_SCORE_BUCKETS; i++) {
+        cumulative += bucket[i];
+        if (i < NW_SCORE_BUCKETS - 1)
+            r |= put(o, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bounds_us[i] / 1e6,
+                     (unsigned long long)cumulative);
+        else
+            r |= put(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
+    }
+    r |= put(o, "%s_sum %.6f\n", name, (double)sum_us / 1e6);
+    r |= put(o, "%s_count %llu\n", name, (unsigned long long)cumulative);
+    return r;
+}
+
 static int metrics_requests(nw_buf *o, const nw_score_counts *t)
 {
     int r = metric_head(o, "narwhal_requests_total", "counter",
@@ -321,35 +339,14 @@ static int metrics_requests(nw_buf *o, const nw_score_counts *t)
     for (int i = 0; i < NW_SCORE_CLASSES; i++)
         r |= put(o, "narwhal_requests_total{class=\"%dxx\"} %llu\n", i + 1,
                  (unsigned long long)t->by_class[i]);
-    r |= metric_head(o, "narwhal_request_duration_seconds", "histogram",
-                     "Time from a complete request to the end of its response.");
-    uint64_t cumulative = 0;
-    for (int i = 0; i < NW_SCORE_BUCKETS; i++) {
-        cumulative += t->bucket[i];
-        if (i < NW_SCORE_BUCKETS - 1)
-            r |= put(o, "narwhal_request_duration_seconds_bucket{le=\"%g\"} %llu\n",
-                     (double)bounds_us[i] / 1e6, (unsigned long long)cumulative);
-        else
-            r |= put(o, "narwhal_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
-                     (unsigned long long)cumulative);
-    }
-    r |= put(o, "narwhal_request_duration_seconds_sum %.6f\n", (double)t->duration_us / 1e6);
-    r |= put(o, "narwhal_request_duration_seconds_count %llu\n", (unsigned long long)cumulative);
-    r |= metric_head(o, "narwhal_request_queue_seconds", "histogram",
-                     "Time a complete request waited in the connection manager's queue for a "
-                     "free worker (requests that came through it; 1 ms resolution).");
-    cumulative = 0;
-    for (int i = 0; i < NW_QUEUE_BUCKETS; i++) {
-        cumulative += t->queue_bucket[i];
-        if (i < NW_QUEUE_BUCKETS - 1)
-            r |= put(o, "narwhal_request_queue_seconds_bucket{le=\"%g\"} %llu\n",
-                     (double)queue_bounds_us[i] / 1e6, (unsigned long long)cumulative);
-        else
-            r |= put(o, "narwhal_request_queue_seconds_bucket{le=\"+Inf\"} %llu\n",
-                     (unsigned long long)cumulative);
-    }
-    r |= put(o, "narwhal_request_queue_seconds_sum %.6f\n", (double)t->queue_us / 1e6);
-    r |= put(o, "narwhal_request_queue_seconds_count %llu\n", (unsigned long long)cumulative);
+    r |= histogram(o, "narwhal_request_duration_seconds",
+                   "Time from a complete request to the end of its response.",
+                   t->bucket, t->duration_us);
+    r |= histogram(o, "narwhal_request_queue_seconds",
+                   "Time a complete request waited before a worker began it: in the "
+                   "connection manager's queue, parked in a busy worker, or in the "
+                   "listen queue (TCP: from the kernel's receive time).",
+                   t->queue_bucket, t->queue_us);
     r |= metric_head(o, "narwhal_response_body_bytes_total", "counter",
                      "Bytes of response bodies the workers wrote (chunked framing included).");
     r |= put(o, "narwhal_response_body_bytes_total %llu\n", (unsigned long long)t->bytes_sent);
@@ -420,6 +417,13 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
     r |= metric_head(o, "narwhal_shed_total", "counter",
                      "Requests answered 503 after waiting longer than --max-queue-wait.");
     r |= put(o, "narwhal_shed_total %llu\n", (unsigned long long)m->shed);
+    r |= metric_head(o, "narwhal_manager_accepted_total", "counter",
+                     "Connections the manager took from the listeners itself because every "
+                     "worker was stuck on a request (they wait in its queue, measured).");
+    r |= put(o, "narwhal_manager_accepted_total %llu\n", (unsigned long long)m->accepted);
+    r |= metric_head(o, "narwhal_manager_accepting", "gauge",
+                     "1 while the manager takes new connections: every worker is stuck.");
+    r |= put(o, "narwhal_manager_accepting %d\n", m->accepting);
     r |= metric_head(o, "narwhal_listen_queue_length", "gauge",
                      "Connections in a listener's accept queue (TCP listeners).");
     for (int i = 0; i < m->nlisteners; i++)

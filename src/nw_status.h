@@ -42,6 +42,8 @@ typedef struct {
     uint64_t handoffs_in;   /* connections workers gave the manager, total */
     uint64_t handoffs_out;  /* connections the manager gave workers, total */
     uint64_t shed;          /* answered 503 by --max-queue-wait, total */
+    uint64_t accepted;      /* connections it took from the listeners, total */
+    int      accepting;     /* it is taking them now: the pool is stuck */
     int      stopping;      /* the manager itself is stopping */
     int      nlisteners;
     nw_status_listener listener[NW_STATUS_MAX_LISTENERS];

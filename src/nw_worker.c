@@ -147,6 +147,13 @@ static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
     }
     if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
         plen = 0;   /* (the socket is non-blocking already: that flag travels with it) */
+    if ((f->flags & NW_FRAME_F_PROXY) && w->proxy_from_n
+        && !nw_proxy_cidr_match(w->proxy_from, w->proxy_from_n, (struct sockaddr *)&peer)) {
+        close(fd);  /* --proxy-from: one the manager took from a listener itself */
+        nw_scoreboard_proxy_rejected(w->slot, NW_PROXY_REJECT_NOT_ALLOWED,
+                                     (struct sockaddr *)&peer, plen, nw_now_ms());
+        return NULL;
+    }
     nw_wconn *wc = wconn_new(w, f->listener, fd, &peer, plen);
     if (!wc)
         return NULL;

@@ -26,14 +26,53 @@ sub {
 }
 APP
 
+my $sport = free_port();
+
 sub metrics {
-    my ($sport) = @_;
-    my $text = http_get("http://127.0.0.1:$sport", '/metrics')->{content} // '';
+    my ($port) = @_;
+    my $text = http_get("http://127.0.0.1:$port", '/metrics')->{content} // '';
     my %v = map { /^(\S+) (\S+)$/ ? ($1 => $2) : () } grep { !/^#/ } split /\n/, $text;
     return \%v;
 }
 
-my $sport = free_port();
+# Send each [connection, path] its request at once and wait for every
+# answer; then the queue and service sums the metrics gained must make what
+# the clients measured, and the waits must be in the queue histogram.
+sub add_up {
+    my ($where, $before, $sends, $min_queue, $expect) = @_;
+    my (%sent, %took, %buf);
+    for my $i (0 .. $#$sends) {
+        $sent{$i} = time;
+        syswrite($sends->[$i][0], "GET $sends->[$i][1] HTTP/1.1\r\nHost: x\r\n\r\n");
+    }
+    my @h = map { $_->[0] } @$sends;
+    my $sel = IO::Select->new(@h);
+    my $end = time + 15;
+    while (keys %took < @$sends && time < $end) {
+        for my $h ($sel->can_read(0.5)) {
+            my ($i) = grep { $h[$_] == $h } 0 .. $#h;
+            sysread($h, $buf{$i}, 65536, length($buf{$i} // '')) or next;
+            $took{$i} //= time - $sent{$i} if $buf{$i} =~ /\r\n\r\nok\n/;
+        }
+    }
+    is(scalar keys %took, scalar @$sends, "$where: every answer");
+    my $client = 0;
+    $client += $_ for values %took;
+    sleep 0.2;
+    my $after = metrics($sport);
+    my $d = sub { $after->{$_[0]} - $before->{$_[0]} };
+    my $queue = $d->('narwhal_request_queue_seconds_sum');
+    my $service = $d->('narwhal_request_duration_seconds_sum');
+    is($d->('narwhal_request_queue_seconds_count'), scalar @$sends,
+       "$where: each request's wait is in the queue histogram");
+    cmp_ok($queue, '>', $min_queue, sprintf("$where: they waited (%.3f s in all; %s)", $queue, $expect));
+    my $sum = $queue + $service;
+    cmp_ok(abs($sum - $client), '<', 0.1 * $client + 0.03,
+           sprintf("$where: queue %.3f s + service %.3f s = %.3f s, the clients measured %.3f s",
+                   $queue, $service, $sum, $client));
+    return $after;
+}
+
 # One worker; connections go to the manager as soon as they are quiet.
 my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--keepalive-wait', 0,
                                             '--status-listen', "127.0.0.1:$sport" ]);
@@ -49,39 +88,12 @@ ok(wait_until(sub { (metrics($sport)->{'narwhal_connections{state="idle"}'} // 0
 my $before = metrics($sport);
 
 # All four ask at once for 0.3 s of work: one worker serves them in turn.
-my %sent;
-for my $i (0 .. 3) {
-    $sent{$i} = time;
-    syswrite($c[$i], "GET /sleep/0.3 HTTP/1.1\r\nHost: x\r\n\r\n");
-}
-my %took;
-my %buf;
-my $sel = IO::Select->new(@c);
-my $end = time + 10;
-while (keys %took < 4 && time < $end) {
-    for my $h ($sel->can_read(0.5)) {
-        my ($i) = grep { $c[$_] == $h } 0 .. 3;
-        sysread($h, $buf{$i}, 65536, length($buf{$i} // '')) or next;
-        $took{$i} //= time - $sent{$i} if $buf{$i} =~ /\r\n\r\nok\n/;
-    }
-}
-is(scalar keys %took, 4, 'four answers');
-my $client = 0;
-$client += $_ for values %took;
-sleep 0.2;
-my $after = metrics($sport);
-my $queue = $after->{narwhal_request_queue_seconds_sum} - $before->{narwhal_request_queue_seconds_sum};
-my $service = $after->{narwhal_request_duration_seconds_sum} - $before->{narwhal_request_duration_seconds_sum};
-is($after->{narwhal_request_queue_seconds_count} - $before->{narwhal_request_queue_seconds_count}, 4,
-   'four waits in the queue histogram');
-cmp_ok($queue, '>', 1.2, sprintf('they waited (%.3f s in all; about 0 + 0.3 + 0.6 + 0.9)', $queue));
-my $sum = $queue + $service;
-cmp_ok(abs($sum - $client), '<', 0.15 * $client + 0.05,
-       sprintf('queue %.3f s + service %.3f s = %.3f s, the clients measured %.3f s', $queue, $service, $sum, $client));
+my $after = add_up('in the manager\'s queue', $before, [ map { [ $_, '/sleep/0.3' ] } @c ],
+                   1.2, 'about 0 + 0.3 + 0.6 + 0.9');
 # The queue histogram's buckets: cumulative, ending at the count.
 my @qb = map { $after->{"narwhal_request_queue_seconds_bucket{le=\"$_\"}"} }
-         qw(0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 +Inf);
-ok(!grep({ !defined } @qb), 'the queue histogram has its buckets, 1 ms to 30 s');
+         qw(0.0001 0.00025 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 +Inf);
+ok(!grep({ !defined } @qb), 'the queue histogram has its buckets, 100 us to 30 s');
 is($qb[-1], $after->{narwhal_request_queue_seconds_count}, '+Inf is the count');
 
 # A fast app: its requests fall in the first buckets, not all in one.
@@ -94,5 +106,37 @@ cmp_ok($m->{'narwhal_request_duration_seconds_bucket{le="0.005"}'} // 0, '>=', 2
        'fast requests are under 5 ms');
 ok(defined $m->{'narwhal_request_duration_seconds_bucket{le="0.0001"}'}
    && defined $m->{'narwhal_request_duration_seconds_bucket{le="0.00025"}'}, '... with buckets below 5 ms to tell them apart');
+$s->stop;
+
+# The same worker, now keeping served connections parked: while it serves
+# one, the others' requests wait in its parked set. 40 ms requests stay
+# there (waits 0, 40, .. 280 ms); 300 ms ones make the worker hand the
+# parked connections to the manager after 50 ms, which keeps the wait
+# they had (the kernel's receive time of their bytes).
+$s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--keepalive-wait', 5,
+                                         '--status-listen', "127.0.0.1:$sport" ]);
+wait_until(sub { worker_pids($s->pid) == 1 }, 5);
+@c = map { raw_connect($s->port) } 1 .. 8;
+for my $c (@c) {
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    read_response($c, 5);
+}
+ok(wait_until(sub { (metrics($sport)->{'narwhal_connections{state="parked"}'} // 0) == 8 }, 5),
+   'eight connections parked in the worker');
+$before = add_up('parked in a busy worker', metrics($sport),
+                 [ map { [ $_, '/sleep/0.04' ] } @c ], 0.8, 'about 0 + 0.04 + .. + 0.28');
+add_up('parked, then handed to the manager', $before,
+       [ map { [ $_, '/sleep/0.3' ] } @c[0 .. 3] ], 1.2, 'about 0 + 0.3 + 0.6 + 0.9');
+$_->close for @c;
+
+# New connections while the worker is busy wait in the listen queue, where
+# no process sees them; the kernel's receive time of their request says
+# how long. (The busy worker's own request first: 0.5 s.)
+sleep 0.3;
+$before = metrics($sport);
+my @fresh = map { raw_connect($s->port) } 1 .. 3;
+add_up('in the listen queue', $before,
+       [ [ raw_connect($s->port), '/sleep/0.5' ], map { [ $_, '/sleep/0.1' ] } @fresh ],
+       1.2, 'about 0 + 0.5 + 0.6 + 0.7');
 $s->stop;
 done_testing();

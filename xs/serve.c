@@ -117,6 +117,30 @@ static SV *crash_refusal(pTHX)
     return newRV_noinc((SV *)res);
 }
 
+/* narwhal_request_queue_seconds: how long the request's complete head
+ * waited before this worker began it. In the manager's queue: from when the
+ * manager had it (SERVE's ready_ms). Otherwise, parked here while the worker
+ * was busy or in the listen queue: from the kernel's receive time of its
+ * last bytes (TCP only; a unix socket gives none, and then nothing is
+ * recorded). */
+#define WAIT_BEYOND_BELIEF_NS (3600LL * 1000000000)   /* an hour: the clock was set meanwhile */
+
+static void record_queue_wait(nw_xs_conn *xc)
+{
+    nw_wconn *wc = xc->wc;
+    if (wc->queued) {
+        uint64_t at = wc->started_us;
+        uint32_t waited_ms = (uint32_t)(at / 1000) - wc->ready_ms;
+        wc->queued = 0;
+        if (waited_ms < 0x80000000u)
+            nw_scoreboard_queue_wait(nw_xs_score_slot, (uint64_t)waited_ms * 1000 + at % 1000);
+    } else if (xc->c->arrived_ns) {
+        int64_t waited_ns = nw_wall_clock_ns() - xc->c->arrived_ns;
+        if (waited_ns >= 0 && waited_ns < WAIT_BEYOND_BELIEF_NS)   /* (not across a clock step) */
+            nw_scoreboard_queue_wait(nw_xs_score_slot, (uint64_t)waited_ns / 1000);
+    }
+}
+
 HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_partial,
                   int *result)
 {
@@ -142,14 +166,7 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
                                             px ? (struct sockaddr *)&c->proxy.src
                                                : (struct sockaddr *)&xc->wc->peer,
                                             px ? c->proxy.src_len : xc->wc->peer_len);
-                if (xc->wc->queued) {   /* it came through the manager's queue: how long */
-                    uint64_t at = xc->wc->started_us;
-                    uint32_t waited_ms = (uint32_t)(at / 1000) - xc->wc->ready_ms;
-                    xc->wc->queued = 0;
-                    if (waited_ms < 0x80000000u)
-                        nw_scoreboard_queue_wait(nw_xs_score_slot,
-                                                 (uint64_t)waited_ms * 1000 + at % 1000);
-                }
+                record_queue_wait(xc);
             }
             nw_env_body(aTHX_ env, c);
         } else {

@@ -130,11 +130,15 @@ sub _tcp_listener {
 }
 
 # TCP_DEFER_ACCEPT: a worker is woken only when the request has arrived.
+# SO_TIMESTAMPNS: the kernel stamps what arrives with its receive time, so
+# that a request's wait in the listen queue or parked in a busy worker is
+# in narwhal_request_queue_seconds (accepted sockets inherit both).
 sub tune_tcp {
     my ($sock) = @_;
     setsockopt($sock, IPPROTO_TCP, TCP_NODELAY, 1);
     if ($^O eq 'linux') {
         setsockopt($sock, IPPROTO_TCP, Socket::TCP_DEFER_ACCEPT(), DEFER_ACCEPT_SECONDS);
+        stamp_arrivals(fileno $sock);
     }
 }
 

@@ -215,6 +215,7 @@ my @TABLE = (
       pod => 'A request with more header fields gets 431.' },
 
     { name => 'proxy_protocol', type => 'bool', default => 0, c => 1, group => 'Listening',
+      manager => 'proxy-protocol',
       help => 'every connection starts with a PROXY header (v1 or v2): REMOTE_ADDR from it',
       pod => 'Every listener requires a PROXY protocol header (version 1 or 2, as HAProxy\'s '
            . 'C<send-proxy> and C<send-proxy-v2> send) before the HTTP request; C<REMOTE_ADDR> '
@@ -275,8 +276,10 @@ my @TABLE = (
       pod => 'When every worker is busy, a complete request that has waited longer than this '
            . 'many milliseconds in the connection manager is answered C<503 Service '
            . 'Unavailable> with C<Retry-After: 1> and closed (counted in C<narwhal_shed_total>), '
-           . 'instead of the queue growing without bound. Needs the manager. 0 (the default) '
-           . 'means no limit.' },
+           . 'instead of the queue growing without bound. New clients are included: while every '
+           . 'worker has been on its request for ' . _c('POOL_STUCK_MS') . ' ms, the manager '
+           . 'takes new connections from the listeners itself, so they wait in its queue rather '
+           . 'than unseen in the listen queue. Needs the manager. 0 (the default) means no limit.' },
 
     { name => 'access_log', type => 'string', group => 'Operations', arg => 'PATH',
       help => 'one line per request here (- : stderr), written by C, buffered (USR1 reopens it)',

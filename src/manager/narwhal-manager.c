@@ -7,6 +7,7 @@
  *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
  *                   [--max-connections N] [--max-header-bytes N]
  *                   [--max-request-line N] [--max-queue-wait MS] [--timeout SECS]
+ *                   [--proxy-protocol 0|1]
  *                   [--error-log FILE]
  *                   [--scoreboard-fd FD] [--serve-reader-fd FD]
  *                   [--status-fd FD] [--listener-fds FD,FD...]
@@ -43,6 +44,7 @@ static const struct option manager_opts[] = {
     { "min-head-rate",     required_argument, NULL, 'm' },
     { "max-queue-wait",    required_argument, NULL, 'q' },
     { "timeout",           required_argument, NULL, 't' },
+    { "proxy-protocol",    required_argument, NULL, 'P' },
     { "error-log",         required_argument, NULL, 'e' },
     { "help",              no_argument,       NULL, 'h' },
     /* descriptors the master passes (docs/PROTOCOL.md), not options of
@@ -166,6 +168,7 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'm': { size_t rate; bad = parse_count(optarg, 0, &rate); cfg->min_head_rate = (double)rate; break; }
         case 'q': bad = parse_ms(optarg, &cfg->max_queue_wait); break;
         case 't': bad = parse_seconds(optarg, &cfg->timeout); break;
+        case 'P': { size_t on; bad = parse_count(optarg, 0, &on) || on > 1; cfg->proxy_protocol = (int)on; break; }
         case 'e': cfg->error_log = optarg; bad = !*optarg; break;
         case 'S': bad = parse_fd(optarg, &cfg->scoreboard_fd); break;
         case 'Q': bad = parse_fd(optarg, &cfg->serve_reader_fd); break;

@@ -174,6 +174,33 @@ static void test_routes(void)
     is(nw_status_route("GET", 3, &h), NW_STATUS_NOT_FOUND, "a cut line is no page");
 }
 
+/* The manager's look at the pool: stuck only when no worker is free or
+ * coming and every busy one has been on its request long enough. */
+static void test_pool_stuck(void)
+{
+    int fd = -1, busy = -1;
+    nw_scoreboard *b = nw_scoreboard_create(4, &fd);
+    uint64_t now = 10000000, min = 20000;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, &busy), "no worker at all: not stuck (none busy)");
+    is(busy, 0, "... and none busy");
+    b->slot[0].state = NW_WORKER_BUSY;
+    b->slot[0].since_us = now - 30000;
+    b->slot[1].state = NW_WORKER_IDLE;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, &busy), "one idle worker: not stuck");
+    is(busy, 1, "... one busy");
+    b->slot[1].state = NW_WORKER_BUSY;
+    b->slot[1].since_us = now - 5000;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, NULL), "a request that began 5 ms ago: not stuck");
+    b->slot[1].since_us = now - 20000;
+    ok(nw_scoreboard_pool_stuck(b, now, min, NULL), "both busy for 20 ms and more: stuck");
+    b->slot[2].state = NW_WORKER_STARTING;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, NULL), "a worker starting: not stuck");
+    b->slot[2].state = NW_WORKER_STOPPING;
+    ok(nw_scoreboard_pool_stuck(b, now, min, NULL), "a worker stopping does not count");
+    nw_scoreboard_destroy(b);
+    close(fd);
+}
+
 /* The board as workers write it and the manager reads it. */
 static void test_board(void)
 {
@@ -316,6 +343,7 @@ int main(void)
     test_buckets();
     test_routes();
     test_board();
+    test_pool_stuck();
     test_operator_fields();
     test_fold_race();
     done_testing();
