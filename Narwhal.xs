@@ -572,6 +572,10 @@ slot(self, index)
     (void)hv_stores(hv, "since_us", newSVnv((NV)s->since_us));
     (void)hv_stores(hv, "running_ms", newSViv(state == NW_WORKER_BUSY
                                               ? (IV)((nw_now_us() - s->since_us) / 1000) : 0));
+    (void)hv_stores(hv, "idle_ms", newSViv(state == NW_WORKER_IDLE   /* since its last request,
+                                                                     * or since it was born */
+        ? (s->last_end_us ? (IV)((nw_now_us() - s->last_end_us) / 1000) : (IV)(nw_now_ms() - s->born))
+        : 0));
     (void)hv_stores(hv, "exit_reason", newSVpv(reason > 0 && reason <= NW_EXIT_STOPPED
                                                ? reason_name[reason] : "", 0));
     RETVAL = newRV_noinc((SV *)hv);
@@ -585,6 +589,44 @@ release(self, index)
   CODE:
     /* A reaped worker: its counts join the totals, its slot is free. */
     nw_scoreboard_fold(board_of(aTHX_ self), slot_of(aTHX_ self, index));
+
+int
+pool_stuck(self, ms)
+    SV *self
+    unsigned ms
+  CODE:
+    RETVAL = nw_scoreboard_pool_stuck(board_of(aTHX_ self), nw_now_us(), (uint64_t)ms * 1000, NULL);
+  OUTPUT:
+    RETVAL
+
+void
+waits(self, over_ms)
+    SV *self
+    unsigned over_ms
+  PPCODE:
+    /* (all, over): queue waits recorded, and how many were longer */
+    uint64_t all, over;
+    nw_scoreboard_waits(board_of(aTHX_ self), (uint64_t)over_ms * 1000, &all, &over);
+    EXTEND(SP, 2);
+    mPUSHn((NV)all);
+    mPUSHn((NV)over);
+
+void
+set_pool(self, min, max)
+    SV *self
+    int min
+    int max
+  CODE:
+    board_of(aTHX_ self)->h.workers_min = min;
+    board_of(aTHX_ self)->h.workers_max = max;
+
+void
+count_pool_change(self, reason)
+    SV *self
+    unsigned reason
+  CODE:
+    if (reason < NW_POOL_CHANGES)
+        board_of(aTHX_ self)->h.pool_changes[reason]++;
 
 void
 set_stopping(self, on)
@@ -811,6 +853,14 @@ refuse_new_connections(fd)
     int fd
   CODE:
     RETVAL = nw_io_refuse_new_connections(fd);   /* 0, 1 (the queue shortened), -1 */
+  OUTPUT:
+    RETVAL
+
+int
+accept_queue(fd)
+    int fd
+  CODE:
+    RETVAL = nw_io_accept_queue(fd);
   OUTPUT:
     RETVAL
 

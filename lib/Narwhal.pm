@@ -180,7 +180,26 @@ and logged as a bad header is.
 
 =item --max-workers N, --workers N
 
-Worker processes. Default: C<4>. At least C<1>.
+Worker processes (with --min-workers: at most). Default: C<4>. At least C<1>.
+
+=item --min-workers N
+
+An elastic pool: start this many workers; add one when requests have waited
+longer than 10 ms for a worker (at least 1% of those that began since the
+last look, measured as C<narwhal_request_queue_seconds> is: in the manager's
+queue, parked in a busy worker or in the listen queue) or when every worker
+has been on its request for 20 ms, up to C<--max-workers>, at most one per
+C<--spawn-interval> (0.1 s when that is 0); retire a worker idle for
+C<--worker-idle-timeout>, down to this many, handing its kept-alive
+connections to the others as a recycled worker does. Counted in
+C<narwhal_pool_changes_total{reason}>. Without it the pool is fixed at
+C<--max-workers>. TTIN and TTOU move C<--max-workers>. At least C<1>.
+
+=item --worker-idle-timeout SECS
+
+With C<--min-workers>: a worker that has served no request for this many
+seconds is retired while the pool is above C<--min-workers>, one at a time.
+Default: C<60>. More than C<0>. At most C<2000000>.
 
 =item --max-reqs-per-child N, --max-requests N
 
@@ -215,7 +234,7 @@ limit. Default: C<0>. At most C<2000000>.
 
 =item --spawn-interval SECS
 
-Space out replacement workers. Default: C<0>.
+Space out replacement and added workers. Default: C<0>.
 
 =item --[no-]preload-app
 

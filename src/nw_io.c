@@ -62,6 +62,15 @@ int nw_io_wait(int fd, short events, nw_msec deadline)
     return errno == EINTR ? NW_IO_INTERRUPTED : NW_IO_CLOSED;
 }
 
+int nw_io_accept_queue(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_state != TCP_LISTEN)
+        return -1;
+    return (int)ti.tcpi_unacked;    /* on a listener: its accept queue */
+}
+
 int nw_io_stamp_arrivals(int fd)
 {
     int on = 1;

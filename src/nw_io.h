@@ -55,6 +55,10 @@ ssize_t nw_io_read_brief(int fd, char *buf, size_t len, double wait_s, int64_t *
  * last bytes read in arrived_ns (CLOCK_REALTIME ns) when it gave one. */
 ssize_t nw_io_recv_stamped(int fd, char *buf, size_t len, int flags, int64_t *arrived_ns);
 
+/* Connections waiting in a TCP listener's accept queue (TCP_INFO), or -1
+ * (not a TCP listener, or an error). */
+int nw_io_accept_queue(int fd);
+
 /* Ask the kernel to stamp what arrives on a TCP listener's connections with
  * its receive time (SO_TIMESTAMPNS; accepted sockets inherit it), so that
  * the wait of a request in the listen queue or parked in a busy worker can

@@ -59,6 +59,12 @@
 #define NW_POOL_LOOK_MS               10
 #define NW_POOL_LOOK_IDLE_MS          100
 #define NW_MANAGER_ACCEPT_BATCH       64      /* connections taken per wake-up */
+/* The elastic pool (--min-workers): the master adds a worker when, since
+ * its last look, requests waited longer than this (at least one, and at
+ * least NW_POOL_GROW_SHARE percent of those that began), or when the pool
+ * is stuck (NW_POOL_STUCK_MS). */
+#define NW_POOL_GROW_WAIT_MS          10
+#define NW_POOL_GROW_SHARE            1
 
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */

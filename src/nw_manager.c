@@ -959,6 +959,8 @@ static void nw_manager_shed(nw_manager *m)
  * workers accept them directly, as always. */
 static void nw_manager_take_listeners(nw_manager *m, int on)
 {
+    if (on && m->next_stats > m->now + NW_POOL_LOOK_IDLE_MS)
+        m->next_stats = m->now + NW_POOL_LOOK_IDLE_MS;
     struct epoll_event ev = { .events = EPOLLIN };
     for (int i = 0; i < m->nlisteners; i++) {
         ev.data.fd = m->listeners[i];
@@ -1227,7 +1229,10 @@ static void nw_manager_send_stats(nw_manager *m)
 {
     if (m->now < m->next_stats)
         return;
-    m->next_stats = m->now + m->stats_ms;
+    /* (while it takes new connections, the master's elastic pool wants to
+     * know soon: accepted is its sign that clients wait) */
+    m->next_stats = m->now + (m->accepting && m->stats_ms > NW_POOL_LOOK_IDLE_MS
+                              ? NW_POOL_LOOK_IDLE_MS : m->stats_ms);
     m->st.idle = nw_manager_held(m);
     m->st.queued = m->queue.len;
     m->st.writing = m->writing.len;

@@ -236,6 +236,19 @@ int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t m
     return stuck && busy;
 }
 
+void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all, uint64_t *over)
+{
+    nw_score_counts t;
+    nw_scoreboard_totals(b, &t);
+    int first_over = nw_scoreboard_bucket(over_us) + 1;
+    *all = *over = 0;
+    for (int i = 0; i < NW_SCORE_BUCKETS; i++) {
+        *all += t.queue_bucket[i];
+        if (i >= first_over)
+            *over += t.queue_bucket[i];
+    }
+}
+
 int nw_scoreboard_bucket(uint64_t duration_us)
 {
     int i = 0;

@@ -60,6 +60,14 @@ enum nw_restart_reason {
     NW_RESTART_REASONS
 };
 
+/* Why the elastic pool changed (narwhal_pool_changes_total{reason}). */
+enum nw_pool_change {
+    NW_POOL_GROW_WAITED = 0,    /* requests waited longer than NW_POOL_GROW_WAIT_MS */
+    NW_POOL_GROW_STUCK,         /* every worker was stuck on a request */
+    NW_POOL_SHRINK_IDLE,        /* a worker was idle for --worker-idle-timeout */
+    NW_POOL_CHANGES
+};
+
 /* Why a worker refused a connection under --proxy-protocol
  * (narwhal_proxy_rejected_total{reason}). */
 enum nw_proxy_reject {
@@ -128,7 +136,10 @@ typedef struct {
     volatile int32_t stopping;          /* a graceful stop (or a drain) has begun */
     int64_t  started_unix;              /* the master started (seconds since the epoch) */
     volatile uint32_t seq;              /* odd while the master folds a slot into gone */
-    volatile int32_t workers_wanted;    /* --max-workers now */
+    volatile int32_t workers_wanted;    /* workers the master keeps running now */
+    volatile int32_t workers_min;       /* the elastic pool's bounds (--min-workers, */
+    volatile int32_t workers_max;       /* --max-workers); equal: a fixed pool */
+    volatile uint64_t pool_changes[NW_POOL_CHANGES]; /* enum nw_pool_change */
     volatile uint64_t restarts[NW_RESTART_REASONS];
     volatile uint64_t manager_restarts; /* connection managers started after the first */
     volatile int32_t crash_routes;      /* entries of crash_route in use (0: none to look at) */
@@ -203,6 +214,11 @@ void nw_scoreboard_unmap_offload(volatile int64_t *counter);
  * *any_busy (may be NULL) says whether any worker is busy or starting. */
 int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
                              int *any_busy);
+
+/* Queue waits recorded so far, by every worker alive or gone: *all of
+ * them, and how many of those were longer than over_us (counted by whole
+ * buckets: the ones above the bucket over_us falls in). */
+void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all, uint64_t *over);
 
 /* Which bucket a duration falls in. */
 int nw_scoreboard_bucket(uint64_t duration_us);

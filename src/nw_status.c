@@ -363,6 +363,19 @@ static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *
                  (unsigned long long)by_state[s]);
     r |= metric_head(o, "narwhal_workers_wanted", "gauge", "Workers the master keeps running.");
     r |= put(o, "narwhal_workers_wanted %d\n", b->h.workers_wanted);
+    r |= metric_head(o, "narwhal_workers_min", "gauge",
+                     "The elastic pool's lower bound (--min-workers; the upper one without it).");
+    r |= put(o, "narwhal_workers_min %d\n", b->h.workers_min);
+    r |= metric_head(o, "narwhal_workers_max", "gauge", "The pool's upper bound (--max-workers).");
+    r |= put(o, "narwhal_workers_max %d\n", b->h.workers_max);
+    r |= metric_head(o, "narwhal_pool_changes_total", "counter",
+                     "Workers the elastic pool added (requests waited, or every worker was "
+                     "stuck) or retired (idle).");
+    static const char *const pool_reasons[NW_POOL_CHANGES] = { "grow_waited", "grow_stuck",
+                                                               "shrink_idle" };
+    for (int i = 0; i < NW_POOL_CHANGES; i++)
+        r |= put(o, "narwhal_pool_changes_total{reason=\"%s\"} %llu\n", pool_reasons[i],
+                 (unsigned long long)b->h.pool_changes[i]);
     r |= metric_head(o, "narwhal_worker_restarts_total", "counter",
                      "Workers started in place of one that left, by why it left.");
     for (int i = 0; i < NW_RESTART_REASONS; i++)
@@ -712,6 +725,11 @@ static int render_json(nw_buf *o, const page_view *v, const worker_row *rows, si
     r |= put(o, ",\"started\":%lld,\"uptime_seconds\":%lld,\"stopping\":%s,\"workers_wanted\":%d,",
              (long long)b->h.started_unix, (long long)(v->now_unix - b->h.started_unix),
              b->h.stopping || v->m->stopping ? "true" : "false", b->h.workers_wanted);
+    r |= put(o, "\"workers_min\":%d,\"workers_max\":%d,\"pool_grown\":%llu,\"pool_shrunk\":%llu,",
+             b->h.workers_min, b->h.workers_max,
+             (unsigned long long)(b->h.pool_changes[NW_POOL_GROW_WAITED]
+                                  + b->h.pool_changes[NW_POOL_GROW_STUCK]),
+             (unsigned long long)b->h.pool_changes[NW_POOL_SHRINK_IDLE]);
     r |= json_workers(o, rows, n);
     r |= put(o, ",");
     r |= json_counts(o, v);

@@ -14,6 +14,7 @@ use Narwhal::Worker ();
 # asked; the manage loop acts on it.
 
 use constant MANAGE_TICK       => 0.5;   # seconds between looks at the workers
+use constant POOL_TICK         => 0.1;   # ...with an elastic pool (--min-workers)
 use constant QUICK_DEATH       => 1.0;   # a worker dying sooner is a failed start
 use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed start
 use constant BACKOFF_MAX       => 10;    # ...doubling up to this
@@ -69,6 +70,7 @@ sub run {
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o) ];
     $self->{status_listener} = _open_status_listener($o) if defined $o->{status_listen};
     $self->_create_access_log;
+    $self->{pool} = $o->{min_workers};     # (undef: a fixed pool of --max-workers)
     $self->_open_scoreboard;
     $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
     $self->_prepare_app;
@@ -379,7 +381,10 @@ sub _announce {
     my $self = shift;
     my $first = $self->{listeners}[0];
     my @where = map { Narwhal::Listener::describe($_) } @{ $self->{listeners} };
-    Narwhal::log_line(info => "listening on @where with $self->{options}{max_workers} workers")
+    my $o = $self->{options};
+    my $pool = defined $o->{min_workers} ? " (an elastic pool of $o->{min_workers} to $o->{max_workers})"
+                                         : '';
+    Narwhal::log_line(info => "listening on @where with " . $self->_wanted . " workers$pool")
         unless $self->{quiet};
     my $ready = $self->{server_ready} or return;
     $ready->({
@@ -420,7 +425,7 @@ sub _tend_ready {
     my @current = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} }
                   values %{ $self->{workers} };
     my $ready = grep { $self->_ready($_) } @current;
-    my $state = $ready >= $self->{options}{max_workers} ? 'ready' : 'starting';
+    my $state = $ready >= $self->_wanted ? 'ready' : 'starting';
     return if ($self->{notified} // '') eq $state || $state ne 'ready';
     $self->{notified} = $state;
     $self->_notify(READY => 1, STATUS => "$ready worker(s) serving on "
@@ -501,6 +506,7 @@ sub _manage {
             }
         } else {
             $self->_tend_replacements;
+            $self->_tend_pool unless $self->{reload};
             $self->_spawn_missing;
         }
         $self->_watch_requests if $self->{options}{request_timeout};
@@ -511,7 +517,7 @@ sub _manage {
 sub _sleep_for {
     my $self = shift;
     my $now = Time::HiRes::time();
-    my $wait = MANAGE_TICK;
+    my $wait = defined $self->{pool} ? POOL_TICK : MANAGE_TICK;
     for my $at ($self->{next_spawn}, $self->{stop_deadline} // 0, $self->{stop_workers_at} // 0,
                 $self->{drain_until} // 0) {
         $wait = $at - $now if $at > $now && $at - $now < $wait;
@@ -548,7 +554,7 @@ sub _handle_signals {
     if (my $n = delete $p->{ttou}) {
         $self->_shrink($n);
     }
-    $self->{scoreboard}->set_workers_wanted($self->{options}{max_workers});
+    $self->_publish_pool;
     $self->_log_stats if delete $p->{usr2};
     $self->_reopen_logs if delete $p->{usr1};
 }
@@ -714,6 +720,8 @@ sub _retire {
     kill(($self->{manager} ? 'USR2' : 'TERM') => @pids) if @pids;
 }
 
+# TTOU: --max-workers goes down by $n (never below 1; an elastic pool's
+# bounds follow), and the newest workers beyond what is wanted now leave.
 sub _shrink {
     my ($self, $n) = @_;
     $self->_tend_replacements;  # (one that asked for its successor is not to be chosen)
@@ -721,11 +729,99 @@ sub _shrink {
     $n = $o->{max_workers} - 1 if $n > $o->{max_workers} - 1;
     return if $n <= 0;
     $o->{max_workers} -= $n;
+    if (defined $self->{pool}) {
+        $o->{min_workers} = $o->{max_workers} if $o->{min_workers} > $o->{max_workers};
+        $self->{pool} = $o->{max_workers} if $self->{pool} > $o->{max_workers};
+    }
     my @current = sort { $self->{workers}{$b}{started} <=> $self->{workers}{$a}{started} }
                   grep { $self->{workers}{$_}{generation} == $self->{generation}
                          && !$self->{workers}{$_}{leaving} && !$self->{workers}{$_}{replaced} }
                   keys %{ $self->{workers} };
-    $self->_retire(@current[0 .. $n - 1]) if @current >= $n;
+    my $excess = @current - $self->_wanted;
+    $self->_retire(@current[0 .. $excess - 1]) if $excess > 0;
+}
+
+# The workers kept running now: --max-workers, or the elastic pool's size.
+sub _wanted {
+    my $self = shift;
+    return $self->{pool} // $self->{options}{max_workers};
+}
+
+sub _publish_pool {
+    my $self = shift;
+    my $o = $self->{options};
+    $self->{scoreboard}->set_workers_wanted($self->_wanted);
+    $self->{scoreboard}->set_pool($o->{min_workers} // $o->{max_workers}, $o->{max_workers});
+}
+
+# The elastic pool (--min-workers; docs/DESIGN.md, "The elastic pool"): one
+# worker more when, since the last look, requests waited longer than
+# POOL_GROW_WAIT_MS for a worker (at least one, and POOL_GROW_SHARE percent
+# of those that began) or every worker is stuck on a request; one less when
+# a worker has been idle for --worker-idle-timeout.
+sub _tend_pool {
+    my $self = shift;
+    my $o = $self->{options};
+    return unless defined $self->{pool};
+    my $board = $self->{scoreboard};
+    my ($all, $over) = $board->waits(Narwhal::Limits::POOL_GROW_WAIT_MS());
+    my ($all0, $over0) = @{ $self->{pool_waits} || [ $all, $over ] };
+    $self->{pool_waits} = [ $all, $over ];
+    my $now = Time::HiRes::time();
+    if ($self->{pool} < $o->{max_workers} && $now >= ($self->{next_grow} // 0)
+        && $self->_current_count >= $self->{pool}) {
+        my ($began, $waited) = ($all - $all0, $over - $over0);
+        if ($waited > 0 && $waited * 100 >= $began * Narwhal::Limits::POOL_GROW_SHARE()) {
+            # as many more as the share that waited: all of them, twice the pool
+            my $by = int($self->{pool} * $waited / ($began || 1) + 0.5) || 1;
+            return $self->_resize_pool($by, 0, sprintf('%d of %d requests waited over %d ms',
+                                                      $waited, $began, Narwhal::Limits::POOL_GROW_WAIT_MS()));
+        }
+        if ($self->_clients_wait_unseen) {
+            return $self->_resize_pool(1, 1, sprintf('every worker has been on its request for '
+                                                     . '%d ms and new clients wait',
+                                                     Narwhal::Limits::POOL_STUCK_MS()));
+        }
+    }
+    return if $self->{pool} <= $o->{min_workers} || $now < ($self->{next_shrink} // 0);
+    my ($idlest, $idle_ms) = (undef, $o->{worker_idle_timeout} * 1000);
+    for my $pid (keys %{ $self->{workers} }) {
+        my $w = $self->{workers}{$pid};
+        next if $w->{leaving} || $w->{replaced} || $w->{generation} != $self->{generation}
+                || !defined $w->{slot};
+        my $ms = $board->slot($w->{slot})->{idle_ms};
+        ($idlest, $idle_ms) = ($pid, $ms) if $ms >= $idle_ms;
+    }
+    return unless defined $idlest;
+    $self->_resize_pool(-1, 2, sprintf('worker %d was idle for %.1f s', $idlest, $idle_ms / 1000));
+    $self->_retire($idlest);
+}
+
+# Every worker is stuck on a request, and new clients wait for one: in a
+# listen queue (TCP), or taken by the manager since the last look. (Stuck
+# alone is one slow client: another worker would sit idle.)
+sub _clients_wait_unseen {
+    my $self = shift;
+    my $accepted = ($self->{manager_stats} || {})->{accepted} // 0;
+    my $taken = $accepted > ($self->{pool_accepted} // $accepted);
+    $self->{pool_accepted} = $accepted;
+    return 0 unless $self->{scoreboard}->pool_stuck(Narwhal::Limits::POOL_STUCK_MS());
+    return 1 if $taken;
+    return scalar grep { $_->{is_tcp} && Narwhal::Listener::accept_queue($_->{fd}) > 0 }
+                       @{ $self->{listeners} };
+}
+
+sub _resize_pool {
+    my ($self, $by, $reason, $why) = @_;
+    my $from = $self->{pool};
+    my $max = $self->{options}{max_workers};
+    $by = $max - $from if $from + $by > $max;
+    $self->{pool} += $by;
+    my $next = Time::HiRes::time() + ($self->{options}{spawn_interval} || POOL_TICK);
+    $self->{$by > 0 ? 'next_grow' : 'next_shrink'} = $next;     # one at a time
+    $self->{scoreboard}->count_pool_change($reason);
+    $self->_publish_pool;
+    Narwhal::log_line(info => "pool: $from -> $self->{pool} workers: $why");
 }
 
 sub _current_count {
@@ -778,7 +874,7 @@ sub _tend_replacements {
     my $g = $self->{generation};
     my $ready = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && $self->_ready($_) }
                 values %{ $self->{workers} };
-    $self->_retire(@lingering) if $ready >= $self->{options}{max_workers};
+    $self->_retire(@lingering) if $ready >= $self->_wanted;
 }
 
 # --max-worker-lifetime: a worker older than the limit (plus up to 10%,
@@ -793,7 +889,7 @@ sub _past_lifetime {
 
 sub _spawn_missing {
     my $self = shift;
-    my $want = $self->{options}{max_workers};
+    my $want = $self->_wanted;
     while ($self->_current_count < $want) {
         my $now = Time::HiRes::time();
         return if $now < $self->{next_spawn};
@@ -811,7 +907,7 @@ sub _spawn_missing {
 sub _open_scoreboard {
     my $self = shift;
     $self->{scoreboard} = Narwhal::Scoreboard->new(Narwhal::Limits::SCOREBOARD_SLOTS());
-    $self->{scoreboard}->set_workers_wanted($self->{options}{max_workers});
+    $self->_publish_pool;
     $self->{free_slots} = [ 0 .. Narwhal::Limits::SCOREBOARD_SLOTS() - 1 ];
 }
 

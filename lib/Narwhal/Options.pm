@@ -71,7 +71,25 @@ my @TABLE = (
            . 'second). See "Bursts of new connections" in F<docs/PERFORMANCE.md>.' },
 
     { name => 'max_workers', alias => ['workers'], type => 'count', default => 4, min => 1,
-      group => 'Workers', arg => 'N', help => 'worker processes' },
+      group => 'Workers', arg => 'N', help => 'worker processes (with --min-workers: at most)' },
+    { name => 'min_workers', type => 'count', min => 1, group => 'Workers', arg => 'N',
+      help => 'an elastic pool: start N, add workers when requests wait, up to --max-workers',
+      pod => 'An elastic pool: start this many workers; add one when requests have waited '
+           . 'longer than ' . _c('POOL_GROW_WAIT_MS') . ' ms for a worker (at least '
+           . _c('POOL_GROW_SHARE') . '% of those that began since the last look, measured as '
+           . 'C<narwhal_request_queue_seconds> is: in the manager\'s queue, parked in a busy worker '
+           . 'or in the listen queue) or when every worker has been on its request for '
+           . _c('POOL_STUCK_MS') . ' ms, up to C<--max-workers>, at most one per '
+           . 'C<--spawn-interval> (0.1 s when that is 0); retire a worker idle for '
+           . 'C<--worker-idle-timeout>, down to this many, handing its kept-alive connections '
+           . 'to the others as a recycled worker does. Counted in '
+           . 'C<narwhal_pool_changes_total{reason}>. Without it the pool is fixed at '
+           . 'C<--max-workers>. TTIN and TTOU move C<--max-workers>.' },
+    { name => 'worker_idle_timeout', type => 'seconds', default => 60, min_excl => 0,
+      max => _c('MAX_SECONDS'), group => 'Workers', arg => 'SECS',
+      help => 'with --min-workers: retire a worker idle this long',
+      pod => 'With C<--min-workers>: a worker that has served no request for this many seconds '
+           . 'is retired while the pool is above C<--min-workers>, one at a time.' },
     { name => 'max_reqs_per_child', alias => ['max-requests'], type => 'count', default => 10000,
       group => 'Workers', arg => 'N', help => 'requests before a worker is replaced (0: never)',
       pod => 'Requests (not connections) a worker serves before it is replaced (0 means never). '
@@ -99,7 +117,7 @@ my @TABLE = (
            . 'replaced at a time, so workers started together do not leave together. Counted in '
            . 'C<narwhal_worker_restarts_total{reason="lifetime"}>. 0 (the default): no limit.' },
     { name => 'spawn_interval', type => 'seconds', default => 0, group => 'Workers', arg => 'SECS',
-      help => 'space out replacement workers' },
+      help => 'space out replacement and added workers' },
     { name => 'preload_app', type => 'bool', default => 1, group => 'Workers',
       help => 'load the app in the master (--no-preload-app, -L Delayed: in each worker; HUP reloads it)',
       pod => 'Load the app in the master before forking, or with C<--no-preload-app> (or '
@@ -513,6 +531,8 @@ sub _check_relations {
     }
     die "--forwarded-from needs --access-log-client forwarded\n"
         if @{ $o->{forwarded_from} || [] } && $o->{access_log_client} ne 'forwarded';
+    die "--min-workers ($o->{min_workers}) must not exceed --max-workers ($o->{max_workers})\n"
+        if defined $o->{min_workers} && $o->{min_workers} > $o->{max_workers};
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"
         if defined $o->{min_reqs_per_child} && $o->{max_reqs_per_child}
         && $o->{min_reqs_per_child} > $o->{max_reqs_per_child};

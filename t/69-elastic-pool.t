@@ -1,0 +1,122 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use IO::Select ();
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server write_app wait_until free_port http_get worker_pids
+                   raw_connect read_response run_cmd narwhal_cmd);
+
+# The elastic pool (--min-workers): it starts small, grows when requests
+# wait (measured) or every worker is stuck, shrinks back when workers sit
+# idle, and no request is lost on the way: a retired worker hands its
+# kept-alive connections over.
+
+my $APP = write_app(<<'APP');
+sub {
+    my $env = shift;
+    Time::HiRes::sleep($1) if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
+    [200, ['Content-Type' => 'text/plain'], ["ok\n"]];
+}
+APP
+
+# Bad values: one line naming the flag, a non-zero exit.
+for my $case ([ [ '--min-workers', 5, '--max-workers', 2 ], qr/--min-workers \(5\) must not exceed --max-workers \(2\)/ ],
+              [ [ '--min-workers', 0 ], qr/--min-workers must be at least 1/ ],
+              [ [ '--worker-idle-timeout', 'soon' ], qr/--worker-idle-timeout/ ]) {
+    my ($args, $re) = @$case;
+    my $r = run_cmd([ narwhal_cmd(), @$args, $APP ]);
+    isnt($r->{code}, 0, "@$args: refused");
+    like($r->{err}, $re, "... saying why");
+    is(scalar(split /\n/, $r->{err}), 1, "... in one line");
+}
+
+my $sport = free_port();
+sub metrics {
+    my $text = http_get("http://127.0.0.1:$sport", '/metrics')->{content} // '';
+    my %v = map { /^(\S+) (\S+)$/ ? ($1 => $2) : () } grep { !/^#/ } split /\n/, $text;
+    return \%v;
+}
+
+# Each connection asks for $path again as soon as it has its answer, until
+# $until; every answer is counted, and nothing is retried.
+sub load {
+    my ($path, $until, @conns) = @_;
+    my (%ok, %bad, %buf);
+    my $sel = IO::Select->new(@conns);
+    syswrite($_, "GET $path HTTP/1.1\r\nHost: x\r\n\r\n") for @conns;
+    my %open = map { ($_ => 1) } 0 .. $#conns;
+    while (%open && time < $until + 5) {
+        for my $h ($sel->can_read(0.2)) {
+            my ($i) = grep { $conns[$_] == $h } 0 .. $#conns;
+            my $n = sysread($h, $buf{$i}, 65536, length($buf{$i} // ''));
+            if (!$n) { $bad{$i}++; $sel->remove($h); delete $open{$i}; next }
+            while ($buf{$i} =~ s{^HTTP/1\.1 (\d+) [^\r]*\r\n.*?\r\n\r\nok\n}{}s) {
+                $1 == 200 ? $ok{$i}++ : $bad{$i}++;
+                if (time < $until) {
+                    syswrite($h, "GET $path HTTP/1.1\r\nHost: x\r\n\r\n");
+                } else {
+                    delete $open{$i};
+                }
+            }
+        }
+    }
+    my ($ok, $bad) = (0, 0);
+    $ok += $_ for values %ok;
+    $bad += $_ for values %bad;
+    return ($ok, $bad + keys %open);
+}
+
+my $s = spawn_server(app => $APP, args => [ '--min-workers', 1, '--max-workers', 3,
+                                            '--worker-idle-timeout', 1,
+                                            '--status-listen', "127.0.0.1:$sport" ]);
+ok(wait_until(sub { (metrics()->{narwhal_workers_wanted} // 0) == 1 }, 5), 'it starts with one worker');
+is(scalar(worker_pids($s->pid)), 1, '... one process');
+my $m = metrics();
+is("$m->{narwhal_workers_min} $m->{narwhal_workers_max}", '1 3', 'min and max are published');
+
+# Six clients of a 50 ms app: requests wait, the pool grows to three.
+my @c = map { raw_connect($s->port) } 1 .. 6;
+my ($ok, $failed) = load('/sleep/0.05', time + 2.5, @c);
+cmp_ok($ok, '>', 100, "six clients for 2.5 s: $ok answers");
+is($failed, 0, '... none failed');
+$m = metrics();
+is($m->{narwhal_workers_wanted}, 3, 'the pool grew to --max-workers');
+is(scalar(worker_pids($s->pid)), 3, '... three processes');
+# (which look sees it first: requests that waited over 10 ms, or the one
+# worker on a 50 ms request for 20 ms)
+is($m->{'narwhal_pool_changes_total{reason="grow_waited"}'}
+   + $m->{'narwhal_pool_changes_total{reason="grow_stuck"}'}, 2, '... twice, because requests waited');
+like($s->log_text, qr/pool: 1 -> 2 workers: (\d+ of \d+ requests waited over 10 ms|every worker has been on its request for 20 ms)/,
+     '... and said why');
+
+# Quiet: back to one within the idle timeout and a tick or two, and the
+# kept-alive clients still get answers on their connections.
+ok(wait_until(sub { metrics()->{narwhal_workers_wanted} == 1 }, 5), 'idle: the pool shrinks to --min-workers');
+ok(wait_until(sub { worker_pids($s->pid) == 1 }, 5), '... one process left');
+is(metrics()->{'narwhal_pool_changes_total{reason="shrink_idle"}'}, 2, '... counted');
+like($s->log_text, qr/pool: 3 -> 2 workers: worker \d+ was idle for 1\.\d s/, '... and said');
+($ok, $failed) = load('/', time, @c);
+is("$ok $failed", '6 0', 'every kept-alive client is still answered on its connection');
+
+# A worker stuck on one long request: alone, that is one slow client, and
+# another worker would sit idle. A new client that comes meanwhile waits
+# (in the listen queue, then in the manager, and no request of it begins
+# to be measured): the pool grows because the worker is stuck and a
+# client waits.
+my $stuck0 = metrics()->{'narwhal_pool_changes_total{reason="grow_stuck"}'};
+my $long = raw_connect($s->port);
+syswrite($long, "GET /sleep/2 HTTP/1.1\r\nHost: x\r\n\r\n");
+sleep 0.5;
+is(metrics()->{narwhal_workers_wanted}, 1, 'one slow client alone: no second worker');
+my $t0 = time;
+my $quick = raw_connect($s->port);
+syswrite($quick, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+my $r = read_response($quick, 5);
+is($r && $r->{status}, 200, 'a new client meanwhile is answered');
+cmp_ok(time - $t0, '<', 0.8, sprintf('... by a worker added for it (%.3f s)', time - $t0));
+is(metrics()->{'narwhal_pool_changes_total{reason="grow_stuck"}'} - $stuck0, 1,
+   '... because the worker was stuck and a client waited');
+is(read_response($long, 5)->{status}, 200, 'the long request finishes');
+$s->stop;
+done_testing();
