@@ -1,6 +1,7 @@
 /* A worker's scheduling (see nw_worker.h and "The worker" in
  * docs/DESIGN.md): taking the next connection, parking, hand-offs, and the
- * park watcher thread. */
+ * park watcher thread. The handlers that end a worker's process (a crash,
+ * the request watchdog) and the stop sender's are in nw_worker_signals.c. */
 #include "nw_worker.h"
 
 #include <errno.h>
@@ -18,7 +19,6 @@
 
 #include "nw_frame.h"
 #include "nw_scoreboard.h"
-#include "nw_signal.h"
 #include "nw_log.h"
 
 #define SIGNAL_EVENT      63    /* epoll data for the signalfd (listeners are 0..62) */
@@ -59,6 +59,11 @@ void nw_wconn_free(nw_wconn *wc)
         serving = NULL;
     nw_conn_destroy(wc->c);
     free(wc);
+}
+
+nw_wconn *nw_worker_serving(void)
+{
+    return serving;
 }
 
 /* Take a connection out of the epoll set before it leaves the worker: the
@@ -1018,9 +1023,7 @@ void nw_worker_leave_process(nw_worker *w)
     process_worker = NULL;
 }
 
-/* ---- crashes ------------------------------------------------------- */
-
-static const int crash_signals[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT };
+/* ---- the parked set from a signal handler ---------------------------- */
 
 /* The lock, from a signal handler: the watcher holds it for moments (it
  * is often just awake, since the main thread wakes it when it goes out to
@@ -1045,7 +1048,7 @@ static int crash_lock(nw_worker *w)
  * only when nobody is changing it: the lock is free (the main thread is
  * out serving, the watcher asleep), or there is no watcher and the main
  * thread was not inside. */
-static void hand_off_parked_from_handler(void)
+void nw_worker_hand_off_parked_from_handler(void)
 {
     nw_worker *w = process_worker;
     if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->park.count > 0) {
@@ -1054,118 +1057,6 @@ static void hand_off_parked_from_handler(void)
             park_give_away(w, 1);
 
     }
-}
-
-static void crash_hand_off(int sig)
-{
-    hand_off_parked_from_handler();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-void nw_worker_hand_off_on_crash(nw_worker *w)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = crash_hand_off;
-    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof crash_signals / sizeof crash_signals[0]; i++)
-        sigaction(crash_signals[i], &sa, NULL);
-    (void)w;
-}
-
-/* ---- the memory limit ---------------------------------------------- */
-
-/* The peak RSS (getrusage) is one system call and never reads a file; only
- * when the peak passes the limit is the current size read from /proc, at
- * most every NW_RSS_LOOK_MS (the peak stays high after a big request whose
- * memory went back). */
-uint64_t nw_worker_rss_over(uint64_t limit_kb)
-{
-    static nw_msec next_look;
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0 || (uint64_t)ru.ru_maxrss <= limit_kb)
-        return 0;
-    nw_msec now = nw_now_ms();
-    if (now < next_look)
-        return 0;
-    next_look = now + NW_RSS_LOOK_MS;
-    uint64_t kb = nw_rss_bytes(0) / 1024;
-    return kb > limit_kb ? kb : 0;
-}
-
-/* ---- the request watchdog ------------------------------------------ */
-
-static struct sigaction watchdog_next;      /* the handler in front of which ours sits */
-static nw_score_slot *watchdog_slot;        /* the worker's scoreboard slot, or NULL */
-static void (*watchdog_before_exit)(void);  /* the last resort's last words (flush a log) */
-static volatile sig_atomic_t watchdog_hits;
-
-int nw_worker_watchdog_reply(void)
-{
-    static const char resp[] =
-        "HTTP/1.1 504 Gateway Timeout\r\nContent-Type: text/plain\r\n"
-        "Content-Length: 20\r\nConnection: close\r\n\r\n504 Gateway Timeout\n";
-    nw_wconn *wc = serving;
-    if (!wc || !wc->c || wc->c->fd < 0)
-        return 0;
-    int answered = 0;
-    if (!wc->c->responded && !wc->c->broken)
-        answered = send(wc->c->fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL) > 0;
-    wc->c->broken = 1;
-    shutdown(wc->c->fd, SHUT_WR);
-    if (watchdog_slot) {    /* counted as what the client got */
-        nw_scoreboard_request_end(watchdog_slot, answered || !wc->c->status ? 504 : wc->c->status,
-                                  wc->c->body_sent, nw_now_us());
-        watchdog_slot->exit_reason = NW_EXIT_WATCHDOG;
-        watchdog_slot->state = NW_WORKER_STOPPING;
-    }
-    return answered;
-}
-
-/* The second signal: the first one's Perl handler never ran, so the app is
- * in C code (or a system call that restarts). Only async-signal-safe calls. */
-static void watchdog_last_resort(void)
-{
-    static const char msg[] =
-        "the request watchdog found the app outside Perl (in C code or a system call "
-        "that does not return), so no Perl backtrace; answering 504 and exiting";
-    (void)nw_log_write(2, "error", msg, sizeof msg - 1);
-    nw_worker_watchdog_reply();
-    hand_off_parked_from_handler();
-    if (watchdog_before_exit)
-        watchdog_before_exit();
-    _exit(NW_WORKER_EXIT_WATCHDOG);
-}
-
-static void watchdog_handler(int sig, siginfo_t *si, void *uc)
-{
-    if (++watchdog_hits >= 2)
-        watchdog_last_resort();
-    nw_signal_chain(&watchdog_next, sig, si, uc);
-}
-
-/* ---- who sent the stop --------------------------------------------- */
-
-static struct sigaction stop_next[NSIG];    /* the handlers in front of which ours sit */
-static volatile sig_atomic_t stop_sender_pid = -1;
-
-static void stop_sender_handler(int sig, siginfo_t *si, void *uc)
-{
-    stop_sender_pid = si ? (sig_atomic_t)si->si_pid : 0;
-    nw_signal_chain(&stop_next[sig], sig, si, uc);
-}
-
-void nw_worker_note_stop_sender(int sig)
-{
-    if (sig > 0 && sig < NSIG)
-        nw_signal_in_front(sig, stop_sender_handler, &stop_next[sig]);
-}
-
-long nw_worker_stop_sender(void)
-{
-    return stop_sender_pid;
 }
 
 int nw_worker_proxy_from(nw_worker *w, const char *cidr)
@@ -1179,18 +1070,6 @@ int nw_worker_proxy_from(nw_worker *w, const char *cidr)
     p[w->proxy_from_n++] = one;
     w->proxy_from = p;
     return 0;
-}
-
-void nw_worker_watchdog_rearm(void)
-{
-    watchdog_hits = 0;
-}
-
-void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void))
-{
-    watchdog_slot = slot;
-    watchdog_before_exit = before_exit;
-    nw_signal_in_front(sig, watchdog_handler, &watchdog_next);
 }
 
 void nw_worker_enter(nw_worker *w)

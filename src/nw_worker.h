@@ -235,38 +235,10 @@ int nw_worker_has_manager(const nw_worker *w);
  * those may). -1 when it does not parse. */
 int nw_worker_proxy_from(nw_worker *w, const char *cidr);
 
-/* --max-worker-rss: this process's resident size in KiB when it is over
- * limit_kb, else 0. Cheap enough for every request (see the .c). */
-uint64_t nw_worker_rss_over(uint64_t limit_kb);
-
-/* The request watchdog (DESIGN.md, "The operator layer"). A worker it
- * ends exits with this status. */
-#define NW_WORKER_EXIT_WATCHDOG 72
-
-/* Put a handler for sig in front of the one installed now (Perl's): the
- * first signal goes on to it (the Perl handler logs a backtrace at the
- * next safe point); a second one means Perl never got there, and the
- * handler answers 504, hands the parked connections to the manager and
- * exits with NW_WORKER_EXIT_WATCHDOG. The request is counted on slot (if
- * any) with the status the client got; before_exit (if any) runs just
- * before the last resort exits, in the signal handler. */
-void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void));
-
-/* A first signal was let go (its request had ended): the next is a first. */
-void nw_worker_watchdog_rearm(void);
-
-/* Who sent the stop signals sig (TERM, INT, QUIT): a C handler goes in
- * front of the one installed now and notes the sender of each. The pid of
- * the last one, 0 when the kernel sent it (Ctrl-C from a terminal), or -1
- * when none came. The master sends TERM to retire a worker as well as to
- * stop it; a stop sent by anybody else is the whole server's. */
-void nw_worker_note_stop_sender(int sig);
-long nw_worker_stop_sender(void);
-
-/* Answer 504 on the connection whose request is running, unless a byte of
- * its response went out already, and end the connection's output.
- * Async-signal-safe. Returns 1 when the 504 was sent. */
-int nw_worker_watchdog_reply(void);
+/* The connection whose request is running (from nw_worker_request_started
+ * until it is released or freed), or NULL. Async-signal-safe: for the
+ * request watchdog's handler (nw_worker_signals.h). */
+nw_wconn *nw_worker_serving(void);
 
 /* Stop the watcher (it reads the parked connections, which the caller is
  * about to free). Idempotent. */
@@ -282,11 +254,15 @@ nw_worker *nw_worker_of_process(void);
  * main thread outside. */
 void nw_worker_leave_process(nw_worker *w);
 
-/* On a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT), hand the parked
- * connections to the manager before the process dies, when the parked set
- * is not in the middle of a change. The signal's default action follows.
- * Call once, after nw_worker_start. */
-void nw_worker_hand_off_on_crash(nw_worker *w);
+/* From a signal handler, in a process about to die (a crash, the request
+ * watchdog's last resort: nw_worker_signals.h): hand this process's
+ * worker's parked connections to the other workers in ADOPT frames, else
+ * to the manager, when the parked set is not in the middle of a change
+ * (the main thread is out serving and the watcher's lock can be had, or
+ * there is no watcher and the main thread was not inside); else nothing.
+ * Nothing in a process without a worker (a child the app forked).
+ * Async-signal-safe: frees and closes nothing. */
+void nw_worker_hand_off_parked_from_handler(void);
 
 /* Free the worker: stop the watcher, let go of the parked connections. */
 void nw_worker_free(nw_worker *w);

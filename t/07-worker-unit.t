@@ -1,7 +1,10 @@
 #!/usr/bin/perl
 # A worker's scheduling (src/nw_worker.c: taking connections, parking,
 # hand-offs, release, the park watcher) and its C test
-# (t/c/test_worker.c), under ASan/UBSan, with real sockets.
+# (t/c/test_worker.c), and a worker process's signal handlers
+# (src/nw_worker_signals.c: crash, watchdog, stop sender, memory limit)
+# and theirs (t/c/test_worker_signals.c), under ASan/UBSan, with real
+# sockets.
 use strict;
 use warnings;
 use Test::More;
@@ -11,6 +14,8 @@ use NarwhalTest::CBuild qw(build run_program relay_tap);
 plan skip_all => 'the worker is Linux only (epoll, accept4)'
     unless $^O eq 'linux';
 
-my $test = build('test_worker', ['t/c/test_worker.c'], '-Werror', '-pthread');
-relay_tap(run_program($test));
+for my $unit (qw(test_worker test_worker_signals)) {
+    my $test = build($unit, ["t/c/$unit.c"], '-Werror', '-pthread');
+    relay_tap(run_program($test));
+}
 done_testing();

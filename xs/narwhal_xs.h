@@ -12,6 +12,7 @@
 #include "src/nw_conn.h"
 #include "src/nw_scoreboard.h"
 #include "src/nw_worker.h"
+#include "src/nw_worker_signals.h"
 
 typedef struct env_recycler env_recycler;
 
