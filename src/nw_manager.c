@@ -34,6 +34,7 @@
 #include "nw_log.h"
 #include "nw_scoreboard.h"
 #include "nw_status.h"
+#include "nw_status_server.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -62,20 +63,8 @@ enum {
     NW_MANAGER_CLOSING,     /* client, written and half-closed: epoll + closing list, read and dropped */
 };
 
-#define NW_STATUS_CLIENTS       16      /* status requests served at once; more wait in the backlog */
-#define NW_STATUS_HEAD_MAX      4096    /* a status request's head */
-#define NW_STATUS_DEADLINE_MS   5000    /* to send the head and read the answer */
 #define NW_SHED_TICK_MAX_MS     50      /* --max-queue-wait: look at the oldest request this often */
 #define NW_MANAGER_ARRIVAL_BELIEF_MS 3600000 /* an older receive time: the clock was set meanwhile */
-
-/* A connection to the status listener. */
-typedef struct {
-    int     fd;             /* -1: free */
-    int     answering;      /* the answer is rendered: writing it */
-    nw_msec deadline;
-    nw_buf  in, out;
-    size_t  sent;
-} nw_status_client;
 
 #define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
 #define NW_MANAGER_F_PROXY      2u  /* connection: its bytes begin with a PROXY header */
@@ -143,11 +132,7 @@ typedef struct {
     int     serve_reader;           /* the workers' end of the serve queue, or -1 */
     nw_msec max_queue_wait, next_shed;
     int64_t arrived_ns;     /* the kernel's receive time of the client bytes being read (0: none) */
-    int     status_fd;              /* the status listener, or -1 */
-    int     status_active;          /* clients in use */
-    nw_status_client status[NW_STATUS_CLIENTS];
-    nw_status_rates *rates;         /* the samples /status's rates are measured from
-                                     * (allocated at the first render) */
+    nw_status_server status;        /* --status-listen and its clients */
     int     listeners[16];
     int     nlisteners;
     int     accepting;              /* the listeners are in epoll: the pool is stuck */
@@ -1039,7 +1024,7 @@ static void nw_manager_accept(nw_manager *m, int i)
     }
 }
 
-/* ------------------------------------------------------------ status */
+/* ------------------------------------------------------------ status numbers */
 
 static void nw_manager_listener_info(const nw_manager *m, nw_status_manager *sm)
 {
@@ -1063,8 +1048,10 @@ static void nw_manager_listener_info(const nw_manager *m, nw_status_manager *sm)
     }
 }
 
-static void nw_manager_status_numbers(const nw_manager *m, nw_status_manager *sm)
+/* The manager's part of a status page (nw_status_numbers_fn). */
+static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
 {
+    const nw_manager *m = arg;
     memset(sm, 0, sizeof *sm);
     sm->held_idle = m->idle.len;
     sm->held_reading = m->reading.len;
@@ -1079,120 +1066,6 @@ static void nw_manager_status_numbers(const nw_manager *m, nw_status_manager *sm
     sm->accepting = m->accepting;
     sm->stopping = m->serve_until != 0;
     nw_manager_listener_info(m, sm);
-}
-
-static void nw_manager_status_close(nw_manager *m, nw_status_client *c)
-{
-    nw_manager_unwatch(m, c->fd);
-    close(c->fd);
-    nw_buf_free(&c->in);
-    nw_buf_free(&c->out);
-    memset(c, 0, sizeof *c);
-    c->fd = -1;
-    m->status_active--;
-}
-
-static void nw_manager_status_accept(nw_manager *m)
-{
-    for (int tries = 0; tries < NW_STATUS_CLIENTS; tries++) {
-        int i = 0;
-        while (i < NW_STATUS_CLIENTS && m->status[i].fd >= 0)
-            i++;
-        if (i == NW_STATUS_CLIENTS)
-            return;     /* all in use: the rest wait in the listen queue */
-        int fd = accept4(m->status_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
-        if (epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            close(fd);
-            return;
-        }
-        nw_status_client *c = &m->status[i];
-        c->fd = fd;
-        c->deadline = m->now + NW_STATUS_DEADLINE_MS;
-        m->status_active++;
-    }
-}
-
-static const nw_scoreboard *nw_manager_board(const nw_manager *m)
-{
-    static const nw_scoreboard empty;   /* no slots, no counts */
-    return m->board ? m->board : &empty;
-}
-
-static void nw_manager_status_answer(nw_manager *m, nw_status_client *c)
-{
-    int head_only;
-    int page = nw_status_route(c->in.data, c->in.len, &head_only);
-    nw_status_manager sm;
-    nw_manager_status_numbers(m, &sm);
-    if (!m->rates)
-        m->rates = calloc(1, sizeof *m->rates);     /* none: rates since the start */
-    if (nw_status_respond(&c->out, page, head_only, nw_manager_board(m), &sm, m->rates,
-                          nw_now_us(), (int64_t)time(NULL)) < 0) {
-        nw_manager_status_close(m, c);
-        return;
-    }
-    c->answering = 1;
-    struct epoll_event ev = { .events = EPOLLOUT, .data.fd = c->fd };
-    epoll_ctl(m->ep, EPOLL_CTL_MOD, c->fd, &ev);
-}
-
-static void nw_manager_status_read(nw_manager *m, nw_status_client *c)
-{
-    char buf[NW_STATUS_HEAD_MAX];
-    ssize_t n = recv(c->fd, buf, NW_STATUS_HEAD_MAX - c->in.len, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n <= 0 || nw_buf_append(&c->in, buf, (size_t)n) < 0) {
-        nw_manager_status_close(m, c);
-        return;
-    }
-    nw_head_scan scan = { 0, 0 };
-    if (nw_http_head_end(c->in.data, c->in.len, &scan) || c->in.len >= NW_STATUS_HEAD_MAX)
-        nw_manager_status_answer(m, c);
-}
-
-static void nw_manager_status_write(nw_manager *m, nw_status_client *c)
-{
-    ssize_t n = send(c->fd, c->out.data + c->sent, c->out.len - c->sent,
-                     MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n > 0)
-        c->sent += (size_t)n;
-    if (n <= 0 || c->sent == c->out.len) {
-        shutdown(c->fd, SHUT_WR);
-        nw_manager_status_close(m, c);
-    }
-}
-
-/* An event on a status connection or the status listener: 1 when fd was one. */
-static int nw_manager_status_event(nw_manager *m, int fd)
-{
-    if (fd == m->status_fd) {
-        nw_manager_status_accept(m);
-        return 1;
-    }
-    for (int i = 0; m->status_active && i < NW_STATUS_CLIENTS; i++) {
-        nw_status_client *c = &m->status[i];
-        if (c->fd != fd)
-            continue;
-        if (c->answering)
-            nw_manager_status_write(m, c);
-        else
-            nw_manager_status_read(m, c);
-        return 1;
-    }
-    return 0;
-}
-
-static void nw_manager_status_expire(nw_manager *m)
-{
-    for (int i = 0; m->status_active && i < NW_STATUS_CLIENTS; i++)
-        if (m->status[i].fd >= 0 && m->status[i].deadline <= m->now)
-            nw_manager_status_close(m, &m->status[i]);
 }
 
 /* ------------------------------------------------------------ time */
@@ -1258,7 +1131,7 @@ static int nw_manager_timeout(const nw_manager *m)
         next = m->next_shed;
     if (m->board && m->nlisteners && m->next_look < next)
         next = m->next_look;
-    if (m->status_active && m->now + 1000 < next)
+    if (m->status.active && m->now + 1000 < next)
         next = m->now + 1000;
     nw_msec left = next - nw_now_ms();
     return left <= 0 ? 0 : (int)left;
@@ -1289,7 +1162,7 @@ static void nw_manager_reopen_error_log(nw_manager *m)
 
 static void nw_manager_event(nw_manager *m, int fd)
 {
-    if ((m->status_fd >= 0 || m->status_active) && nw_manager_status_event(m, fd))
+    if ((m->status.fd >= 0 || m->status.active) && nw_status_server_event(&m->status, fd, m->now))
         return;
     if (fd == m->control) {
         nw_manager_control_readable(m);
@@ -1354,10 +1227,8 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->next_stats = m->now + m->stats_ms;
     m->serve_reader = cfg->serve_reader_fd;
     m->max_queue_wait = nw_manager_ms(cfg->max_queue_wait);
-    m->status_fd = cfg->status_fd;
+    nw_status_server_init(&m->status, cfg->status_fd);
     m->error_log = cfg->error_log;
-    for (int i = 0; i < NW_STATUS_CLIENTS; i++)
-        m->status[i].fd = -1;
     m->nlisteners = cfg->nlisteners;
     m->proxy_protocol = cfg->proxy_protocol;
     memcpy(m->listeners, cfg->listener_fds, sizeof m->listeners);
@@ -1385,11 +1256,8 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     if (nw_manager_watch(m, m->sigfd) < 0 || nw_manager_watch(m, control) < 0
         || nw_manager_watch(m, handoff_queue) < 0)
         return -1;
-    if (m->status_fd >= 0) {
-        nw_io_set_nonblocking(m->status_fd);
-        if (nw_manager_watch(m, m->status_fd) < 0)
-            return -1;
-    }
+    if (nw_status_server_start(&m->status, m->ep, m->board, nw_manager_status_numbers, m) < 0)
+        return -1;
     /* Room for the largest SERVE frame even where the default socket
      * buffer is small (the kernel caps this at net.core.wmem_max). */
     int sndbuf = 0, want = NW_FRAME_MAX_DATA + 4096;
@@ -1475,15 +1343,10 @@ static void nw_manager_close(nw_manager *m)
             close((int)fd);
         }
     }
-    for (int i = 0; i < NW_STATUS_CLIENTS; i++)
-        if (m->status[i].fd >= 0)
-            nw_manager_status_close(m, &m->status[i]);
-    if (m->status_fd >= 0)
-        close(m->status_fd);
+    nw_status_server_close(&m->status);
     nw_scoreboard_unmap(m->board);
     nw_scoreboard_unmap_offload(m->offload_bytes);
     free(m->slots);
-    free(m->rates);
     free(m->frame_data);
     if (m->ep >= 0)
         close(m->ep);
@@ -1531,7 +1394,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
         nw_manager_expire(&m);
         nw_manager_shed(&m);
         nw_manager_look_at_pool(&m);
-        nw_manager_status_expire(&m);
+        nw_status_server_expire(&m.status, m.now);
         nw_manager_send_stats(&m);
     }
     if (m.serve_until) {
