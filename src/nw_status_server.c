@@ -19,6 +19,18 @@
 #define NW_STATUS_HEAD_MAX      4096    /* a status request's head */
 #define NW_STATUS_DEADLINE_MS   5000    /* to send the head and read the answer */
 
+/* The listener in the epoll set, or out of it while every place is taken:
+ * a client waiting in its listen queue would make it read ready on every
+ * wake, and the manager would spin until a place came free. */
+static void nw_status_server_listen(nw_status_server *s, int on)
+{
+    if (s->fd < 0 || on == s->listening)
+        return;
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = s->fd };
+    if (epoll_ctl(s->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->fd, &ev) == 0)
+        s->listening = on;
+}
+
 static void nw_status_server_client_close(nw_status_server *s, nw_status_client *c)
 {
     epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
@@ -28,6 +40,7 @@ static void nw_status_server_client_close(nw_status_server *s, nw_status_client 
     memset(c, 0, sizeof *c);
     c->fd = -1;
     s->active--;
+    nw_status_server_listen(s, 1);
 }
 
 static void nw_status_server_accept(nw_status_server *s, nw_msec now)
@@ -36,8 +49,10 @@ static void nw_status_server_accept(nw_status_server *s, nw_msec now)
         int i = 0;
         while (i < NW_STATUS_CLIENTS && s->client[i].fd >= 0)
             i++;
-        if (i == NW_STATUS_CLIENTS)
-            return;     /* all in use: the rest wait in the listen queue */
+        if (i == NW_STATUS_CLIENTS) {
+            nw_status_server_listen(s, 0);   /* the rest wait in the listen queue */
+            return;
+        }
         int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
@@ -153,8 +168,8 @@ int nw_status_server_start(nw_status_server *s, int ep, const nw_scoreboard *boa
     if (s->fd < 0)
         return 0;
     nw_io_set_nonblocking(s->fd);
-    struct epoll_event ev = { .events = EPOLLIN, .data.fd = s->fd };
-    return epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
+    nw_status_server_listen(s, 1);
+    return s->listening ? 0 : -1;
 }
 
 void nw_status_server_close(nw_status_server *s)

@@ -34,6 +34,8 @@ typedef void nw_status_numbers_fn(void *arg, nw_status_manager *sm);
 typedef struct {
     int     fd;                     /* the status listener, or -1 */
     int     ep;                     /* the epoll set it is watched in (the manager's), or -1 */
+    int     listening;              /* the listener is in that set: not while every place
+                                     * is taken (it would read ready on every wake) */
     int     active;                 /* clients in use: while any are, the caller's loop
                                      * must wake at least once a second for their deadlines */
     nw_status_client client[NW_STATUS_CLIENTS];
