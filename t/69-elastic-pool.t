@@ -119,4 +119,12 @@ is(metrics()->{'narwhal_pool_changes_total{reason="grow_stuck"}'} - $stuck0, 1,
    '... because the worker was stuck and a client waited');
 is(read_response($long, 5)->{status}, 200, 'the long request finishes');
 $s->stop;
+
+# With no manager and only a unix socket, nothing shows a wait: said.
+my $sock = NarwhalTest::tmpdir() . '/blind.sock';
+$s = spawn_server(app => $APP, unix => $sock, no_listen => 1,
+                  args => [ '--no-manager', '--min-workers', 1 ]);
+ok(wait_until(sub { $s->log_text =~ /master warn: --min-workers with --no-manager on unix sockets only: no waiting request can be seen, so the pool stays at 1 workers/ }, 5),
+   'a pool that cannot see waiting says so at start');
+$s->stop;
 done_testing();

@@ -78,6 +78,7 @@ sub run {
     $0 = "narwhal master " . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} });
     $self->_announce;
     $self->_warn_open_proxy;
+    $self->_warn_blind_pool;
     $self->_wake_on_signals;    # (again: the app's loading may have touched %SIG)
     $self->_manage;
     $self->_cleanup;
@@ -444,6 +445,17 @@ sub _warn_open_proxy {
     Narwhal::log_line(warn => "--proxy-protocol without --proxy-from: any client that can reach @tcp "
         . "can send its own PROXY header and so choose the REMOTE_ADDR the app sees; give the "
         . "balancer's addresses with --proxy-from, or make sure nothing else can connect");
+}
+
+# --min-workers grows the pool on waiting it can see: receive times and
+# accept-queue lengths (TCP), or the manager. With neither, it would stay
+# at its minimum: said at start.
+sub _warn_blind_pool {
+    my $self = shift;
+    return unless defined $self->{pool} && !$self->{manager}
+                  && !grep { $_->{is_tcp} } @{ $self->{listeners} };
+    Narwhal::log_line(warn => "--min-workers with --no-manager on unix sockets only: no waiting "
+        . "request can be seen, so the pool stays at $self->{pool} workers");
 }
 
 # Connections the workers refused under --proxy-protocol (a bad header, a
