@@ -116,6 +116,24 @@ static size_t one_line(int format, const nw_access_entry *e, char *out, size_t o
     return len;
 }
 
+/* One diagnostic line: label, then s (n bytes) quoted, with '\n' as \n
+ * and other bytes outside printable ASCII as \xHH, so a line that ends in
+ * a newline (or holds one) stays one TAP comment line. */
+static void print_escaped(const char *label, const char *s, size_t n)
+{
+    printf("# %s'", label);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n')
+            printf("\\n");
+        else if (c < 0x20 || c >= 0x7f)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
+    }
+    printf("'\n");
+}
+
 /* The line of e, in format, against want with "%T" standing for the
  * stamp (either second the record may have read). */
 static void line_is(int format, const nw_access_entry *e, const char *want, const char *name)
@@ -142,8 +160,14 @@ static void line_is(int format, const nw_access_entry *e, const char *want, cons
     }
     int pass = (len == strlen(exp0) && !memcmp(got, exp0, len))
             || (len == strlen(exp1) && !memcmp(got, exp1, len));
-    if (!ok(pass, name))
-        printf("#          got: '%s'\n#     expected: '%s'\n", got, exp0);
+    if (!ok(pass, name)) {
+        print_escaped("         got: ", got, len);
+        print_escaped("    expected: ", exp0, strlen(exp0));
+        if (strcmp(exp0, exp1))
+            print_escaped("          or: ", exp1, strlen(exp1));
+        printf("#   (seconds read before and after the record: %lld, %lld)\n",
+               (long long)t0, (long long)t1);
+    }
 }
 
 static void test_combined(void)

@@ -107,18 +107,21 @@ sub build {
 }
 
 # Pass a C program's TAP through, then check its plan, exit and stderr.
+# The comments after a failing test (its got and expected) go out as
+# diagnostics, seen in a run that is not verbose; the others as notes.
 sub relay_tap {
     my ($status, $out, $err) = @_;
-    my ($ran, $planned) = (0, undef);
+    my ($ran, $planned, $failing) = (0, undef, 0);
     for my $line (split /\n/, $out) {
         if ($line =~ /^(not )?ok (\d+)(?: - (.*))?$/) {
             $ran++;
             is($2, $ran, 'C test numbered in order') unless $2 == $ran;
-            ok(!$1, 'C: ' . ($3 // "test $2"));
+            $failing = !ok(!$1, 'C: ' . ($3 // "test $2"));
         } elsif ($line =~ /^1\.\.(\d+)$/) {
             $planned = $1;
+            $failing = 0;
         } elsif ($line =~ /^#/) {
-            note($line);
+            $failing ? diag($line) : note($line);
         } else {
             diag("unexpected output: $line");
         }
