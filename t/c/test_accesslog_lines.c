@@ -340,6 +340,57 @@ static void test_zones(void)
     tzset();
 }
 
+/* Whether line carries the combined stamp of t0 or of t1. */
+static int has_stamp(const char *line, time_t t0, time_t t1)
+{
+    char clf[64], iso[64];
+    stamps(t0, clf, sizeof clf, iso, sizeof iso);
+    if (strstr(line, clf))
+        return 1;
+    stamps(t1, clf, sizeof clf, iso, sizeof iso);
+    return strstr(line, clf) != NULL;
+}
+
+/* One log kept open across a second: the stamps made for the first line
+ * are not reused for the second. */
+static void test_stamp_follows_clock(void)
+{
+    const char *path = path_of("sec.log");
+    unlink(path);
+    nw_access_log *log = nw_access_log_open(path, NW_ACCESS_COMBINED);
+    if (!ok(log != NULL, "open a log to keep across a second"))
+        return;
+    nw_access_entry e = entry();
+    time_t a0 = now_sec();
+    nw_access_log_record(log, &e, 1000);
+    time_t a1 = now_sec();
+    struct timespec ts, nap;
+    clock_gettime(CLOCK_REALTIME, &ts);             /* on to 1 ms into the next second */
+    nap.tv_sec = 0;
+    nap.tv_nsec = 1000000000L - ts.tv_nsec + 1000000L;
+    if (nap.tv_nsec >= 1000000000L) {
+        nap.tv_sec = 1;
+        nap.tv_nsec -= 1000000000L;
+    }
+    while (nanosleep(&nap, &nap) < 0 && errno == EINTR)
+        ;
+    time_t b0 = now_sec();
+    nw_access_log_record(log, &e, 1000);            /* same monotonic ms: no flush between */
+    time_t b1 = now_sec();
+    nw_access_log_close(log);
+    size_t len;
+    char *got = slurp(path, &len);
+    char *second = memchr(got, '\n', len);
+    ok(second && b0 > a1, "two lines, the second recorded a second later");
+    if (!second)
+        return;
+    *second++ = 0;
+    if (!ok(has_stamp(got, a0, a1), "the first line: its second"))
+        print_escaped("         got: ", got, strlen(got));
+    if (!ok(has_stamp(second, b0, b1), "the second line: the new second, not the cached stamp"))
+        print_escaped("         got: ", second, strlen(second));
+}
+
 /* When the buffer is written. */
 static void test_buffering(void)
 {
@@ -578,6 +629,7 @@ int main(void)
     test_escaping();
     test_cut();
     test_zones();
+    test_stamp_follows_clock();
     test_buffering();
     test_reopen();
     test_failures();
