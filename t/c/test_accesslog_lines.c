@@ -5,8 +5,8 @@
  * most PIPE_BUF on anything but a regular file, and what a failed or
  * short write costs (the lines are counted, never retried). Run by
  * t/03-c-units.t (under ASan and UBSan), or by hand:
- *   cc -std=gnu99 -g -Wall -Wextra -Werror -Isrc -It/c t/c/test_accesslog.c \
- *      src/nw_accesslog.c -o /tmp/test_accesslog_lines && /tmp/test_accesslog_lines
+ *   cc -std=gnu99 -g -Wall -Wextra -Werror -Isrc -It/c t/c/test_accesslog_lines.c \
+ *      src/nw_accesslog.c src/nw_io.c -o /tmp/test_accesslog_lines && /tmp/test_accesslog_lines
  */
 #define _GNU_SOURCE
 #include <errno.h>
