@@ -124,34 +124,84 @@ next_conn(self, max_wait)
     RETVAL
 
 void
-serve_setup(self, worker, app, flags, limit, replace_at, keepalive, managed, quantum, rss_limit_mb, idle_wait)
+serve_setup(self, worker, app, conn, opts)
     nw_xs_acceptor *self
     SV *worker
     SV *app
-    HV *flags
-    IV limit
-    IV replace_at
-    int keepalive
-    int managed
-    int quantum
-    double rss_limit_mb
-    double idle_wait
+    SV *conn
+    HV *opts
   CODE:
-    /* What serve needs, once. flags: the worker loop's own scalars, by
-     * reference: stopping, closing, served, exit_reason, conn. */
-    const char *names[] = { "stopping", "closing", "served", "exit_reason", "conn" };
-    SV *flag[5];
-    for (int i = 0; i < 5; i++) {
-        SV **f = hv_fetch(flags, names[i], (I32)strlen(names[i]), 0);
-        if (!f || !SvROK(*f) || SvTYPE(SvRV(*f)) > SVt_PVMG)
-            croak("Narwhal::Acceptor::serve_setup: %s is not a scalar reference", names[i]);
-        flag[i] = SvRV(*f);
+    /* What serve needs, once: the worker, the app, the worker's scalar
+     * for the current connection (by reference), and the option values:
+     * limit, replace_at, keepalive, managed, quantum, rss_limit_mb,
+     * idle_wait, wake_master_fd (a missing one is 0; wake_master_fd -1). */
+    if (!SvROK(conn) || SvTYPE(SvRV(conn)) > SVt_PVMG)
+        croak("Narwhal::Acceptor::serve_setup: conn is not a scalar reference");
+    static const char *const names[] = { "limit", "replace_at", "keepalive", "managed", "quantum",
+                                         "rss_limit_mb", "idle_wait", "wake_master_fd" };
+    NV v[8];
+    for (int i = 0; i < 8; i++) {
+        SV **f = hv_fetch(opts, names[i], (I32)strlen(names[i]), 0);
+        v[i] = f && SvOK(*f) ? SvNV(*f) : (i == 7 ? -1 : 0);
     }
-    nw_serve_setup s = { worker, app, flag[0], flag[1], flag[2], flag[3], flag[4], limit,
-                         replace_at, keepalive, managed, quantum > 0 ? quantum : 1, rss_limit_mb, idle_wait };
+    for (HE *he = (hv_iterinit(opts), hv_iternext(opts)); he; he = hv_iternext(opts)) {
+        I32 len;
+        const char *key = hv_iterkey(he, &len);
+        int known = 0;
+        for (int i = 0; i < 8; i++)
+            known |= (I32)strlen(names[i]) == len && !memcmp(names[i], key, (size_t)len);
+        if (!known)
+            croak("Narwhal::Acceptor::serve_setup: unknown option '%.*s'", (int)len, key);
+    }
+    nw_serve_setup s = {
+        .worker = worker, .app = app, .conn = SvRV(conn), .life = &self->w->life,
+        .limit = (IV)v[0], .replace_at = (IV)v[1], .keepalive = (int)v[2], .managed = (int)v[3],
+        .quantum = v[4] >= 1 ? (int)v[4] : 1, .rss_limit_mb = v[5], .idle_wait = v[6],
+        .wake_master_fd = (int)v[7],
+    };
     nw_serve_setup_set(aTHX_ &self->serve, &s);
     self->current_obj = NULL;
     self->current = NULL;
+
+SV *
+life(self)
+    nw_xs_acceptor *self
+  CODE:
+    /* The worker's life (nw_worker_life): {stopping, closing, replacing,
+     * exit_reason, served}, read when serve returns. */
+    const nw_worker_life *l = &self->w->life;
+    HV *hv = newHV();
+    (void)hv_stores(hv, "stopping", newSViv(l->stopping));
+    (void)hv_stores(hv, "closing", newSViv(l->closing));
+    (void)hv_stores(hv, "replacing", newSViv(l->replacing));
+    (void)hv_stores(hv, "exit_reason", newSViv(l->exit_reason));
+    (void)hv_stores(hv, "served", newSVuv((UV)l->served));
+    RETVAL = newRV_noinc((SV *)hv);
+  OUTPUT:
+    RETVAL
+
+void
+stop(self, closing, reason = 0)
+    nw_xs_acceptor *self
+    int closing
+    int reason
+  CODE:
+    /* Perl decided: the worker leaves (closing: the server stops), with
+     * reason when none is known yet (an orphaned worker, an app's
+     * psgix.harakiri.commit). */
+    nw_worker_life_stop(&self->w->life, closing, reason);
+
+int
+life_signal(self, sig)
+    nw_xs_acceptor *self
+    int sig
+  CODE:
+    /* A stop signal that came before the signals were deferred (or to a
+     * thread that did not block it): what it means for the worker's life.
+     * 1 when it was one. */
+    RETVAL = nw_worker_life_signal(&self->w->life, sig);
+  OUTPUT:
+    RETVAL
 
 int
 serve(self)
@@ -246,9 +296,9 @@ int
 deliver_signals(self)
     nw_xs_acceptor *self
   CODE:
-    /* Deliver what is pending and run Perl's handlers now, so that the
-     * caller's next statement sees what they set. */
-    RETVAL = nw_serve_deliver_signals(aTHX_ self->w);
+    /* Take what is pending now: a stop signal goes into the worker's
+     * life (life() says it at once), USR1 reopens the logs. */
+    RETVAL = nw_serve_deliver_signals(aTHX_ self);
   OUTPUT:
     RETVAL
 
@@ -332,15 +382,6 @@ rss_over(limit_mb)
     RETVAL
 
 MODULE = Narwhal    PACKAGE = Narwhal::Conn
-
-int
-take_body_fd(self)
-    nw_xs_conn *self
-  CODE:
-    RETVAL = self->c->body_fd;
-    self->c->body_fd = -1;
-  OUTPUT:
-    RETVAL
 
 int
 write_response(self, status, headers, body, may_keep_alive)

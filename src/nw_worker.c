@@ -1143,22 +1143,43 @@ int nw_worker_defer_signals(nw_worker *w, const int *signals, int n)
     return 0;
 }
 
-int nw_worker_deliver_signals(nw_worker *w)
+uint64_t nw_worker_deliver_signals(nw_worker *w)
 {
-    sigset_t pending, old;
-    int kinds = 0;
+    uint64_t others = 0;
     if (w->sigfd < 0 || !signal_pending(w, nw_now_ms()))
         return 0;           /* a clock read, and a sigpending every NW_SIGNAL_LOOK_MS */
     w->signal_ready = 0;
-    if (sigpending(&pending) < 0)
-        return 0;
-    for (int sig = 1; sig < NSIG; sig++)
-        kinds += sigismember(&w->deferred, sig) && sigismember(&pending, sig);
-    if (kinds) {
-        sigprocmask(SIG_UNBLOCK, &w->deferred, &old);   /* the handlers run here */
-        sigprocmask(SIG_SETMASK, &old, NULL);
+    struct signalfd_siginfo si;
+    while (read(w->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        int sig = (int)si.ssi_signo;
+        if (!nw_worker_life_signal(&w->life, sig) && sig > 0 && sig < 64)
+            others |= (uint64_t)1 << sig;
     }
-    return kinds;
+    return others;
+}
+
+int nw_worker_life_signal(nw_worker_life *life, int sig)
+{
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
+        life->stopping = life->closing = 1;
+        return 1;
+    }
+    if (sig == SIGUSR2) {
+        life->stopping = 1;
+        if (!life->exit_reason)
+            life->exit_reason = life->replacing ? NW_EXIT_MAX_REQUESTS : NW_EXIT_RETIRED;
+        return 1;
+    }
+    return 0;
+}
+
+void nw_worker_life_stop(nw_worker_life *life, int closing, int reason)
+{
+    life->stopping = 1;
+    if (closing)
+        life->closing = 1;
+    if (reason && !life->exit_reason)
+        life->exit_reason = reason;
 }
 
 /* ---- life ---------------------------------------------------------- */

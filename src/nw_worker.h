@@ -87,6 +87,21 @@ typedef struct {
     int is_tcp;
 } nw_worker_listener;
 
+/* Whether the worker leaves, why, and what it has served: the one record
+ * of its life. C sets it (the request sequence; a stop signal read from
+ * the signalfd by nw_worker_deliver_signals), Perl through the XS setters
+ * for what it decides (an orphaned worker, psgix.harakiri.commit), and
+ * Perl reads it when serve returns. */
+typedef struct {
+    int stopping;       /* leave once the current request is done */
+    int closing;        /* the server stops: serve what has arrived (Connection:
+                         * close), close what is parked */
+    int replacing;      /* it asked the master for its replacement (a USR2 then
+                         * is still a recycle) */
+    int exit_reason;    /* enum nw_exit_reason; NW_EXIT_NONE until one is known */
+    uint64_t served;    /* requests finished */
+} nw_worker_life;
+
 typedef struct {
     nw_worker_listener listener[NW_WORKER_MAX_LISTENERS];
     int count;
@@ -141,7 +156,10 @@ typedef struct {
 
     nw_proxy_cidr *proxy_from;  /* --proxy-from: the peers that may connect (none: any) */
     size_t proxy_from_n;
+
+    nw_worker_life life;
 } nw_worker;
+
 
 /* A worker with no listeners yet. park_ms 0 turns parking off. Returns
  * NULL with errno. */
@@ -219,11 +237,23 @@ void nw_worker_drain(nw_worker *w);
  * A child the app forks starts with them unblocked. Returns 0 or -1. */
 int nw_worker_defer_signals(nw_worker *w, const int *signals, int n);
 
-/* Deliver the deferred signals that are pending (unblock, then block
- * again: the caller's handlers run now). Returns how many kinds were
- * pending. Cheap enough to call after every request: when epoll has not
- * reported one, it asks the kernel at most every NW_SIGNAL_LOOK_MS. */
-int nw_worker_deliver_signals(nw_worker *w);
+/* Take the deferred signals that are pending from the signalfd: a stop
+ * signal (TERM, INT, QUIT: the server stops; USR2: this worker retires)
+ * goes into w->life here (nw_worker_life_signal); any other is returned
+ * for the caller to act on, as a mask of (1 << signo). Cheap enough to
+ * call after every request: when epoll has not reported one, it asks the
+ * kernel at most every NW_SIGNAL_LOOK_MS. */
+uint64_t nw_worker_deliver_signals(nw_worker *w);
+
+/* What a stop signal means for the worker's life: TERM, INT and QUIT
+ * stop and close; USR2 stops, and the reason is a retirement (or a
+ * recycle, once it asked for its replacement). Returns 1 when sig is one
+ * of those, else 0 (nothing changes). Async-signal-safe. */
+int nw_worker_life_signal(nw_worker_life *life, int sig);
+
+/* Decided elsewhere: leave (closing: the server stops), with a reason
+ * when none is known yet (0: none given). */
+void nw_worker_life_stop(nw_worker_life *life, int closing, int reason);
 
 /* A request's head and body are in: note the time (a slow request pauses
  * parking). */

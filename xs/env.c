@@ -918,6 +918,29 @@ static SV *input_object(pTHX_ nw_conn *c)
     return sv_bless(newRV_noinc((SV *)obj), input_stash);
 }
 
+/* A body spilled to a temp file: a Perl filehandle on it, as
+ * open(my $fh, '+<&=', $fd) made one (binary; read, seek; the handle owns
+ * the descriptor from now on). */
+static SV *spilled_input(pTHX_ nw_conn *c)
+{
+    int fd = c->body_fd;
+    c->body_fd = -1;
+    PerlIO *f = PerlIO_fdopen(fd, "r+b");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        croak("cannot open the request body: %s", strerror(e));
+    }
+    GV *gv = newGVgen("Narwhal::Input");
+    IO *io = GvIOn(gv);
+    IoIFP(io) = IoOFP(io) = f;
+    IoTYPE(io) = IoTYPE_RDWR;
+    SV *rv = newRV_inc((SV *)gv);
+    /* an anonymous glob, as Symbol::gensym makes: no name keeps it alive */
+    (void)hv_delete(GvSTASH(gv), GvNAME(gv), GvNAMELEN(gv), G_DISCARD);
+    return rv;
+}
+
 void nw_env_body(pTHX_ HV *env, nw_conn *c)
 {
     if (c->framing.body == NW_BODY_CHUNKED) {
@@ -926,7 +949,7 @@ void nw_env_body(pTHX_ HV *env, nw_conn *c)
         env_put(aTHX_ env, K_CONTENT_LENGTH, newSVuv(c->body_len));
     }
     if (c->body_fd >= 0)
-        env_put(aTHX_ env, K_PSGI_INPUT, newSV(0));   /* Perl opens the temp file */
+        env_put(aTHX_ env, K_PSGI_INPUT, spilled_input(aTHX_ c));
     else if (c->body_len > 0)
         env_put(aTHX_ env, K_PSGI_INPUT, input_object(aTHX_ c));
 }

@@ -29,18 +29,22 @@ typedef struct {
 } nw_xs_conn;
 
 /* What the request sequence (xs/serve.c) is given once by the worker
- * loop: its app, its object (for the uncommon parts) and its flags, the
- * loop's own scalars, which signal handlers set. */
+ * loop: its app, its object (for the uncommon parts) and the option
+ * values. Whether the worker leaves, and what it served, are the C
+ * worker's own (nw_worker_life, src/nw_worker.h). */
 typedef struct {
     SV *worker;         /* the Narwhal::Worker */
     SV *app;
-    SV *stopping, *closing, *served, *exit_reason;
-    SV *conn;           /* the current connection (a Narwhal::Conn), or undef */
+    SV *conn;           /* the current connection (a Narwhal::Conn), or undef: the
+                         * worker's own scalar (psgix.informational and the
+                         * watchdog read it) */
+    nw_worker_life *life;   /* the acceptor's worker's */
     IV limit;           /* requests before the worker leaves; 0: no limit */
     IV replace_at;      /* requests after which it asks for its replacement; 0: never */
     int keepalive, managed, quantum;
     double rss_limit_mb;
     double idle_wait;   /* the longest wait for a connection or a request, seconds */
+    int wake_master_fd; /* a byte here wakes the master (a replacement wanted); -1: none */
 } nw_serve_setup;
 
 /* A worker's Narwhal::Acceptor: its scheduling, each listener's $env,
@@ -96,7 +100,7 @@ int nw_env_needs_after(pTHX_ SV *env_rv);
 /* Deliver the deferred signals that are pending and run Perl's handlers
  * now, so that the next statement sees what they set. Returns how many
  * kinds were pending. */
-int nw_serve_deliver_signals(pTHX_ nw_worker *w);
+int nw_serve_deliver_signals(pTHX_ nw_xs_acceptor *a);
 
 /* This worker's scoreboard slot and access log (NULL: none). */
 extern nw_score_slot *nw_xs_score_slot;

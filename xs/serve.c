@@ -4,6 +4,7 @@
  * docs/DESIGN.md). Also what every request's start and end write: the
  * scoreboard and the access log. */
 #include "narwhal_xs.h"
+#include "nw_log.h"
 
 #include <strings.h>
 
@@ -20,12 +21,24 @@ void nw_xs_worker_leave_on_unwind(pTHX_ void *w)
     nw_worker_leave((nw_worker *)w);
 }
 
-int nw_serve_deliver_signals(pTHX_ nw_worker *w)
+/* The deferred signals that are pending: the stop signals go into the
+ * worker's life (C: nw_worker_deliver_signals); USR1, after a log
+ * rotation, reopens the logs (the worker's _reopen_logs). */
+int nw_serve_deliver_signals(pTHX_ nw_xs_acceptor *a)
 {
-    int kinds = nw_worker_deliver_signals(w);
-    if (kinds)
-        PERL_ASYNC_CHECK();
-    return kinds;
+    uint64_t others = nw_worker_deliver_signals(a->w);
+    if ((others & ((uint64_t)1 << SIGUSR1)) && a->serve.worker) {
+        dSP;
+        ENTER;
+        SAVETMPS;
+        PUSHMARK(SP);
+        XPUSHs(a->serve.worker);
+        PUTBACK;
+        call_method("_reopen_logs", G_DISCARD);
+        FREETMPS;
+        LEAVE;
+    }
+    return others != 0;
 }
 
 /* ---- a request's start and end ----------------------------------------- */
@@ -269,11 +282,6 @@ static int call_worker(pTHX_ const nw_serve_setup *s, const char *method, int na
 #define SERVED_KEPT    2     /* the worker serves the connection on */
 #define SERVED_LET_GO  3     /* the connection was parked, handed off or closed */
 
-static int flag(pTHX_ SV *sv)
-{
-    return SvTRUE(sv);
-}
-
 static int release(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, nw_release_reason why)
 {
     WORKER_SCOPE(a->w);
@@ -292,20 +300,38 @@ static int may_keep_alive(pTHX_ const nw_serve_setup *s)
     if (!s->keepalive)
         return 0;
     if (s->managed)
-        return !flag(aTHX_ s->closing);
-    return !flag(aTHX_ s->stopping) && !(s->limit && SvIV(s->served) + 1 >= s->limit);
+        return !s->life->closing;
+    return !s->life->stopping && !(s->limit && (IV)s->life->served + 1 >= s->limit);
 }
 
 /* --max-worker-rss, looked at before the response is written: a worker
  * without a manager must say Connection: close when it leaves. */
 static int over_memory(pTHX_ const nw_serve_setup *s)
 {
-    if (s->rss_limit_mb <= 0 || flag(aTHX_ s->exit_reason))
+    if (s->rss_limit_mb <= 0 || s->life->exit_reason)
         return 0;
     uint64_t kib = nw_worker_rss_over((uint64_t)(s->rss_limit_mb * 1024));
     if (!kib)
         return 0;
-    return call_worker(aTHX_ s, "_over_memory", 1, sv_2mortal(newSVnv((NV)kib / 1024.0)));
+    nw_log("warn", "resident size %.0f MiB is over --max-worker-rss %.0f after %llu requests; "
+           "it is replaced", (double)kib / 1024.0, s->rss_limit_mb,
+           (unsigned long long)s->life->served);
+    nw_worker_life_stop(s->life, 0, NW_EXIT_MEMORY);
+    return 1;
+}
+
+/* --max-reqs-per-child, near the limit: the master forks the replacement
+ * now (the slot says why this worker will leave; a byte wakes the
+ * master), so that it is ready, idle, to adopt this worker's connections
+ * when it leaves ("Retirement" in docs/DESIGN.md). */
+static void want_replacement(const nw_serve_setup *s)
+{
+    s->life->replacing = 1;
+    if (nw_xs_score_slot)
+        nw_xs_score_slot->exit_reason = NW_EXIT_MAX_REQUESTS;
+    if (s->wake_master_fd >= 0 && write(s->wake_master_fd, "r", 1) < 0) {
+        /* (a full pipe: the master is awake already) */
+    }
 }
 
 /* The app's response written: the common shape in C, any other through
@@ -325,15 +351,15 @@ static int write_response(pTHX_ const nw_serve_setup *s, nw_xs_conn *xc, SV *con
 static int after_kept(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc)
 {
     const nw_serve_setup *s = &a->serve;
-    if (flag(aTHX_ s->stopping) || (s->limit && SvIV(s->served) >= s->limit)) {
+    if (s->life->stopping || (s->limit && (IV)s->life->served >= s->limit)) {
         /* leaving: when the worker is recycled or retired the manager
          * takes it over; when the server stops it is closed */
-        release(aTHX_ a, xc, s->managed && !flag(aTHX_ s->closing) ? NW_RELEASE_RETIRE
-                                                                  : NW_RELEASE_STOP);
+        release(aTHX_ a, xc, s->managed && !s->life->closing ? NW_RELEASE_RETIRE
+                                                           : NW_RELEASE_STOP);
         return SERVED_LET_GO;
     }
     if (!s->managed) {      /* a kept connection holds this worker: look at signals now and then */
-        nw_serve_deliver_signals(aTHX_ a->w);
+        nw_serve_deliver_signals(aTHX_ a);
         return SERVED_KEPT;
     }
     /* A client that waits for each response has not sent its next request
@@ -363,17 +389,15 @@ static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, d
         return r;
     }
     SV *env_rv = sv_2mortal(newRV_noinc((SV *)env));
-    if (xc->c->body_fd >= 0)        /* a body spilled to a file: Perl opens it */
-        call_worker(aTHX_ s, "_open_spilled_body", 2, conn_rv, env_rv);
     int may_keep = may_keep_alive(aTHX_ s);
     SV *res = xc->crash_refused ? crash_refusal(aTHX) : call_app(aTHX_ s->app, env_rv);
     if (over_memory(aTHX_ s) && !s->managed)
         may_keep = 0;
     int kept = write_response(aTHX_ s, xc, conn_rv, env_rv, res, may_keep);
     SvREFCNT_dec(res);      /* the response goes first, as it always did */
-    sv_setiv(s->served, SvIV(s->served) + 1);
-    if (s->replace_at && SvIV(s->served) == s->replace_at)
-        call_worker(aTHX_ s, "_replacement_wanted", 0);   /* recycled soon ("Retirement") */
+    s->life->served++;
+    if (s->replace_at && (IV)s->life->served == s->replace_at)
+        want_replacement(s);    /* recycled soon */
     /* C answers whether there may be anything to do after the response:
      * nothing, usually. A rest of the response that a slow client is
      * still reading goes to the manager first: that work must not hold
@@ -474,8 +498,8 @@ static void no_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, int r)
             return;
         }
         a->wait = s->idle_wait;
-        nw_serve_deliver_signals(aTHX_ a->w);
-        if (!flag(aTHX_ s->stopping))
+        nw_serve_deliver_signals(aTHX_ a);
+        if (!s->life->stopping)
             return;
         release(aTHX_ a, xc, NW_RELEASE_STOP);
     } else {
@@ -489,7 +513,7 @@ int nw_serve_next(pTHX_ nw_xs_acceptor *a)
     const nw_serve_setup *s = &a->serve;
     nw_xs_conn *xc = current(aTHX_ a);
     if (!xc) {
-        if (flag(aTHX_ s->stopping) || (s->limit && SvIV(s->served) >= s->limit))
+        if (s->life->stopping || (s->limit && (IV)s->life->served >= s->limit))
             return NW_SERVE_LEAVING;
         if (!(xc = take_next(aTHX_ a)))
             return NW_SERVE_IDLE;
@@ -526,8 +550,7 @@ int nw_serve_run(pTHX_ nw_xs_acceptor *a)
 /* ---- setup ------------------------------------------------------------- */
 
 /* The setup's references, listed once: taken by set, given back by clear. */
-#define SETUP_REFS(s) { (s)->worker, (s)->app, (s)->stopping, (s)->closing, \
-                        (s)->served, (s)->exit_reason, (s)->conn }
+#define SETUP_REFS(s) { (s)->worker, (s)->app, (s)->conn }
 
 void nw_serve_setup_set(pTHX_ nw_serve_setup *s, const nw_serve_setup *from)
 {

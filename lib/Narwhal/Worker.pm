@@ -24,7 +24,7 @@ use constant REPLACE_AHEAD => 20;     # a recycled worker asks for its replaceme
 
 sub new {
     my ($class, %args) = @_;
-    my $self = bless { %args, served => 0, stopping => 0 }, $class;
+    my $self = bless { %args }, $class;
     my $o = $self->{options};
     $self->{limit} = _request_limit($o);
     $self->{keepalive} = !$o->{disable_keepalive} && $o->{max_keepalive_reqs} > 1;
@@ -52,6 +52,7 @@ sub run {
     # The stop and retire signals never interrupt the app (a sleep, a
     # blocking call): they wait until the worker is between requests.
     $acceptor->defer_signals(map { POSIX->can("SIG$_")->() } qw(TERM INT QUIT USR1 USR2));
+    $acceptor->life_signal($_) for @{ delete $self->{stops_before_acceptor} || [] };
     $acceptor->note_stop_sender(map { POSIX->can("SIG$_")->() } qw(TERM INT QUIT));
     # A crash in the app costs only its own request: the parked
     # connections go to the other workers (or the manager) first.
@@ -85,24 +86,23 @@ sub run {
     # (the master's pid as the master knew it: one that died while this
     # worker was setting up must still be noticed)
     my $master = $self->{master_pid} // getppid();
-    # The flags tested on every request, and the current connection
-    # ($self->{conn}, which psgix.informational and the watchdog read),
-    # are these hash slots' own scalars: the C side reads and writes them
-    # through references, and the signal handlers, which set
-    # $self->{stopping} and $self->{closing}, write the same scalars.
-    $self->{$_} //= undef for qw(exit_reason conn);
-    my ($stopping, $closing, $served) = (\$self->{stopping}, \$self->{closing}, \$self->{served});
-    Narwhal::Acceptor::serve_setup($acceptor, $self, $self->{app},
-        { stopping => $stopping, closing => $closing, served => $served,
-          exit_reason => \$self->{exit_reason}, conn => \$self->{conn} },
-        $limit, $replace_at, $keepalive ? 1 : 0, $managed ? 1 : 0, $self->{options}{worker_quantum},
-        $self->{options}{max_worker_rss} || 0, WAIT);
+    # The current connection ($self->{conn}, which psgix.informational and
+    # the watchdog read) is this hash slot's own scalar, which the C side
+    # writes through a reference. Whether the worker leaves, why, and what
+    # it served are the C worker's own (Narwhal::Acceptor::life): its stop
+    # signals are read there, and what Perl decides goes there by stop.
+    $self->{conn} = undef;
+    Narwhal::Acceptor::serve_setup($acceptor, $self, $self->{app}, \$self->{conn}, {
+        limit => $limit, replace_at => $replace_at, keepalive => $keepalive ? 1 : 0,
+        managed => $managed ? 1 : 0, quantum => $self->{options}{worker_quantum},
+        rss_limit_mb => $self->{options}{max_worker_rss} || 0, idle_wait => WAIT,
+        wake_master_fd => $self->{wake_master} ? fileno($self->{wake_master}) : -1 });
     # serve (xs/serve.c, "One request in C" in docs/DESIGN.md) serves
     # requests one after the other: the current connection's next one,
     # taking the next connection first when there is none, letting each
     # connection go (parked, handed to the manager, closed) as it must. It
-    # calls this object back for what is not common (_open_spilled_body,
-    # respond, _after_request, _over_memory), and returns when no
+    # calls this object back for what is not common (respond,
+    # _after_request, _reopen_logs), and returns when no
     # connection came within WAIT or the worker must leave. What is left
     # here is what happens then: idle time, and leaving.
     my $draining;
@@ -118,17 +118,19 @@ sub run {
         # stops, first serve (with Connection: close) what has arrived:
         # clients in the listen queue, connections in the serve queue,
         # parked ones with a request. Nothing the kernel accepted is reset.
-        last unless $$closing;
+        last unless $acceptor->life->{closing};
         $draining++ or $self->_drain($acceptor);
         $self->{conn} = Narwhal::Acceptor::next_conn($acceptor, 0) or last;
     }
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
-    $self->{exit_reason} //= Narwhal::Scoreboard::EXIT_MAX_REQUESTS() if $limit && $$served >= $limit;
     # (always a reason: a worker that exits 0 with none said left from
     # elsewhere, an app's exit, and the master logs it)
-    $board->leaving($self->{exit_reason} // Narwhal::Scoreboard::EXIT_STOPPED()) if $board;
-    $acceptor->release_parked($$closing ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
+    my $life = $acceptor->life;
+    $board->leaving($life->{exit_reason}
+                    || ($limit && $life->{served} >= $limit ? Narwhal::Scoreboard::EXIT_MAX_REQUESTS() : 0)
+                    || Narwhal::Scoreboard::EXIT_STOPPED()) if $board;
+    $acceptor->release_parked($life->{closing} ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
     Narwhal::AccessLog::close() if $access_log;
     $self->_exit(0);
 }
@@ -156,30 +158,6 @@ sub _drain {
 END {
     Narwhal::Acceptor::leave_process() if defined &Narwhal::Acceptor::leave_process;
     Narwhal::AccessLog::close() if defined &Narwhal::AccessLog::close;
-}
-
-# --max-worker-rss: the worker finishes this request and leaves as a
-# recycled one does (its kept-alive connections go to the manager).
-sub _over_memory {
-    my ($self, $mb) = @_;
-    return if $self->{exit_reason};
-    Narwhal::log_line(warn => sprintf("resident size %.0f MiB is over --max-worker-rss %d after "
-                                      . "%d requests; it is replaced", $mb, $self->{options}{max_worker_rss},
-                                      $self->{served}));
-    $self->{exit_reason} = Narwhal::Scoreboard::EXIT_MEMORY();
-    return $self->{stopping} = 1;
-}
-
-# Called by serve once, with 1/REPLACE_AHEAD of the request limit left:
-# the master forks the replacement now (the slot says why this worker will
-# leave; the byte wakes the master), so that it is ready, idle, to adopt
-# this worker's connections when it leaves at its limit.
-sub _replacement_wanted {
-    my $self = shift;
-    $self->{replacing} = 1;
-    $self->{scoreboard}->leaving_soon(Narwhal::Scoreboard::EXIT_MAX_REQUESTS());
-    syswrite($self->{wake_master}, 'r');
-    return;
 }
 
 # --request-timeout: the master's XCPU, run by Perl at the next safe point
@@ -222,20 +200,32 @@ sub _app_backtrace {
 # Nothing to serve for a while: a worker whose master is gone leaves.
 sub _leave_if_orphaned {
     my ($self, $master) = @_;
-    $self->{stopping} = $self->{closing} = 1 if getppid() != $master;
+    $self->{acceptor}->stop(1) if getppid() != $master;
+}
+
+# USR1 (the master's, after log rotation): both logs are reopened. (Read
+# by the C worker from its signalfd once signals are deferred.)
+sub _reopen_logs {
+    my $self = shift;
+    Narwhal::reopen_error_log($self->{options})
+        or Narwhal::log_line(error => "cannot reopen the error log: $!");
+    Narwhal::AccessLog::reopen()
+        or Narwhal::log_line(error => "cannot reopen the access log: $!");
 }
 
 sub _signals {
     my $self = shift;
     # The handlers run between requests only (see defer_signals in run).
     # The listeners stay open until what is queued on them is served.
+    # Once the signals are deferred, the C worker reads these from its
+    # signalfd itself (nw_worker_life_signal); the handlers catch what
+    # comes before, for the acceptor's life once it exists.
     my $stop = sub {
-        $self->{stopping} = 1;
-        if ($_[0] eq 'USR2') {  # (after it asked for its successor: still a recycle)
-            $self->{exit_reason} //= $self->{replacing} ? Narwhal::Scoreboard::EXIT_MAX_REQUESTS()
-                                                        : Narwhal::Scoreboard::EXIT_RETIRED();
+        my $signo = POSIX->can("SIG$_[0]")->();
+        if (my $acceptor = $self->{acceptor}) {
+            $acceptor->life_signal($signo);
         } else {
-            $self->{closing} = 1;
+            push @{ $self->{stops_before_acceptor} }, $signo;
         }
     };
     # TERM, INT, QUIT: the server stops, idle connections are closed.
@@ -246,12 +236,7 @@ sub _signals {
     $SIG{$_} = $stop for qw(TERM INT QUIT USR2);
     $SIG{$_} = 'IGNORE' for qw(HUP TTIN TTOU PIPE);
     # USR1 (the master's, after log rotation): both logs are reopened.
-    $SIG{USR1} = sub {
-        Narwhal::reopen_error_log($self->{options})
-            or Narwhal::log_line(error => "cannot reopen the error log: $!");
-        Narwhal::AccessLog::reopen()
-            or Narwhal::log_line(error => "cannot reopen the access log: $!");
-    };
+    $SIG{USR1} = sub { $self->_reopen_logs };
     # what arrived before these handlers (see Master's _become_worker); a
     # rotation then (the access log is not open yet) reopens the error log
     my @early = @{ $self->{early_signals} || [] };
@@ -308,14 +293,6 @@ sub _io_handle {
 }
 
 # Called by serve (xs/serve.c) for a body spilled to a temp file.
-sub _open_spilled_body {
-    my ($self, $conn, $env) = @_;
-    my $fd = $conn->take_body_fd;
-    open(my $fh, '+<&=', $fd) or die "cannot open the request body: $!\n";
-    binmode $fh;
-    $env->{'psgi.input'} = $fh;
-}
-
 # Called by serve when C cannot tell that there is nothing to do after the
 # response. Inside an eval: the app may have locked $env, tied its values
 # or deleted the handlers, and none of that may stop the worker. No
@@ -340,8 +317,7 @@ sub _after_response {
         eval { $handler->($env); 1 } or _log_error($env, "cleanup handler died: $@");
     }
     if (eval { exists $env->{'psgix.harakiri.commit'} && $env->{'psgix.harakiri.commit'} }) {
-        $self->{stopping} = 1;
-        $self->{exit_reason} //= Narwhal::Scoreboard::EXIT_MAX_REQUESTS();    # the app's own limit
+        $self->{acceptor}->stop(0, Narwhal::Scoreboard::EXIT_MAX_REQUESTS());    # the app's own limit
     }
 }
 
