@@ -94,8 +94,8 @@ new(class, listeners, config, serve_queue = -1, handoff_queue = -1, io_maker = &
   CODE:
     PERL_UNUSED_VAR(class);
     SSize_t n = av_len(listeners) + 1;
-    if (n < 1 || n > NW_WORKER_MAX_LISTENERS)
-        croak("Narwhal::Acceptor needs 1 to %d listeners", NW_WORKER_MAX_LISTENERS);
+    if (n < 1 || n > NW_MAX_LISTENERS)
+        croak("Narwhal::Acceptor needs 1 to %d listeners", NW_MAX_LISTENERS);
     nw_worker_config cfg;
     nw_config_from_av(aTHX_ config, &cfg);
     Newxz(RETVAL, 1, nw_xs_acceptor);
@@ -372,15 +372,6 @@ watchdog_end(self, conn = NULL)
   OUTPUT:
     RETVAL
 
-double
-rss_over(limit_mb)
-    double limit_mb
-  CODE:
-    /* --max-worker-rss: the resident size in MiB when over, else 0. */
-    RETVAL = (double)nw_worker_rss_over((uint64_t)(limit_mb * 1024)) / 1024.0;
-  OUTPUT:
-    RETVAL
-
 MODULE = Narwhal    PACKAGE = Narwhal::Conn
 
 int
@@ -577,17 +568,6 @@ leaving(self, reason = 0)
             nw_xs_score_slot->exit_reason = reason;
         nw_xs_score_slot->state = NW_WORKER_STOPPING;
     }
-
-void
-leaving_soon(self, reason)
-    SV *self
-    int reason
-  CODE:
-    /* In a worker: it will leave, and why, while it goes on serving (the
-     * master forks its replacement: "Retirement" in docs/DESIGN.md). */
-    PERL_UNUSED_VAR(self);
-    if (nw_xs_score_slot)
-        nw_xs_score_slot->exit_reason = reason;
 
 SV *
 slot(self, index)

@@ -50,6 +50,10 @@
  * clients); the rest is --max-connections' default. */
 #define NW_MANAGER_RESERVED_FDS 256
 
+/* Listeners a server can have: each worker watches them all (epoll data
+ * 0..62; 63 is its signalfd), and the manager gets a copy of each. */
+#define NW_MAX_LISTENERS              63
+
 /* A stuck pool (DESIGN.md, "When every worker is busy"): when no worker is
  * free and each has been on its request this long, the manager takes new
  * connections from the listeners itself, so that they wait where they are

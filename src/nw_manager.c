@@ -133,7 +133,7 @@ typedef struct {
     nw_msec max_queue_wait, next_shed;
     int64_t arrived_ns;     /* the kernel's receive time of the client bytes being read (0: none) */
     nw_status_server status;        /* --status-listen and its clients */
-    int     listeners[16];
+    int     listeners[NW_MAX_LISTENERS];
     int     nlisteners;
     int     accepting;              /* the listeners are in epoll: the pool is stuck */
     nw_msec next_look;              /* when to look at the pool again */

@@ -7,6 +7,7 @@
 #define NW_MANAGER_H
 
 #include <stddef.h>
+#include "nw_limits.h"
 
 typedef struct {
     double keepalive_timeout;   /* seconds an idle connection is kept */
@@ -22,7 +23,7 @@ typedef struct {
     int scoreboard_fd;          /* the scoreboard's memfd, or -1 */
     int serve_reader_fd;        /* the workers' end of the serve queue (for shedding), or -1 */
     int status_fd;              /* the --status-listen listener, or -1 */
-    int listener_fds[16];       /* the app's listeners (queue lengths; taken from while the
+    int listener_fds[NW_MAX_LISTENERS];       /* the app's listeners (queue lengths; taken from while the
                                  * pool is stuck) */
     int nlisteners;
     const char *error_log;      /* --error-log: reopened onto fd 2 on SIGUSR1, or NULL */

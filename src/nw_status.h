@@ -11,9 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "nw_buf.h"
+#include "nw_limits.h"
 #include "nw_scoreboard.h"
 
-#define NW_STATUS_MAX_LISTENERS 16
+#define NW_STATUS_MAX_LISTENERS NW_MAX_LISTENERS
 
 enum nw_status_page {
     NW_STATUS_NOT_FOUND = 0,

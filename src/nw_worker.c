@@ -232,7 +232,7 @@ static int poll_events(nw_worker *w, int timeout_ms)
     int ready_before = w->park.ready_count, sources = 0;
     for (int k = 0; k < n; k++) {
         uint64_t data = ev[k].data.u64;
-        if (data < NW_WORKER_MAX_LISTENERS) {
+        if (data < NW_MAX_LISTENERS) {
             w->listener_ready |= (uint64_t)1 << data;
             sources++;
         } else if (data == SERVE_QUEUE_EVENT) {
@@ -1225,7 +1225,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
 
 int nw_worker_listen(nw_worker *w, int fd, int is_tcp)
 {
-    if (w->count >= NW_WORKER_MAX_LISTENERS) {
+    if (w->count >= NW_MAX_LISTENERS) {
         errno = EMFILE;
         return -1;
     }

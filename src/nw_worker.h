@@ -30,7 +30,6 @@
 #include "nw_proxy.h"
 #include "nw_scoreboard.h"
 
-#define NW_WORKER_MAX_LISTENERS 63
 
 /* One connection inside a worker: the C side of what the caller serves. */
 typedef struct {
@@ -103,7 +102,7 @@ typedef struct {
 } nw_worker_life;
 
 typedef struct {
-    nw_worker_listener listener[NW_WORKER_MAX_LISTENERS];
+    nw_worker_listener listener[NW_MAX_LISTENERS];
     int count;
     int next;                   /* where the next accept round starts */
     int epfd;
@@ -181,7 +180,7 @@ int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd);
 void nw_worker_count_in(nw_worker *w, nw_score_slot *slot);
 
 /* Add a listening socket (made non-blocking). Returns 0, or -1 with errno
- * (EMFILE past NW_WORKER_MAX_LISTENERS). */
+ * (EMFILE past NW_MAX_LISTENERS). */
 int nw_worker_listen(nw_worker *w, int fd, int is_tcp);
 
 /* Start the park watcher when there is something for it to do (a manager

@@ -51,7 +51,7 @@ typedef struct {
  * and what serve needs. */
 typedef struct {
     nw_worker *w;
-    env_recycler *env[NW_WORKER_MAX_LISTENERS];
+    env_recycler *env[NW_MAX_LISTENERS];
     int count;
     nw_serve_setup serve;   /* serve.app is NULL until serve_setup */
     SV *current_obj;        /* the object serve.conn referred to when last seen */

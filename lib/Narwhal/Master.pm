@@ -23,7 +23,6 @@ use constant PROXY_LOG_EVERY   => 10;    # seconds: refused PROXY connections pa
 use constant KILL_REAP_WAIT    => 0.5;   # after KILL at the graceful deadline, wait this long
 use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long at most for the manager
 use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
-use constant MANAGER_MAX_LISTENERS => 16; # listeners whose queue the manager reports
 use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between the watchdog's steps
 use constant REPLACE_LINGER    => Narwhal::for_tests(REPLACE_LINGER => 10);
                                          # seconds a replaced worker may take to reach its limit
@@ -193,7 +192,7 @@ sub _manager_descriptors {
         if $self->{status_listener};
     my $n = 0;
     $to{"listener$n"} = [ $_->{fd}, Narwhal::Limits::MANAGER_LISTENERS_FD() + $n++ ]
-        for grep { $n < MANAGER_MAX_LISTENERS } @{ $self->{listeners} };
+        for grep { $n < Narwhal::Limits::MAX_LISTENERS() } @{ $self->{listeners} };
     return %to;
 }
 
