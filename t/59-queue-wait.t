@@ -28,12 +28,7 @@ APP
 
 my $sport = free_port();
 
-sub metrics {
-    my ($port) = @_;
-    my $text = http_get("http://127.0.0.1:$port", '/metrics')->{content} // '';
-    my %v = map { /^(\S+) (\S+)$/ ? ($1 => $2) : () } grep { !/^#/ } split /\n/, $text;
-    return \%v;
-}
+sub metrics { NarwhalTest::metrics_of(@_) }
 
 # Send each [connection, path] its request at once and wait for every
 # answer; then the queue and service sums the metrics gained must make what

@@ -27,11 +27,7 @@ sub {
 APP
 
 my $sport = free_port();
-sub metrics {
-    my $text = http_get("http://127.0.0.1:$sport", '/metrics')->{content} // '';
-    my %v = map { /^(\S+) (\S+)$/ ? ($1 => $2) : () } grep { !/^#/ } split /\n/, $text;
-    return \%v;
-}
+sub metrics { NarwhalTest::metrics_of($sport) }
 
 # Send GET $path on each connection at once; [status, seconds] per one.
 sub ask_all {

@@ -32,11 +32,7 @@ for my $case ([ [ '--min-workers', 5, '--max-workers', 2 ], qr/--min-workers \(5
 }
 
 my $sport = free_port();
-sub metrics {
-    my $text = http_get("http://127.0.0.1:$sport", '/metrics')->{content} // '';
-    my %v = map { /^(\S+) (\S+)$/ ? ($1 => $2) : () } grep { !/^#/ } split /\n/, $text;
-    return \%v;
-}
+sub metrics { NarwhalTest::metrics_of($sport) }
 
 # Each connection asks for $path again as soon as it has its answer, until
 # $until; every answer is counted, and nothing is retried.

@@ -14,7 +14,7 @@ use Time::HiRes ();
 # Test helpers: free ports from the OS, a spawned server behind a guard,
 # raw-socket requests and a small response parser. Every wait is bounded.
 
-our @EXPORT_OK = qw(echo_app free_port spawn_server write_app raw_connect raw_request
+our @EXPORT_OK = qw(metrics_of echo_app free_port spawn_server write_app raw_connect raw_request
                     read_until_close read_response parse_response tmpdir
                     wait_until root perl_cmd run_cmd http_get children_of
                     pid_alive narwhal_cmd worker_pids manager_built
@@ -295,6 +295,13 @@ sub run_cmd {
 
 # A GET with HTTP::Tiny (a new client unless one is given); returns its
 # response hash (status 599 on connection errors).
+# The status listener's /metrics on 127.0.0.1:$port, as { "name{labels}" => value }.
+sub metrics_of {
+    my ($port) = @_;
+    my $text = http_get("http://127.0.0.1:$port", '/metrics')->{content} // '';
+    return { map { /^(\S+) (\S+)$/ ? ($1 => $2) : () } grep { !/^#/ } split /\n/, $text };
+}
+
 sub http_get {
     my ($where, $path, $http) = @_;
     require HTTP::Tiny;
