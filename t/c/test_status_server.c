@@ -7,6 +7,7 @@
  * queue; an event that is not the server's is left alone; closing closes
  * everything. Run by t/08-status-unit.t (under ASan and UBSan). */
 #define _GNU_SOURCE
+#include "loopback.h"
 #include "tap.h"
 #include "nw_scoreboard.h"
 #include "nw_status_server.h"
@@ -42,29 +43,17 @@ static void numbers(void *arg, nw_status_manager *sm)
 
 static int listener(void)
 {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    memset(&g_addr, 0, sizeof g_addr);
-    g_addr.sin_family = AF_INET;
-    g_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof g_addr;
-    if (l < 0 || bind(l, (struct sockaddr *)&g_addr, sizeof g_addr) < 0 || listen(l, 64) < 0
-        || getsockname(l, (struct sockaddr *)&g_addr, &len) < 0)
-        die("listener");
-    return l;
+    return loopback_listener(&g_addr);
 }
 
 static int client(void)
 {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&g_addr, sizeof g_addr) < 0)
-        die("connect");
-    return s;
+    return loopback_client(&g_addr);
 }
 
 static void say(int s, const char *bytes)
 {
-    if (write(s, bytes, strlen(bytes)) != (ssize_t)strlen(bytes))
-        die("write");
+    loopback_say(s, bytes);
 }
 
 /* One round of the manager's loop: the events of up to wait_ms, each to

@@ -32,6 +32,7 @@
 #include "nw_scoreboard.h"
 #include "nw_worker.h"
 #include "nw_worker_signals.h"
+#include "loopback.h"
 #include "tap.h"
 
 #define WAIT_MS 2000    /* the longest a step that must happen is waited for */
@@ -47,23 +48,12 @@ static void die(const char *what)
 
 static void listen_once(void)
 {
-    g_listener = socket(AF_INET, SOCK_STREAM, 0);
-    memset(&g_addr, 0, sizeof g_addr);
-    g_addr.sin_family = AF_INET;
-    g_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof g_addr;
-    if (g_listener < 0 || bind(g_listener, (struct sockaddr *)&g_addr, sizeof g_addr) < 0
-        || listen(g_listener, 64) < 0
-        || getsockname(g_listener, (struct sockaddr *)&g_addr, &len) < 0)
-        die("listener");
+    g_listener = loopback_listener(&g_addr);
 }
 
 static int client(void)
 {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&g_addr, sizeof g_addr) < 0)
-        die("connect");
-    return s;
+    return loopback_client(&g_addr);
 }
 
 /* What s reads until end-of-stream (or WAIT_MS), NUL-terminated in buf. */
