@@ -16,6 +16,7 @@ use FindBin qw($RealBin);
 use lib "$RealBin/../t/lib";
 use File::Temp ();
 use Getopt::Long qw(GetOptions);
+use IO::Select ();
 use IO::Socket::INET ();
 use POSIX ();
 use Socket qw(IPPROTO_TCP TCP_NODELAY);
@@ -107,6 +108,45 @@ sub workers_of {
     return $s->{name} eq 'narwhal' ? worker_pids($s->{pid}) : children_of($s->{pid});
 }
 
+# Narwhal's connection manager (none for the others).
+sub manager_of {
+    my ($s) = @_;
+    return unless $s->{name} eq 'narwhal';
+    for my $pid (children_of($s->{pid})) {
+        open(my $f, '<', "/proc/$pid/cmdline") or next;
+        my $cmd = do { local $/; <$f> } // '';
+        return $pid if $cmd =~ /^narwhal manager/;
+    }
+    return;
+}
+
+# $n connections that each make one request, then stay open and quiet.
+sub idle_connections {
+    my ($port, $n) = @_;
+    my @c;
+    for (1 .. $n) {
+        my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or next;
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $buf = '';
+        while (sysread($c, $buf, 4096, length $buf)) { last if $buf =~ /\r\n\r\nok/ }
+        push @c, $c;
+    }
+    return @c;
+}
+
+# How many of them the server closed (end-of-stream or an error now).
+sub closed_of {
+    my @c = @_;
+    my $closed = 0;
+    for my $c (@c) {
+        my $sel = IO::Select->new($c);
+        next unless $sel->can_read(0);
+        my $n = sysread($c, my $buf, 4096);
+        $closed++ unless $n;
+    }
+    return $closed;
+}
+
 # ---------------------------------------------------------------- scenarios
 
 my @SCENARIOS = (
@@ -126,6 +166,36 @@ my @SCENARIOS = (
             kill KILL => $w[rand @w] if @w;
         }
         return collect(@c);
+    } ],
+    [ kill_worker_30 => 'kill -9 of a worker every second (30 keep-alive clients; target: failed + reset <= the kills)', sub {
+        my ($s) = @_;
+        my @c = start_clients($s->{port}, 30, '/', $opt{seconds});
+        my $kills = 0;
+        for (1 .. int $opt{seconds} - 1) {
+            sleep 1;
+            my @w = workers_of($s);
+            $kills += kill KILL => $w[rand @w] if @w;
+        }
+        my $r = collect(@c);
+        $r->{note} = "$kills kills";
+        return $r;
+    } ],
+    [ kill_manager => 'kill -9 of the manager every second (30 keep-alive clients, 200 idle connections)', sub {
+        my ($s) = @_;
+        return { seconds => 'no manager' } unless $s->{name} eq 'narwhal';
+        my @idle = idle_connections($s->{port}, 200);
+        sleep 1;    # (quiet for --keepalive-wait: they are the manager's now)
+        my @c = start_clients($s->{port}, 30, '/', $opt{seconds});
+        my $kills = 0;
+        for (1 .. int $opt{seconds} - 1) {
+            sleep 1;
+            my $m = manager_of($s);
+            $kills += kill KILL => $m if $m;
+        }
+        my $r = collect(@c);
+        $r->{note} = sprintf '%d kills; idle connections closed: %d of %d', $kills, closed_of(@idle),
+                             scalar @idle;
+        return $r;
     } ],
     [ app_exit => 'the app calls exit (1 client on /exit, 20 normal clients)', sub {
         my ($s) = @_;
@@ -199,7 +269,7 @@ for my $sc (@SCENARIOS) {
         my $t = $run->($s);
         stop_server($s);
         push @rows, [$name, $server, defined $t->{seconds} ? ($t->{seconds} =~ /^[\d.]+$/ ? "exit after $t->{seconds} s" : $t->{seconds})
-                     : join(' | ', @$t{qw(sent answered failed reset)})];
+                     : join(' | ', @$t{qw(sent answered failed reset)}) . ($t->{note} ? " ($t->{note})" : '')];
         printf STDERR "%-16s %-8s %s\n", @{ $rows[-1] };
     }
 }
