@@ -19,6 +19,7 @@
 
 #include "nw_frame.h"
 #include "nw_scoreboard.h"
+#include "nw_worker_signals.h"
 #include "nw_log.h"
 
 #define SIGNAL_EVENT      63    /* epoll data for the signalfd (listeners are 0..62) */
@@ -1152,6 +1153,8 @@ uint64_t nw_worker_deliver_signals(nw_worker *w)
     struct signalfd_siginfo si;
     while (read(w->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         int sig = (int)si.ssi_signo;
+        if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT)
+            nw_worker_stop_sent_by((long)si.ssi_pid);   /* (no handler runs to note it) */
         if (!nw_worker_life_signal(&w->life, sig) && sig > 0 && sig < 64)
             others |= (uint64_t)1 << sig;
     }

@@ -140,6 +140,11 @@ void nw_worker_note_stop_sender(int sig)
         nw_signal_in_front(sig, stop_sender_handler, &stop_next[sig]);
 }
 
+void nw_worker_stop_sent_by(long pid)
+{
+    stop_sender_pid = (sig_atomic_t)pid;
+}
+
 long nw_worker_stop_sender(void)
 {
     return stop_sender_pid;

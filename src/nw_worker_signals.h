@@ -56,4 +56,8 @@ int nw_worker_watchdog_reply(void);
 void nw_worker_note_stop_sender(int sig);
 long nw_worker_stop_sender(void);
 
+/* A stop signal taken from the signalfd (nw_worker_deliver_signals), where
+ * no handler runs: its sender (ssi_pid) is noted as the handler notes it. */
+void nw_worker_stop_sent_by(long pid);
+
 #endif
