@@ -1014,10 +1014,16 @@ static void nw_manager_accept(nw_manager *m, int i)
     for (int n = 0; m->accepting && n < NW_MANAGER_ACCEPT_BATCH; n++) {
         int fd = accept4(m->listeners[i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+                return;
             if (errno == EMFILE || errno == ENFILE)
                 nw_log_limited(&m->fd_limit_said, m->now, "warn",
                                "the manager cannot take a connection: %s (the workers will)",
                                strerror(errno));
+            /* The listener stays readable (level-triggered): out of epoll
+             * until the next look, or the loop would spin on it. */
+            nw_manager_take_listeners(m, 0);
+            m->next_look = m->now + NW_POOL_LOOK_IDLE_MS;
             return;
         }
         nw_manager_accept_one(m, i, fd);

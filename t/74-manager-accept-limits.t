@@ -1,0 +1,94 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use IO::Select ();
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server write_app wait_until manager_fallback worker_pids raw_connect
+                   children_of perl_cmd root);
+
+# While every worker is stuck the manager takes new connections from the
+# listeners itself (t/68). When it cannot (out of descriptors), the
+# listener stays readable: the manager must not spin on it, trying accept
+# in a loop at full CPU until a worker is free.
+
+my @NM = manager_fallback();
+plan skip_all => 'the connection manager takes them'
+    if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+plan skip_all => 'needs prlimit(1)' unless grep { -x "$_/prlimit" } split /:/, $ENV{PATH};
+
+my $APP = write_app(<<'APP');
+sub {
+    my $env = shift;
+    Time::HiRes::sleep($1) if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
+    [200, ['Content-Type' => 'text/plain'], ["ok\n"]];
+}
+APP
+
+sub cpu_ticks {
+    my ($pid) = @_;
+    open(my $fh, '<', "/proc/$pid/stat") or return;
+    my $stat = <$fh>;
+    $stat =~ s/^.*\)\s+//s;
+    my @f = split ' ', $stat;
+    return $f[11] + $f[12];     # utime + stime
+}
+
+sub manager_pid {
+    my ($master) = @_;
+    my ($m) = grep {
+        my $fh;
+        open($fh, '<', "/proc/$_/cmdline") && (<$fh> // '') =~ /manager/;
+    } children_of($master);
+    return $m;
+}
+
+# 1. Out of descriptors: an open-file limit of 64 for the server, and a
+# --max-connections above it, so that once the serve queue is full (a few
+# hundred connections in flight) the manager's accept fails EMFILE.
+{
+    my $port = NarwhalTest::free_port();
+    my $s = spawn_server(app => $APP, port => $port, command => [
+        'prlimit', '--nofile=64:64', '--', perl_cmd(), root() . '/bin/narwhal',
+        '--listen', "127.0.0.1:$port", '--max-workers', 1, '--max-connections', 1000,
+        NarwhalTest::extra_args(), $APP ]);
+    ok(wait_until(sub { worker_pids($s->pid) == 1 && manager_pid($s->pid) }, 5), 'a worker and the manager');
+    my $mgr = manager_pid($s->pid);
+    my $busy = raw_connect($port);
+    syswrite($busy, "GET /sleep/8 HTTP/1.1\r\nHost: x\r\n\r\n");
+    sleep 0.3;
+    my @clients;
+    for (1 .. 700) {
+        my $c = raw_connect($port) or last;
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        push @clients, $c;
+    }
+    cmp_ok(scalar @clients, '>=', 600, 'enough clients to fill the manager\'s descriptors');
+    sleep 0.5;
+    like($s->log_text, qr/the manager cannot take a connection/, 'the manager ran out of descriptors');
+    my $t0 = cpu_ticks($mgr);
+    sleep 1.5;
+    my $used = cpu_ticks($mgr) - $t0;
+    my $hz = 100;
+    cmp_ok($used, '<', 0.3 * 1.5 * $hz,
+           sprintf('... and does not spin meanwhile (%.2f s of CPU in 1.5 s)', $used / $hz));
+    # every client is answered once the worker is free (the manager took
+    # what it could, the rest waited in the listen queue)
+    my ($answered, %buf) = (0);
+    my $sel = IO::Select->new(@clients);
+    my $end = time + 30;
+    while ($sel->count && time < $end) {
+        for my $h ($sel->can_read(0.5)) {
+            my $n = sysread($h, $buf{$h}, 4096, length($buf{$h} // ''));
+            if (($buf{$h} // '') =~ m{^HTTP/1\.1 200 .*\r\n\r\nok\n}s) {
+                $answered++;
+                $sel->remove($h);
+            } elsif (!$n) {
+                $sel->remove($h);
+            }
+        }
+    }
+    is($answered, scalar @clients, 'every client is answered');
+    $s->stop;
+}
+done_testing();
