@@ -1009,9 +1009,24 @@ static void nw_manager_accept_one(nw_manager *m, int i, int fd)
     nw_manager_client_readable(m, fd);
 }
 
+/* The listeners stay readable (level-triggered): out of epoll until the
+ * next look at the pool, or the loop would spin on them. */
+static void nw_manager_accept_pause(nw_manager *m)
+{
+    nw_manager_take_listeners(m, 0);
+    m->next_look = m->now + NW_POOL_LOOK_IDLE_MS;
+}
+
 static void nw_manager_accept(nw_manager *m, int i)
 {
     for (int n = 0; m->accepting && n < NW_MANAGER_ACCEPT_BATCH; n++) {
+        /* Full (--max-connections) with nothing idle to close: a new
+         * client waits in the listen queue, as it would for a worker,
+         * rather than be accepted only to be closed with its request unread. */
+        if (m->max_conns && nw_manager_held(m) >= m->max_conns && m->idle.first == NW_MANAGER_NONE) {
+            nw_manager_accept_pause(m);
+            return;
+        }
         int fd = accept4(m->listeners[i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
@@ -1020,10 +1035,7 @@ static void nw_manager_accept(nw_manager *m, int i)
                 nw_log_limited(&m->fd_limit_said, m->now, "warn",
                                "the manager cannot take a connection: %s (the workers will)",
                                strerror(errno));
-            /* The listener stays readable (level-triggered): out of epoll
-             * until the next look, or the loop would spin on it. */
-            nw_manager_take_listeners(m, 0);
-            m->next_look = m->now + NW_POOL_LOOK_IDLE_MS;
+            nw_manager_accept_pause(m);
             return;
         }
         nw_manager_accept_one(m, i, fd);

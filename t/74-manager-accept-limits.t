@@ -15,7 +15,6 @@ use NarwhalTest qw(spawn_server write_app wait_until manager_fallback worker_pid
 my @NM = manager_fallback();
 plan skip_all => 'the connection manager takes them'
     if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
-plan skip_all => 'needs prlimit(1)' unless grep { -x "$_/prlimit" } split /:/, $ENV{PATH};
 
 my $APP = write_app(<<'APP');
 sub {
@@ -46,7 +45,8 @@ sub manager_pid {
 # 1. Out of descriptors: an open-file limit of 64 for the server, and a
 # --max-connections above it, so that once the serve queue is full (a few
 # hundred connections in flight) the manager's accept fails EMFILE.
-{
+SKIP: {
+    skip 'needs prlimit(1)', 5 unless grep { -x "$_/prlimit" } split /:/, $ENV{PATH};
     my $port = NarwhalTest::free_port();
     my $s = spawn_server(app => $APP, port => $port, command => [
         'prlimit', '--nofile=64:64', '--', perl_cmd(), root() . '/bin/narwhal',
@@ -89,6 +89,27 @@ sub manager_pid {
         }
     }
     is($answered, scalar @clients, 'every client is answered');
+    $s->stop;
+}
+
+# 2. Full (--max-connections) with nothing idle to close: three clients
+# that sent part of a head fill the manager. A client that comes now with
+# its whole request must wait in the listen queue for a worker, as it
+# would if the manager did not take connections, not be accepted and
+# closed (reset: its request unread) at once.
+{
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--max-connections', 3 ]);
+    ok(wait_until(sub { worker_pids($s->pid) == 1 }, 5), 'full: a worker');
+    my $busy = raw_connect($s->port);
+    syswrite($busy, "GET /sleep/2 HTTP/1.1\r\nHost: x\r\n\r\n");
+    sleep 0.3;
+    my @partial = map { raw_connect($s->port) } 1 .. 3;
+    syswrite($_, "GET /partial HTTP/1.1\r\n") for @partial;
+    sleep 0.3;
+    my $late = raw_connect($s->port);
+    syswrite($late, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    my $r = NarwhalTest::read_response($late, 6);
+    is($r && $r->{status}, 200, 'a client that comes while the manager is full is served once a worker is free');
     $s->stop;
 }
 done_testing();
