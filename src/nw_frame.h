@@ -42,6 +42,9 @@ enum nw_frame_type {
 #define NW_FRAME_F_PROXY        2u  /* --proxy-protocol: the data begins with a PROXY header */
 #define NW_FRAME_F_OUTPUT       4u  /* HANDOFF: the rest of a response to write first (a second fd,
                                      * and the data begins with an nw_frame_output) */
+#define NW_FRAME_F_DRAINED      8u  /* SERVE: the manager's last read of the socket was short: the
+                                     * data is all the client had sent (closing it after a
+                                     * response needs no lingering) */
 
 typedef struct {
     uint32_t magic;

@@ -87,7 +87,8 @@
                                                * Connection: close, the idle connections whose
                                                * next request comes this soon (then FIN) */
 #define NW_STOP_WRITE_MS              5000    /* ...and a stopping manager goes on writing the responses
-                                               * it finishes for slow readers up to this much longer */
+                                               * it finishes for slow readers, and handing the requests
+                                               * in its queue to the workers, up to this much longer */
 #define NW_CRASH_LOCK_TRIES           500     /* a crashing worker waits up to 50 ms for the parked set */
 
 /* The operator layer (DESIGN.md). */

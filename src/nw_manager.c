@@ -70,6 +70,7 @@ enum {
 #define NW_MANAGER_F_PROXY      2u  /* connection: its bytes begin with a PROXY header */
 #define NW_MANAGER_F_OUT_KEEP   4u  /* writing: the connection stays open after the response */
 #define NW_MANAGER_F_OUT_COUNTED 8u /* writing: its rest counts against --max-offload-total */
+#define NW_MANAGER_F_DRAINED   16u  /* connection: its last read was short (SERVE says so) */
 
 #define NW_MANAGER_NONE             (-1)
 #define NW_MANAGER_EVENTS           256
@@ -407,6 +408,8 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     f.ready_ms = s->ready_ms;
     if (s->flags & NW_MANAGER_F_PROXY)
         f.flags = NW_FRAME_F_PROXY;
+    if (s->flags & NW_MANAGER_F_DRAINED)
+        f.flags |= NW_FRAME_F_DRAINED;
     f.data_len = (uint32_t)len;
     if (nw_frame_send(m->serve_queue, &f, data, fd) == 0) {
         m->st.handed_off++;
@@ -780,6 +783,10 @@ static void nw_manager_client_readable(nw_manager *m, int fd)
         nw_manager_drop_conn(m, fd);
         return;
     }
+    if ((size_t)n < room)
+        m->slots[fd].flags |= NW_MANAGER_F_DRAINED;
+    else
+        m->slots[fd].flags &= (uint8_t)~NW_MANAGER_F_DRAINED;
     if (m->slots[fd].head_len == 0)
         nw_manager_first_bytes(m, fd, buf, (size_t)n);
     else
@@ -1392,9 +1399,15 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
     /* A stop signal does not end the loop at once: for NW_STOP_SERVE_MS
      * the manager goes on serving (the workers are stopped after it), so
      * busy keep-alive clients get their next request answered, with
-     * Connection: close, instead of a FIN that races it. */
+     * Connection: close, instead of a FIN that races it. Then, for up to
+     * NW_STOP_WRITE_MS more, it finishes the responses it writes for slow
+     * readers and puts the requests still in its queue on the serve queue
+     * as the workers make room: clients it took while every worker was
+     * stuck are served by the workers' drain, as they would have been
+     * from the listen queue. */
     while (!m.stop && !(m.serve_until && m.now >= m.serve_until
-                        && (m.writing.len == 0 || m.now >= m.serve_until + NW_STOP_WRITE_MS))) {
+                        && ((m.writing.len == 0 && m.queue.len == 0)
+                            || m.now >= m.serve_until + NW_STOP_WRITE_MS))) {
         int timeout = nw_manager_timeout(&m);
         nw_msec stop_at = m.serve_until && m.now >= m.serve_until
                           ? m.serve_until + NW_STOP_WRITE_MS : m.serve_until;

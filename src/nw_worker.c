@@ -169,6 +169,7 @@ static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
     }
     wc->c->requests = f->requests;
     wc->c->proxy_pending = (f->flags & NW_FRAME_F_PROXY) != 0;
+    wc->c->drained = (f->flags & NW_FRAME_F_DRAINED) != 0;  /* (a close needs no lingering) */
     wc->ready_ms = f->ready_ms;     /* (narwhal_request_queue_seconds) */
     wc->queued = 1;
     return wc;

@@ -143,4 +143,31 @@ cmp_ok(metrics()->{narwhal_manager_accepted_total} - $m0->{narwhal_manager_accep
        '... taken by the manager from the unix socket');
 read_response($_, 5) for @busy;
 $s->stop;
+
+# 4. A graceful stop while the pool is stuck: the clients the manager
+# took are served by the worker's drain, as they were from the listen
+# queue, and quickly (a client that keeps its socket open after the
+# answer does not hold the worker: the manager's read said nothing more
+# had come).
+$s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--graceful-timeout', 20 ]);
+wait_until(sub { worker_pids($s->pid) == 1 }, 5);
+my $long = raw_connect($s->port);
+syswrite($long, "GET /sleep/1.5 HTTP/1.1\r\nHost: x\r\n\r\n");
+sleep 0.3;
+@new = map { raw_connect($s->port) } 1 .. 100;
+syswrite($_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") for @new;
+sleep 0.2;
+kill TERM => $s->pid;
+my (%got, %buf);
+my $sel = IO::Select->new(@new);
+my $end = time + 10;
+while (keys %got < @new && time < $end) {
+    for my $h ($sel->can_read(0.2)) {
+        my $n = sysread($h, $buf{$h}, 4096, length($buf{$h} // ''));
+        if (($buf{$h} // '') =~ m{^HTTP/1\.1 200}) { $got{$h} = 1; $sel->remove($h) }
+        elsif (!$n) { $sel->remove($h) }
+    }
+}
+is(scalar keys %got, 100, 'a stop while the pool is stuck: the 100 clients the manager took are all answered');
+ok(wait_until(sub { !NarwhalTest::pid_alive($s->pid) }, 10), '... and the server exits');
 done_testing();
