@@ -116,6 +116,28 @@ is(metrics()->{'narwhal_pool_changes_total{reason="grow_stuck"}'} - $stuck0, 1,
 is(read_response($long, 5)->{status}, 200, 'the long request finishes');
 $s->stop;
 
+# An app that takes a second to load in each worker (--no-preload-app):
+# the pool grows by one step, then waits for the new workers to be ready
+# before it looks at the waits again (they waited while those loaded).
+my $SLOW = write_app(<<'APP');
+Time::HiRes::sleep(1);
+sub {
+    my $env = shift;
+    Time::HiRes::sleep($1) if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
+    [200, ['Content-Type' => 'text/plain'], ["ok\n"]];
+}
+APP
+$s = spawn_server(app => $SLOW, args => [ '--min-workers', 1, '--max-workers', 8, '--no-preload-app',
+                                          '--status-listen', "127.0.0.1:$sport" ]);
+ok(wait_until(sub { (metrics()->{'narwhal_workers{state="idle"}'} // 0) == 1 }, 10), 'slow app: one worker ready');
+@c = map { raw_connect($s->port) } 1 .. 4;
+($ok, $failed) = load('/sleep/0.05', time + 0.8, @c);
+is(metrics()->{narwhal_workers_wanted}, 2, 'while the added worker loads, the pool grows no further (2, not 8)');
+($ok, $failed) = load('/sleep/0.05', time + 2.5, @c);
+is($failed, 0, '... no request failed');
+cmp_ok(metrics()->{narwhal_workers_wanted}, '>=', 4, '... and grows on once it serves');
+$s->stop;
+
 # With no manager and only a unix socket, nothing shows a wait: said.
 my $sock = NarwhalTest::tmpdir() . '/blind.sock';
 $s = spawn_server(app => $APP, unix => $sock, no_listen => 1,

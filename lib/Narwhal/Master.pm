@@ -780,7 +780,7 @@ sub _tend_pool {
     $self->{pool_waits} = [ $all, $over ];
     my $now = Time::HiRes::time();
     if ($self->{pool} < $o->{max_workers} && $now >= ($self->{next_grow} // 0)
-        && $self->_current_count >= $self->{pool}) {
+        && $self->_ready_count >= $self->{pool}) {   # (the last ones added serve already)
         my ($began, $waited) = ($all - $all0, $over - $over0);
         if ($waited > 0 && $waited * 100 >= $began * Narwhal::Limits::POOL_GROW_SHARE()) {
             # as many more as the share that waited: all of them, twice the pool
@@ -833,6 +833,18 @@ sub _resize_pool {
     $self->{scoreboard}->count_pool_change($reason);
     $self->_publish_pool;
     Narwhal::log_line(info => "pool: $from -> $self->{pool} workers: $why");
+}
+
+# Workers of the current generation, staying, that serve (loaded: idle or
+# busy in the scoreboard): the elastic pool grows again only once the
+# workers it added are ready, or a slow-loading app (--no-preload-app)
+# would see requests wait while they load and double the pool again and
+# again up to --max-workers.
+sub _ready_count {
+    my $self = shift;
+    my $g = $self->{generation};
+    return scalar grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && $self->_ready($_) }
+                  values %{ $self->{workers} };
 }
 
 sub _current_count {
