@@ -18,13 +18,7 @@ my @NM = manager_fallback();
 plan skip_all => 'the connection manager takes them'
     if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
-my $APP = write_app(<<'APP');
-sub {
-    my $env = shift;
-    Time::HiRes::sleep($1) if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
-    [200, ['Content-Type' => 'text/plain'], ["ok $env->{REMOTE_ADDR}\n"]];
-}
-APP
+my $APP = NarwhalTest::sleepy_app('"ok $env->{REMOTE_ADDR}\n"');
 
 my $sport = free_port();
 sub metrics { NarwhalTest::metrics_of($sport) }

@@ -12,13 +12,7 @@ use NarwhalTest qw(spawn_server write_app wait_until free_port http_get worker_p
 # idle, and no request is lost on the way: a retired worker hands its
 # kept-alive connections over.
 
-my $APP = write_app(<<'APP');
-sub {
-    my $env = shift;
-    Time::HiRes::sleep($1) if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
-    [200, ['Content-Type' => 'text/plain'], ["ok\n"]];
-}
-APP
+my $APP = NarwhalTest::sleepy_app();
 
 # Bad values: one line naming the flag, a non-zero exit.
 for my $case ([ [ '--min-workers', 5, '--max-workers', 2 ], qr/--min-workers \(5\) must not exceed --max-workers \(2\)/ ],

@@ -16,13 +16,7 @@ my @NM = manager_fallback();
 plan skip_all => 'the connection manager takes them'
     if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
-my $APP = write_app(<<'APP');
-sub {
-    my $env = shift;
-    Time::HiRes::sleep($1) if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
-    [200, ['Content-Type' => 'text/plain'], ["ok\n"]];
-}
-APP
+my $APP = NarwhalTest::sleepy_app();
 
 sub cpu_ticks {
     my ($pid) = @_;

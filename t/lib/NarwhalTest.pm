@@ -14,7 +14,7 @@ use Time::HiRes ();
 # Test helpers: free ports from the OS, a spawned server behind a guard,
 # raw-socket requests and a small response parser. Every wait is bounded.
 
-our @EXPORT_OK = qw(metrics_of echo_app free_port spawn_server write_app raw_connect raw_request
+our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server write_app raw_connect raw_request
                     read_until_close read_response parse_response tmpdir
                     wait_until root perl_cmd run_cmd http_get children_of
                     pid_alive narwhal_cmd worker_pids manager_built
@@ -106,6 +106,20 @@ sub spawn_server {
 # An app that reports who served the request (worker pid, client port and
 # address, path) and sleeps for /sleep/SECONDS: where a connection went is
 # visible in its answers.
+# An app that sleeps for /sleep/SECONDS, then answers 200 with the body
+# $body (Perl source of an expression; default "ok\n"). Returns its path.
+sub sleepy_app {
+    my ($body) = @_;
+    $body //= '"ok\n"';
+    return write_app(<<"APP");
+sub {
+    my \$env = shift;
+    Time::HiRes::sleep(\$1) if \$env->{PATH_INFO} =~ m{^/sleep/([\\d.]+)};
+    [200, ['Content-Type' => 'text/plain'], [$body]];
+}
+APP
+}
+
 sub echo_app {
     return <<'APP';
 sub {
