@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #endif
 #include "nw_conn.h"
+#include "nw_custody.h"
 #include "nw_frame.h"
 #include "nw_log.h"
 #include "nw_scoreboard.h"
@@ -111,8 +112,7 @@ void nw_conn_destroy(nw_conn *c)
     if (!c)
         return;
     rest_drop(c);
-    if (c->fd >= 0)
-        close(c->fd);
+    nw_conn_close_fd(c);
     body_reset(c);
     nw_buf_free(&c->in);
     nw_buf_free(&c->body);
@@ -169,8 +169,7 @@ static int read_proxy_header(nw_conn *c)
     if (r == NW_PROXY_MORE)
         return NW_REQ_AGAIN;
     if (r == NW_PROXY_BAD) {
-        close(c->fd);
-        c->fd = -1;
+        nw_conn_close_fd(c);
         c->proxy_refused = 1;
         return NW_REQ_CLOSED;
     }
@@ -486,8 +485,7 @@ static void linger_close(nw_conn *c)
             break;
         drained += (size_t)n;
     }
-    close(c->fd);
-    c->fd = -1;
+    nw_conn_close_fd(c);
 }
 
 void nw_conn_close_gently(nw_conn *c)
@@ -847,6 +845,60 @@ static int handoff(nw_conn *c, int channel, const nw_frame_output *output)
         return -1;
     close(c->fd);
     c->fd = -1;
+    return 0;
+}
+
+void nw_conn_close_fd(nw_conn *c)
+{
+    if (c->fd < 0)
+        return;
+    if (c->custody && c->custody == getpid())
+        shutdown(c->fd, SHUT_RDWR);     /* the manager's copy sees the hang-up and goes */
+    close(c->fd);
+    c->fd = -1;
+}
+
+static int custody_frame(nw_conn *c, int channel, int pid, int release)
+{
+    nw_frame f;
+    char data[sizeof(nw_frame_custody) + NW_PROXY_V2_ROOM];
+    nw_frame_custody *rec = (nw_frame_custody *)data;
+    size_t len = sizeof *rec;
+    nw_frame_init(&f, NW_FRAME_CUSTODY);
+    memset(rec, 0, sizeof *rec);
+    rec->cookie = c->cookie;
+    rec->pid = pid;
+    f.listener = (uint16_t)c->listener;
+    f.requests = c->requests;
+    if (release) {
+        f.flags = NW_FRAME_F_RELEASE;
+    } else if (c->cfg.proxy_protocol) {
+        len += proxy_header(c, data + len);
+        f.flags = NW_FRAME_F_PROXY;
+    }
+    f.data_len = (uint32_t)len;
+    return nw_frame_send(channel, &f, data, release ? -1 : c->fd);
+}
+
+int nw_conn_custody(nw_conn *c, int channel, int pid)
+{
+    if (c->custody || c->fd < 0)
+        return 0;
+    if (!c->cookie && !(c->cookie = nw_custody_cookie(c->fd)))
+        return -1;
+    if (custody_frame(c, channel, pid, 0) < 0)
+        return -1;
+    c->custody = pid;
+    return 0;
+}
+
+int nw_conn_custody_release(nw_conn *c, int channel, int pid)
+{
+    if (!c->custody)
+        return 0;
+    if (custody_frame(c, channel, pid, 1) < 0)
+        return -1;
+    c->custody = 0;
     return 0;
 }
 

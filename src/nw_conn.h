@@ -109,10 +109,31 @@ typedef struct {
     int64_t rest_off;           /* where the rest begins in rest_fd */
     uint64_t rest_len;          /* bytes of it */
     uint64_t rest_counted;      /* bytes counted against --max-offload-total */
+    /* Custody (DESIGN.md): the manager holds a copy of the socket, so our
+     * close alone ends nothing: nw_conn_close_fd shuts it down first, in
+     * this process only (never in a child the app forked, whose copy of
+     * the worker is destroyed at its exit). */
+    int custody;                /* the pid of the worker that gave the copy; 0: none */
+    uint64_t cookie;            /* its SO_COOKIE, once in custody */
 } nw_conn;
 
 nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg);
 void nw_conn_destroy(nw_conn *c);
+
+/* Close the connection's socket for good (a FIN at once, even with the
+ * manager's copy open: see custody). Not for a socket that lives on
+ * elsewhere (a hand-off, an adoption): those close their copy only. */
+void nw_conn_close_fd(nw_conn *c);
+
+/* Give the manager a copy of the socket to hold in custody, with what it
+ * needs to take the connection over (listener, request count, PROXY
+ * addresses) should this process end (worker pid). Once per connection;
+ * never waits (a full queue: not now, maybe at its next park). 0 or -1. */
+int nw_conn_custody(nw_conn *c, int channel, int pid);
+
+/* The manager lets its copy go (the socket was lent to the app: its close
+ * must end the connection as it would without custody). 0 or -1. */
+int nw_conn_custody_release(nw_conn *c, int channel, int pid);
 
 /* Read and parse the next request head. max_wait_s bounds the wait while
  * no byte of it has arrived (NW_REQ_AGAIN after it); with wait_partial,

@@ -35,8 +35,12 @@ enum nw_frame_type {
     NW_FRAME_STATS   = 5,   /* manager -> master: data is nw_manager_stats (no fd) */
     NW_FRAME_ADOPT   = 6,   /* worker -> workers (the adopt queue): a leaving worker's parked
                              * connections, up to NW_ADOPT_BATCH fds + one nw_frame_adoptee each */
+    NW_FRAME_CUSTODY = 7,   /* worker -> manager (the handoff queue): a copy of a connection the
+                             * worker parked, for the manager to hold in case the worker dies
+                             * (fd + nw_frame_custody, then a PROXY header); with RELEASE, no
+                             * fd: let it go */
 };
-#define NW_FRAME_LAST NW_FRAME_ADOPT
+#define NW_FRAME_LAST NW_FRAME_CUSTODY
 
 #define NW_FRAME_F_HEAD_STARTED 1u  /* deadline_ms is a read deadline: part of a head arrived */
 #define NW_FRAME_F_PROXY        2u  /* --proxy-protocol: the data begins with a PROXY header */
@@ -45,6 +49,8 @@ enum nw_frame_type {
 #define NW_FRAME_F_DRAINED      8u  /* SERVE: the manager's last read of the socket was short: the
                                      * data is all the client had sent (closing it after a
                                      * response needs no lingering) */
+#define NW_FRAME_F_RELEASE     16u  /* CUSTODY: the worker lent the socket to the app (psgix.io):
+                                     * the manager closes its copy and forgets it */
 
 typedef struct {
     uint32_t magic;
@@ -82,6 +88,15 @@ typedef struct {
                                  * when it gave one) */
     struct sockaddr_in6 local;  /* a PROXY header's destination (with NW_ADOPT_F_PROXY) */
 } nw_frame_adoptee;
+
+/* In front of a CUSTODY's data: which socket, and whose. A PROXY v2
+ * header may follow (with NW_FRAME_F_PROXY), as in a HANDOFF. */
+typedef struct {
+    uint64_t cookie;        /* the socket's SO_COOKIE: the manager finds its copy by it */
+    int32_t  pid;           /* the worker that holds it: when that process ends, the
+                             * manager takes the connection over or closes it */
+    uint32_t reserved;      /* 0 */
+} nw_frame_custody;
 
 #define NW_ADOPT_F_PROXY_PENDING 1u /* --proxy-protocol: its header has not been read yet */
 #define NW_ADOPT_F_PROXY         2u /* its header was read: peer and local are what it said */

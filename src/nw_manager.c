@@ -26,6 +26,7 @@
 #define _GNU_SOURCE
 #endif
 #include "nw_manager.h"
+#include "nw_custody.h"
 #include "nw_frame.h"
 #include "nw_http.h"
 #include "nw_io.h"
@@ -51,6 +52,7 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* What an fd's record is: where it is and who owns the next move. */
@@ -61,6 +63,9 @@ enum {
     NW_MANAGER_QUEUED,      /* client, head complete, the serve queue full: queue, not in epoll */
     NW_MANAGER_WRITING,     /* client, the rest of a response to write: epoll (out) + writing list */
     NW_MANAGER_CLOSING,     /* client, written and half-closed: epoll + closing list, read and dropped */
+    NW_MANAGER_CUSTODY,     /* a copy of a connection a worker holds: epoll (hang-up only), the
+                             * custody index; never read (DESIGN.md, "Custody") */
+    NW_MANAGER_WORKER,      /* a pidfd of a worker that has connections in custody: epoll */
 };
 
 #define NW_SHED_TICK_MAX_MS     50      /* --max-queue-wait: look at the oldest request this often */
@@ -88,11 +93,15 @@ typedef struct {
     union {
         nw_msec head_started;   /* reading: the head's first byte came then */
         int64_t out_off;        /* writing: where the rest goes on in out_fd */
+        uint64_t cookie;        /* custody: the socket's SO_COOKIE */
     };
     int32_t  prev, next;    /* list links (fds) */
     uint32_t head_len, head_cap;
     uint32_t requests;      /* connection: requests served; worker: its pid */
-    uint32_t ready_ms;      /* its head was complete then (SERVE's ready_ms) */
+    union {
+        uint32_t ready_ms;  /* its head was complete then (SERVE's ready_ms) */
+        int32_t  owner;     /* custody: the pid of the worker that holds it */
+    };
     uint16_t listener;
     uint8_t  kind;
     uint8_t  flags;
@@ -141,6 +150,13 @@ typedef struct {
     nw_log_limit fd_limit_said;     /* "cannot take a connection" lines */
     int     proxy_protocol;         /* --proxy-protocol: what it takes begins with a header */
     const char *error_log;          /* --error-log (USR1 reopens it), or NULL */
+    /* custody (DESIGN.md): copies of the workers' parked connections */
+    nw_custody_index custody;       /* cookie -> our copy's fd */
+    int    *worker_fds;             /* the pidfds watched (NW_MANAGER_WORKER records) */
+    size_t  nworkers, workers_cap;
+    uint64_t custody_taken;         /* taken over from a worker that died, total */
+    uint64_t custody_lost;          /* closed because the worker died serving them, total */
+    nw_log_limit custody_said;      /* "a worker ended holding ..." lines */
 } nw_manager;
 
 /* ------------------------------------------------------------ records */
@@ -253,8 +269,11 @@ static void nw_manager_detach(nw_manager *m, int fd)
 {
     nw_manager_slot *s = &m->slots[fd];
     if (s->kind == NW_MANAGER_IDLE || s->kind == NW_MANAGER_READING
-        || s->kind == NW_MANAGER_WRITING || s->kind == NW_MANAGER_CLOSING)
+        || s->kind == NW_MANAGER_WRITING || s->kind == NW_MANAGER_CLOSING
+        || s->kind == NW_MANAGER_CUSTODY || s->kind == NW_MANAGER_WORKER)
         nw_manager_unwatch(m, fd);
+    if (s->kind == NW_MANAGER_CUSTODY)
+        nw_custody_remove(&m->custody, s->cookie);
     nw_manager_list *l = nw_manager_list_of(m, s->kind);
     if (l)
         nw_manager_list_remove(m, l, fd);
@@ -575,6 +594,174 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
                       nw_manager_handoff_deadline(m, f, reading));
 }
 
+/* ------------------------------------------------------------ custody */
+
+/* A copy of a worker's parked connection (DESIGN.md, "Custody of parked
+ * connections"): held, watched for its hang-up only, never read, until
+ * the worker closes the connection (its shutdown hangs ours up), hands it
+ * here, lends it to the app, or ends. */
+
+static void nw_manager_bad_frame(nw_manager *m, const char *from);
+static int nw_manager_handoff_queue_readable(nw_manager *m);
+
+static void nw_manager_custody_drop(nw_manager *m, int fd)
+{
+    nw_manager_drop_conn(m, fd);    /* (out of epoll and the index, closed) */
+}
+
+/* The pidfd watching pid, opened on its first custody frame (-1: none). */
+static int nw_manager_worker_fd(nw_manager *m, int pid)
+{
+    for (size_t i = 0; i < m->nworkers; i++)
+        if ((int)m->slots[m->worker_fds[i]].requests == pid)
+            return m->worker_fds[i];
+    if (m->nworkers == m->workers_cap) {
+        size_t cap = m->workers_cap ? 2 * m->workers_cap : 16;
+        int *p = realloc(m->worker_fds, cap * sizeof *p);
+        if (!p)
+            return -1;
+        m->worker_fds = p;
+        m->workers_cap = cap;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0)
+        return -1;      /* reaped already, or no pidfds: no custody */
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = pidfd };
+    if (nw_manager_reserve(m, pidfd) < 0 || epoll_ctl(m->ep, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
+        close(pidfd);
+        return -1;
+    }
+    m->worker_fds[m->nworkers++] = pidfd;
+    memset(&m->slots[pidfd], 0, sizeof m->slots[pidfd]);
+    m->slots[pidfd].kind = NW_MANAGER_WORKER;
+    m->slots[pidfd].requests = (uint32_t)pid;
+    return pidfd;
+}
+
+/* CUSTODY: hold the copy (or, with RELEASE, let ours go). A socket held
+ * already changes owner (a leaving worker's connection, adopted by
+ * another): the copy that came is one too many. */
+static void nw_manager_custody_frame(nw_manager *m, const nw_frame *f, int fd, const char *data)
+{
+    nw_frame_custody rec;
+    if (f->data_len < sizeof rec || (fd < 0) != ((f->flags & NW_FRAME_F_RELEASE) != 0)) {
+        if (fd >= 0)
+            close(fd);
+        nw_manager_bad_frame(m, "a worker");
+        return;
+    }
+    memcpy(&rec, data, sizeof rec);
+    int held = nw_custody_find(&m->custody, rec.cookie);
+    if (f->flags & NW_FRAME_F_RELEASE) {
+        if (held >= 0)
+            nw_manager_custody_drop(m, held);
+        return;
+    }
+    if (held >= 0) {
+        m->slots[held].owner = rec.pid;
+        m->slots[held].requests = f->requests;
+        close(fd);
+        return;
+    }
+    int full = m->max_conns && nw_manager_held(m) + m->custody.count >= m->max_conns;
+    struct epoll_event ev = { .events = EPOLLRDHUP, .data.fd = fd };
+    if (full || rec.pid <= 0 || nw_manager_worker_fd(m, rec.pid) < 0
+        || nw_manager_reserve(m, fd) < 0) {
+        close(fd);      /* not held: it ends with its worker, as without custody */
+        return;
+    }
+    nw_manager_slot *s = &m->slots[fd];
+    memset(s, 0, sizeof *s);
+    size_t extra = f->data_len - sizeof rec;
+    if (((f->flags & NW_FRAME_F_PROXY) && nw_manager_keep(s, data + sizeof rec, extra) < 0)
+        || nw_custody_add(&m->custody, rec.cookie, fd) < 0) {
+        nw_manager_forget(m, fd);
+        return;
+    }
+    if (epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        nw_custody_remove(&m->custody, rec.cookie);
+        nw_manager_forget(m, fd);
+        return;
+    }
+    s->kind = NW_MANAGER_CUSTODY;
+    s->cookie = rec.cookie;
+    s->owner = rec.pid;
+    s->requests = f->requests;
+    s->listener = f->listener;
+    s->flags = (f->flags & NW_FRAME_F_PROXY) ? NW_MANAGER_F_PROXY : 0;
+}
+
+/* A connection a worker handed here: if we held a copy of it, that copy
+ * is not needed any more (this one is the connection now). */
+static void nw_manager_custody_handed(nw_manager *m, int fd)
+{
+    if (m->custody.count == 0)
+        return;
+    int held = nw_custody_find(&m->custody, nw_custody_cookie(fd));
+    if (held >= 0)
+        nw_manager_custody_drop(m, held);
+}
+
+/* A worker we hold copies for died, or left some other way. If it left
+ * with its parked connections given away or closed (a retirement, a
+ * stop: parked_released), or is not known any more, our copies go.
+ * Otherwise (a KILL, an exit from the app) they are taken over as idle
+ * connections, as if handed off, with a fresh keep-alive deadline;
+ * except the one it was working on, whose request is lost: closed, as
+ * its death alone would have done. */
+static void nw_manager_worker_ended(nw_manager *m, int pidfd)
+{
+    int pid = (int)m->slots[pidfd].requests;
+    uint64_t serving = 0;
+    int released = 1;
+    size_t taken = 0, lost = 0;
+    /* what it sent before it ended is in the handoff queue, before
+     * anything we do now: hand-offs of connections we hold copies of */
+    for (int i = 0; i < NW_MANAGER_FRAMES_PER_WAKE && nw_manager_handoff_queue_readable(m); i++)
+        continue;
+    if (!m->board || !nw_scoreboard_worker_end(m->board, pid, &serving, &released))
+        released = 1;
+    for (size_t i = 0; i < m->nslots; i++) {
+        nw_manager_slot *s = &m->slots[i];
+        int fd = (int)i;
+        if (s->kind != NW_MANAGER_CUSTODY || s->owner != pid)
+            continue;
+        if (released || s->cookie == serving) {
+            lost += !released;
+            nw_manager_custody_drop(m, fd);
+            continue;
+        }
+        /* its PROXY header (rebuilt by the worker) goes in front, as in a HANDOFF */
+        char proxy[NW_PROXY_V2_ROOM];
+        size_t plen = s->head_len <= sizeof proxy ? s->head_len : 0;
+        if (plen)
+            memcpy(proxy, s->head, plen);
+        nw_frame f;
+        nw_frame_init(&f, NW_FRAME_HANDOFF);
+        f.listener = s->listener;
+        f.requests = s->requests;
+        f.deadline_ms = -1;
+        f.flags = (s->flags & NW_MANAGER_F_PROXY) ? NW_FRAME_F_PROXY : 0;
+        f.data_len = (uint32_t)plen;
+        nw_manager_detach(m, fd);
+        nw_manager_clear(s);
+        m->st.received--;           /* (nw_manager_take counts hand-offs) */
+        nw_manager_take(m, fd, &f, proxy);
+        taken++;
+    }
+    for (size_t i = 0; i < m->nworkers; i++)
+        if (m->worker_fds[i] == pidfd)
+            m->worker_fds[i] = m->worker_fds[--m->nworkers];
+    nw_manager_detach(m, pidfd);
+    nw_manager_forget(m, pidfd);
+    m->custody_taken += taken;
+    m->custody_lost += lost;
+    if (taken || lost)
+        nw_log_limited(&m->custody_said, m->now, "warn",
+                       "worker %d ended without giving up its connections: took over %zu, "
+                       "closed %zu (its request in flight)", pid, taken, lost);
+}
+
 /* ------------------------------------------------------------ output offload */
 
 /* Watch fd (in epoll already) for events in place of what it had. */
@@ -816,6 +1003,12 @@ static void nw_manager_close_fds(int *fds)
 
 static void nw_manager_handoff_frame(nw_manager *m, const nw_frame *f, int *fds)
 {
+    if (f->type == NW_FRAME_CUSTODY && fds[1] < 0) {
+        nw_manager_custody_frame(m, f, fds[0], m->frame_data);
+        return;
+    }
+    if (f->type == NW_FRAME_HANDOFF && fds[0] >= 0)
+        nw_manager_custody_handed(m, fds[0]);
     if (f->type == NW_FRAME_HANDOFF && (f->flags & NW_FRAME_F_OUTPUT)) {
         if (nw_manager_output_frame_ok(f, fds, m->frame_data)) {
             nw_manager_take_output(m, fds, f, m->frame_data);
@@ -829,7 +1022,8 @@ static void nw_manager_handoff_frame(nw_manager *m, const nw_frame *f, int *fds)
     nw_manager_close_fds(fds);   /* fds a frame should not carry */
 }
 
-static void nw_manager_handoff_queue_readable(nw_manager *m)
+/* Returns 1 when it stopped with frames perhaps still waiting. */
+static int nw_manager_handoff_queue_readable(nw_manager *m)
 {
     for (int i = 0; i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
         nw_frame f;
@@ -843,8 +1037,9 @@ static void nw_manager_handoff_queue_readable(nw_manager *m)
             nw_manager_bad_frame(m, "a worker");
             continue;
         }
-        return;   /* EAGAIN; end of stream cannot happen while the master holds the other end */
+        return 0; /* EAGAIN; end of stream cannot happen while the master holds the other end */
     }
+    return 1;
 }
 
 static void nw_manager_control_readable(nw_manager *m)
@@ -1089,6 +1284,9 @@ static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
     sm->shed = m->st.shed;
     sm->accepted = m->st.accepted;
     sm->accepting = m->accepting;
+    sm->custody = m->custody.count;
+    sm->custody_taken = m->custody_taken;
+    sm->custody_lost = m->custody_lost;
     sm->stopping = m->serve_until != 0;
     nw_manager_listener_info(m, sm);
 }
@@ -1213,6 +1411,10 @@ static void nw_manager_event(nw_manager *m, int fd)
             nw_manager_write_some(m, fd);
         else if (kind == NW_MANAGER_CLOSING)
             nw_manager_closing_readable(m, fd);
+        else if (kind == NW_MANAGER_CUSTODY)
+            nw_manager_custody_drop(m, fd);     /* the worker or the client hung up */
+        else if (kind == NW_MANAGER_WORKER)
+            nw_manager_worker_ended(m, fd);
         /* anything else: a stale event for an fd closed in this batch */
     }
 }
@@ -1368,6 +1570,8 @@ static void nw_manager_close(nw_manager *m)
             close((int)fd);
         }
     }
+    nw_custody_free(&m->custody);
+    free(m->worker_fds);
     nw_status_server_close(&m->status);
     nw_scoreboard_unmap(m->board);
     nw_scoreboard_unmap_offload(m->offload_bytes);

@@ -181,8 +181,49 @@ void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s)
 {
     __atomic_add_fetch(&b->h.seq, 1, __ATOMIC_SEQ_CST);     /* odd: folding */
     add_counts(&b->h.gone, &s->counts);
+    if (s->pid) {
+        nw_score_end *e = &b->h.ends[b->h.ends_next++ % NW_SCOREBOARD_ENDS];
+        e->pid = s->pid;
+        e->parked_released = s->parked_released;
+        e->serving_cookie = s->serving_cookie;
+    }
     memset((void *)s, 0, sizeof *s);
     __atomic_add_fetch(&b->h.seq, 1, __ATOMIC_SEQ_CST);     /* even: done */
+}
+
+static int worker_end_once(const nw_scoreboard *b, int pid, uint64_t *cookie, int *released)
+{
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        const nw_score_slot *s = &b->slot[i];
+        if (s->pid == pid) {
+            *cookie = s->serving_cookie;
+            *released = (int)s->parked_released;
+            return 1;
+        }
+    }
+    for (int i = 0; i < NW_SCOREBOARD_ENDS; i++) {
+        const nw_score_end *e = &b->h.ends[i];
+        if (e->pid == pid) {
+            *cookie = e->serving_cookie;
+            *released = (int)e->parked_released;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int nw_scoreboard_worker_end(const nw_scoreboard *b, int pid, uint64_t *serving_cookie,
+                             int *parked_released)
+{
+    for (int tries = 0; tries < NW_SCOREBOARD_READ_TRIES; tries++) {
+        uint32_t seq = __atomic_load_n(&b->h.seq, __ATOMIC_ACQUIRE);
+        if (seq & 1)
+            continue;           /* the master is folding a slot */
+        int found = worker_end_once(b, pid, serving_cookie, parked_released);
+        if (__atomic_load_n(&b->h.seq, __ATOMIC_ACQUIRE) == seq)
+            return found;
+    }
+    return 0;
 }
 
 void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t method_len,

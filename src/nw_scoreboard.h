@@ -127,7 +127,22 @@ typedef struct {
     volatile nw_msec proxy_last_ms;     /* when (monotonic ms; 0: never) */
     volatile int32_t proxy_last_reason; /* enum nw_proxy_reject */
     char proxy_last_peer[NW_SCOREBOARD_PEER]; /* its peer, "address:port", NUL-terminated */
+    /* custody (DESIGN.md): what the manager needs to know when this worker ends */
+    volatile uint64_t serving_cookie;   /* the connection it works on now, when the manager
+                                         * holds a copy (its SO_COOKIE; 0: none) */
+    volatile uint32_t parked_released;  /* 1: it gave its parked connections away or
+                                         * closed them (a copy the manager holds is no
+                                         * longer one to take over) */
 } nw_score_slot;
+
+/* A slot's custody fields, kept when the master folds the slot (the manager
+ * may look after that): the last NW_SCOREBOARD_ENDS workers reaped. */
+#define NW_SCOREBOARD_ENDS 64
+typedef struct {
+    volatile int32_t pid;
+    volatile uint32_t parked_released;
+    volatile uint64_t serving_cookie;
+} nw_score_end;
 
 typedef struct {
     uint32_t magic;
@@ -150,6 +165,8 @@ typedef struct {
     char     version[24];               /* Narwhal's version, NUL-terminated (the master's
                                          * $Narwhal::VERSION: narwhal_build_info) */
     char     perl_version[24];          /* the perl it runs on */
+    volatile uint32_t ends_next;        /* where the next nw_score_end goes (mod the ring) */
+    nw_score_end ends[NW_SCOREBOARD_ENDS];
 } nw_score_header;
 
 typedef struct {
@@ -174,6 +191,13 @@ void nw_scoreboard_claim(nw_score_slot *s, int pid, int generation, nw_msec now)
 /* The master: a reaped worker's counts go into the header's, and its slot
  * is freed, under the sequence counter. */
 void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s);
+
+/* What a worker that has ended left for the manager (custody): the
+ * connection it was working on (0: none) and whether it had released its
+ * parked ones. Looked for in the slots and in the ring of folded ones.
+ * Returns 1 when found, 0 when the worker is not known (any more). */
+int nw_scoreboard_worker_end(const nw_scoreboard *b, int pid, uint64_t *serving_cookie,
+                             int *parked_released);
 
 /* A request begins and ends (the worker, on its own slot). client is its
  * client's address (client_len bytes; NULL or 0: unknown), bytes what

@@ -437,6 +437,17 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
     r |= metric_head(o, "narwhal_manager_accepting", "gauge",
                      "1 while the manager takes new connections: every worker is stuck.");
     r |= put(o, "narwhal_manager_accepting %d\n", m->accepting);
+    r |= metric_head(o, "narwhal_custody_connections", "gauge",
+                     "Connections parked in workers of which the manager holds a copy, so "
+                     "that a worker's death does not close them.");
+    r |= put(o, "narwhal_custody_connections %llu\n", (unsigned long long)m->custody);
+    r |= metric_head(o, "narwhal_custody_taken_over_total", "counter",
+                     "Connections the manager took over from workers that died without "
+                     "giving them up (a KILL, an app's exit).");
+    r |= put(o, "narwhal_custody_taken_over_total %llu\n", (unsigned long long)m->custody_taken);
+    r |= metric_head(o, "narwhal_custody_lost_total", "counter",
+                     "Connections closed because their worker died serving their request.");
+    r |= put(o, "narwhal_custody_lost_total %llu\n", (unsigned long long)m->custody_lost);
     r |= metric_head(o, "narwhal_listen_queue_length", "gauge",
                      "Connections in a listener's accept queue (TCP listeners).");
     for (int i = 0; i < m->nlisteners; i++)

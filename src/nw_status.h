@@ -45,6 +45,9 @@ typedef struct {
     uint64_t shed;          /* answered 503 by --max-queue-wait, total */
     uint64_t accepted;      /* connections it took from the listeners, total */
     int      accepting;     /* it is taking them now: the pool is stuck */
+    uint64_t custody;       /* copies of workers' parked connections it holds now */
+    uint64_t custody_taken; /* of those, taken over from a worker that died, total */
+    uint64_t custody_lost;  /* closed because the worker died serving them, total */
     int      stopping;      /* the manager itself is stopping */
     int      nlisteners;
     nw_status_listener listener[NW_STATUS_MAX_LISTENERS];

@@ -302,6 +302,11 @@ static int park(nw_worker *w, nw_wconn *wc)
         return -1;
     if (w->ops.hold && wc->owner)   /* (an adopted one has none until it is served) */
         w->ops.hold(wc->owner);
+    /* Custody: the manager holds a copy from the first park on, so that
+     * this process's death does not take the connection with it. Once per
+     * connection (a full queue: at a later park). */
+    if (!wc->c->custody && w->pid > 0 && w->handoff_queue >= 0 && w->serve_queue >= 0)
+        nw_conn_custody(wc->c, w->handoff_queue, w->pid);
     return 0;
 }
 
@@ -728,6 +733,8 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
     nw_wconn *wc = next_conn(w, wait_ms);
     if (wc)
         w->taken_any = 1;
+    if (wc && w->slot)  /* custody: the manager closes this one if we die now */
+        w->slot->serving_cookie = wc->c->custody ? wc->c->cookie : 0;
     return wc;
 }
 
@@ -776,7 +783,7 @@ int nw_worker_hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive)
     return wc->handed_off = hand_off_rest(w, wc, keep_alive);
 }
 
-nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reason why)
+static nw_release_result release(nw_worker *w, nw_wconn *wc, nw_release_reason why)
 {
     nw_conn *c = wc->c;
     if (serving == wc)
@@ -821,17 +828,31 @@ nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reaso
             && (c->in.len > c->consumed || (c->responded && !c->drained)))
             return close_gently(w, wc);   /* (an idle timeout has nothing unread) */
         unwatch(w, wc);
-        if (c->fd >= 0) {
-            close(c->fd);
-            c->fd = -1;
-        }
+        nw_conn_close_fd(c);
         return NW_RELEASE_CLOSED;
     }
     return NW_RELEASE_KEPT;
 }
 
+nw_release_result nw_worker_release(nw_worker *w, nw_wconn *wc, nw_release_reason why)
+{
+    nw_release_result r = release(w, wc, why);
+    if (r != NW_RELEASE_KEPT && w->slot)
+        w->slot->serving_cookie = 0;    /* (custody: not the one in flight any more) */
+    return r;
+}
+
+/* Custody: the copies the manager holds of our parked connections are not
+ * for it to take over from here on, whatever becomes of this process. */
+static void parked_released(nw_worker *w)
+{
+    if (w->slot)
+        w->slot->parked_released = 1;
+}
+
 void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 {
+    parked_released(w);
     if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing())
         park_give_away(w, 0);
     else if (why == NW_RELEASE_RETIRE)
@@ -847,6 +868,17 @@ void nw_worker_drain(nw_worker *w)
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     w->serve_queue_ready = 1;
     w->adopt_ready = w->adopt_in >= 0;
+}
+
+void nw_worker_lend_socket(nw_wconn *wc)
+{
+    nw_worker *w = nw_worker_of_process();
+    if (!w || !wc->c->custody || w->handoff_queue < 0)
+        return;
+    nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS;
+    while (nw_conn_custody_release(wc->c, w->handoff_queue, w->pid) < 0
+           && (errno == EAGAIN || errno == EWOULDBLOCK) && nw_now_ms() < until)
+        nw_io_wait(w->handoff_queue, POLLOUT, until);
 }
 
 void nw_worker_request_started(nw_wconn *wc)
@@ -885,8 +917,7 @@ static enum evict_result evict_parked(nw_worker *w)
         if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, w->handoff_queue) < 0) {
             int full = errno == EAGAIN || errno == EWOULDBLOCK;
             if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, 0, &wc->watch) < 0) {
-                close(wc->c->fd);     /* cannot be watched any more */
-                wc->c->fd = -1;
+                nw_conn_close_fd(wc->c);  /* cannot be watched any more */
                 w->evicted[w->nevicted++] = wc;
             }
             return full ? EVICT_QUEUE_FULL : EVICT_MANAGER_GONE;
@@ -1002,7 +1033,7 @@ void nw_worker_start(nw_worker *w)
     if (!atfork_done && pthread_atfork(NULL, NULL, watcher_after_fork_child) == 0)
         atfork_done = 1;
     process_worker = w;
-    process_pid = getpid();
+    process_pid = w->pid = getpid();
     if (w->handoff_queue >= 0 && w->park_ms > 0 && !w->has_watcher) {
         watcher_start(w);
         nw_worker_leave(w);
@@ -1055,9 +1086,10 @@ void nw_worker_hand_off_parked_from_handler(void)
     nw_worker *w = process_worker;
     if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->park.count > 0) {
         int locked = w->has_watcher ? crash_lock(w) : !w->main_holds;
-        if (locked)
+        if (locked) {
+            parked_released(w);
             park_give_away(w, 1);
-
+        }
     }
 }
 

@@ -125,6 +125,7 @@ typedef struct {
     nw_score_counts *counts;    /* the scoreboard slot's counts (adoptions), or NULL */
     nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
     nw_msec last_poll;          /* when epoll was last asked */
+    int pid;                    /* this worker's process (custody frames name it) */
     nw_worker_owner_ops ops;
 
     /* The park watcher: see "Fairness and slow apps" in docs/DESIGN.md.
@@ -257,6 +258,10 @@ void nw_worker_life_stop(nw_worker_life *life, int closing, int reason);
 /* A request's head and body are in: note the time (a slow request pauses
  * parking). */
 void nw_worker_request_started(nw_wconn *wc);
+
+/* The app took the socket (psgix.io): the manager lets go of its copy, so
+ * that the app's close ends the connection as it would without custody. */
+void nw_worker_lend_socket(nw_wconn *wc);
 
 int nw_worker_has_manager(const nw_worker *w);
 

@@ -2,7 +2,9 @@
 # The C unit tests of the HTTP parser (t/c/test_http.c), of the signal
 # handlers in front of Perl's (t/c/test_signal.c), of the error-log lines
 # and their limiter (t/c/test_log.c) and of the access log (its escaping:
-# t/c/test_accesslog.c; its lines and flushes: t/c/test_accesslog_lines.c), under AddressSanitizer and UndefinedBehaviorSanitizer,
+# t/c/test_accesslog.c; its lines and flushes: t/c/test_accesslog_lines.c)
+# and of the manager's index of connections in custody (t/c/test_custody.c),
+# under AddressSanitizer and UndefinedBehaviorSanitizer,
 # passed through as tests here. What each links with comes from its
 # includes (inc/NarwhalLink.pm).
 use strict;
@@ -11,7 +13,8 @@ use Test::More;
 use lib 't/lib';
 use NarwhalTest::CBuild qw(build run_program relay_tap);
 
-for my $unit (qw(test_http test_signal test_log test_accesslog test_accesslog_lines)) {
+for my $unit (qw(test_http test_signal test_log test_accesslog test_accesslog_lines
+                  test_custody)) {
     my $exe = build($unit, ["t/c/$unit.c"], '-Werror');
     relay_tap(run_program($exe));
 }

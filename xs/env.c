@@ -145,6 +145,7 @@ static int io_magic_get(pTHX_ SV *sv, MAGIC *mg)
                 fcntl(xc->c->fd, F_SETFL, fl & ~O_NONBLOCK);
         }
         xc->c->lent = 1;
+        nw_worker_lend_socket(xc->wc);  /* its close must end the connection */
     }
     xc->wc->socket_lent = 1;    /* the app may read from it behind our back */
     sv_setsv_nomg(sv, xc->io);

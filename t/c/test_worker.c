@@ -140,12 +140,14 @@ static void caller_drop(nw_wconn *wc)
 typedef struct {
     nw_worker *w;
     int serve[2], handoff[2];
+    int custody;        /* CUSTODY frames the worker sent (their copies closed here) */
 } rig;
 
 static void rig_open(rig *r, double park_seconds, int with_manager)
 {
     nw_conn_config c = config();
     r->serve[0] = r->serve[1] = r->handoff[0] = r->handoff[1] = -1;
+    r->custody = 0;
     if (with_manager && (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, r->serve) < 0
                          || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, r->handoff) < 0))
         die("socketpair");
@@ -170,14 +172,41 @@ static void rig_close(rig *r)
     }
 }
 
+/* The next frame other than CUSTODY within wait_ms (1, or 0 for none):
+ * CUSTODY frames (a parked connection's copy for the manager) are
+ * counted and their copies closed, as the manager would let them go. */
+static int next_frame(rig *r, nw_frame *f, char *buf, size_t cap, int *fd, int wait_ms)
+{
+    struct pollfd p = { .fd = r->handoff[0], .events = POLLIN };
+    while (poll(&p, 1, wait_ms) == 1 && nw_frame_recv(r->handoff[0], f, buf, cap, fd) == 1) {
+        if (f->type != NW_FRAME_CUSTODY)
+            return 1;
+        r->custody++;
+        if (*fd >= 0)
+            close(*fd);
+    }
+    *fd = -1;
+    return 0;
+}
+
 /* A HANDOFF frame within WAIT_MS: returns its fd (or -1), data in buf. */
 static int take_handoff(rig *r, nw_frame *f, char *buf, size_t cap)
 {
-    struct pollfd p = { .fd = r->handoff[0], .events = POLLIN };
     int fd = -1;
-    if (poll(&p, 1, WAIT_MS) == 1 && nw_frame_recv(r->handoff[0], f, buf, cap, &fd) == 1)
-        return fd;
-    return -1;
+    next_frame(r, f, buf, cap, &fd, WAIT_MS);
+    return fd;
+}
+
+/* Whether a frame other than CUSTODY went to the manager within wait_ms. */
+static int handed_to_manager(rig *r, int wait_ms)
+{
+    nw_frame f;
+    char buf[512];
+    int fd = -1;
+    int got = next_frame(r, &f, buf, sizeof buf, &fd, wait_ms);
+    if (fd >= 0)
+        close(fd);
+    return got;
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -438,8 +467,8 @@ static void test_adoption(void)
     is(served, 1, "after serving one request on the first");
     say(s1, "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n");   /* arrives as A leaves */
     nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
-    struct pollfd p = { .fd = a.handoff[0], .events = POLLIN };
-    is(poll(&p, 1, 50), 0, "A leaves: nothing went to the manager");
+    is(handed_to_manager(&a, 50), 0, "A leaves: nothing went to the manager");
+    is(a.custody, 3, "but a copy of each connection it parked, once (custody)");
     is(g_live, 0, "and A let go of all three");
     nw_wconn *wc = next_conn(b.w);
     ok(wc != NULL, "worker B takes the connection whose request is waiting");
@@ -462,7 +491,8 @@ static void test_adoption(void)
     }
     ok(nw_worker_next(b.w, 50) == NULL, "the silent one is adopted when B is idle, and waits");
     is(b.w->park.count, 2, "B holds both");
-    is(poll(&p, 1, 0), 0, "still nothing through the manager");
+    is(handed_to_manager(&a, 0) + handed_to_manager(&b, 0), 0, "still nothing through the manager");
+    is(b.custody, 3, "B sent a copy of each connection it adopted (custody)");
     rig_close(&a);
     rig_close(&b);              /* frees the ones still parked, owned or never served */
     ok(sees_eof(s3), "a connection never served in B is closed with it");

@@ -260,8 +260,14 @@ static int run_child(void (*end)(nw_worker *), int *handed_off)
     nw_frame f;
     char *data = malloc(NW_FRAME_MAX_DATA);
     int fd = -1;
-    if (data && poll(&p, 1, WAIT_MS) == 1
-        && nw_frame_recv(handoff[0], &f, data, NW_FRAME_MAX_DATA, &fd) == 1 && fd >= 0) {
+    /* (a CUSTODY frame first: the parked connection's copy, let go here) */
+    while (data && poll(&p, 1, WAIT_MS) == 1
+           && nw_frame_recv(handoff[0], &f, data, NW_FRAME_MAX_DATA, &fd) == 1
+           && f.type == NW_FRAME_CUSTODY && fd >= 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd >= 0) {
         char byte = 0;
         *handed_off = f.type == NW_FRAME_HANDOFF && write(s, "x", 1) == 1
                       && read(fd, &byte, 1) == 1 && byte == 'x';

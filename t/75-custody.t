@@ -1,0 +1,186 @@
+use strict;
+use warnings;
+use Test::More;
+use Time::HiRes qw(time sleep);
+use lib 't/lib';
+use NarwhalTest qw(spawn_server write_app wait_until manager_fallback free_port worker_pids
+                   raw_connect read_response read_until_close);
+
+# Custody (DESIGN.md, "Custody of parked connections"): the manager holds
+# a copy of every connection parked in a worker, so that a worker killed
+# with KILL (the OOM killer's signal) or ended by the app's `exit` loses
+# only the request it was serving. Its parked connections are taken over
+# by the manager and served by the other workers; the one in flight is
+# closed at once. A connection the worker closes still ends at once (it
+# shuts the socket down first), and one the app took through psgix.io is
+# the app's alone.
+
+my @NM = manager_fallback();
+plan skip_all => 'custody is the connection manager\'s'
+    if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+
+my $APP = write_app(<<'APP');
+our @saved;
+my %routes = (
+    '/exit' => sub { exit 0 },
+    '/keep-io' => sub {
+        my $env = shift;
+        return sub {
+            my $io = $env->{'psgix.io'};
+            syswrite($io, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: t\r\nConnection: Upgrade\r\n\r\n");
+            push @saved, $io;       # the app keeps the socket after its request
+        };
+    },
+    '/write-saved' => sub {
+        my $n = @saved;
+        for my $io (splice @saved) { syswrite($io, "later"); close $io }
+        [200, ['Content-Type' => 'text/plain'], ["wrote $n"]];
+    },
+);
+sub {
+    my $env = shift;
+    Time::HiRes::sleep($1) if $env->{PATH_INFO} =~ m{^/sleep/([\d.]+)};
+    my $route = $routes{$env->{PATH_INFO}};
+    return $route->($env) if $route;
+    [200, ['Content-Type' => 'text/plain'],
+     ["pid=$$ addr=$env->{REMOTE_ADDR} path=$env->{PATH_INFO}"]];
+}
+APP
+
+my $sport = free_port();
+sub metrics { NarwhalTest::metrics_of($sport) }
+
+sub server {
+    my (@args) = @_;
+    my $s = spawn_server(app => $APP, args => [ '--keepalive-wait' => 10, '--keepalive-timeout' => 30,
+                                                '--status-listen' => "127.0.0.1:$sport", @args ]);
+    ok(wait_until(sub { defined metrics()->{narwhal_custody_connections} }, 5), 'the status page is up');
+    return $s;
+}
+
+sub ask {
+    my ($c, $path) = @_;
+    syswrite($c, "GET $path HTTP/1.1\r\nHost: t\r\n\r\n") or return undef;
+    return read_response($c, 5);
+}
+sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
+
+# A worker killed between requests: every connection parked in it lives on.
+{
+    my $s = server('--max-workers' => 2);
+    wait_until(sub { worker_pids($s->pid) == 2 }, 5);
+    my @c = map { raw_connect($s->port) } 1 .. 8;
+    my @pid = map { pid_of(ask($_, '/first')) } @c;
+    is(scalar(grep { $_ } @pid), 8, 'eight clients served, their connections parked');
+    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 8 }, 3),
+       'the manager holds a copy of each of the eight');
+    my %in;
+    $in{$_}++ for @pid;
+    my ($victim) = sort { $in{$b} <=> $in{$a} } keys %in;
+    kill KILL => $victim;
+    my @again = map { ask($_, '/again') } @c;
+    is(scalar(grep { $_ && $_->{status} == 200 } @again), 8,
+       "after kill -9 of a worker holding $in{$victim} of them, all eight are answered on their own connections");
+    is(scalar(grep { pid_of($_) == $victim } @again), 0, 'none by the dead worker');
+    my $m = metrics();
+    is($m->{narwhal_custody_taken_over_total}, $in{$victim}, 'narwhal_custody_taken_over_total counts them');
+    is($m->{narwhal_custody_lost_total}, 0, 'and none lost');
+    like($s->log_text, qr/manager warn: worker $victim ended without giving up its connections: took over $in{$victim}, closed 0/,
+         'the error log says what the manager took over');
+    $s->stop;
+}
+
+# A worker killed while serving: the request in flight is lost (its
+# client sees the end at once), the connection parked beside it is not.
+{
+    my $s = server('--max-workers' => 1);
+    my ($busy, $parked) = map { raw_connect($s->port) } 1 .. 2;
+    my $pid = pid_of(ask($busy, '/first'));
+    ask($parked, '/first');
+    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 2 }, 3), 'both in custody');
+    syswrite($busy, "GET /sleep/5 HTTP/1.1\r\nHost: t\r\n\r\n");
+    sleep 0.3;
+    kill KILL => $pid;
+    my $t0 = time;
+    my $rest = read_until_close($busy, 4);
+    my $took = time - $t0;
+    is($rest, '', 'the request in flight gets no answer');
+    ok($took < 1, sprintf('its connection is closed at once (%.2f s), not held by the manager', $took));
+    my $r = ask($parked, '/after');
+    like($r && $r->{body}, qr{path=/after}, 'the connection parked beside it is served by the new worker');
+    my $m = metrics();
+    is($m->{narwhal_custody_lost_total}, 1, 'narwhal_custody_lost_total: the one in flight');
+    # (the parked one was with the manager already: the park watcher hands
+    # a busy worker's parked connections over during a slow request)
+
+    # An app's exit: the same.
+    my $r1 = ask($busy = raw_connect($s->port), '/first');
+    ask($parked, '/before-exit');
+    syswrite($busy, "GET /exit HTTP/1.1\r\nHost: t\r\n\r\n");
+    is(read_until_close($busy, 4), '', "an app's exit: its request gets no answer");
+    $r = ask($parked, '/after-exit');
+    like($r && $r->{body}, qr{path=/after-exit}, 'and the connection parked beside it lives on');
+    $s->stop;
+}
+
+# Closed by the worker: the FIN leaves at once although the manager held a
+# copy. A socket the app keeps (psgix.io) is the app's to close.
+{
+    my $s = server('--max-workers' => 1);
+    my $c = raw_connect($s->port);
+    ask($c, '/first');
+    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 1 }, 3), 'parked and in custody');
+    syswrite($c, "GET /last HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    my $t0 = time;
+    my $all = read_until_close($c, 4);
+    like($all, qr{path=/last}, 'Connection: close is answered');
+    ok(time - $t0 < 1, 'and the connection ends at once');
+    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 0 }, 3),
+       'the manager let its copy go');
+
+    my $io = raw_connect($s->port);
+    ask($io, '/first');
+    syswrite($io, "GET /keep-io HTTP/1.1\r\nHost: t\r\nUpgrade: t\r\nConnection: Upgrade\r\n\r\n");
+    my $head = '';
+    while ($head !~ /\r\n\r\n/) { sysread($io, $head, 4096, length $head) or last }
+    like($head, qr{^HTTP/1\.1 101 }, 'psgix.io: the app answered 101 and kept the socket');
+    my $w = ask(raw_connect($s->port), '/write-saved');
+    like($w && $w->{body}, qr/wrote 1/, 'the app wrote to it later and closed it');
+    $t0 = time;
+    is(read_until_close($io, 4), 'later', 'the client got what the app wrote after its request');
+    ok(time - $t0 < 1, 'and the end at once: the manager had let go of its copy');
+    $s->stop;
+}
+
+# A worker that leaves in good order (HUP) gives its parked connections to
+# the others: the manager takes over nothing.
+{
+    my $s = server('--max-workers' => 2);
+    my @c = map { raw_connect($s->port) } 1 .. 6;
+    ask($_, '/first') for @c;
+    my @old = worker_pids($s->pid);
+    kill HUP => $s->pid;
+    ok(wait_until(sub { my %o = map { $_ => 1 } @old; !grep { $o{$_} } worker_pids($s->pid) }, 10),
+       'HUP replaced both workers');
+    my @again = map { ask($_, '/again') } @c;
+    is(scalar(grep { $_ && $_->{status} == 200 } @again), 6, 'every connection answered after the HUP');
+    is(metrics()->{narwhal_custody_taken_over_total}, 0, 'none taken over: they were given away');
+    unlike($s->log_text, qr/ended without giving up/, 'and no such line in the error log');
+    $s->stop;
+}
+
+# Under --proxy-protocol a connection taken over keeps its PROXY address.
+{
+    my $s = server('--max-workers' => 1, '--proxy-protocol');
+    my $c = raw_connect($s->port);
+    syswrite($c, "PROXY TCP4 10.9.8.7 10.0.0.1 5555 80\r\nGET /first HTTP/1.1\r\nHost: t\r\n\r\n");
+    my $r = read_response($c, 5);
+    like($r && $r->{body}, qr{addr=10\.9\.8\.7}, 'the PROXY header gave the address');
+    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 1 }, 3), 'in custody');
+    kill KILL => pid_of($r);
+    $r = ask($c, '/again');
+    like($r && $r->{body}, qr{addr=10\.9\.8\.7 path=/again}, 'after its worker was killed, the same address');
+    $s->stop;
+}
+
+done_testing;
