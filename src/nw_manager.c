@@ -658,9 +658,13 @@ static void nw_manager_custody_frame(nw_manager *m, const nw_frame *f, int fd, c
         return;
     }
     if (held >= 0) {
+        close(fd);
+        if (rec.pid <= 0 || nw_manager_worker_fd(m, rec.pid) < 0) {
+            nw_manager_custody_drop(m, held);   /* its new owner cannot be watched */
+            return;
+        }
         m->slots[held].owner = rec.pid;
         m->slots[held].requests = f->requests;
-        close(fd);
         return;
     }
     int full = m->max_conns && nw_manager_held(m) + m->custody.count >= m->max_conns;

@@ -169,6 +169,29 @@ sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
     $s->stop;
 }
 
+# Connections a retiring worker gave to another, which is then killed:
+# the manager watches their new owner too.
+{
+    my $s = server('--max-workers' => 1);
+    my @c = map { raw_connect($s->port) } 1 .. 4;
+    ask($_, '/first') for @c;
+    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 4 }, 3), 'four in custody');
+    my ($first) = worker_pids($s->pid);
+    kill TTIN => $s->pid;
+    ok(wait_until(sub { worker_pids($s->pid) == 2 }, 10), 'TTIN: a second worker');
+    kill USR2 => $first;    # retired: its parked connections go to the others
+    ok(wait_until(sub { my @w = worker_pids($s->pid); @w == 2 && !grep { $_ == $first } @w }, 10),
+       'the first worker retired and was replaced');
+    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 4 }, 3),
+       'the four are in custody under their new owner');
+    sleep 0.2;
+    kill KILL => worker_pids($s->pid);
+    my @again = map { ask($_, '/again') } @c;
+    is(scalar(grep { $_ && $_->{status} == 200 } @again), 4,
+       'after kill -9 of every worker, the four adopted connections are answered');
+    $s->stop;
+}
+
 # Under --proxy-protocol a connection taken over keeps its PROXY address.
 {
     my $s = server('--max-workers' => 1, '--proxy-protocol');
