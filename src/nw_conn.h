@@ -26,6 +26,7 @@ typedef struct {
     double keepalive_timeout;   /* between requests */
     double max_keepalive_reqs;  /* no keep-alive once this many requests were read; 0: no limit */
     int proxy_protocol;         /* a PROXY header comes first (nw_proxy.h) */
+    int custody;                /* --custody: parked connections' copies go to the manager */
     uint64_t max_offload_bytes; /* an in-memory rest larger than this is not offloaded */
     uint64_t max_offload_total; /* nor one that would take all of them past this */
     int offload;                /* set by the worker: a manager can finish responses */

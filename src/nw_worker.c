@@ -305,7 +305,8 @@ static int park(nw_worker *w, nw_wconn *wc)
     /* Custody: the manager holds a copy from the first park on, so that
      * this process's death does not take the connection with it. Once per
      * connection (a full queue: at a later park). */
-    if (!wc->c->custody && w->pid > 0 && w->handoff_queue >= 0 && w->serve_queue >= 0)
+    if (!wc->c->custody && w->cfg.custody && w->pid > 0 && w->handoff_queue >= 0
+        && w->serve_queue >= 0)
         nw_conn_custody(wc->c, w->handoff_queue, w->pid);
     return 0;
 }

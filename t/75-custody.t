@@ -206,4 +206,17 @@ sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
     $s->stop;
 }
 
+# --no-custody: no copies; a parked connection dies with its worker.
+{
+    my $s = server('--max-workers' => 1, '--no-custody');
+    my $c = raw_connect($s->port);
+    my $pid = pid_of(ask($c, '/first'));
+    sleep 0.3;
+    is(metrics()->{narwhal_custody_connections}, 0, '--no-custody: the manager holds no copy');
+    kill KILL => $pid;
+    my $r = ask($c, '/again');
+    ok(!($r && $r->{status}), 'and the parked connection died with its worker');
+    $s->stop;
+}
+
 done_testing;

@@ -29,6 +29,7 @@ static const struct {
     { "max_keepalive_reqs", F_SECONDS, offsetof(nw_worker_config, conn.max_keepalive_reqs) },
     { "keepalive_wait",     F_SECONDS, offsetof(nw_worker_config, keepalive_wait) },
     { "proxy_protocol",     F_BOOL,    offsetof(nw_worker_config, conn.proxy_protocol) },
+    { "custody",            F_BOOL,    offsetof(nw_worker_config, conn.custody) },
     { "max_offload_bytes",  F_U64,     offsetof(nw_worker_config, conn.max_offload_bytes) },
     { "max_offload_total",  F_U64,     offsetof(nw_worker_config, conn.max_offload_total) },
 };

@@ -177,6 +177,17 @@ my @TABLE = (
       pod => 'Connections the manager holds at once; when full, the longest-idle one is closed. '
            . 'By default, as many as its open-file limit allows (it raises its soft limit to the '
            . 'hard one and keeps ' . _c('MANAGER_RESERVED_FDS') . ' descriptors for itself).' },
+    { name => 'custody', type => 'bool', default => 1, c => 1, group => 'Connections',
+      negated => ['no_custody'],
+      help => 'the manager holds a copy of each parked connection, so a killed worker loses '
+          . 'only its request in flight (--no-custody: off)',
+      pod => 'The connection manager holds a copy of every connection parked in a worker, so '
+           . 'that a worker killed with KILL (the kernel\'s OOM killer) or ended by the app\'s '
+           . 'C<exit> loses only the request it was serving: the manager takes the others over. '
+           . 'It costs nothing per request and about 13 us of CPU per keep-alive connection '
+           . '(a descriptor passed, watched and closed); C<Connection: close> traffic never pays '
+           . 'it. C<--no-custody> saves that for clients that make one or two requests per '
+           . 'connection. See docs/DESIGN.md, "Custody of parked connections".' },
     { name => 'keepalive_wait', type => 'seconds', default => 0.5, c => 1, group => 'Connections',
       arg => 'SECS', help => 'how long a worker keeps a served connection parked before the manager takes it',
       pod => 'How long a worker keeps a connection it has just served parked, watching for its '

@@ -30,6 +30,7 @@
 #include "nw_worker.h"
 #include "loopback.h"
 #include "tap.h"
+#include "worker_config.h"
 
 #define WAIT_MS 500     /* the longest a step that must happen is waited for */
 
@@ -67,20 +68,6 @@ static void die(const char *what)
 {
     perror(what);
     exit(2);
-}
-
-static nw_conn_config config(void)
-{
-    nw_conn_config c;
-    memset(&c, 0, sizeof c);
-    c.parse.max_request_line = NW_DEFAULT_MAX_REQUEST_LINE;
-    c.parse.max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES;
-    c.parse.max_headers = NW_DEFAULT_MAX_HEADERS;
-    c.body_in_memory = NW_DEFAULT_BODY_IN_MEMORY;
-    c.timeout = 5;
-    c.read_timeout = 5;
-    c.keepalive_timeout = 5;
-    return c;
 }
 
 static void listen_once(void)
@@ -145,7 +132,7 @@ typedef struct {
 
 static void rig_open(rig *r, double park_seconds, int with_manager)
 {
-    nw_conn_config c = config();
+    nw_conn_config c = test_worker_config();
     r->serve[0] = r->serve[1] = r->handoff[0] = r->handoff[1] = -1;
     r->custody = 0;
     if (with_manager && (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, r->serve) < 0

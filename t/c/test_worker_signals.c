@@ -34,6 +34,7 @@
 #include "nw_worker_signals.h"
 #include "loopback.h"
 #include "tap.h"
+#include "worker_config.h"
 
 #define WAIT_MS 2000    /* the longest a step that must happen is waited for */
 
@@ -69,20 +70,6 @@ static size_t read_all(int s, char *buf, size_t cap)
     }
     buf[len] = 0;
     return len;
-}
-
-static nw_conn_config config(void)
-{
-    nw_conn_config c;
-    memset(&c, 0, sizeof c);
-    c.parse.max_request_line = NW_DEFAULT_MAX_REQUEST_LINE;
-    c.parse.max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES;
-    c.parse.max_headers = NW_DEFAULT_MAX_HEADERS;
-    c.body_in_memory = NW_DEFAULT_BODY_IN_MEMORY;
-    c.timeout = 5;
-    c.read_timeout = 5;
-    c.keepalive_timeout = 5;
-    return c;
 }
 
 /* The next connection within WAIT_MS, or NULL. */
@@ -142,7 +129,7 @@ static void test_watchdog_first_signal(void)
 
 static void test_watchdog_reply(void)
 {
-    nw_conn_config c = config();
+    nw_conn_config c = test_worker_config();
     nw_score_slot slot;
     memset(&slot, 0, sizeof slot);
     slot.state = NW_WORKER_BUSY;
@@ -201,7 +188,7 @@ static void last_words(void)
 
 static void child_parks_then(int serve_fd, int handoff_fd, void (*end)(nw_worker *))
 {
-    nw_conn_config c = config();
+    nw_conn_config c = test_worker_config();
     nw_worker *w = nw_worker_new(&c, 30, serve_fd, handoff_fd, NULL);
     if (!w || nw_worker_listen(w, dup(g_listener), 1) < 0)
         _exit(3);

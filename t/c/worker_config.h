@@ -1,0 +1,28 @@
+/* The connection configuration the worker's C unit tests run with:
+ * the server's default limits, 5 s timeouts, and custody on (as the
+ * server runs it: parked connections' copies go to the "manager", the
+ * test's end of the handoff queue). */
+#ifndef NW_TEST_WORKER_CONFIG_H
+#define NW_TEST_WORKER_CONFIG_H
+
+#include <string.h>
+
+#include "nw_conn.h"
+#include "nw_limits.h"
+
+static inline nw_conn_config test_worker_config(void)
+{
+    nw_conn_config c;
+    memset(&c, 0, sizeof c);
+    c.parse.max_request_line = NW_DEFAULT_MAX_REQUEST_LINE;
+    c.parse.max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES;
+    c.parse.max_headers = NW_DEFAULT_MAX_HEADERS;
+    c.body_in_memory = NW_DEFAULT_BODY_IN_MEMORY;
+    c.timeout = 5;
+    c.read_timeout = 5;
+    c.keepalive_timeout = 5;
+    c.custody = 1;
+    return c;
+}
+
+#endif
