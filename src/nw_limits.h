@@ -77,6 +77,12 @@
 #define NW_PARK_PAUSE_MS              5000    /* for this long */
 #define NW_PARK_EVICT_RETRY_MS        10      /* the park watcher met a full manager queue: retry then */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
+/* Custody (DESIGN.md): a parked connection's copy goes to the manager this
+ * long after its first park, so that a short keep-alive connection, closed
+ * by its client meanwhile, never pays for it; sooner when the worker is
+ * about to wait, or when this many wait. */
+#define NW_CUSTODY_DELAY_MS           10
+#define NW_CUSTODY_WAIT_MAX           64
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
 #define NW_ADOPT_BUSY_WAIT_MS         2       /* a busy worker adopts a waiting batch after this */
 #define NW_ADOPT_FRAMES               8       /* a leaving worker's parked set is split in about

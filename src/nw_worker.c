@@ -42,6 +42,7 @@ static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
     }
     c->listener = index;
     wc->c = c;
+    wc->worker = w;
     if (plen > 0 && plen <= sizeof wc->peer) {
         memcpy(&wc->peer, peer, plen);
         wc->peer_len = plen;
@@ -52,12 +53,16 @@ static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
 /* The connection whose request is running (the request watchdog's). */
 static nw_wconn *volatile serving;
 
+static void custody_forget(nw_worker *w, nw_wconn *wc);
+
 void nw_wconn_free(nw_wconn *wc)
 {
     if (!wc)
         return;
     if (serving == wc)
         serving = NULL;
+    if (wc->custody_wait)
+        custody_forget(wc->worker, wc);
     nw_conn_destroy(wc->c);
     free(wc);
 }
@@ -259,6 +264,53 @@ static int sources_ready(const nw_worker *w)
     return w->listener_ready || w->serve_queue_ready || w->adopt_ready;
 }
 
+/* ---- custody -------------------------------------------------------- */
+
+/* A parked connection's copy for the manager (DESIGN.md, "Custody of
+ * parked connections"), sent NW_CUSTODY_DELAY_MS after its first park
+ * here (a waiting worker wakes for it): a client that closes its
+ * connection sooner costs nothing. Once per connection (a full queue: at
+ * its next park). */
+static void custody_flush(nw_worker *w)
+{
+    for (int i = 0; i < w->ncustody_wait; i++) {
+        nw_wconn *wc = w->custody_wait[i];
+        wc->custody_wait = 0;
+        if (wc->c->fd >= 0 && !wc->c->custody)
+            nw_conn_custody(wc->c, w->handoff_queue, w->pid);
+    }
+    w->ncustody_wait = 0;
+}
+
+static void custody_forget(nw_worker *w, nw_wconn *wc)
+{
+    int i = wc->custody_wait - 1;
+    nw_wconn *last = w->custody_wait[--w->ncustody_wait];
+    w->custody_wait[i] = last;
+    last->custody_wait = i + 1;
+    wc->custody_wait = 0;
+}
+
+static void custody_defer(nw_worker *w, nw_wconn *wc, nw_msec now)
+{
+    if (wc->c->custody || wc->custody_wait || !w->cfg.custody || w->pid <= 0
+        || w->handoff_queue < 0 || w->serve_queue < 0)
+        return;
+    if (w->ncustody_wait == NW_CUSTODY_WAIT_MAX)
+        custody_flush(w);
+    if (w->ncustody_wait == 0)
+        w->custody_due = now + NW_CUSTODY_DELAY_MS;
+    w->custody_wait[w->ncustody_wait++] = wc;
+    wc->custody_wait = w->ncustody_wait;
+}
+
+/* Their copies are not wanted any more: the parked set is let go. */
+static void custody_drop_waiting(nw_worker *w)
+{
+    while (w->ncustody_wait)
+        custody_forget(w, w->custody_wait[w->ncustody_wait - 1]);
+}
+
 /* ---- parking ------------------------------------------------------- */
 
 /* A readable parked connection, or NULL. */
@@ -302,12 +354,9 @@ static int park(nw_worker *w, nw_wconn *wc)
         return -1;
     if (w->ops.hold && wc->owner)   /* (an adopted one has none until it is served) */
         w->ops.hold(wc->owner);
-    /* Custody: the manager holds a copy from the first park on, so that
-     * this process's death does not take the connection with it. Once per
-     * connection (a full queue: at a later park). */
-    if (!wc->c->custody && w->cfg.custody && w->pid > 0 && w->handoff_queue >= 0
-        && w->serve_queue >= 0)
-        nw_conn_custody(wc->c, w->handoff_queue, w->pid);
+    /* custody: the manager will hold a copy, so that this process's
+     * death does not take the connection with it */
+    custody_defer(w, wc, now);
     return 0;
 }
 
@@ -716,10 +765,14 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
             poll_events(w, 0);      /* idle: adopted a batch; any of them with a request? */
             continue;
         }
+        if (w->ncustody_wait && now >= w->custody_due)
+            custody_flush(w);
         if (now >= until)
             return NULL;
         nw_msec nearest = w->draining ? 0 : nw_park_nearest(&w->park);
         nw_msec wake = nearest && nearest < until ? nearest : until;
+        if (w->ncustody_wait && w->custody_due < wake)
+            wake = w->custody_due;  /* (custody: the copies are due then) */
         if ((poll_events(w, (int)(wake - now)) < 0 && errno == EINTR) || w->signal_ready) {
             errno = EINTR;
             return NULL;            /* a signal: let the caller look at its flags */
@@ -734,6 +787,8 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
     nw_wconn *wc = next_conn(w, wait_ms);
     if (wc)
         w->taken_any = 1;
+    if (w->ncustody_wait && nw_now_ms() >= w->custody_due)
+        custody_flush(w);
     if (wc && w->slot)  /* custody: the manager closes this one if we die now */
         w->slot->serving_cookie = wc->c->custody ? wc->c->cookie : 0;
     return wc;
@@ -854,6 +909,7 @@ static void parked_released(nw_worker *w)
 void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 {
     parked_released(w);
+    custody_drop_waiting(w);
     if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing())
         park_give_away(w, 0);
     else if (why == NW_RELEASE_RETIRE)
@@ -1282,6 +1338,7 @@ void nw_worker_free(nw_worker *w)
 {
     if (!w)
         return;
+    custody_drop_waiting(w);
     free(w->proxy_from);
     if (w->has_watcher) {
         nw_worker_enter(w);

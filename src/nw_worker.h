@@ -31,9 +31,13 @@
 #include "nw_scoreboard.h"
 
 
+struct nw_worker;
+
 /* One connection inside a worker: the C side of what the caller serves. */
 typedef struct {
     nw_conn *c;
+    struct nw_worker *worker;       /* the worker it is in */
+    int custody_wait;               /* 1 + its place in worker->custody_wait; 0: none */
     struct sockaddr_storage peer;   /* the client's address, from accept4 or getpeername */
     socklen_t peer_len;             /* 0 when unknown */
     nw_msec started;                /* the current request's head was complete then; 0 between requests */
@@ -101,7 +105,7 @@ typedef struct {
     uint64_t served;    /* requests finished */
 } nw_worker_life;
 
-typedef struct {
+typedef struct nw_worker {
     nw_worker_listener listener[NW_MAX_LISTENERS];
     int count;
     int next;                   /* where the next accept round starts */
@@ -126,6 +130,9 @@ typedef struct {
     nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
     nw_msec last_poll;          /* when epoll was last asked */
     int pid;                    /* this worker's process (custody frames name it) */
+    nw_wconn *custody_wait[NW_CUSTODY_WAIT_MAX]; /* parked, their copies not sent yet */
+    int ncustody_wait;
+    nw_msec custody_due;        /* send them by then */
     nw_worker_owner_ops ops;
 
     /* The park watcher: see "Fairness and slow apps" in docs/DESIGN.md.

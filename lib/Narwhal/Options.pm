@@ -184,10 +184,11 @@ my @TABLE = (
       pod => 'The connection manager holds a copy of every connection parked in a worker, so '
            . 'that a worker killed with KILL (the kernel\'s OOM killer) or ended by the app\'s '
            . 'C<exit> loses only the request it was serving: the manager takes the others over. '
-           . 'It costs nothing per request and about 13 us of CPU per keep-alive connection '
-           . '(a descriptor passed, watched and closed); C<Connection: close> traffic never pays '
-           . 'it. C<--no-custody> saves that for clients that make one or two requests per '
-           . 'connection. See docs/DESIGN.md, "Custody of parked connections".' },
+           . 'It costs nothing per request and about 8 us of CPU per keep-alive connection that '
+           . 'lives longer than ' . _c('CUSTODY_DELAY_MS') . ' ms (a descriptor passed, watched '
+           . 'and closed); a shorter one and C<Connection: close> traffic never pay it. '
+           . 'C<--no-custody> saves that where connections carry a few requests each. See '
+           . 'docs/DESIGN.md, "Custody of parked connections".' },
     { name => 'keepalive_wait', type => 'seconds', default => 0.5, c => 1, group => 'Connections',
       arg => 'SECS', help => 'how long a worker keeps a served connection parked before the manager takes it',
       pod => 'How long a worker keeps a connection it has just served parked, watching for its '

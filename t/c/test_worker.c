@@ -455,7 +455,7 @@ static void test_adoption(void)
     say(s1, "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n");   /* arrives as A leaves */
     nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
     is(handed_to_manager(&a, 50), 0, "A leaves: nothing went to the manager");
-    is(a.custody, 3, "but a copy of each connection it parked, once (custody)");
+    is(a.custody, 0, "nor copies: A left before they were due (custody)");
     is(g_live, 0, "and A let go of all three");
     nw_wconn *wc = next_conn(b.w);
     ok(wc != NULL, "worker B takes the connection whose request is waiting");
@@ -479,7 +479,6 @@ static void test_adoption(void)
     ok(nw_worker_next(b.w, 50) == NULL, "the silent one is adopted when B is idle, and waits");
     is(b.w->park.count, 2, "B holds both");
     is(handed_to_manager(&a, 0) + handed_to_manager(&b, 0), 0, "still nothing through the manager");
-    is(b.custody, 3, "B sent a copy of each connection it adopted (custody)");
     rig_close(&a);
     rig_close(&b);              /* frees the ones still parked, owned or never served */
     ok(sees_eof(s3), "a connection never served in B is closed with it");
@@ -489,6 +488,60 @@ static void test_adoption(void)
     close(s3);
     close(q[0]);
     close(q[1]);
+}
+
+/* Custody: a parked connection's copy goes to the manager when the
+ * worker is about to wait or NW_CUSTODY_DELAY_MS after its first park,
+ * never for one closed before; a connection in custody is shut down when
+ * the worker closes it, so its client sees the end at once although the
+ * manager's copy is open. */
+static void test_custody(void)
+{
+    rig r;
+    rig_open(&r, 5, 1);
+    int s1 = client();
+    nw_wconn *wc = next_conn(r.w);
+    if (!ok(wc != NULL, "custody: a client"))
+        return;
+    is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED, "parked");
+    caller_drop(wc);
+    is(handed_to_manager(&r, 0) + r.custody, 0, "no copy sent at once");
+    ok(nw_worker_next(r.w, 20) == NULL, "the worker waits");
+    is(handed_to_manager(&r, 0), 0, "nothing handed off");
+    is(r.custody, 1, "the copy went to the manager before it waited");
+
+    int s2 = client();
+    nw_wconn *wc2 = next_conn(r.w);
+    if (wc2) {
+        is(nw_worker_release(r.w, wc2, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED, "a second parked");
+        caller_drop(wc2);
+    }
+    close(s2);                  /* its client leaves at once */
+    nw_wconn *gone = next_conn(r.w);
+    ok(gone == wc2 && gone->peer_closed, "its hang-up is seen");
+    if (gone) {
+        nw_worker_release(r.w, gone, NW_RELEASE_CLOSE);
+        caller_drop(gone);
+    }
+    ok(nw_worker_next(r.w, 20) == NULL, "the worker waits again");
+    is(handed_to_manager(&r, 0) + r.custody, 1, "no copy for the one closed before it was due");
+
+    /* a copy of s1 stays open here, as the manager would hold one */
+    say(s1, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    nw_wconn *back = next_conn(r.w);
+    ok(back && back->c->custody, "the first comes back, in custody");
+    int copy = dup(back ? back->c->fd : -1);
+    if (back) {
+        nw_worker_release(r.w, back, NW_RELEASE_CLOSE);
+        caller_drop(back);
+    }
+    ok(sees_eof(s1), "closed by the worker: its client sees the end although a copy is open");
+    struct pollfd p = { .fd = copy, .events = POLLRDHUP };
+    ok(poll(&p, 1, WAIT_MS) == 1 && (p.revents & (POLLHUP | POLLRDHUP)),
+       "and the copy sees the hang-up (the manager closes it then)");
+    close(copy);
+    close(s1);
+    rig_close(&r);
 }
 
 int main(void)
@@ -502,6 +555,7 @@ int main(void)
     test_watcher_evicts_behind_a_slow_request();
     test_refuse_new_connections();
     test_adoption();
+    test_custody();
     close(g_listener);
     is(g_live, 0, "no connection outlives its test");
     return done_testing();
