@@ -930,6 +930,8 @@ void nw_worker_drain(nw_worker *w)
 void nw_worker_lend_socket(nw_wconn *wc)
 {
     nw_worker *w = nw_worker_of_process();
+    if (wc->custody_wait)
+        custody_forget(wc->worker, wc);     /* (its copy is not to be sent now) */
     if (!w || !wc->c->custody || w->handoff_queue < 0)
         return;
     nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS;
