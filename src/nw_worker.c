@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -651,6 +652,44 @@ static void park_give_away(nw_worker *w, int crashing)
     }
 }
 
+/* The frames waiting in the adopt queue as a worker leaves go to the back
+ * of the queue again, each once (the bytes queued when it began): each
+ * send wakes a worker. The queue is in every worker's epoll with
+ * EPOLLEXCLUSIVE, so a frame wakes the first worker waiting in epoll_wait
+ * and no other: the kernel puts the queue on that epoll's ready list
+ * only, and level-triggering does not tell the others later. A worker
+ * that leaves after such a wake-up (its stop signal came in the same
+ * epoll_wait, as with HUP under load) would leave the frame there, its
+ * clients' requests unanswered, until another frame woke someone. A frame
+ * the queue refuses now is adopted here, and given away with the parked
+ * set (to the manager, then). */
+static void pass_on_adopted(nw_worker *w)
+{
+    int waiting = 0;
+    if (w->adopt_in < 0 || w->adopt_out < 0 || ioctl(w->adopt_in, FIONREAD, &waiting) < 0)
+        return;
+    for (int i = 0; waiting > 0 && i < NW_ADOPT_PASS_ON_MAX && adopt_room(w); i++) {
+        nw_frame f;
+        int fds[NW_ADOPT_BATCH], nfds;
+        if (nw_frame_recv_many(w->adopt_in, &f, w->frame_data, NW_FRAME_MAX_DATA,
+                               fds, NW_ADOPT_BATCH, &nfds) <= 0)
+            return;     /* nothing waiting any more (another worker took it), or a bad frame */
+        waiting -= (int)(sizeof f + f.data_len);
+        const nw_frame_adoptee *a = (const nw_frame_adoptee *)w->frame_data;
+        int records = f.type == NW_FRAME_ADOPT ? (int)(f.data_len / sizeof *a) : 0;
+        int n = nfds < records ? nfds : records;
+        for (int k = n; k < nfds; k++)
+            close(fds[k]);      /* (as take_adopted does) */
+        if (n > 0 && send_adopt_batch(w, a, fds, n) == 0) {
+            for (int k = 0; k < n; k++)
+                close(fds[k]);  /* our copies: the sockets are in the queue again */
+        } else {
+            for (int k = 0; k < n; k++)
+                adopt_one(w, &a[k], fds[k]);
+        }
+    }
+}
+
 int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
 {
     struct rlimit rl;
@@ -910,12 +949,14 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 {
     parked_released(w);
     custody_drop_waiting(w);
-    if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing())
+    if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing()) {
+        pass_on_adopted(w);     /* (a wake-up for a frame may have been ours) */
         park_give_away(w, 0);
-    else if (why == NW_RELEASE_RETIRE)
+    } else if (why == NW_RELEASE_RETIRE) {
         park_expire(w, nw_now_ms(), 1);
-    else
+    } else {
         park_close_all(w);
+    }
 }
 
 void nw_worker_drain(nw_worker *w)
@@ -1110,6 +1151,8 @@ void nw_worker_leave_process(nw_worker *w)
         return;
     nw_worker_enter(w);
     nw_worker_stop_watcher(w);
+    if (!nw_conn_server_closing())
+        pass_on_adopted(w);     /* (an app's exit too may end a worker after a wake-up) */
     if (w->park.count)
         nw_worker_release_parked(w, NW_RELEASE_RETIRE);
     process_worker = NULL;
