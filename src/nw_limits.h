@@ -87,8 +87,10 @@
 #define NW_ADOPT_BUSY_WAIT_MS         2       /* a busy worker adopts a waiting batch after this */
 #define NW_ADOPT_FRAMES               8       /* a leaving worker's parked set is split in about
                                                * this many batches, to be shared out */
-#define NW_ADOPT_PASS_ON_MAX          16      /* frames a leaving worker sends on, at most (the
-                                               * queue holds about ten: net.unix.max_dgram_qlen) */
+#define NW_PASS_ON_MAX                16      /* frames (and, from each of the serve queue and a
+                                               * listener, connections) a leaving worker passes
+                                               * on, at most (the adopt queue holds about ten:
+                                               * net.unix.max_dgram_qlen) */
 #define NW_ADOPT_FD_RESERVE           256     /* descriptors a worker keeps below its open-file
                                                * limit (the app's) when it adopts connections */
 #define NW_STOP_SERVE_MS              200     /* a stopping worker or manager still answers, with

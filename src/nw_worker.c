@@ -668,7 +668,7 @@ static void pass_on_adopted(nw_worker *w)
     int waiting = 0;
     if (w->adopt_in < 0 || w->adopt_out < 0 || ioctl(w->adopt_in, FIONREAD, &waiting) < 0)
         return;
-    for (int i = 0; waiting > 0 && i < NW_ADOPT_PASS_ON_MAX && adopt_room(w); i++) {
+    for (int i = 0; waiting > 0 && i < NW_PASS_ON_MAX && adopt_room(w); i++) {
         nw_frame f;
         int fds[NW_ADOPT_BATCH], nfds;
         if (nw_frame_recv_many(w->adopt_in, &f, w->frame_data, NW_FRAME_MAX_DATA,
@@ -687,6 +687,36 @@ static void pass_on_adopted(nw_worker *w)
             for (int k = 0; k < n; k++)
                 adopt_one(w, &a[k], fds[k]);
         }
+    }
+}
+
+/* The serve queue and the listeners are in every worker's epoll with
+ * EPOLLEXCLUSIVE too, and a leaving worker may have taken the wake-up for
+ * a request waiting in the queue, or for a new connection, the same way:
+ * that request would wait for the next arrival to wake a worker. The
+ * leaving worker hands each (at most NW_PASS_ON_MAX from the queue and
+ * from each listener) to the manager, which serves it again, or reads
+ * its head, with a wake-up of its own. */
+static void pass_on_waiting(nw_worker *w)
+{
+    nw_wconn *wc;
+    int waiting = 0;
+    if (w->handoff_queue < 0)
+        return;
+    for (int i = 0; i < NW_PASS_ON_MAX && w->serve_queue >= 0
+                    && ioctl(w->serve_queue, FIONREAD, &waiting) == 0 && waiting > 0; i++) {
+        w->serve_queue_ready = 1;
+        if (!(wc = take_served(w)))
+            break;
+        if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
+            nw_conn_close_gently(wc->c);
+        nw_wconn_free(wc);
+    }
+    w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
+    for (int i = 0; i < NW_PASS_ON_MAX * w->count && (wc = accept_ready(w)); i++) {
+        if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
+            nw_conn_close_gently(wc->c);
+        nw_wconn_free(wc);
     }
 }
 
@@ -951,6 +981,7 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
     custody_drop_waiting(w);
     if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing()) {
         pass_on_adopted(w);     /* (a wake-up for a frame may have been ours) */
+        pass_on_waiting(w);     /* (or one for a request or a new connection) */
         park_give_away(w, 0);
     } else if (why == NW_RELEASE_RETIRE) {
         park_expire(w, nw_now_ms(), 1);
@@ -1151,8 +1182,10 @@ void nw_worker_leave_process(nw_worker *w)
         return;
     nw_worker_enter(w);
     nw_worker_stop_watcher(w);
-    if (!nw_conn_server_closing())
+    if (!nw_conn_server_closing()) {
         pass_on_adopted(w);     /* (an app's exit too may end a worker after a wake-up) */
+        pass_on_waiting(w);
+    }
     if (w->park.count)
         nw_worker_release_parked(w, NW_RELEASE_RETIRE);
     process_worker = NULL;

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -684,6 +685,50 @@ static void test_adoption_wakeup_passed_on(void)
     close(q[1]);
 }
 
+/* The serve queue and the listeners are EPOLLEXCLUSIVE too: a leaving
+ * worker that took the wake-up for a request waiting in the queue, or for
+ * a new connection, hands it to the manager, which serves it (or reads
+ * it) with a wake-up of its own, rather than leave it for the next
+ * arrival to wake a worker. */
+static void test_leaving_passes_on_waiting(void)
+{
+    rig r;
+    char buf[512];
+    nw_frame f, sf;
+    rig_open(&r, 5, 1);
+    int queued = client();
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept(g_listener, (struct sockaddr *)&ss, &sl);
+    const char *head = "GET /q HTTP/1.1\r\nHost: x\r\n\r\n";
+    nw_frame_init(&sf, NW_FRAME_SERVE);
+    sf.requests = 2;
+    sf.data_len = (uint32_t)strlen(head);
+    ok(fd >= 0 && nw_frame_send(r.serve[0], &sf, head, fd) == 0, "pass on: a request in the serve queue");
+    if (fd >= 0)
+        close(fd);
+    int fresh = client();
+    usleep(20000);              /* (its handshake is done: it waits to be accepted) */
+    nw_worker_release_parked(r.w, NW_RELEASE_RETIRE);
+    int got = -1;
+    ok(next_frame(&r, &f, buf, sizeof buf, &got, WAIT_MS) && f.type == NW_FRAME_HANDOFF
+       && f.data_len == strlen(head) && memcmp(buf, head, f.data_len) == 0 && f.requests == 2,
+       "the leaving worker hands the queued request to the manager, its bytes and count");
+    if (got >= 0)
+        close(got);
+    got = -1;
+    ok(next_frame(&r, &f, buf, sizeof buf, &got, WAIT_MS) && f.type == NW_FRAME_HANDOFF
+       && f.data_len == 0 && got >= 0, "and the new connection waiting on the listener");
+    if (got >= 0)
+        close(got);
+    int waiting = -1;
+    ioctl(r.serve[1], FIONREAD, &waiting);
+    is(waiting, 0, "nothing is left in the serve queue");
+    close(queued);
+    close(fresh);
+    rig_close(&r);
+}
+
 int main(void)
 {
     alarm(30);
@@ -697,6 +742,7 @@ int main(void)
     test_adoption();
     test_custody();
     test_adoption_wakeup_passed_on();
+    test_leaving_passes_on_waiting();
     close(g_listener);
     is(g_live, 0, "no connection outlives its test");
     return done_testing();
