@@ -14,7 +14,8 @@ use Time::HiRes ();
 # Test helpers: free ports from the OS, a spawned server behind a guard,
 # raw-socket requests and a small response parser. Every wait is bounded.
 
-our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server write_app raw_connect raw_request
+our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server spawn_servers
+                    stop_servers write_app raw_connect raw_request
                     read_until_close read_response parse_response tmpdir
                     wait_until root perl_cmd run_cmd http_get children_of
                     pid_alive narwhal_cmd worker_pids manager_built
@@ -53,13 +54,15 @@ sub write_app {
     return $file->filename;
 }
 
+# wait_until(sub { ... }, $timeout = 10, $every = 0.05): the first true value
+# of the condition, polled every $every seconds until $timeout.
 sub wait_until {
-    my ($cond, $timeout) = @_;
+    my ($cond, $timeout, $every) = @_;
     my $end = Time::HiRes::time() + ($timeout // 10);
     while (Time::HiRes::time() < $end) {
         my $v = $cond->();
         return $v if $v;
-        Time::HiRes::sleep(0.05);
+        Time::HiRes::sleep($every // 0.05);
     }
     return;
 }
@@ -70,6 +73,21 @@ sub wait_until {
 # Starts bin/narwhal (or `command`) listening on a fresh port (and the unix
 # path when given) and returns a guard once it accepts connections.
 sub spawn_server {
+    my (%a) = @_;
+    my ($guard) = spawn_servers(\%a);
+    return $guard;
+}
+
+# spawn_servers({ spawn_server's arguments }, ...): several servers started
+# at once (their start-ups overlap), the guards in the same order once all
+# of them accept connections.
+sub spawn_servers {
+    my @started = map { _start_server(%$_) } @_;
+    _wait_started(@$_) for @started;
+    return map { $_->[0] } @started;
+}
+
+sub _start_server {
     my (%a) = @_;
     my $app = $a{app} // "sub { [200, ['Content-Type' => 'text/plain'], ['ok']] }";
     $app = write_app($app) unless $app =~ /\.psgi$/ && -f $app;
@@ -90,16 +108,31 @@ sub spawn_server {
     }
     my $guard = bless { pid => $pid, port => $port, unix => $a{unix}, owner => $$,
                         log => $stderr }, 'NarwhalTest::Guard';
+    NarwhalTest::Guard::_track($guard);
+    return [ $guard, \%a ];
+}
+
+sub _wait_started {
+    my ($guard, $a) = @_;
+    my ($pid, $port) = ($guard->{pid}, $guard->{port});
     my $up = wait_until(sub {
         return 0 if waitpid($pid, POSIX::WNOHANG()) == $pid && ($guard->{pid} = 0, 1);
-        return $a{ready}->($guard) if $a{ready};    # when a connect would not prove it
-        my $s = $a{unix} && $a{no_listen}
-            ? IO::Socket::UNIX->new(Peer => $a{unix})
+        return $a->{ready}->($guard) if $a->{ready};    # when a connect would not prove it
+        my $s = $a->{unix} && $a->{no_listen}
+            ? IO::Socket::UNIX->new(Peer => $a->{unix})
             : IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port);
         return $s ? 1 : 0;
-    }, SPAWN_TIMEOUT);
+    }, SPAWN_TIMEOUT, 0.01);
     die "server did not start: " . $guard->log_text unless $up;
     return $guard;
+}
+
+# stop_servers(@guards): TERM to all of them at once, then each is waited
+# for as $guard->stop does; returns their wait statuses.
+sub stop_servers {
+    my @g = grep { $_ && $_->{pid} && $_->{owner} == $$ } @_;
+    kill TERM => $_->{pid} for @g;
+    return map { $_->stop('none') } @g;
 }
 
 # NARWHAL_TEST_ARGS="--no-manager" runs the suite in another mode.
@@ -363,6 +396,7 @@ sub pid_alive {
 
 package NarwhalTest::Guard;
 use POSIX ();
+use Scalar::Util ();
 use Time::HiRes ();
 
 sub pid  { $_[0]{pid} }
@@ -375,12 +409,20 @@ sub log_text {
     return <$fh> // '';
 }
 
-# TERM, wait, KILL, reap. Only the process that spawned the server does it.
+# Every guard of this process that may still run a server: at the end of
+# the test file, all of them get their TERM at once (END below), rather
+# than one after the other as the guards go.
+my %LIVE;
+sub _track { my $g = shift; $LIVE{"$g"} = $g; Scalar::Util::weaken($LIVE{"$g"}) }
+END { local $?; NarwhalTest::stop_servers(grep { defined } values %LIVE) }
+
+# TERM (or $sig; 'none' when it was sent already), wait, KILL, reap. Only
+# the process that spawned the server does it.
 sub stop {
     my ($self, $sig) = @_;
     my $pid = $self->{pid} or return;
     return unless $self->{owner} == $$;
-    kill($sig // 'TERM', $pid);
+    kill($sig // 'TERM', $pid) unless ($sig // '') eq 'none';
     my $end = Time::HiRes::time() + NarwhalTest::STOP_TIMEOUT();
     while (Time::HiRes::time() < $end) {
         if (waitpid($pid, POSIX::WNOHANG()) == $pid) {
@@ -388,7 +430,7 @@ sub stop {
             $self->{pid} = 0;
             return $self->{status};
         }
-        Time::HiRes::sleep(0.05);
+        Time::HiRes::sleep(0.01);
     }
     kill KILL => $pid;
     waitpid($pid, 0);
