@@ -14,7 +14,7 @@ use Time::HiRes ();
 # Test helpers: free ports from the OS, a spawned server behind a guard,
 # raw-socket requests and a small response parser. Every wait is bounded.
 
-our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server spawn_servers
+our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server spawn_servers in_parallel
                     stop_servers write_app raw_connect raw_request
                     read_until_close read_response parse_response tmpdir
                     wait_until root perl_cmd run_cmd http_get children_of
@@ -65,6 +65,32 @@ sub wait_until {
         Time::HiRes::sleep($every // 0.05);
     }
     return;
+}
+
+# in_parallel(sub { ... }, ...): each block in a process of its own, all
+# at once, for the parts of a test file that do not depend on each other
+# and spend their time waiting (for timeouts, signals, other processes).
+# The test file must `use Test2::IPC` before its first test: the blocks'
+# results are then the file's. A block that dies, or whose process ends
+# with a non-zero status, fails. Returns once all of them are done.
+sub in_parallel {
+    my @blocks = @_;
+    die "in_parallel: the test file must use Test2::IPC\n" unless $INC{'Test2/IPC.pm'};
+    tmpdir();    # (one temp dir for all, removed by this process)
+    my @pids;
+    for my $block (@blocks) {
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            my $ok = eval { $block->(); 1 };
+            print STDERR "# a block run in parallel died: $@" unless $ok;
+            exit($ok ? 0 : 255);
+        }
+        push @pids, $pid;
+    }
+    for my $i (0 .. $#pids) {
+        waitpid($pids[$i], 0);
+        Test::More::fail("block $i of in_parallel ended with wait status $?") if $?;
+    }
 }
 
 # spawn_server(app => $file_or_code, args => [...], unix => $path,
