@@ -435,12 +435,22 @@ sub log_text {
     return <$fh> // '';
 }
 
-# Every guard of this process that may still run a server: at the end of
-# the test file, all of them get their TERM at once (END below), rather
-# than one after the other as the guards go.
-my %LIVE;
+# Every guard of this process that may still run a server, and the
+# servers whose guards went away (DESTROY): at the end of the test file,
+# all of them are stopped at once (END below).
+my (%LIVE, @DYING);
 sub _track { my $g = shift; $LIVE{"$g"} = $g; Scalar::Util::weaken($LIVE{"$g"}) }
-END { local $?; NarwhalTest::stop_servers(grep { defined } values %LIVE) }
+sub _reap_dying { @DYING = grep { waitpid($_, POSIX::WNOHANG()) == 0 } @DYING }
+END {
+    local ($?, $!, $@);
+    my @g = grep { defined && $_->{pid} && $_->{owner} == $$ } values %LIVE;
+    kill TERM => map { $_->{pid} } @g;
+    push @DYING, map { my $pid = $_->{pid}; $_->{pid} = 0; $pid } @g;
+    my $end = Time::HiRes::time() + NarwhalTest::STOP_TIMEOUT();
+    while (_reap_dying() && Time::HiRes::time() < $end) { Time::HiRes::sleep(0.01) }
+    kill KILL => @DYING if @DYING;
+    waitpid($_, 0) for @DYING;
+}
 
 # TERM (or $sig; 'none' when it was sent already), wait, KILL, reap. Only
 # the process that spawned the server does it.
@@ -483,10 +493,19 @@ sub wait_exit {
     }
 }
 
+# A guard that goes away stops its server without waiting for it: the
+# server gets its TERM now and is reaped later (by the next guard that
+# goes, or at the end of the file), so that a test does not wait for the
+# stop of a server it no longer looks at. A test that looks at the stop
+# calls stop.
 sub DESTROY {
     my $self = shift;
     local ($?, $!, $@);
-    $self->stop if $self->{pid};
+    return unless $self->{pid} && $self->{owner} == $$;
+    kill TERM => $self->{pid};
+    push @DYING, $self->{pid};
+    $self->{pid} = 0;
+    _reap_dying();
 }
 
 1;
