@@ -189,7 +189,10 @@ my $sec_refusals = sub { SKIP: {
     skip 'the status pages need the connection manager', 1 unless $MANAGED;
     my $path = "$TMP/status.sock";
     my $s = server(args => [ '--status-listen', $path ]);
-    my $c = raw_connect($path);
+    # (the server is up once its app listener answers; the manager's
+    # status listener may come a moment later on a busy machine)
+    my $c;
+    wait_until(sub { $c = raw_connect($path) }, 5);
     syswrite($c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     is(read_response($c, 5)->{status}, 200, '--status-listen on a unix socket');
     $s->stop;
@@ -304,7 +307,10 @@ my $sec_watchdog = sub {
     ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), 'the workers were replaced');
     is(get_raw($port, '/')->{status}, 200, 'and serve');
     if ($MANAGED) {
-        my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+        # (the last restart is counted once the master has reaped its worker)
+        my $v;
+        wait_until(sub { ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+                         ($v->{'narwhal_worker_restarts_total{reason="watchdog"}'} // 0) >= 4 }, 5);
         is($v->{'narwhal_worker_restarts_total{reason="watchdog"}'}, 4, 'restarts_total counts four watchdog restarts');
         is($v->{'narwhal_requests_total{class="5xx"}'}, 3, 'the 504s are counted as 5xx');
     }
