@@ -1,10 +1,11 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use lib 't/lib';
-use NarwhalTest qw(spawn_server spawn_servers stop_servers raw_connect read_until_close read_response free_port perl_cmd);
+use NarwhalTest qw(spawn_server spawn_servers stop_servers in_parallel raw_connect read_until_close read_response free_port perl_cmd);
 
 # The wire's last edges (docs/RFC-CHECKLIST.md): the same bytes get the
 # same answer from the worker's path and the manager's, however they are
@@ -122,7 +123,8 @@ my @streams = (
       "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n\r\nGET /e?second=1 HTTP/1.1\r\n$close", '200,200' ],
 );
 
-for my $st (@streams) {
+sub every_cut {
+    my ($st) = @_;
     my ($name, $bytes, $want) = @$st;
     my (%seen, @wrong);
     # every cut point, a short pause (the manager's side sees the pieces
@@ -136,6 +138,10 @@ for my $st (@streams) {
     ok(!@wrong, "$name: every cut point, both modes: $want, the same answers")
         or diag join "\n", @wrong[0 .. ($#wrong < 4 ? $#wrong : 4)];
 }
+# (the streams in two processes at once: one connection each to each
+# server at a time, and each server has two workers, so that without the
+# manager each connection still has a worker to itself)
+in_parallel(map { my $half = $_; sub { every_cut($streams[$_]) for grep { $_ % 2 == $half } 0 .. $#streams } } 0, 1);
 
 # Pauses long enough for the worker to hand an idle connection to the
 # manager (--keepalive-wait 0.05), at the cut points the issue named:
