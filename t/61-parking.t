@@ -18,7 +18,7 @@ plan skip_all => 'the manager is switched off for this run'
     if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
 my $app = echo_app();
-my @parts;    # (the subtests, each with its own server: run at the end)
+my (@parts, @timed);    # (the subtests, each with its own server: run at the end)
 
 my $H = "Host: t\r\n";
 
@@ -82,7 +82,7 @@ push @parts, sub { subtest 'parked in the worker, then held by the manager' => s
     isnt(pid_of($r2), pid_of($r), 'served by the new worker');
 } };
 
-push @parts, sub { subtest 'a parked connection whose request arrives during another is not forgotten' => sub {
+push @timed, sub { subtest 'a parked connection whose request arrives during another is not forgotten' => sub {
     # The quantum check looks for waiting work right after a response; it
     # must note the parked connection's (one-shot) event, not swallow it.
     my $srv = server('--keepalive-wait' => 3, '--worker-quantum' => 1);
@@ -102,7 +102,7 @@ push @parts, sub { subtest 'a parked connection whose request arrives during ano
 # Parked connections are watched edge-triggered, and the watch stays in
 # place while the connection is served: bytes that arrive meanwhile, or
 # that the last read did not reach, must still bring it back at once.
-push @parts, sub { subtest 'the next request sent while its connection is being served' => sub {
+push @timed, sub { subtest 'the next request sent while its connection is being served' => sub {
     my $srv = server('--keepalive-wait' => 3);
     my $c = raw_connect($srv->port);
     request_on($c, '/c1');                      # parked, then taken again below
@@ -119,7 +119,7 @@ push @parts, sub { subtest 'the next request sent while its connection is being 
     ok($took < 1.5, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
 } };
 
-push @parts, sub { subtest 'a request left in the socket behind a body' => sub {
+push @timed, sub { subtest 'a request left in the socket behind a body' => sub {
     my $srv = server('--keepalive-wait' => 3);
     my $c = raw_connect($srv->port);
     request_on($c, '/d1');                      # c is parked
@@ -144,7 +144,7 @@ push @parts, sub { subtest 'a request left in the socket behind a body' => sub {
     ok(read_response($a, 5), 'the other client answered too');
 } };
 
-push @parts, sub { subtest 'a FIN that comes with the last request' => sub {
+push @timed, sub { subtest 'a FIN that comes with the last request' => sub {
     # The client sends its last request and shuts down its side at once
     # (nc -N does): one edge for both, and the read that takes the request
     # is short. The FIN must still be seen at once, not after the wait.
@@ -165,7 +165,7 @@ push @parts, sub { subtest 'a FIN that comes with the last request' => sub {
     ok(read_response($d, 5), 'the other client answered');
 } };
 
-push @parts, sub { subtest 'a lone pipelining client is not counted as others waiting' => sub {
+push @timed, sub { subtest 'a lone pipelining client is not counted as others waiting' => sub {
     # After --worker-quantum pipelined requests the worker lets others in
     # only when others wait; the served connection's own new bytes are not
     # others. A hand-off would show in the manager's counts (sent to the
@@ -394,6 +394,9 @@ push @parts, sub { subtest 'a connection with nothing to read yet is let go once
 } };
 
 # The subtests in two processes at once (each has its own server; they
-# wait for --keepalive-wait, slow requests and replacement workers).
+# wait for --keepalive-wait, slow requests and replacement workers); then,
+# alone, those that order their bytes against a 30 ms request with 10 ms
+# pauses.
 in_parallel(map { my $half = $_; sub { $parts[$_]->() for grep { $_ % 2 == $half } 0 .. $#parts } } 0, 1);
+$_->() for @timed;
 done_testing();
