@@ -144,10 +144,10 @@ sub _wait_started {
     my $up = wait_until(sub {
         return 0 if waitpid($pid, POSIX::WNOHANG()) == $pid && ($guard->{pid} = 0, 1);
         return $a->{ready}->($guard) if $a->{ready};    # when a connect would not prove it
-        my $s = $a->{unix} && $a->{no_listen}
-            ? IO::Socket::UNIX->new(Peer => $a->{unix})
-            : IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port);
-        return $s ? 1 : 0;
+        # (every listener given: the master opens them one after the other)
+        return 0 if $a->{unix} && !IO::Socket::UNIX->new(Peer => $a->{unix});
+        return 1 if $a->{unix} && $a->{no_listen};
+        return IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) ? 1 : 0;
     }, SPAWN_TIMEOUT, 0.01);
     die "server did not start: " . $guard->log_text unless $up;
     return $guard;
