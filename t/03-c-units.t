@@ -11,11 +11,10 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use NarwhalTest::CBuild qw(build run_program relay_tap);
+use NarwhalTest::CBuild qw(build run_programs relay_tap);
 
-for my $unit (qw(test_http test_signal test_log test_accesslog test_accesslog_lines
-                  test_custody)) {
-    my $exe = build($unit, ["t/c/$unit.c"], '-Werror');
-    relay_tap(run_program($exe));
-}
+# (built one after the other, then run all at once)
+my @units = qw(test_http test_signal test_log test_accesslog test_accesslog_lines test_custody);
+my @exes = map { build($_, ["t/c/$_.c"], '-Werror') } @units;
+relay_tap(@$_) for run_programs(map { [$_] } @exes);
 done_testing();

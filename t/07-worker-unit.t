@@ -9,13 +9,13 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use NarwhalTest::CBuild qw(build run_program relay_tap);
+use NarwhalTest::CBuild qw(build run_programs relay_tap);
 
 plan skip_all => 'the worker is Linux only (epoll, accept4)'
     unless $^O eq 'linux';
 
-for my $unit (qw(test_worker test_worker_signals)) {
-    my $test = build($unit, ["t/c/$unit.c"], '-Werror', '-pthread');
-    relay_tap(run_program($test));
-}
+# (built one after the other, then run all at once)
+my @units = qw(test_worker test_worker_signals);
+my @exes = map { build($_, ["t/c/$_.c"], '-Werror', '-pthread') } @units;
+relay_tap(@$_) for run_programs(map { [$_] } @exes);
 done_testing();

@@ -8,10 +8,10 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use NarwhalTest::CBuild qw(build run_program relay_tap);
+use NarwhalTest::CBuild qw(build run_programs relay_tap);
 
-for my $unit (qw(test_status test_status_server)) {
-    my $exe = build($unit, ["t/c/$unit.c"], '-Werror', '-pthread');
-    relay_tap(run_program($exe));
-}
+# (built one after the other, then run all at once)
+my @units = qw(test_status test_status_server);
+my @exes = map { build($_, ["t/c/$_.c"], '-Werror', '-pthread') } @units;
+relay_tap(@$_) for run_programs(map { [$_] } @exes);
 done_testing();

@@ -1,9 +1,11 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
+use POSIX ();
 use Time::HiRes qw(time sleep);
 use lib 't/lib';
-use NarwhalTest qw(spawn_server raw_connect read_until_close read_response free_port perl_cmd);
+use NarwhalTest qw(spawn_server spawn_servers stop_servers in_parallel raw_connect read_until_close read_response free_port perl_cmd);
 
 # The wire's last edges (docs/RFC-CHECKLIST.md): the same bytes get the
 # same answer from the worker's path and the manager's, however they are
@@ -44,26 +46,49 @@ APP
 
 my $tmp = NarwhalTest::tmpdir();
 my %log = (manager => "$tmp/t24-manager.log", 'no-manager' => "$tmp/t24-nomanager.log");
-my %srv = (
-    manager => spawn_server(app => $app, env => { NARWHAL_T24_LOG => $log{manager} },
-        args => [ '--max-workers', 2, '--keepalive-wait', 0.05, '--read-timeout', 5,
-                  '--keepalive-timeout', 5 ]),
-    'no-manager' => spawn_server(app => $app, env => { NARWHAL_T24_LOG => $log{'no-manager'} },
-        args => [ '--max-workers', 2, '--no-manager', '--read-timeout', 5,
-                  '--keepalive-timeout', 5 ]),
-);
-my @modes = ('manager', 'no-manager');
+my %srv;
+@srv{'manager', 'no-manager'} = spawn_servers(
+    { app => $app, env => { NARWHAL_T24_LOG => $log{manager} },
+      args => [ '--max-workers', 2, '--keepalive-wait', 0.05, '--read-timeout', 5,
+                '--keepalive-timeout', 5 ] },
+    { app => $app, env => { NARWHAL_T24_LOG => $log{'no-manager'} },
+      args => [ '--max-workers', 2, '--no-manager', '--read-timeout', 5,
+                '--keepalive-timeout', 5 ] });
+our @modes = ('manager', 'no-manager');
 
 # Send the pieces with a pause between them; the answers, as a list of
-# "status body" (Date left out), until the server closes.
-sub exchange {
-    my ($mode, $pause, @pieces) = @_;
-    my $s = raw_connect($srv{$mode}->port) or die "connect: $!";
+# "status body" (Date left out), until the server closes. exchange_all
+# does it on one connection to each server at once (a hash of the answers
+# by mode): the pieces and pauses are the same on each, and the two
+# servers wait in parallel rather than one after the other.
+sub exchange_all {
+    my ($pause, @pieces) = @_;
+    my %sock = map { my $s = raw_connect($srv{$_}->port) or die "connect: $!"; ($_ => $s) } @modes;
+    my %open = map { $_ => 1 } @modes;
     for my $i (0 .. $#pieces) {
         sleep $pause if $i;
-        syswrite($s, $pieces[$i]) // last;
+        for my $mode (grep { $open{$_} } @modes) {
+            syswrite($sock{$mode}, $pieces[$i]) // delete $open{$mode};
+        }
     }
-    my $raw = read_until_close($s, 3);
+    my %raw = map { $_ => '' } @modes;
+    my %reading = %sock;
+    my $end = time + 3;
+    while (%reading && (my $left = $end - time) > 0) {
+        my $rin = '';
+        vec($rin, fileno $_, 1) = 1 for values %reading;
+        last if select(my $rout = $rin, undef, undef, $left) <= 0;
+        for my $mode (keys %reading) {
+            next unless vec($rout, fileno $reading{$mode}, 1);
+            my $got = sysread($reading{$mode}, my $buf, 65536);
+            if ($got) { $raw{$mode} .= $buf } else { delete $reading{$mode} }
+        }
+    }
+    return map { $_ => answers($raw{$_}) } @modes;
+}
+
+sub answers {
+    my ($raw) = @_;
     my @answers;
     while ($raw =~ s{^HTTP/1\.1 (\d+)[^\r]*\r\n((?:[^\r]+\r\n)*)\r\n}{}) {
         my ($status, $head) = ($1, $2);
@@ -73,6 +98,13 @@ sub exchange {
     }
     push @answers, "junk: $raw" if length $raw;
     return join ' | ', @answers;
+}
+
+# The same, on one server.
+sub exchange {
+    my ($mode, $pause, @pieces) = @_;
+    local @modes = ($mode);
+    return { exchange_all($pause, @pieces) }->{$mode};
 }
 
 sub statuses { join ',', map { /^(\d+)/ ? $1 : '?' } split / \| /, $_[0] }
@@ -91,20 +123,25 @@ my @streams = (
       "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n\r\nGET /e?second=1 HTTP/1.1\r\n$close", '200,200' ],
 );
 
-for my $st (@streams) {
+sub every_cut {
+    my ($st) = @_;
     my ($name, $bytes, $want) = @$st;
     my (%seen, @wrong);
     # every cut point, a short pause (the manager's side sees the pieces
     # apart: a worker hands a partial head over at once)
     for my $cut (1 .. length($bytes) - 1) {
         my @pieces = (substr($bytes, 0, $cut), substr($bytes, $cut));
-        my %got = map { $_ => exchange($_, 0.01, @pieces) } @modes;
+        my %got = exchange_all(0.01, @pieces);
         push @wrong, "cut $cut: manager '$got{manager}', no-manager '$got{'no-manager'}'"
             if $got{manager} ne $got{'no-manager'} || statuses($got{manager}) ne $want;
     }
     ok(!@wrong, "$name: every cut point, both modes: $want, the same answers")
         or diag join "\n", @wrong[0 .. ($#wrong < 4 ? $#wrong : 4)];
 }
+# (the streams in two processes at once: one connection each to each
+# server at a time, and each server has two workers, so that without the
+# manager each connection still has a worker to itself)
+in_parallel(map { my $half = $_; sub { every_cut($streams[$_]) for grep { $_ % 2 == $half } 0 .. $#streams } } 0, 1);
 
 # Pauses long enough for the worker to hand an idle connection to the
 # manager (--keepalive-wait 0.05), at the cut points the issue named:
@@ -125,7 +162,7 @@ my @paced = (
 for my $p (@paced) {
     my ($name, $pause, @rest) = @$p;
     my $want = pop @rest;
-    my %got = map { $_ => exchange($_, $pause, @rest) } @modes;
+    my %got = exchange_all($pause, @rest);
     is(statuses($got{manager}), $want, "$name: $want with the manager");
     is($got{'no-manager'}, $got{manager}, "$name: the same answers with --no-manager");
 }
@@ -220,14 +257,18 @@ for my $mode (@modes) {
 SKIP: {
     my $plackup = '/usr/bin/plackup';
     skip 'plackup is not installed', 12 unless -x $plackup;
-    for my $mode (@modes) {
+    my $file = NarwhalTest::write_app($app);
+    my %lint;
+    @lint{@modes} = spawn_servers(map {
+        my $mode = $_;
         my $port = free_port();
-        my $file = NarwhalTest::write_app($app);
-        my $s = spawn_server(port => $port, command => [
+        { port => $port, command => [
             perl_cmd(), $plackup, '-s', 'Narwhal', '-E', 'development', '--host', '127.0.0.1',
             '--port', $port, '--max-workers', '1',
-            ($mode eq 'no-manager' ? '--no-manager=1' : ()), $file ]);
-        local $srv{$mode} = $s;
+            ($mode eq 'no-manager' ? '--no-manager=1' : ()), $file ] }
+    } @modes);
+    for my $mode (@modes) {
+        local $srv{$mode} = $lint{$mode};
         my %want = ("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n" => '200',
                     "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n" => '501',
                     "GET * HTTP/1.1\r\n$close" => '400',
@@ -239,22 +280,21 @@ SKIP: {
             is(statuses(exchange($mode, 0, $req)), $want{$req},
                "$mode, plackup -E development (Lint): $line: $want{$req}");
         }
-        $s->stop;
     }
+    stop_servers(values %lint);
 }
 
 # ---- 6. a slow head's 408 comes when it is due --------------------------
 
 # --read-timeout 1 and --min-head-rate 100: a head trickling at 50 bytes a
 # second (slower than the rate) is due at 1 s after its first byte; one
-# arriving at 400 bytes a second stays ahead and is served.
-for my $mode (@modes) {
-    my $port = free_port();
-    my $s = spawn_server(port => $port, app => $app, args => [
-        '--max-workers', 1, '--read-timeout', 1, '--read-timeout-max', 3,
-        '--min-head-rate', 100, ($mode eq 'no-manager' ? '--no-manager' : ()) ]);
-    my $head = "GET /slow HTTP/1.1\r\nHost: a\r\nX-Pad: " . ('p' x 1000) . "\r\n\r\n";
-    my @late;
+# arriving at 800 bytes a second stays ahead and is served. Each mode's
+# server is timed by a client process of its own, both at once (the
+# measures are wall-clock times, not CPU: the two do not slow each other).
+my $head = "GET /slow HTTP/1.1\r\nHost: a\r\nX-Pad: " . ('p' x 1000) . "\r\n\r\n";
+sub slow_heads {
+    my ($port) = @_;
+    my @out;
     for my $try (1 .. 3) {
         my $c = raw_connect($port) or die;
         my ($t0, $sent, $answer) = (undef, 0, undef);
@@ -270,24 +310,58 @@ for my $mode (@modes) {
             }
         }
         my $res = read_response($c, 3);
-        push @late, [ $res && $res->{status}, ($answer // time) - $t0 ];
+        push @out, sprintf 'slow %s %.3f', ($res && $res->{status}) // 'none', ($answer // time) - $t0;
     }
-    my @status = map { $_->[0] // 'none' } @late;
-    is("@status", '408 408 408', "$mode: a head at 50 bytes/s under --min-head-rate 100: 408");
-    my @t = map { sprintf '%.3f', $_->[1] } @late;
-    ok(!grep({ $_ < 0.95 || $_ > 1.1 } @t),
-       "$mode: ... within 0.1 s of the 1 s due (@t s after the first byte)");
-
+    return @out;
+}
+sub fast_head {
+    my ($port) = @_;
     my $c = raw_connect($port) or die;
     my $t0 = time;
-    for (my $sent = 0; $sent < length $head; $sent += 40) {
-        syswrite($c, substr($head, $sent, 40));
+    for (my $sent = 0; $sent < length $head; $sent += 80) {
+        syswrite($c, substr($head, $sent, 80));
         sleep 0.1;
     }
     my $res = read_response($c, 5);
-    is($res && $res->{status}, 200,
-       sprintf("$mode: a head at 400 bytes/s is served past --read-timeout (%.2f s)", time - $t0));
-    $s->stop;
+    return sprintf 'fast %s %.3f', ($res && $res->{status}) // 'none', time - $t0;
+}
+my (%timed, %client);
+# (two workers: the fast head is timed at the same time as the slow ones)
+@timed{@modes} = spawn_servers(map { { app => $app, args => [
+    '--max-workers', 2, '--read-timeout', 1, '--read-timeout-max', 3,
+    '--min-head-rate', 100, ($_ eq 'no-manager' ? '--no-manager' : ()) ] } } @modes);
+for my $mode (@modes) {
+    my $s = $timed{$mode};
+    for my $kind ('slow', 'fast') {
+        my $file = "$tmp/t24-$kind-$mode";
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            open(my $fh, '>', "$file.part") or POSIX::_exit(1);
+            print $fh "$_\n" for $kind eq 'slow' ? slow_heads($s->port) : fast_head($s->port);
+            close $fh;
+            rename "$file.part", $file;
+            POSIX::_exit(0);
+        }
+        push @{ $client{$mode} }, [ $pid, $file ];
+    }
+}
+for my $mode (@modes) {
+    my @lines;
+    for (@{ $client{$mode} }) {
+        my ($pid, $file) = @$_;
+        waitpid($pid, 0);
+        push @lines, -e $file ? do { open(my $fh, '<', $file) or die; map { chomp; $_ } <$fh> } : ();
+    }
+    my @slow = map { [ (split ' ')[1, 2] ] } grep { /^slow / } @lines;
+    my ($fast) = map { [ (split ' ')[1, 2] ] } grep { /^fast / } @lines;
+    my @status = map { $_->[0] } @slow;
+    is("@status", '408 408 408', "$mode: a head at 50 bytes/s under --min-head-rate 100: 408");
+    my @t = map { $_->[1] } @slow;
+    ok(@t == 3 && !grep({ $_ < 0.95 || $_ > 1.1 } @t),
+       "$mode: ... within 0.1 s of the 1 s due (@t s after the first byte)");
+    is($fast && $fast->[0], 200,
+       sprintf("$mode: a head at 800 bytes/s is served past --read-timeout (%s s)", $fast ? $fast->[1] : '-'));
+    cmp_ok($fast ? $fast->[1] : 0, '>', 1.1, "$mode: ... which it outlasted");
 }
 
 done_testing;

@@ -1,6 +1,7 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use File::Spec ();
 use Fcntl ();
@@ -10,7 +11,7 @@ use Time::HiRes qw(time sleep);
 use NarwhalTest qw(free_port spawn_server write_app tmpdir wait_until perl_cmd
                    run_cmd http_get children_of pid_alive narwhal_cmd root
                    raw_connect raw_request read_response worker_pids
-                   manager_fallback missing);
+                   manager_fallback missing in_parallel);
 
 # Real processes and signals: graceful stop, HUP, worker replacement and
 # recycling, TTIN/TTOU, USR1, Server::Starter, systemd socket activation,
@@ -43,19 +44,26 @@ sub {
 }
 APP
 
-my (@MASTERS, %WORKERS);    # everything started here, to check nothing is left
+# Every master, worker and manager started here, to check that nothing is
+# left: a file, as the parts run in processes of their own.
+my $STARTED = File::Spec->catfile($TMP, 'started-pids');
+sub started {
+    open(my $fh, '>>', $STARTED) or die "$STARTED: $!";
+    print $fh "$_\n" for grep { $_ } @_;
+    close $fh;
+}
 
 sub server {
     my (%a) = @_;
     my $s = spawn_server(app => $APP, %a, args => [ @NM, @{ $a{args} || [] } ]);
-    push @MASTERS, $s->pid;
+    started($s->pid);
     return $s;
 }
 
 sub workers {
     my ($s, $master) = @_;
     $master //= $s->pid;
-    $WORKERS{$_} = 1 for children_of($master);    # the manager too
+    started(children_of($master));    # the manager too
     my @w = worker_pids($master);
     return @w;
 }
@@ -135,7 +143,7 @@ sub finish_client_loop {
 # a connection made during the stop is served or refused, never reset
 # (t/41-graceful.t has the listen queue drained), and refused once the
 # server is gone.
-{
+my $sec_a = sub { {
     my $s = server(args => [ '--max-workers', '2' ]);
     my $port = $s->port;
     workers($s);
@@ -163,10 +171,10 @@ sub finish_client_loop {
     cmp_ok($took, '>=', 0.9, 'the master waited for the request in flight');
     cmp_ok($took, '<', 4, 'and exited soon after it (bounded)');
     ok(refused($port), 'once the server is gone, new connections are refused');
-}
+}};
 
 # (b) --graceful-timeout 1: requests that take too long are cut short.
-{
+my $sec_b = sub { {
     my $s = server(args => [ '--max-workers', '1', '--graceful-timeout', '1' ]);
     my ($w) = @{ wait_workers($s, 1) || [] };
     my $c = raw_connect($s->port) or die "connect: $!";
@@ -180,10 +188,10 @@ sub finish_client_loop {
     cmp_ok($took, '>=', 0.8, 'not before the graceful timeout');
     cmp_ok($took, '<=', 3, 'within about 1-3 s, not after the 10 s request');
     ok(wait_until(sub { !pid_alive($w) }, 2), 'the busy worker was KILLed');
-}
+}};
 
 # (c) HUP twice under a steady keep-alive client: no failed request, new workers.
-{
+my $sec_c = sub { {
     my $s = server(args => [ '--max-workers', '2' ]);
     my $port = $s->port;
     my $before = wait_workers($s, 2) || [];
@@ -221,10 +229,10 @@ sub finish_client_loop {
     ok(wait_until(sub { my @w = workers($s); @w == 2 && !grep { $old{$_} } @w }, 5),
        'HUP: all workers replaced') or diag "before @$before, now @{[ workers($s) ]}";
     is($s->stop, 0, 'HUP: stops with status 0');
-}
+}};
 
 # (d) A worker killed with KILL is replaced.
-{
+my $sec_d = sub { {
     my $s = server(args => [ '--max-workers', '2' ]);
     my $port = $s->port;
     my $before = wait_workers($s, 2) || [];
@@ -241,10 +249,10 @@ sub finish_client_loop {
     is($good, 10, 'requests keep working');
     like($s->log_text, qr/worker $victim was killed by signal 9/, 'the master logs the death');
     $s->stop;
-}
+}};
 
 # (e) Recycling: --max-reqs-per-child 5 with one worker.
-{
+my $sec_e = sub { {
     my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5' ]);
     my $port = $s->port;
     my (%count, $bad);
@@ -282,7 +290,7 @@ sub finish_client_loop {
     my @runs = grep { $_ ne $seq[-1] } keys %n;    # the last may be unfinished
     ok(!grep({ $n{$_} < 2 } @runs), 'and at least 2 per worker') or diag "@seq";
     $s->stop;
-}
+}};
 
 # (e2) With the manager, a recycled worker's replacement starts before it
 # leaves: with 1/20 of its requests left (2 of 40) the master forks the next
@@ -291,15 +299,16 @@ sub finish_client_loop {
 # 1 s here, set for tests by NARWHAL_TEST_REPLACE_LINGER) later, counted as
 # max-requests. One replaced worker at a time; one that crashes meanwhile
 # counts as a crash.
-SKIP: {
-    skip 'early replacement needs the connection manager', 17 if @NM;
-    my $LINGER = 1;
-    my %linger = (env => { NARWHAL_TEST_REPLACE_LINGER => $LINGER });
-    my $metric = sub {      # narwhal_worker_restarts_total{reason=...}
-        my ($sport, $reason) = @_;
-        my $res = http_get($sport, '/metrics');
-        return $res->{content} =~ /^narwhal_worker_restarts_total\{reason="\Q$reason\E"\} (\d+)/m ? $1 : -1;
-    };
+# (four servers, each a part of its own that can run beside the others)
+my $LINGER = 1;
+my %linger = (env => { NARWHAL_TEST_REPLACE_LINGER => $LINGER });
+my $metric = sub {      # narwhal_worker_restarts_total{reason=...}
+    my ($sport, $reason) = @_;
+    my $res = http_get($sport, '/metrics');
+    return $res->{content} =~ /^narwhal_worker_restarts_total\{reason="\Q$reason\E"\} (\d+)/m ? $1 : -1;
+};
+my $sec_e2_recycle = sub { SKIP: {
+    skip 'early replacement needs the connection manager', 5 if @NM;
     my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40' ]);
     my $port = $s->port;
     my ($old) = @{ wait_workers($s, 1) || [] };
@@ -318,12 +327,15 @@ SKIP: {
     cmp_ok(38 + ($n{$old} // 0), '<=', 40, 'the old worker served at most its 40');
     ok(wait_workers($s, 1, 12), 'one worker again afterwards');
     $s->stop;
+}};
 
+my $sec_e2_linger = sub { SKIP: {
+    skip 'early replacement needs the connection manager', 8 if @NM;
     my $sport = free_port();
-    $s = server(%linger, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+    my $s = server(%linger, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
                                    '--status-listen', "127.0.0.1:$sport" ]);
-    $port = $s->port;
-    ($old) = @{ wait_workers($s, 1) || [] };
+    my $port = $s->port;
+    my ($old) = @{ wait_workers($s, 1) || [] };
     get_pid($port) for 1 .. 38;
     my $t0 = time;
     ok(wait_workers($s, 2, 3), 'no more requests: the replacement runs beside the old worker');
@@ -345,14 +357,18 @@ SKIP: {
     ok(wait_until(sub { $metric->($sport, 'crash') == 1 }, 5), 'killed by SEGV meanwhile: counted as a crash');
     is($metric->($sport, 'max-requests'), 1, '... and not as max-requests');
     $s->stop;
+}};
+
+my $sec_e2_two = sub { SKIP: {
+    skip 'early replacement needs the connection manager', 1 if @NM;
 
     # Two workers asking at once: one is replaced early, the other only as
     # it exits (one worker more than --max-workers, not two). A limit of
     # 200 asks at 190: requests go over one keep-alive connection per
     # worker until each original worker has served 190 (the responses say
     # which served them; under load the manager may pass one elsewhere).
-    $s = server(args => [ '--max-workers', '2', '--max-reqs-per-child', '200' ]);
-    $port = $s->port;
+    my $s = server(args => [ '--max-workers', '2', '--max-reqs-per-child', '200' ]);
+    my $port = $s->port;
     my @orig = @{ wait_workers($s, 2) || [] };
     require HTTP::Tiny;
     my (%conn_of, %count);
@@ -376,6 +392,10 @@ SKIP: {
             or diag 'workers: ' . join(' ', workers($s)) . "; served: @{[ %count ]}";
     }
     $s->stop;
+}};
+
+my $sec_e2_broken = sub { SKIP: {
+    skip 'early replacement needs the connection manager', 3 if @NM;
 
     # The replacement cannot start (--no-preload-app, code now broken):
     # the old worker is not retired after REPLACE_LINGER, it goes on serving.
@@ -384,10 +404,10 @@ SKIP: {
 exit 3 if -e '$marker';
 sub { [200, ['Content-Type' => 'text/plain'], ["pid=\$\$\\n"]] };
 APP
-    $s = server(%linger, app => $app, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
-                                                '--no-preload-app' ]);
-    $port = $s->port;
-    $old = get_pid($port);      # (loaded: the code may break from now on)
+    my $s = server(%linger, app => $app, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+                                                   '--no-preload-app' ]);
+    my $port = $s->port;
+    my $old = get_pid($port);      # (loaded: the code may break from now on)
     open(my $m, '>', $marker) or die $!;
     close $m;
     get_pid($port) for 2 .. 38;
@@ -398,10 +418,10 @@ APP
     is(get_pid($port), $old, '... and serves');
     unlink $marker;
     $s->stop;
-}
+}};
 
 # (f) TTIN / TTOU change the number of workers.
-{
+my $sec_f = sub { {
     # (with the manager, its status listener says how many the master wants)
     my $managed = !@NM && !grep { $_ eq '--no-manager' } @XARGS;
     my $sport = free_port();
@@ -433,10 +453,10 @@ APP
     is(scalar(workers($s)), 1, 'TTOU never goes below one worker');
     ok(defined get_pid($s->port), 'still serving');
     $s->stop;
-}
+}};
 
 # (g) USR1 reopens the error log.
-{
+my $sec_g = sub { {
     my $log = File::Spec->catfile($TMP, 'usr1.log');
     my $s = server(args => [ '--max-workers', '2', '--error-log', $log ]);
     my $port = $s->port;
@@ -454,10 +474,10 @@ APP
     is(scalar @in_new, 4, 'all four errors go to the new file');
     unlike(slurp("$log.old"), qr/app-error-second/, 'the old file gets no new errors');
     $s->stop;
-}
+}};
 
 # (h) Server::Starter hand-over (TCP), and a unix socket through it.
-SKIP: {
+my $sec_h = sub { SKIP: {
     my $starter = '/usr/bin/start_server';
     missing('start_server is not installed', 10) unless -x $starter;
     my $port = free_port();
@@ -470,7 +490,7 @@ SKIP: {
     is($first->{status}, 200, 'start_server: requests work');
     like($first->{content}, qr/gen=1\b/, 'start_server: generation 1 answers');
     my ($gen1_master) = children_of($s->pid);
-    push @MASTERS, $gen1_master if $gen1_master;
+    started($gen1_master);
     workers($s, $gen1_master) if $gen1_master;
     ok(wait_until(sub { -s $stat }, 5), 'start_server wrote its status file');
     my $loop = start_client_loop($port, 3.5);
@@ -494,10 +514,10 @@ SKIP: {
     my $raw = raw_request($path, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 5);
     like($raw, qr{^HTTP/1\.1 200 .*pid=\d+ gen=1}s, 'start_server --path: served on the unix socket');
     $s->stop;
-}
+}};
 
 # (i) systemd socket activation: fd 3, LISTEN_FDS=1, LISTEN_PID=<its pid>.
-{
+my $sec_i = sub { {
     my $lsock = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
                                       Listen => 128, ReuseAddr => 1) or die "listen: $!";
     my $port = $lsock->sockport;
@@ -525,10 +545,10 @@ SKIP: {
     like($s->log_text, qr/listening on 127\.0\.0\.1:$port/, 'the master uses the passed socket');
     ok(wait_workers($s, 2), 'with its workers');
     is($s->stop, 0, 'socket activation: stops with status 0');
-}
+}};
 
 # (j) Workers that die at once: the master backs off instead of looping.
-{
+my $sec_j = sub { {
     my $marker = File::Spec->catfile($TMP, 'worker-fails');
     my $loads  = File::Spec->catfile($TMP, 'worker-loads');
     my $app = write_app(<<"APP");
@@ -552,10 +572,10 @@ APP
     kill HUP => $s->pid;
     ok(wait_until(sub { defined get_pid($s->port) }, 5), 'HUP after the fix: serving again');
     is($s->stop, 0, 'stops with status 0');
-}
+}};
 
 # Orphaned workers exit when their master is KILLed.
-{
+my $sec_orphan = sub { {
     my $s = server(args => [ '--max-workers', '2' ]);
     my $w = wait_workers($s, 2) || [];
     is(scalar @$w, 2, 'two workers');
@@ -563,11 +583,21 @@ APP
     $s->wait_exit(3);
     ok(wait_until(sub { !grep { pid_alive($_) } @$w }, 4),
        'the workers exit within ~3 s of their master being KILLed');
-}
+}};
+
+# The parts in five processes at once (the longest first in each): most of
+# their time is spent waiting for signals, timeouts and other processes.
+in_parallel(
+    sub { $_->() for $sec_e2_broken, $sec_e2_recycle, $sec_d, $sec_i },
+    sub { $_->() for $sec_h, $sec_b },
+    sub { $_->() for $sec_j, $sec_c },
+    sub { $_->() for $sec_a, $sec_e2_linger, $sec_e },
+    sub { $_->() for $sec_e2_two, $sec_f, $sec_orphan, $sec_g },
+);
 
 # Nothing left behind.
-ok(wait_until(sub { !grep { pid_alive($_) } @MASTERS, keys %WORKERS }, 8),
-   'no master or worker left running')
-    or diag 'alive: ' . join ' ', grep { pid_alive($_) } @MASTERS, keys %WORKERS;
+my @started = do { open(my $fh, '<', $STARTED) or die "$STARTED: $!"; map { chomp; $_ } <$fh> };
+ok(wait_until(sub { !grep { pid_alive($_) } @started }, 8), 'no master or worker left running')
+    or diag 'alive: ' . join ' ', grep { pid_alive($_) } @started;
 
 done_testing;

@@ -1,12 +1,13 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest::Clients ();
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until
-                   worker_pids manager_fallback socket_filter_allowed);
+                   worker_pids manager_fallback socket_filter_allowed in_parallel);
 
 # A graceful stop loses nothing that has arrived: the app is not
 # interrupted by the stop signal, clients waiting in the listen queue are
@@ -51,7 +52,7 @@ sub send_request {
 }
 
 # 1. The stop signal waits for the app: a sleep in it is not cut short.
-{
+my $sec_stop_waits = sub {
     my $s = server('--max-workers', 1);
     wait_workers($s, 1);
     my $c = send_request($s->port, '/sleep?1.5') or die "connect: $!";
@@ -62,10 +63,10 @@ sub send_request {
     ok($r && $r->{status} == 200, 'TERM during a request: it is answered');
     cmp_ok($slept // 0, '>=', 1.45, 'and the app\'s sleep was not interrupted by the signal');
     ok(defined $s->wait_exit(6), 'then the server exits');
-}
+};
 
 # 2. Requests in flight and clients in the listen queue are all answered.
-{
+my $sec_queue = sub {
     my $s = server('--max-workers', 2);
     my $port = $s->port;
     wait_workers($s, 2);
@@ -82,13 +83,13 @@ sub send_request {
     is($ok, 6, 'graceful stop: 2 requests in flight and 4 queued clients: 6 answered');
     is($bad, 0, 'none reset or lost');
     ok(defined $s->wait_exit(6), 'then the server exits');
-}
+};
 
 # 3. A parked connection whose next request arrived with the stop signal
 # is answered (with Connection: close), not closed under it. The worker is
 # stopped (SIGSTOP) so that the bytes and the signal are both waiting when
 # it runs again: the order a busy worker sees them in.
-SKIP: {
+my $sec_parked = sub { SKIP: {
     skip 'parking needs the manager', 4 if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
     my $s = server('--max-workers', 1, '--keepalive-wait', 30);
     my ($w) = wait_workers($s, 1);
@@ -114,14 +115,14 @@ SKIP: {
     ok($r && $r->{status} == 200, 'its request that arrived with the stop is answered');
     is($r && $r->{headers}{connection}, 'close', 'with Connection: close') or diag explain $r;
     $s->wait_exit(6);
-}
+}};
 
 # 4. A stop that arrives while the server starts (its listeners are open,
 # the app is still loading in the master) is a graceful stop like any
 # other: the client that connected meanwhile is answered, the server exits
 # 0 and leaves no process behind. The master used to die of the signal
 # (status 15) with its manager started; a loaded machine hit it in t/48.
-{
+my $sec_starting = sub {
     my $slow_app = write_app(<<'APP');
 Time::HiRes::sleep(1.5);    # a slow start-up: the app loads for 1.5 s
 sub { [200, ['Content-Type' => 'text/plain'], ["loaded\n"]] };
@@ -139,7 +140,7 @@ APP
     my @left = grep { kill 0, $_ } @children;
     ok(!@left, '... leaving no process behind (' . scalar(@children) . ' child(ren) at the stop)')
         or diag "still running: @left";
-}
+};
 
 # 5. Keep-alive clients under a stop: each gets Connection: close and
 # opens a new connection at once. One that the kernel completed after the
@@ -150,16 +151,16 @@ APP
 # the signal at once, and a worker could be gone before the master had
 # seen its own: the worker makes the listeners refuse too when the stop
 # was not the master's, and watches them for the 200 ms of its drain.
-{
+my $sec_keepalive = sub {
     my $dir = NarwhalTest::tmpdir();
     for my $how ('TERM to the master', 'INT to the process group') {
         my $s = spawn_server(app => $APP, args => [ '--max-workers', 4, @NM ],
                              child_setup => sub { POSIX::setsid() });
-        my @clients = NarwhalTest::Clients::start_clients($dir, $s->port, 10, '/', 3);
-        sleep 1.5;
+        my @clients = NarwhalTest::Clients::start_clients($dir, $s->port, 10, '/', 10);
+        sleep 1;    # (all of them at work)
         kill $how =~ /TERM/ ? ('TERM', $s->pid) : ('INT', -$s->pid);
         is($s->wait_exit(10), 0, "$how under 10 keep-alive clients: exit 0");
-        my $t = NarwhalTest::Clients::collect(@clients);
+        my $t = NarwhalTest::Clients::finish(@clients);    # (the server is gone: nothing more to count)
         my $counts = "$t->{sent} sent, $t->{answered} answered, $t->{failed} failed, $t->{reset} reset";
         SKIP: {
             # (without the filter the queue is shortened: a client may
@@ -171,12 +172,12 @@ APP
             is($t->{answered}, $t->{sent}, '... and every request sent was answered');
         }
     }
-}
+};
 
 # 5b. --graceful-timeout is the limit: 4 requests running (each asleep for
 # 5 s), 4 more queued and keep-alive clients hammering; the master has
 # killed what is left and is gone within the timeout and 0.2 s.
-{
+my $sec_timeout = sub {
     my $dir = NarwhalTest::tmpdir();
     my $s = server('--max-workers', 4, '--graceful-timeout', 1);
     wait_workers($s, 4);
@@ -187,32 +188,44 @@ APP
     kill TERM => $s->pid;
     my $status = $s->wait_exit(5);
     my $took = time - $t0;
-    NarwhalTest::Clients::collect(@clients);
+    NarwhalTest::Clients::finish(@clients);
     is($status, 0, '--graceful-timeout 1 with 4 requests running and 4 queued: exit 0');
     ok($took < 1.2, sprintf('... the master is gone %.2f s after TERM (limit 1.2 s)', $took));
-}
+};
 
 # 6. The same on a unix-socket listener, with a drain: the kernel has no
 # SYN to drop there, so the listener kept completing connections until
 # the last worker closed it, and those queued then were reset (10 of 10
 # clients, one each, every stop). Now the stop shuts the listener for
 # reading: a new connect is refused, what is queued is served.
-{
+my $sec_unix = sub {
     my $dir = NarwhalTest::tmpdir();
     for my $drain (0, 1) {
         my $sock = "$dir/graceful-$drain.sock";
         my $s = spawn_server(app => $APP, unix => $sock,
                              args => [ '--max-workers', 4, '--drain-delay', $drain, @NM ]);
-        my @clients = NarwhalTest::Clients::start_clients($dir, $sock, 10, '/', 3 + $drain);
-        sleep 1.5;
+        my @clients = NarwhalTest::Clients::start_clients($dir, $sock, 10, '/', 10 + $drain);
+        sleep 1;    # (all of them at work)
         kill TERM => $s->pid;
         is($s->wait_exit(10), 0, "unix socket, --drain-delay $drain, TERM under 10 keep-alive clients: exit 0");
-        my $t = NarwhalTest::Clients::collect(@clients);
+        my $t = NarwhalTest::Clients::finish(@clients);    # (the server is gone: nothing more to count)
         my $counts = "$t->{sent} sent, $t->{answered} answered, $t->{failed} failed, $t->{reset} reset";
         ok($t->{sent} > 100 && !$t->{failed} && !$t->{reset},
            "... no connection was reset ($counts)");
         is($t->{answered}, $t->{sent}, '... and every request sent was answered');
     }
-}
+};
+
+# The parts at once, in four processes (they wait for sleeping requests
+# and stops), but the graceful timeout's: it times the master to 0.2 s,
+# so it runs alone afterwards, with the machine not kept busy by the
+# others' clients.
+in_parallel(
+    sub { $_->() for $sec_keepalive },
+    sub { $_->() for $sec_unix },
+    sub { $_->() for $sec_stop_waits, $sec_queue },
+    sub { $_->() for $sec_starting, $sec_parked },
+);
+$sec_timeout->();
 
 done_testing;

@@ -1,6 +1,7 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use File::Copy ();
 use File::Spec ();
@@ -9,7 +10,7 @@ use Narwhal ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
-                   worker_pids children_of manager_fallback narwhal_cmd root missing);
+                   worker_pids children_of manager_fallback narwhal_cmd root missing in_parallel);
 
 # Supervision as an operator meets it: a crashing URL must not empty the
 # pool, a worker's death costs only its own request, the app's warnings
@@ -45,15 +46,17 @@ sub ask {
 
 # Keep-alive GETs of $path for $seconds in a child; never retries: a
 # request without a full 200 answer is a failure, and the next one opens a
-# new connection. Returns a sub that waits and gives (answered, failed).
+# new connection. Returns a sub that waits and gives (answered, failed);
+# given 'now', it first tells the child to stop after its request under way.
 sub client_loop {
     my ($port, $path, $seconds) = @_;
     my $out = File::Spec->catfile($TMP, 'loop-' . int(rand 1e9));
+    my $stop = "$out.stop";
     my $pid = fork // die "fork: $!";
     if (!$pid) {
         my ($ok, $bad, $slowest, $c) = (0, 0, 0);
         my $end = time + $seconds;
-        while (time < $end) {
+        while (time < $end && !-e $stop) {
             $c ||= raw_connect($port) or do { sleep 0.02; next };
             my $t0 = time;
             my $r = ask($c, $path);
@@ -65,6 +68,7 @@ sub client_loop {
         POSIX::_exit(0);
     }
     return sub {
+        if (($_[0] // '') eq 'now') { open(my $f, '>', $stop) or die "$stop: $!" }
         waitpid($pid, 0);
         open(my $f, '<', $out) or return (0, 0);
         return split ' ', <$f>;
@@ -73,7 +77,7 @@ sub client_loop {
 
 # 1. A URL that crashes its worker, hit over and over, while normal clients
 # keep working: the pool never empties, normal clients see no failure.
-{
+my $sec_crashing = sub { {
     # (no recycling: a worker that asked for its successor near its count
     # when the load stopped would linger, making five for up to 10 s)
     my $s = server('--max-workers', 4, '--max-reqs-per-child', 0);
@@ -122,11 +126,11 @@ sub client_loop {
          'the crash is logged with the request that caused it');
     my $lines = () = $s->log_text =~ /killed by signal 11/g;
     cmp_ok($lines, '<=', 3, "crash lines are not one per death ($lines lines)");
-}
+}};
 
 # 2. A worker's death costs only its own request: a connection parked in
 # it goes on (handed to the manager on a crash or an exit).
-SKIP: {
+my $sec_parked = sub { SKIP: {
     skip 'parking needs the manager', 4 unless $MANAGED;
     for my $case ([ '/segv', 'a crash (SIGSEGV)' ], [ '/exit', 'the app calling exit' ]) {
         my ($path, $what) = @$case;
@@ -141,13 +145,13 @@ SKIP: {
         my $r = ask($idle, '/');
         ok($r && $r->{status} == 200, "$what: a connection that was parked in it is still served");
     }
-}
+}};
 
 # 2b. Many parked connections survive a crash too: the crash handler
 # passes them to the other workers in a few ADOPT messages (with room to
 # wait), not one by one to the manager without waiting: that lost 215 of
 # these 600.
-SKIP: {
+my $sec_many_parked = sub { SKIP: {
     skip 'parking needs the manager', 2 unless $MANAGED;
     my ($soft, $hard) = do { open my $l, '<', '/proc/self/limits'; join('', <$l>) }
         =~ /^Max open files\s+(\S+)\s+(\S+)/m;
@@ -166,10 +170,10 @@ SKIP: {
        'a crash with 600 parked connections: the worker is replaced');
     my $served = grep { my $r = ask($_, '/'); $r && $r->{status} == 200 } @idle;
     is($served, 600, 'every parked connection is still served');
-}
+}};
 
 # 3. The app's warnings reach the error log under the narwhal command.
-{
+my $sec_warnings = sub { {
     my $log = File::Spec->catfile($TMP, 'warn.log');
     my $s = server('--max-workers', 1, '--error-log', $log);
     my $c = raw_connect($s->port) or die;
@@ -177,11 +181,11 @@ SKIP: {
     ask($c, '/warn/second');
     ok(wait_until(sub { open(my $f, '<', $log) or return 0; local $/; <$f> =~ /app-warning-second/ }, 5),
        "the app's warn() lines are in the error log");
-}
+}};
 
 # 4. Stop from a terminal (INT to the process group) or systemd (TERM to the
 # control group): under 2 s, and nothing is restarted while stopping.
-for my $sig (qw(INT TERM INT TERM)) {
+my $sec_group_stop = sub { for my $sig (qw(INT TERM INT TERM)) {
     my $log = File::Spec->catfile($TMP, "group-$sig-" . int(rand 1e9) . '.log');
     my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2 ], stderr => $log,
                          child_setup => sub { POSIX::setsid() });
@@ -193,10 +197,10 @@ for my $sig (qw(INT TERM INT TERM)) {
     ok(defined $status, "$sig to the process group: the server exits");
     cmp_ok($took, '<', 2, "... within 2 s (took " . sprintf('%.2f', $took) . ' s)');
     unlike($s->log_text, qr/starting a new one/, '... and restarts nothing on the way');
-}
+}};
 
 # 5. --graceful-timeout bounds the exit: timeout + 0.5 s at most.
-{
+my $sec_graceful_timeout = sub { {
     my $s = server('--max-workers', 1, '--graceful-timeout', 1);
     wait_until(sub { worker_pids($s->pid) == 1 }, 10);
     my $c = raw_connect($s->port) or die;
@@ -208,11 +212,11 @@ for my $sig (qw(INT TERM INT TERM)) {
     my $took = time - $t0;
     ok(defined $status, '--graceful-timeout 1 with a 10 s request: the master exits');
     cmp_ok($took, '<', 1.5, sprintf('... within the timeout + 0.5 s (took %.2f s)', $took));
-}
+}};
 
 # 6. and 7. Under --user (as root): the manager drops privileges too, and
 # USR1 reopens a log in a root-owned directory for workers and master.
-SKIP: {
+my $sec_user = sub { SKIP: {
     missing('needs root and a nobody user', 5) unless $> == 0 && defined getpwnam('nobody');
     my $nobody = getpwnam('nobody');
     chmod 0755, $TMP;    # (made 0700): the workers' user must reach the log's directory
@@ -246,12 +250,12 @@ SKIP: {
        "USR1 under --user: the worker's warnings go to the new log");
     unlike(do { open(my $f, '<', "$log.1"); local $/; <$f> // '' }, qr/app-warning-rotated/,
            'and not to the rotated one');
-}
+}};
 
 # 7b. --user with Narwhal where that user cannot look (a checkout under
 # /root, a 0700 directory): the manager still starts (the master opens
 # the program before dropping privileges). It used to exit 127 in a loop.
-SKIP: {
+my $sec_user_private = sub { SKIP: {
     skip 'needs root, a nobody user and the manager', 2
         unless $> == 0 && defined getpwnam('nobody') && $MANAGED;
     my $private = File::Temp::tempdir('narwhal-private-XXXXXX', TMPDIR => 1, CLEANUP => 1);
@@ -266,12 +270,12 @@ SKIP: {
                $cmd =~ /^narwhal manager/ } children_of($s->pid) }, 5),
        '--user with the manager in a directory only root can read: the manager runs');
     unlike($s->log_text, qr/exited with status 127|cannot run/, '... and was never refused');
-}
+}};
 
 # 8. A reload of broken code is not an outage: with --no-preload-app, HUP
 # with a syntax error in the app keeps the old workers serving; once the
 # code is fixed, HUP brings the new code in.
-{
+my $sec_reload = sub { {
     my $file = File::Spec->catfile($TMP, 'reload.psgi');
     my $write = sub {
         open(my $f, '>', $file) or die $!;
@@ -284,11 +288,15 @@ SKIP: {
     my $s = spawn_server(app => $file, args => [ @NM, '--max-workers', 2, '--no-preload-app',
                                                  '--max-requests', 0 ]);
     wait_until(sub { worker_pids($s->pid) == 2 }, 10);
-    my $loop = client_loop($s->port, '/', 3);
+    my $loop = client_loop($s->port, '/', 10);
     sleep 0.5;
     $write->("sub { this is not perl\n");
     kill HUP => $s->pid;
-    my ($ok, $failed) = $loop->();
+    # (once the master has given the new generation up, the requests go on
+    # a while longer to the old one; then the client stops)
+    wait_until(sub { $s->log_text =~ /the new workers cannot start/ }, 8);
+    sleep 0.5;
+    my ($ok, $failed) = $loop->('now');
     cmp_ok($ok, '>', 20, "HUP with broken code: requests went on ($ok)");
     is($failed, 0, 'HUP with broken code: no request failed');
     like($s->log_text, qr/the new workers cannot start/, 'one line says the new code does not start');
@@ -296,6 +304,18 @@ SKIP: {
     kill HUP => $s->pid;
     ok(wait_until(sub { my $c = raw_connect($s->port) or return 0; my $r = ask($c, '/'); $r && $r->{body} =~ /^v2/ }, 10),
        'HUP with the code fixed: the new code serves');
-}
+}};
+
+# What is timed (the crashing URL under twelve busy clients, the stops)
+# alone, one after the other; then the rest in three processes at once
+# (they wait for workers to die, start and stop).
+$sec_crashing->();
+$sec_graceful_timeout->();
+$sec_group_stop->();
+in_parallel(
+    sub { $_->() for $sec_reload },
+    sub { $_->() for $sec_parked, $sec_many_parked },
+    sub { $_->() for $sec_warnings, $sec_user, $sec_user_private },
+);
 
 done_testing;

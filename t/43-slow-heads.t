@@ -1,16 +1,19 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (the three heads are sent by processes of their own)
 use lib 't/lib';
 use Time::HiRes qw(time sleep);
-use NarwhalTest qw(spawn_server raw_connect read_response);
+use NarwhalTest qw(spawn_server raw_connect read_response in_parallel);
 
 # A request head trickled in slowly is dropped with 408 at --read-timeout
 # from its first byte; one still arriving at least --min-head-rate bytes a
 # second keeps going, up to --read-timeout-max. Raw sockets, both modes
 # (NARWHAL_TEST_ARGS=--no-manager runs the worker's side).
 
-my $srv = spawn_server(args => [ '--max-workers', 1, '--read-timeout', 1,
+# (three workers: the three heads below are sent at the same time, each
+# by a process of its own, and without the manager each has a worker)
+my $srv = spawn_server(args => [ '--max-workers', 3, '--read-timeout', 1,
                                  '--read-timeout-max', 4, '--min-head-rate', 20 ]);
 
 # Send $head one piece every $gap seconds; returns (response, seconds).
@@ -33,20 +36,27 @@ sub trickle {
 my $head = "GET /slow HTTP/1.1\r\nHost: t\r\nX-Pad: " . ('x' x 200) . "\r\n\r\n";
 
 # 5 bytes a second, under the 20 required: 408 soon after the 1 s base
-my ($res, $took) = trickle($head, 1, 0.2, 10);
-is($res && $res->{status}, 408, 'a head trickled at 5 bytes/s gets 408');
-cmp_ok($took, '<', 2.5, sprintf('... at about --read-timeout, not later (%.2f s)', $took));
+my $too_slow = sub {
+    my ($res, $took) = trickle($head, 1, 0.2, 10);
+    is($res && $res->{status}, 408, 'a head trickled at 5 bytes/s gets 408');
+    cmp_ok($took, '<', 2.5, sprintf('... at about --read-timeout, not later (%.2f s)', $took));
 
+};
 # 100 bytes a second: the deadline keeps moving, and the head completes
 # after 2.5 s, past the 1 s base but within the 4 s cap
-($res, $took) = trickle($head, 20, 0.2, 10);
-is($res && $res->{status}, 200, 'a head arriving at 100 bytes/s is served though it takes longer than --read-timeout');
-cmp_ok($took, '>', 1.5, sprintf('... it did take longer (%.2f s)', $took));
+my $fast_enough = sub {
+    my ($res, $took) = trickle($head, 20, 0.2, 10);
+    is($res && $res->{status}, 200, 'a head arriving at 100 bytes/s is served though it takes longer than --read-timeout');
+    cmp_ok($took, '>', 1.5, sprintf('... it did take longer (%.2f s)', $took));
 
+};
 # fast enough, but longer than the cap: 408 at --read-timeout-max
 my $long = "GET /long HTTP/1.1\r\nHost: t\r\nX-Pad: " . ('x' x 2000) . "\r\n\r\n";
-($res, $took) = trickle($long, 20, 0.2, 10);
-is($res && $res->{status}, 408, 'a head still arriving at --read-timeout-max gets 408');
-cmp_ok($took, '<', 5.5, sprintf('... at the cap (%.2f s)', $took));
+my $too_long = sub {
+    my ($res, $took) = trickle($long, 20, 0.2, 10);
+    is($res && $res->{status}, 408, 'a head still arriving at --read-timeout-max gets 408');
+    cmp_ok($took, '<', 5.5, sprintf('... at the cap (%.2f s)', $took));
+};
 
+in_parallel($too_slow, $fast_enough, $too_long);
 done_testing;

@@ -1,13 +1,15 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use JSON::PP ();
 use Narwhal::Listener ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
-                   worker_pids manager_fallback narwhal_cmd run_cmd free_port http_get missing);
+                   worker_pids manager_fallback narwhal_cmd run_cmd free_port http_get missing
+                   in_parallel);
 
 # The operator layer as an operator meets it (DESIGN.md, "The operator
 # layer"): the status pages answer while every worker is stuck, the
@@ -93,174 +95,177 @@ sub parse_metrics {
     return (\%v, \@bad);
 }
 
-SKIP: {
+# 1. The pages, their formats, and what they count.
+my $sec_pages = sub { SKIP: {
     skip 'the status pages need the connection manager', 1 unless $MANAGED;
+    my $sport = free_port();
+    my $s = server(args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$sport" ]);
+    my $port = $s->port;
+    wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+    is(get_raw($port, '/')->{status}, 200, 'the app answers') for 1 .. 5;
+    is(get_raw($port, '/fail')->{status}, 500, 'a 500') for 1 .. 2;
+    is(get_raw($port, '/missing')->{status}, 404, 'a 404');
+    my $bad = raw_connect($port);
+    syswrite($bad, "BROKEN\r\n\r\n");
+    like(NarwhalTest::read_until_close($bad, 5), qr{^HTTP/1\.1 400}, 'a malformed request gets 400');
 
-    # 1. The pages, their formats, and what they count.
-    {
-        my $sport = free_port();
-        my $s = server(args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$sport" ]);
-        my $port = $s->port;
-        wait_until(sub { worker_pids($s->pid) == 2 }, 10);
-        is(get_raw($port, '/')->{status}, 200, 'the app answers') for 1 .. 5;
-        is(get_raw($port, '/fail')->{status}, 500, 'a 500') for 1 .. 2;
-        is(get_raw($port, '/missing')->{status}, 404, 'a 404');
-        my $bad = raw_connect($port);
-        syswrite($bad, "BROKEN\r\n\r\n");
-        like(NarwhalTest::read_until_close($bad, 5), qr{^HTTP/1\.1 400}, 'a malformed request gets 400');
+    my $h = get_raw($sport, '/health');
+    is($h->{status}, 200, '/health: 200 while serving');
+    is($h->{body}, "ok\n", '... saying ok');
 
-        my $h = get_raw($sport, '/health');
-        is($h->{status}, 200, '/health: 200 while serving');
-        is($h->{body}, "ok\n", '... saying ok');
+    my $m = get_raw($sport, '/metrics');
+    is($m->{status}, 200, '/metrics answers');
+    like($m->{headers}{'content-type'}, qr{^text/plain; version=0\.0\.4}, '... in the Prometheus text format');
+    my ($v, $errors) = parse_metrics($m->{body});
+    is_deeply($errors, [], 'every line parses, every metric has HELP and TYPE');
+    is($v->{'narwhal_requests_total{class="2xx"}'}, 5, 'requests_total counts the 2xx');
+    is($v->{'narwhal_requests_total{class="5xx"}'}, 2, '... the 5xx');
+    is($v->{'narwhal_requests_total{class="4xx"}'}, 2, '... and the 4xx: the app\'s 404 and the server\'s 400');
+    my @buckets = map { $v->{"narwhal_request_duration_seconds_bucket{le=\"$_\"}"} }
+                  qw(0.0001 0.00025 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 +Inf);
+    ok(!grep({ !defined } @buckets), 'the histogram has its eighteen buckets, from 100 us');
+    is_deeply([ sort { $a <=> $b } @buckets ], \@buckets, 'the buckets are cumulative');
+    is($buckets[-1], $v->{narwhal_request_duration_seconds_count}, '+Inf equals the count');
+    is($v->{narwhal_request_duration_seconds_count}, 9, 'the count is every request answered');
+    is($v->{'narwhal_workers{state="idle"}'}, 2, 'two idle workers');
+    is($v->{narwhal_workers_wanted}, 2, 'two wanted');
+    my @w = worker_pids($s->pid);
+    ok($v->{"narwhal_worker_resident_bytes{slot=\"$_\"}"} > 1e6, "the RSS of the worker in slot $_ is there")
+        for 0, 1;
+    ok(defined $v->{"narwhal_listen_queue_length{listener=\"127.0.0.1:$port\"}"},
+       'the listener\'s queue length is reported');
+    is($v->{"narwhal_listen_queue_limit{listener=\"127.0.0.1:$port\"}"},
+       Narwhal::Listener::default_backlog(), '... with its backlog');
+    is($v->{narwhal_shed_total}, 0, 'nothing shed');
+    is($v->{narwhal_up}, 1, 'up');
 
-        my $m = get_raw($sport, '/metrics');
-        is($m->{status}, 200, '/metrics answers');
-        like($m->{headers}{'content-type'}, qr{^text/plain; version=0\.0\.4}, '... in the Prometheus text format');
-        my ($v, $errors) = parse_metrics($m->{body});
-        is_deeply($errors, [], 'every line parses, every metric has HELP and TYPE');
-        is($v->{'narwhal_requests_total{class="2xx"}'}, 5, 'requests_total counts the 2xx');
-        is($v->{'narwhal_requests_total{class="5xx"}'}, 2, '... the 5xx');
-        is($v->{'narwhal_requests_total{class="4xx"}'}, 2, '... and the 4xx: the app\'s 404 and the server\'s 400');
-        my @buckets = map { $v->{"narwhal_request_duration_seconds_bucket{le=\"$_\"}"} }
-                      qw(0.0001 0.00025 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 +Inf);
-        ok(!grep({ !defined } @buckets), 'the histogram has its eighteen buckets, from 100 us');
-        is_deeply([ sort { $a <=> $b } @buckets ], \@buckets, 'the buckets are cumulative');
-        is($buckets[-1], $v->{narwhal_request_duration_seconds_count}, '+Inf equals the count');
-        is($v->{narwhal_request_duration_seconds_count}, 9, 'the count is every request answered');
-        is($v->{'narwhal_workers{state="idle"}'}, 2, 'two idle workers');
-        is($v->{narwhal_workers_wanted}, 2, 'two wanted');
-        my @w = worker_pids($s->pid);
-        ok($v->{"narwhal_worker_resident_bytes{slot=\"$_\"}"} > 1e6, "the RSS of the worker in slot $_ is there")
-            for 0, 1;
-        ok(defined $v->{"narwhal_listen_queue_length{listener=\"127.0.0.1:$port\"}"},
-           'the listener\'s queue length is reported');
-        is($v->{"narwhal_listen_queue_limit{listener=\"127.0.0.1:$port\"}"},
-           Narwhal::Listener::default_backlog(), '... with its backlog');
-        is($v->{narwhal_shed_total}, 0, 'nothing shed');
-        is($v->{narwhal_up}, 1, 'up');
+    # Every worker stuck: the status pages still answer, and show what
+    # each worker is doing.
+    my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?3&<b>$_ HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
+    ok(wait_until(sub {
+        my $j = get_raw($sport, '/status.json') or return 0;
+        my $d = eval { JSON::PP::decode_json($j->{body}) } or return 0;
+        2 == grep { $_->{state} eq 'busy' } @{ $d->{workers} };
+    }, 5), 'both workers busy, seen through /status.json');
+    my $t0 = time;
+    my $j = get_raw($sport, '/status.json');
+    ok(time - $t0 < 1, 'the status listener answers at once while every worker is stuck');
+    my $d = JSON::PP::decode_json($j->{body});
+    is(scalar @{ $d->{workers} }, 2, 'status.json lists both workers');
+    is_deeply([ sort map { $_->{pid} } @{ $d->{workers} } ], [ sort @w ], '... by their pids');
+    like($_->{request}, qr{^GET /sleep\?3&<b>\d$}, "worker $_->{pid} shows its request line")
+        for @{ $d->{workers} };
+    is($d->{master_pid}, $s->pid, 'the master\'s pid');
+    is($d->{requests}{by_class}{'2xx'}, 5, 'the same counts as /metrics');
+    my $html = get_raw($sport, '/status');
+    like($html->{headers}{'content-type'}, qr{^text/html}, '/status is HTML');
+    like($html->{body}, qr{\Q$_\E}, "it shows worker $_") for @w;
+    like($html->{body}, qr{GET /sleep\?3&amp;&lt;b&gt;1}, 'request lines are escaped');
+    unlike($html->{body}, qr{3&<b>1}, '... never inserted raw');   # (the cards' own <b> are not it)
+    is(read_response($_, 10)->{status}, 200, 'the stuck requests finish') for @stuck;
 
-        # Every worker stuck: the status pages still answer, and show what
-        # each worker is doing.
-        my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?3&<b>$_ HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
-        ok(wait_until(sub {
-            my $j = get_raw($sport, '/status.json') or return 0;
-            my $d = eval { JSON::PP::decode_json($j->{body}) } or return 0;
-            2 == grep { $_->{state} eq 'busy' } @{ $d->{workers} };
-        }, 5), 'both workers busy, seen through /status.json');
-        my $t0 = time;
-        my $j = get_raw($sport, '/status.json');
-        ok(time - $t0 < 1, 'the status listener answers at once while every worker is stuck');
-        my $d = JSON::PP::decode_json($j->{body});
-        is(scalar @{ $d->{workers} }, 2, 'status.json lists both workers');
-        is_deeply([ sort map { $_->{pid} } @{ $d->{workers} } ], [ sort @w ], '... by their pids');
-        like($_->{request}, qr{^GET /sleep\?3&<b>\d$}, "worker $_->{pid} shows its request line")
-            for @{ $d->{workers} };
-        is($d->{master_pid}, $s->pid, 'the master\'s pid');
-        is($d->{requests}{by_class}{'2xx'}, 5, 'the same counts as /metrics');
-        my $html = get_raw($sport, '/status');
-        like($html->{headers}{'content-type'}, qr{^text/html}, '/status is HTML');
-        like($html->{body}, qr{\Q$_\E}, "it shows worker $_") for @w;
-        like($html->{body}, qr{GET /sleep\?3&amp;&lt;b&gt;1}, 'request lines are escaped');
-        unlike($html->{body}, qr{3&<b>1}, '... never inserted raw');   # (the cards' own <b> are not it)
-        is(read_response($_, 10)->{status}, 200, 'the stuck requests finish') for @stuck;
+    is(get_raw($sport, '/nope')->{status}, 404, 'an unknown page: 404');
+    my $post = raw_connect($sport);
+    syswrite($post, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    my $r = read_response($post, 5);
+    is($r->{status}, 405, 'POST: 405');
+    is($r->{headers}{allow}, 'GET, HEAD', '... with Allow');
+    is(get_raw($port, '/metrics')->{body}, "no\n", 'the app\'s own listener never serves the status pages')
+        if 0;    # (the app answers its own /metrics: nothing to check but that it is the app)
+    like(get_raw($port, '/metrics')->{body}, qr/^pid=/, 'the app\'s listener serves the app, not the pages');
 
-        is(get_raw($sport, '/nope')->{status}, 404, 'an unknown page: 404');
-        my $post = raw_connect($sport);
-        syswrite($post, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
-        my $r = read_response($post, 5);
-        is($r->{status}, 405, 'POST: 405');
-        is($r->{headers}{allow}, 'GET, HEAD', '... with Allow');
-        is(get_raw($port, '/metrics')->{body}, "no\n", 'the app\'s own listener never serves the status pages')
-            if 0;    # (the app answers its own /metrics: nothing to check but that it is the app)
-        like(get_raw($port, '/metrics')->{body}, qr/^pid=/, 'the app\'s listener serves the app, not the pages');
+    # A graceful stop: /health says 503 at once.
+    # (the first answers may come before the master has read its TERM)
+    kill TERM => $s->pid;
+    my $health;
+    wait_until(sub { $health = get_raw($sport, '/health', 2); !$health || $health->{status} != 200 }, 2);
+    is($health && $health->{status}, 503, '/health: 503 once a stop has begun');
+    $s->wait_exit(10);
+}};
 
-        # A graceful stop: /health says 503 at once.
-        # (the first answers may come before the master has read its TERM)
-        kill TERM => $s->pid;
-        my $health;
-        wait_until(sub { $health = get_raw($sport, '/health', 2); !$health || $health->{status} != 200 }, 2);
-        is($health && $health->{status}, 503, '/health: 503 once a stop has begun');
-        $s->wait_exit(10);
+# 2. A unix socket for the pages; refusals with one line and a
+# non-zero exit.
+my $sec_refusals = sub { SKIP: {
+    skip 'the status pages need the connection manager', 1 unless $MANAGED;
+    my $path = "$TMP/status.sock";
+    my $s = server(args => [ '--status-listen', $path ]);
+    # (the server is up once its app listener answers; the manager's
+    # status listener may come a moment later on a busy machine)
+    my $c;
+    wait_until(sub { $c = raw_connect($path) }, 5);
+    syswrite($c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    is(read_response($c, 5)->{status}, 200, '--status-listen on a unix socket');
+    $s->stop;
+    my $port = free_port();
+    for my $case ([ "--status-listen with --no-manager",
+                    [ '--listen', "127.0.0.1:$port", '--no-manager', '--status-listen', '127.0.0.1:1' ],
+                    qr/--status-listen needs the connection manager/ ],
+                  [ "--max-queue-wait with --no-manager",
+                    [ '--listen', "127.0.0.1:$port", '--no-manager', '--max-queue-wait', 100 ],
+                    qr/--max-queue-wait needs the connection manager/ ],
+                  [ "--status-listen on the app's listener",
+                    [ '--listen', "127.0.0.1:$port", '--status-listen', "127.0.0.1:$port" ],
+                    qr/must not be one of the app's listeners/ ]) {
+        my ($name, $args, $want) = @$case;
+        my $r = run_cmd([ narwhal_cmd(), @$args, $APP ], timeout => 10);
+        isnt($r->{code}, 0, "$name: non-zero exit");
+        like($r->{err}, $want, "... saying why");
+        is(scalar(() = $r->{err} =~ /\n/g), 1, '... in one line');
     }
+}};
 
-    # 2. A unix socket for the pages; refusals with one line and a
-    # non-zero exit.
-    {
-        my $path = "$TMP/status.sock";
-        my $s = server(args => [ '--status-listen', $path ]);
-        my $c = raw_connect($path);
-        syswrite($c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
-        is(read_response($c, 5)->{status}, 200, '--status-listen on a unix socket');
-        $s->stop;
-        my $port = free_port();
-        for my $case ([ "--status-listen with --no-manager",
-                        [ '--listen', "127.0.0.1:$port", '--no-manager', '--status-listen', '127.0.0.1:1' ],
-                        qr/--status-listen needs the connection manager/ ],
-                      [ "--max-queue-wait with --no-manager",
-                        [ '--listen', "127.0.0.1:$port", '--no-manager', '--max-queue-wait', 100 ],
-                        qr/--max-queue-wait needs the connection manager/ ],
-                      [ "--status-listen on the app's listener",
-                        [ '--listen', "127.0.0.1:$port", '--status-listen', "127.0.0.1:$port" ],
-                        qr/must not be one of the app's listeners/ ]) {
-            my ($name, $args, $want) = @$case;
-            my $r = run_cmd([ narwhal_cmd(), @$args, $APP ], timeout => 10);
-            isnt($r->{code}, 0, "$name: non-zero exit");
-            like($r->{err}, $want, "... saying why");
-            is(scalar(() = $r->{err} =~ /\n/g), 1, '... in one line');
-        }
-    }
-
-    # 3. Load shedding: both workers stuck, requests that arrive on
-    # connections the manager holds get 503 + Retry-After after
-    # --max-queue-wait, not an unbounded wait.
-    {
-        my $sport = free_port();
-        my $s = server(args => [ '--max-workers', 2, '--max-queue-wait', 300, '--keepalive-wait', 0,
-                                 '--status-listen', "127.0.0.1:$sport" ]);
-        my $port = $s->port;
-        wait_until(sub { worker_pids($s->pid) == 2 }, 10);
-        my @idle = map { raw_connect($port) } 1 .. 6;
-        for my $c (@idle) {
-            syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-            read_response($c, 5);
-        }
-        sleep 0.3;    # the connections are the manager's now
-        my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?4 HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
-        sleep 0.5;
-        syswrite($_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") for @idle;
-        my $t0 = time;
-        my @r = map { read_response($_, 10) } @idle;
-        my $waited = time - $t0;
-        is(scalar(grep { $_ && $_->{status} == 503 } @r), 6, 'every waiting request got 503');
-        is(scalar(grep { $_ && ($_->{headers}{'retry-after'} // '') eq '1' } @r), 6, '... with Retry-After');
-        is(scalar(grep { $_ && ($_->{headers}{connection} // '') eq 'close' } @r), 6, '... and Connection: close');
-        ok($waited < 1.5, sprintf('... within the bound, not after the stuck requests (%.2f s)', $waited));
-        my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
-        is($v->{narwhal_shed_total}, 6, 'narwhal_shed_total counts them');
-        is(read_response($_, 10)->{status}, 200, 'the stuck requests still finish') for @stuck;
-        is(get_raw($port, '/')->{status}, 200, 'and the server serves again');
-    }
-
-    # ... and without --max-queue-wait they wait for a worker (the control).
-    {
-        my $s = server(args => [ '--max-workers', 1, '--keepalive-wait', 0 ]);
-        my $port = $s->port;
-        my $c = raw_connect($port);
+# 3. Load shedding: both workers stuck, requests that arrive on
+# connections the manager holds get 503 + Retry-After after
+# --max-queue-wait, not an unbounded wait.
+my $sec_shed = sub { SKIP: {
+    skip 'the status pages need the connection manager', 1 unless $MANAGED;
+    my $sport = free_port();
+    my $s = server(args => [ '--max-workers', 2, '--max-queue-wait', 300, '--keepalive-wait', 0,
+                             '--status-listen', "127.0.0.1:$sport" ]);
+    my $port = $s->port;
+    wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+    my @idle = map { raw_connect($port) } 1 .. 6;
+    for my $c (@idle) {
         syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         read_response($c, 5);
-        sleep 0.3;
-        my $stuck = raw_connect($port);
-        syswrite($stuck, "GET /sleep?1.5 HTTP/1.1\r\nHost: x\r\n\r\n");
-        sleep 0.3;
-        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-        my $r = read_response($c, 10);
-        is($r && $r->{status}, 200, 'without --max-queue-wait a waiting request is served when a worker frees');
     }
-}
+    sleep 0.3;    # the connections are the manager's now
+    my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?4 HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
+    sleep 0.5;
+    syswrite($_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") for @idle;
+    my $t0 = time;
+    my @r = map { read_response($_, 10) } @idle;
+    my $waited = time - $t0;
+    is(scalar(grep { $_ && $_->{status} == 503 } @r), 6, 'every waiting request got 503');
+    is(scalar(grep { $_ && ($_->{headers}{'retry-after'} // '') eq '1' } @r), 6, '... with Retry-After');
+    is(scalar(grep { $_ && ($_->{headers}{connection} // '') eq 'close' } @r), 6, '... and Connection: close');
+    ok($waited < 1.5, sprintf('... within the bound, not after the stuck requests (%.2f s)', $waited));
+    my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+    is($v->{narwhal_shed_total}, 6, 'narwhal_shed_total counts them');
+    is(read_response($_, 10)->{status}, 200, 'the stuck requests still finish') for @stuck;
+    is(get_raw($port, '/')->{status}, 200, 'and the server serves again');
+}};
+
+# ... and without --max-queue-wait they wait for a worker (the control).
+my $sec_no_shed = sub { SKIP: {
+    skip 'the status pages need the connection manager', 1 unless $MANAGED;
+    my $s = server(args => [ '--max-workers', 1, '--keepalive-wait', 0 ]);
+    my $port = $s->port;
+    my $c = raw_connect($port);
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    read_response($c, 5);
+    sleep 0.3;
+    my $stuck = raw_connect($port);
+    syswrite($stuck, "GET /sleep?1.5 HTTP/1.1\r\nHost: x\r\n\r\n");
+    sleep 0.3;
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    my $r = read_response($c, 10);
+    is($r && $r->{status}, 200, 'without --max-queue-wait a waiting request is served when a worker frees');
+}};
 
 # 4. The request watchdog: a sleeping app, a busy Perl loop, an app stuck
 # in C, and a response that had begun. Each worker is replaced.
-{
+my $sec_watchdog = sub {
     my $sport = free_port();
     my $s = server(args => [ '--max-workers', 2, '--request-timeout', 1,
                              ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
@@ -302,20 +307,25 @@ SKIP: {
     ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), 'the workers were replaced');
     is(get_raw($port, '/')->{status}, 200, 'and serve');
     if ($MANAGED) {
-        my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+        # (the last restart is counted once the master has reaped its worker)
+        my $v;
+        wait_until(sub { ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
+                         ($v->{'narwhal_worker_restarts_total{reason="watchdog"}'} // 0) >= 4 }, 5);
         is($v->{'narwhal_worker_restarts_total{reason="watchdog"}'}, 4, 'restarts_total counts four watchdog restarts');
         is($v->{'narwhal_requests_total{class="5xx"}'}, 3, 'the 504s are counted as 5xx');
     }
     $s->stop;
+};
 
-    # Off by default: a slow request passes.
+# ... off by default: a slow request passes.
+my $sec_no_watchdog = sub {
     my $s2 = server(args => [ '--max-workers', 1 ]);
     is(get_raw($s2->port, '/sleep?2', 10)->{status}, 200, 'without --request-timeout a 2 s request is served');
-}
+};
 
 # 5. The memory limit: a leaking worker is replaced after its request,
 # and a keep-alive client that never retries sees no failure.
-{
+my $sec_rss = sub {
     my $sport = free_port();
     my $s = server(args => [ '--max-workers', 1, '--max-worker-rss', 60,
                              ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
@@ -338,10 +348,10 @@ SKIP: {
         my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
         ok($v->{'narwhal_worker_restarts_total{reason="memory"}'} >= 1, 'restarts_total counts memory restarts');
     }
-}
+};
 
 # 6. Worker recycling is counted as such.
-SKIP: {
+my $sec_recycled = sub { SKIP: {
     skip 'the status pages need the connection manager', 1 unless $MANAGED;
     my $sport = free_port();
     my $s = server(args => [ '--max-workers', 1, '--max-requests', 3, '--status-listen', "127.0.0.1:$sport" ]);
@@ -350,11 +360,11 @@ SKIP: {
         my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
         $v->{'narwhal_worker_restarts_total{reason="max-requests"}'} == 2
     }, 5), 'two workers replaced after --max-requests 3, counted as max-requests');
-}
+}};
 
 # 6b. Under Server::Starter the status address is shared across a hand-over:
 # the new generation opens it while the old one still holds it.
-SKIP: {
+my $sec_starter = sub { SKIP: {
     skip 'needs the manager', 3 unless $MANAGED;
     missing('start_server is not installed', 3) unless -x '/usr/bin/start_server';
     my $sport = free_port();
@@ -374,12 +384,12 @@ SKIP: {
     }, 15), 'after a HUP to start_server the new generation answers there');
     unlike($s->log_text, qr/cannot listen/, '... it could open the address');
     $s->stop;
-}
+}};
 
 # 7. --drain-delay: on TERM, /health says 503 at once while the app is
 # still served; the stop begins when the delay is over, or at once on a
 # second signal.
-{
+my $sec_drain = sub {
     my $sport = free_port();
     my $s = server(args => [ '--drain-delay', 1.5,
                              ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
@@ -411,6 +421,16 @@ SKIP: {
     kill TERM => $s2->pid;
     is($s2->wait_exit(10), 0, 'a second TERM during the drain stops at once');
     ok(time - $t0 < 3, sprintf('... (%.1f s, not 30)', time - $t0));
-}
+};
+
+# The parts in five processes at once (the longest first): most of their
+# time is spent waiting for timeouts and sleeping requests.
+in_parallel(
+    sub { $_->() for $sec_watchdog },
+    sub { $_->() for $sec_shed, $sec_recycled },
+    sub { $_->() for $sec_pages, $sec_no_watchdog },
+    sub { $_->() for $sec_no_shed, $sec_refusals, $sec_rss },
+    sub { $_->() for $sec_drain, $sec_starter },
+);
 
 done_testing();

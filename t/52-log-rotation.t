@@ -75,10 +75,11 @@ for my $round ([ 'logrotate create', 1 ], [ 'moved only, the master creates', 0 
         my $old_acc = slurp("$acc.1");
         # workers: serve on every worker (close connections: the kernel
         # spreads them), each warn goes to the new error log
-        my %seen;
+        my (%seen, $sent);
         for my $i (1 .. 40) {
             my $r = http_get($port, "/warn?after-$create-$i");
             $seen{$1}++ if $r->{content} =~ /pid=(\d+)/;
+            $sent = $i;
             last if keys %seen >= 2 && $i >= 10;
         }
         ok(wait_until(sub { slurp($err) =~ /app-warn after-$create-1\n/ }, 5), "the app's warn is in the new error log");
@@ -88,7 +89,10 @@ for my $round ([ 'logrotate create', 1 ], [ 'moved only, the master creates', 0 
              "the master's line is in the new error log");
         like(slurp($err), qr/^\S+Z narwhal\[$manager\] manager info: reopened the error log/m,
              "the manager's line is in the new error log") if $manager;
-        sleep 1.2;    # the access log's buffer goes out within a second
+        # every worker's access lines after the rotation have gone out (a
+        # buffer goes out within a second), all to the new file
+        ok(wait_until(sub { my $a = slurp($acc); !grep { $a !~ m{GET /warn\?after-$create-$_ } } 1 .. $sent }, 5),
+           "all $sent requests' access lines are in the new access log");
         is(slurp("$err.1"), $old_err, 'nothing more in the moved error log');
         is(slurp("$acc.1"), $old_acc, 'nothing more in the moved access log');
         unlink "$err.1", "$acc.1";

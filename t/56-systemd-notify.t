@@ -1,11 +1,13 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use IO::Select ();
 use Socket qw(AF_UNIX SOCK_DGRAM pack_sockaddr_un);
 use Time::HiRes qw(time sleep);
-use NarwhalTest qw(spawn_server write_app wait_until tmpdir manager_fallback http_get worker_pids);
+use NarwhalTest qw(spawn_server write_app wait_until tmpdir manager_fallback http_get worker_pids
+                   in_parallel);
 
 # systemd's side of Type=notify, played with our own datagram socket: the
 # master sends READY=1 only once its workers serve, RELOADING=1 and then
@@ -37,10 +39,11 @@ sub next_message {
     return { %kv, _raw => $buf, _at => time };
 }
 
+my @parts;
 for my $case ([ 'a socket path', "$TMP/notify.sock", "$TMP/notify.sock" ],
               [ 'an abstract socket', "\0narwhal-test-$$", "\@narwhal-test-$$" ]) {
     my ($name, $bind, $env) = @$case;
-    subtest $name => sub {
+    push @parts, sub { subtest $name => sub {
         my $n = listen_notify($bind);
         my $t0 = time;
         my $s = spawn_server(app => $APP, env => { NOTIFY_SOCKET => $env, NARWHAL_TEST_SLOW_LOAD => 1 },
@@ -71,19 +74,25 @@ for my $case ([ 'a socket path', "$TMP/notify.sock", "$TMP/notify.sock" ],
         like($stop->{STATUS} // '', qr/stopping/, '... with a STATUS=');
         ok(defined $s->wait_exit(10), 'and it stops');
         unlink "$TMP/notify.sock";
-    };
+    } };
 }
 
 # A crash loop at start is never ready.
-subtest 'workers that cannot load the app' => sub {
+push @parts, sub { subtest 'workers that cannot load the app' => sub {
     my $n = listen_notify("$TMP/never.sock");
     my $bad = write_app("die 'no app here';\n");
     my $s = spawn_server(app => $bad, env => { NOTIFY_SOCKET => "$TMP/never.sock" },
                          args => [ @NM, '--no-preload-app', '--max-workers', 1 ],
                          ready => sub { 1 });
-    my $m = next_message($n, 3);
+    # (the master gives up at once here: once it is gone, nothing more can
+    # come; while it runs, the wait is 3 s, as it was)
+    $s->wait_exit(3);
+    my $m = next_message($n, 0.1);
     ok(!$m || !$m->{READY}, 'no READY=1 while no worker serves') or diag explain $m;
     $s->stop;
-};
+} };
 
+# The three at once (each has its own server and socket; they wait for
+# apps that load for a second).
+in_parallel(@parts);
 done_testing();

@@ -1,11 +1,13 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use Time::HiRes ();
 use IO::Select ();
 use IO::Socket::UNIX ();
 use lib 't/lib';
-use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until);
+use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until
+                   in_parallel);
 
 # Parking: a worker keeps a connection it just served in its own epoll set
 # for --keepalive-wait, serving other work meanwhile, then hands it to the
@@ -16,6 +18,7 @@ plan skip_all => 'the manager is switched off for this run'
     if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
 my $app = echo_app();
+my (@parts, @timed);    # (the subtests, each with its own server: run at the end)
 
 my $H = "Host: t\r\n";
 
@@ -45,7 +48,7 @@ sub replace_worker {
     }, 10);
 }
 
-subtest 'a parked connection does not hold the worker' => sub {
+push @parts, sub { subtest 'a parked connection does not hold the worker' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);
     my $r1 = request_on($a, '/a1');
@@ -57,9 +60,9 @@ subtest 'a parked connection does not hold the worker' => sub {
     my $r2 = request_on($a, '/a2');
     like($r2 && $r2->{body}, qr{path=/a2}, 'the parked connection is served again');
     is(pid_of($r2), pid_of($r1), 'by the worker that parked it');
-};
+} };
 
-subtest 'parked in the worker, then held by the manager' => sub {
+push @parts, sub { subtest 'parked in the worker, then held by the manager' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);
     my $r = request_on($a, '/parked');
@@ -78,9 +81,9 @@ subtest 'parked in the worker, then held by the manager' => sub {
     my $r2 = request_on($b, '/after');
     like($r2 && $r2->{body}, qr{path=/after}, 'the connection was with the manager and lives on');
     isnt(pid_of($r2), pid_of($r), 'served by the new worker');
-};
+} };
 
-subtest 'a parked connection whose request arrives during another is not forgotten' => sub {
+push @timed, sub { subtest 'a parked connection whose request arrives during another is not forgotten' => sub {
     # The quantum check looks for waiting work right after a response; it
     # must note the parked connection's (one-shot) event, not swallow it.
     my $srv = server('--keepalive-wait' => 3, '--worker-quantum' => 1);
@@ -95,12 +98,12 @@ subtest 'a parked connection whose request arrives during another is not forgott
     like($rb && $rb->{body}, qr{path=/b2}, 'the parked connection is served');
     ok($took < 1, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
     ok(read_response($a, 5), 'the other request finished too');
-};
+} };
 
 # Parked connections are watched edge-triggered, and the watch stays in
 # place while the connection is served: bytes that arrive meanwhile, or
 # that the last read did not reach, must still bring it back at once.
-subtest 'the next request sent while its connection is being served' => sub {
+push @timed, sub { subtest 'the next request sent while its connection is being served' => sub {
     my $srv = server('--keepalive-wait' => 3);
     my $c = raw_connect($srv->port);
     request_on($c, '/c1');                      # parked, then taken again below
@@ -115,9 +118,9 @@ subtest 'the next request sent while its connection is being served' => sub {
     like($r2 && $r2->{body}, qr{path=/sleep}, 'the slow request answered');
     like($r3 && $r3->{body}, qr{path=/c3}, 'the one sent during it answered');
     ok($took < 1.5, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
-};
+} };
 
-subtest 'a request left in the socket behind a body' => sub {
+push @timed, sub { subtest 'a request left in the socket behind a body' => sub {
     my $srv = server('--keepalive-wait' => 3);
     my $c = raw_connect($srv->port);
     request_on($c, '/d1');                      # c is parked
@@ -140,9 +143,9 @@ subtest 'a request left in the socket behind a body' => sub {
     like($r3 && $r3->{body}, qr{path=/d3}, 'the request behind it answered');
     ok($took < 1.5, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
     ok(read_response($a, 5), 'the other client answered too');
-};
+} };
 
-subtest 'a FIN that comes with the last request' => sub {
+push @timed, sub { subtest 'a FIN that comes with the last request' => sub {
     # The client sends its last request and shuts down its side at once
     # (nc -N does): one edge for both, and the read that takes the request
     # is short. The FIN must still be seen at once, not after the wait.
@@ -161,9 +164,9 @@ subtest 'a FIN that comes with the last request' => sub {
     my $took = Time::HiRes::time() - $t0;
     ok($took < 1, sprintf('promptly after the client closed (%.3fs), not after --keepalive-wait', $took));
     ok(read_response($d, 5), 'the other client answered');
-};
+} };
 
-subtest 'a lone pipelining client is not counted as others waiting' => sub {
+push @timed, sub { subtest 'a lone pipelining client is not counted as others waiting' => sub {
     # After --worker-quantum pipelined requests the worker lets others in
     # only when others wait; the served connection's own new bytes are not
     # others. A hand-off would show in the manager's counts (sent to the
@@ -188,9 +191,9 @@ subtest 'a lone pipelining client is not counted as others waiting' => sub {
     wait_until(sub { ($line) = substr($srv->log_text, $before) =~ /(manager .*received=\d+.*)/; $line }, 5);
     my ($received) = ($line // '') =~ /received=(\d+)/;
     is($received, 0, 'never handed to the manager') or diag($line // 'no manager counts');
-};
+} };
 
-subtest 'a connection let go is gone while the worker serves others' => sub {
+push @parts, sub { subtest 'a connection let go is gone while the worker serves others' => sub {
     # The worker goes on from one connection to the next; nothing may keep
     # a connection it handed off alive meanwhile: here, the socket dup that
     # psgix.io made must close when the manager closes the connection.
@@ -223,9 +226,9 @@ APP
     ok(defined $closed_at && $closed_at < 2.5,
        sprintf('closed by the keep-alive timeout (%s)',
                defined $closed_at ? sprintf('%.2fs', $closed_at) : 'still open after 3.5s'));
-};
+} };
 
-subtest 'parked connections do not wait behind a slow request' => sub {
+push @parts, sub { subtest 'parked connections do not wait behind a slow request' => sub {
     # Two connections parked in the same worker; one starts a slow request.
     # The other's next request must not wait for it: the park watcher hands
     # the parked connections to the manager and the other worker serves it.
@@ -251,9 +254,9 @@ subtest 'parked connections do not wait behind a slow request' => sub {
     like($rs && $rs->{body}, qr{path=/sleep}, 'the slow request finishes too');
     my $again = request_on($slow, '/after');
     like($again && $again->{body}, qr{path=/after}, 'and its connection serves on');
-};
+} };
 
-subtest 'an app that forks' => sub {
+push @parts, sub { subtest 'an app that forks' => sub {
     # A child forked by the app has no park watcher thread; its exit (with
     # Perl's global destruction, which destroys the acceptor too) must not
     # wait for one or for its lock.
@@ -274,9 +277,9 @@ APP
         like($r && $r->{body}, qr{forked=1 status=0}, "request $k: the app forked and its child exited");
         ok(Time::HiRes::time() - $t0 < 3, "request $k: promptly");
     }
-};
+} };
 
-subtest 'a slow request pauses parking' => sub {
+push @parts, sub { subtest 'a slow request pauses parking' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);
     my $r = request_on($a, '/sleep/0.2');    # slower than NW_PARK_SLOW_REQUEST_MS
@@ -285,9 +288,9 @@ subtest 'a slow request pauses parking' => sub {
     my $r2 = request_on($a, '/after-slow');
     like($r2 && $r2->{body}, qr{path=/after-slow},
          'the connection went to the manager at once instead of being parked');
-};
+} };
 
-subtest 'recycling a worker keeps its connections open' => sub {
+push @parts, sub { subtest 'recycling a worker keeps its connections open' => sub {
     my $srv = server('--max-reqs-per-child' => 3, '--keepalive-wait' => 0.5);
     my $s = raw_connect($srv->port);
     my @res = map { request_on($s, "/r$_") } 1 .. 8;
@@ -298,9 +301,9 @@ subtest 'recycling a worker keeps its connections open' => sub {
     ok(keys(%pids) >= 3, 'although the worker was replaced (' . join(',', sort keys %pids) . ')');
     my %ports = map { (($_ && $_->{body} =~ /port=(\d+)/)[0] // 0) => 1 } @res;
     is(scalar(keys %ports), 1, 'same client port throughout: one connection');
-};
+} };
 
-subtest 'a recycled worker gives its connections to the other workers' => sub {
+push @parts, sub { subtest 'a recycled worker gives its connections to the other workers' => sub {
     # Retirement by adoption (DESIGN.md, "Retirement"): a worker leaving
     # at --max-reqs-per-child passes its parked connections, and the one
     # it served last, to the other workers through the adopt queue. They
@@ -340,9 +343,9 @@ subtest 'a recycled worker gives its connections to the other workers' => sub {
         ok($adopted && $adopted >= 8, 'the metrics count the adopted connections ('
                                       . ($adopted // 'none') . ')');
     }
-};
+} };
 
-subtest 'HUP: parked connections go to the new workers, not away' => sub {
+push @parts, sub { subtest 'HUP: parked connections go to the new workers, not away' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);
     my $r1 = request_on($a, '/before');
@@ -351,9 +354,9 @@ subtest 'HUP: parked connections go to the new workers, not away' => sub {
     my $r2 = request_on($a, '/after-hup');
     like($r2 && $r2->{body}, qr{path=/after-hup}, 'the connection it had parked is served');
     isnt(pid_of($r2), pid_of($r1), 'by the new generation');
-};
+} };
 
-subtest 'TERM closes parked connections at once' => sub {
+push @parts, sub { subtest 'TERM closes parked connections at once' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my @a = map { raw_connect($srv->port) } 1 .. 3;
     request_on($_, '/x') for @a;
@@ -361,9 +364,9 @@ subtest 'TERM closes parked connections at once' => sub {
     kill TERM => $srv->pid;
     is(read_until_close($_, 4), '', 'parked connection closed') for @a;
     ok(Time::HiRes::time() - $t0 < 2, 'without waiting for --keepalive-wait or the timeout');
-};
+} };
 
-subtest 'a connection with nothing to read yet is let go once, not re-read' => sub {
+push @parts, sub { subtest 'a connection with nothing to read yet is let go once, not re-read' => sub {
     # A unix socket has no TCP_DEFER_ACCEPT: a client that connects and
     # says nothing yet is accepted at once. The worker parks it (or gives
     # it to the manager) and must then be done with it. It used to read
@@ -389,6 +392,12 @@ subtest 'a connection with nothing to read yet is let go once, not re-read' => s
     is($to_manager, 0, 'both stayed parked in the worker: nothing went to the manager');
     my $r = request_on($silent, '/late');
     like($r && $r->{body}, qr{path=/late}, 'the silent client is served when it speaks');
-};
+} };
 
-done_testing;
+# The subtests in two processes at once (each has its own server; they
+# wait for --keepalive-wait, slow requests and replacement workers); then,
+# alone, those that order their bytes against a 30 ms request with 10 ms
+# pauses.
+in_parallel(map { my $half = $_; sub { $parts[$_]->() for grep { $_ % 2 == $half } 0 .. $#parts } } 0, 1);
+$_->() for @timed;
+done_testing();

@@ -1,10 +1,11 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response read_until_close wait_until
-                   manager_fallback worker_pids pid_alive);
+                   manager_fallback worker_pids pid_alive in_parallel);
 use NarwhalTest::Clients ();
 
 # A connection changes owner: a worker parks it, hands it to the manager,
@@ -51,7 +52,9 @@ sub retire {
     my $s = spawn_server(app => $APP, args => [ @NM, '--proxy-protocol', '--max-workers', 2,
                                                  '--max-reqs-per-child', 500 ]);
     my $dir = NarwhalTest::tmpdir();
-    my @clients = NarwhalTest::Clients::start_clients($dir, $s->port, 8, '/', 3, 0,
+    # (1.5 s: tens of thousands of requests here, thousands on a loaded
+    # machine: several recycles either way)
+    my @clients = NarwhalTest::Clients::start_clients($dir, $s->port, 8, '/', 1.5, 0,
                                                       proxy => \&v1, expect => \&said);
     my $t = NarwhalTest::Clients::collect(@clients);
     my $counts = "$t->{sent} sent, $t->{answered} answered, $t->{failed} failed, $t->{reset} reset, "
@@ -66,7 +69,7 @@ sub retire {
 # another worker, which serves its next request with the same addresses,
 # counts it against --max-keepalive-reqs, and keeps its keep-alive
 # deadline (it was reset to --read-timeout, 20 s, at the adoption).
-SKIP: {
+my $part_adoption = sub { SKIP: {
     skip 'adoption needs the connection manager', 6 unless $MANAGED;
     my $s = spawn_server(app => $APP, args => [ '--proxy-protocol', '--max-workers', 2,
                                                  '--keepalive-wait', 1.5, '--keepalive-timeout', 2,
@@ -100,11 +103,11 @@ SKIP: {
     ok($after < 3.2, sprintf('an adopted idle connection is closed at its keep-alive deadline '
                              . '(2 s; closed after %.1f s)', $after));
     $s->stop;
-}
+}};
 
 # 2b. A worker that crashes gives its parked connections away from its
 # crash handler (async-signal-safe): the same record, the same addresses.
-SKIP: {
+my $part_crash = sub { SKIP: {
     skip 'adoption needs the connection manager', 2 unless $MANAGED;
     my $s = spawn_server(app => $APP, args => [ '--proxy-protocol', '--max-workers', 1,
                                                  '--keepalive-wait', 3 ]);
@@ -119,11 +122,11 @@ SKIP: {
     like(body_of($r), said(4), 'parked in a worker that crashed: adopted with its addresses');
     ok(pid_of($r) && pid_of($r) != $first, '... by its successor');
     $s->stop;
-}
+}};
 
 # 3. Through the manager and back (HANDOFF, then SERVE): the addresses
 # and the request count go with it.
-SKIP: {
+my $part_handoff = sub { SKIP: {
     skip 'hand-offs need the connection manager', 3 unless $MANAGED;
     my $s = spawn_server(app => $APP, args => [ '--proxy-protocol', '--max-workers', 2,
                                                  '--keepalive-wait', 0, '--max-keepalive-reqs', 3 ]);
@@ -139,11 +142,11 @@ SKIP: {
     like($r[2] ? $r[2]{headers}{connection} // '' : '', qr/close/i,
          '... the 3rd is its last (the count went through the manager)');
     $s->stop;
-}
+}};
 
 # 4. A response the client reads slowly, finished by the manager (offload),
 # then the next request on the same connection.
-SKIP: {
+my $part_offload = sub { SKIP: {
     skip 'offload needs the connection manager', 2 unless $MANAGED;
     my $s = spawn_server(app => $APP, args => [ '--proxy-protocol', '--max-workers', 1,
                                                  '--max-keepalive-reqs', 3 ]);
@@ -156,6 +159,13 @@ SKIP: {
     $r = read_response($c, 5);
     like(body_of($r), said(6), '... the next request on it has the same addresses');
     $s->stop;
-}
+}};
+
+# The rest at once: each part has its own server, and they wait (for
+# retirements, keep-alive deadlines, a slow reader's pause); then the
+# crash alone (a loaded full run once saw its parked connection served
+# by the crashed worker's pid with the others running beside it).
+in_parallel($part_adoption, $part_handoff, $part_offload);
+$part_crash->();
 
 done_testing();

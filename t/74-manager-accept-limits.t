@@ -1,11 +1,12 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use IO::Select ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app wait_until manager_fallback worker_pids raw_connect
-                   children_of perl_cmd root);
+                   children_of perl_cmd root in_parallel);
 
 # While every worker is stuck the manager takes new connections from the
 # listeners itself (t/68). When it cannot (out of descriptors), the
@@ -17,6 +18,19 @@ plan skip_all => 'the connection manager takes them'
     if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
 
 my $APP = NarwhalTest::sleepy_app();
+# /hold keeps its worker until $RELEASE exists (30 s at most): a request
+# that is stuck for as long as the test needs, and no longer.
+my $RELEASE = NarwhalTest::tmpdir() . '/release-hold';
+my $HOLD_APP = write_app(<<"APP");
+sub {
+    my \$env = shift;
+    if (\$env->{PATH_INFO} eq '/hold') {
+        my \$end = Time::HiRes::time() + 30;
+        Time::HiRes::sleep(0.02) until -e '$RELEASE' || Time::HiRes::time() > \$end;
+    }
+    [200, ['Content-Type' => 'text/plain'], ["ok\\n"]];
+}
+APP
 
 sub cpu_ticks {
     my ($pid) = @_;
@@ -39,17 +53,17 @@ sub manager_pid {
 # 1. Out of descriptors: an open-file limit of 64 for the server, and a
 # --max-connections above it, so that once the serve queue is full (a few
 # hundred connections in flight) the manager's accept fails EMFILE.
-SKIP: {
+my $part_emfile = sub { SKIP: {
     skip 'needs prlimit(1)', 5 unless grep { -x "$_/prlimit" } split /:/, $ENV{PATH};
     my $port = NarwhalTest::free_port();
     my $s = spawn_server(app => $APP, port => $port, command => [
         'prlimit', '--nofile=64:64', '--', perl_cmd(), root() . '/bin/narwhal',
         '--listen', "127.0.0.1:$port", '--max-workers', 1, '--max-connections', 1000,
-        NarwhalTest::extra_args(), $APP ]);
+        NarwhalTest::extra_args(), $HOLD_APP ]);
     ok(wait_until(sub { worker_pids($s->pid) == 1 && manager_pid($s->pid) }, 5), 'a worker and the manager');
     my $mgr = manager_pid($s->pid);
     my $busy = raw_connect($port);
-    syswrite($busy, "GET /sleep/8 HTTP/1.1\r\nHost: x\r\n\r\n");
+    syswrite($busy, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
     sleep 0.3;
     my @clients;
     for (1 .. 700) {
@@ -68,6 +82,8 @@ SKIP: {
            sprintf('... and does not spin meanwhile (%.2f s of CPU in 1.5 s)', $used / $hz));
     # every client is answered once the worker is free (the manager took
     # what it could, the rest waited in the listen queue)
+    open(my $release, '>', $RELEASE) or die "$RELEASE: $!";
+    close $release;
     my ($answered, %buf) = (0);
     my $sel = IO::Select->new(@clients);
     my $end = time + 30;
@@ -84,14 +100,14 @@ SKIP: {
     }
     is($answered, scalar @clients, 'every client is answered');
     $s->stop;
-}
+} };
 
 # 2. Full (--max-connections) with nothing idle to close: three clients
 # that sent part of a head fill the manager. A client that comes now with
 # its whole request must wait in the listen queue for a worker, as it
 # would if the manager did not take connections, not be accepted and
 # closed (reset: its request unread) at once.
-{
+my $part_full = sub {
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--max-connections', 3 ]);
     ok(wait_until(sub { worker_pids($s->pid) == 1 }, 5), 'full: a worker');
     my $busy = raw_connect($s->port);
@@ -105,5 +121,9 @@ SKIP: {
     my $r = NarwhalTest::read_response($late, 6);
     is($r && $r->{status}, 200, 'a client that comes while the manager is full is served once a worker is free');
     $s->stop;
-}
+};
+
+# Both at once: each has its own server, and what part 1 measures is the
+# manager's CPU time, not a wall-clock time.
+in_parallel($part_emfile, $part_full);
 done_testing();

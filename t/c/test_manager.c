@@ -14,7 +14,9 @@
  *   /tmp/test_manager /tmp/narwhal-manager
  *
  * With "--measure N" after the binary it prints, instead of tests, the
- * manager's resident memory per idle connection with N of them held. */
+ * manager's resident memory per idle connection with N of them held;
+ * with "--only GROUP,..." it runs those groups of tests only, and
+ * "--groups" lists them. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -1560,7 +1562,7 @@ static void test_output(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s path/to/narwhal-manager [--measure N]\n", argv[0]);
+        fprintf(stderr, "usage: %s path/to/narwhal-manager [--measure N | --only GROUP,... | --groups]\n", argv[0]);
         return 2;
     }
     g_bin = argv[1];
@@ -1575,14 +1577,38 @@ int main(int argc, char **argv)
     if (argc == 4 && strcmp(argv[2], "--measure") == 0)
         return measure(atoi(argv[3]));
 
-    test_arguments();
-    test_one_scanner();
-    test_serving();
-    test_queue();
-    test_deadlines();
-    test_full();
-    test_many();
-    test_output();
+    /* "--only NAME,..." after the binary: those groups only; "--groups":
+     * their names (t/05 runs each group in a process of its own, all at
+     * the same time). */
+    static const struct { const char *name; void (*run)(void); } groups[] = {
+        { "arguments", test_arguments }, { "one_scanner", test_one_scanner },
+        { "serving", test_serving },     { "queue", test_queue },
+        { "deadlines", test_deadlines }, { "full", test_full },
+        { "many", test_many },           { "output", test_output },
+    };
+    if (argc == 3 && strcmp(argv[2], "--groups") == 0) {
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+            printf("%s\n", groups[i].name);
+        return 0;
+    }
+    const char *only = argc == 4 && strcmp(argv[2], "--only") == 0 ? argv[3] : NULL;
+    int ran = 0;
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        if (only) {
+            size_t len = strlen(groups[i].name);
+            const char *at = strstr(only, groups[i].name);
+            while (at && !((at == only || at[-1] == ',') && (at[len] == ',' || at[len] == '\0')))
+                at = strstr(at + 1, groups[i].name);
+            if (!at)
+                continue;
+        }
+        groups[i].run();
+        ran++;
+    }
+    if (only && !ran) {
+        fprintf(stderr, "--only %s: no such group\n", only);
+        return 2;
+    }
     close(g_listen);
     return done_testing();
 }

@@ -14,7 +14,8 @@ use Time::HiRes ();
 # Test helpers: free ports from the OS, a spawned server behind a guard,
 # raw-socket requests and a small response parser. Every wait is bounded.
 
-our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server write_app raw_connect raw_request
+our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server spawn_servers in_parallel
+                    stop_servers write_app raw_connect raw_request
                     read_until_close read_response parse_response tmpdir
                     wait_until root perl_cmd run_cmd http_get children_of
                     pid_alive narwhal_cmd worker_pids manager_built
@@ -53,15 +54,43 @@ sub write_app {
     return $file->filename;
 }
 
+# wait_until(sub { ... }, $timeout = 10, $every = 0.05): the first true value
+# of the condition, polled every $every seconds until $timeout.
 sub wait_until {
-    my ($cond, $timeout) = @_;
+    my ($cond, $timeout, $every) = @_;
     my $end = Time::HiRes::time() + ($timeout // 10);
     while (Time::HiRes::time() < $end) {
         my $v = $cond->();
         return $v if $v;
-        Time::HiRes::sleep(0.05);
+        Time::HiRes::sleep($every // 0.05);
     }
     return;
+}
+
+# in_parallel(sub { ... }, ...): each block in a process of its own, all
+# at once, for the parts of a test file that do not depend on each other
+# and spend their time waiting (for timeouts, signals, other processes).
+# The test file must `use Test2::IPC` before its first test: the blocks'
+# results are then the file's. A block that dies, or whose process ends
+# with a non-zero status, fails. Returns once all of them are done.
+sub in_parallel {
+    my @blocks = @_;
+    die "in_parallel: the test file must use Test2::IPC\n" unless $INC{'Test2/IPC.pm'};
+    tmpdir();    # (one temp dir for all, removed by this process)
+    my @pids;
+    for my $block (@blocks) {
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            my $ok = eval { $block->(); 1 };
+            print STDERR "# a block run in parallel died: $@" unless $ok;
+            exit($ok ? 0 : 255);
+        }
+        push @pids, $pid;
+    }
+    for my $i (0 .. $#pids) {
+        waitpid($pids[$i], 0);
+        Test::More::fail("block $i of in_parallel ended with wait status $?") if $?;
+    }
 }
 
 # spawn_server(app => $file_or_code, args => [...], unix => $path,
@@ -70,6 +99,21 @@ sub wait_until {
 # Starts bin/narwhal (or `command`) listening on a fresh port (and the unix
 # path when given) and returns a guard once it accepts connections.
 sub spawn_server {
+    my (%a) = @_;
+    my ($guard) = spawn_servers(\%a);
+    return $guard;
+}
+
+# spawn_servers({ spawn_server's arguments }, ...): several servers started
+# at once (their start-ups overlap), the guards in the same order once all
+# of them accept connections.
+sub spawn_servers {
+    my @started = map { _start_server(%$_) } @_;
+    _wait_started(@$_) for @started;
+    return map { $_->[0] } @started;
+}
+
+sub _start_server {
     my (%a) = @_;
     my $app = $a{app} // "sub { [200, ['Content-Type' => 'text/plain'], ['ok']] }";
     $app = write_app($app) unless $app =~ /\.psgi$/ && -f $app;
@@ -90,16 +134,31 @@ sub spawn_server {
     }
     my $guard = bless { pid => $pid, port => $port, unix => $a{unix}, owner => $$,
                         log => $stderr }, 'NarwhalTest::Guard';
+    NarwhalTest::Guard::_track($guard);
+    return [ $guard, \%a ];
+}
+
+sub _wait_started {
+    my ($guard, $a) = @_;
+    my ($pid, $port) = ($guard->{pid}, $guard->{port});
     my $up = wait_until(sub {
         return 0 if waitpid($pid, POSIX::WNOHANG()) == $pid && ($guard->{pid} = 0, 1);
-        return $a{ready}->($guard) if $a{ready};    # when a connect would not prove it
-        my $s = $a{unix} && $a{no_listen}
-            ? IO::Socket::UNIX->new(Peer => $a{unix})
-            : IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port);
-        return $s ? 1 : 0;
-    }, SPAWN_TIMEOUT);
+        return $a->{ready}->($guard) if $a->{ready};    # when a connect would not prove it
+        # (every listener given: the master opens them one after the other)
+        return 0 if $a->{unix} && !IO::Socket::UNIX->new(Peer => $a->{unix});
+        return 1 if $a->{unix} && $a->{no_listen};
+        return IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) ? 1 : 0;
+    }, SPAWN_TIMEOUT, 0.01);
     die "server did not start: " . $guard->log_text unless $up;
     return $guard;
+}
+
+# stop_servers(@guards): TERM to all of them at once, then each is waited
+# for as $guard->stop does; returns their wait statuses.
+sub stop_servers {
+    my @g = grep { $_ && $_->{pid} && $_->{owner} == $$ } @_;
+    kill TERM => $_->{pid} for @g;
+    return map { $_->stop('none') } @g;
 }
 
 # NARWHAL_TEST_ARGS="--no-manager" runs the suite in another mode.
@@ -363,6 +422,7 @@ sub pid_alive {
 
 package NarwhalTest::Guard;
 use POSIX ();
+use Scalar::Util ();
 use Time::HiRes ();
 
 sub pid  { $_[0]{pid} }
@@ -375,12 +435,30 @@ sub log_text {
     return <$fh> // '';
 }
 
-# TERM, wait, KILL, reap. Only the process that spawned the server does it.
+# Every guard of this process that may still run a server, and the
+# servers whose guards went away (DESTROY): at the end of the test file,
+# all of them are stopped at once (END below).
+my (%LIVE, @DYING);
+sub _track { my $g = shift; $LIVE{"$g"} = $g; Scalar::Util::weaken($LIVE{"$g"}) }
+sub _reap_dying { @DYING = grep { waitpid($_, POSIX::WNOHANG()) == 0 } @DYING }
+END {
+    local ($?, $!, $@);
+    my @g = grep { defined && $_->{pid} && $_->{owner} == $$ } values %LIVE;
+    kill TERM => map { $_->{pid} } @g;
+    push @DYING, map { my $pid = $_->{pid}; $_->{pid} = 0; $pid } @g;
+    my $end = Time::HiRes::time() + NarwhalTest::STOP_TIMEOUT();
+    while (_reap_dying() && Time::HiRes::time() < $end) { Time::HiRes::sleep(0.01) }
+    kill KILL => @DYING if @DYING;
+    waitpid($_, 0) for @DYING;
+}
+
+# TERM (or $sig; 'none' when it was sent already), wait, KILL, reap. Only
+# the process that spawned the server does it.
 sub stop {
     my ($self, $sig) = @_;
     my $pid = $self->{pid} or return;
     return unless $self->{owner} == $$;
-    kill($sig // 'TERM', $pid);
+    kill($sig // 'TERM', $pid) unless ($sig // '') eq 'none';
     my $end = Time::HiRes::time() + NarwhalTest::STOP_TIMEOUT();
     while (Time::HiRes::time() < $end) {
         if (waitpid($pid, POSIX::WNOHANG()) == $pid) {
@@ -388,7 +466,7 @@ sub stop {
             $self->{pid} = 0;
             return $self->{status};
         }
-        Time::HiRes::sleep(0.05);
+        Time::HiRes::sleep(0.01);
     }
     kill KILL => $pid;
     waitpid($pid, 0);
@@ -415,10 +493,19 @@ sub wait_exit {
     }
 }
 
+# A guard that goes away stops its server without waiting for it: the
+# server gets its TERM now and is reaped later (by the next guard that
+# goes, or at the end of the file), so that a test does not wait for the
+# stop of a server it no longer looks at. A test that looks at the stop
+# calls stop.
 sub DESTROY {
     my $self = shift;
     local ($?, $!, $@);
-    $self->stop if $self->{pid};
+    return unless $self->{pid} && $self->{owner} == $$;
+    kill TERM => $self->{pid};
+    push @DYING, $self->{pid};
+    $self->{pid} = 0;
+    _reap_dying();
 }
 
 1;

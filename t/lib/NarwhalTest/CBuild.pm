@@ -12,7 +12,7 @@ use NarwhalTest ();
 # Building C test programs under AddressSanitizer and UBSan, running them,
 # and passing their TAP through as Test::More results.
 
-our @EXPORT_OK = qw(root find_cc build link_sources run_program relay_tap);
+our @EXPORT_OK = qw(root find_cc build link_sources run_program run_programs relay_tap);
 
 use constant SANITIZE => ('-fsanitize=address,undefined', '-fno-sanitize-recover=all',
                           '-fno-omit-frame-pointer');
@@ -68,6 +68,36 @@ sub run_program {
     return ($status, $out, $err);
 }
 
+# run_programs([@cmd], ...): the commands at the same time; for each, in
+# the same order, [exit status, stdout, stderr] as run_program gives them.
+sub run_programs {
+    my @cmds = @_;
+    require POSIX;
+    my (%job_of, @res);
+    for my $i (0 .. $#cmds) {
+        my ($out, $err) = map { File::Spec->catfile(_dir(), "run-$i.$_") } qw(out err);
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            $ENV{ASAN_OPTIONS}  = 'detect_leaks=1:abort_on_error=1';
+            $ENV{UBSAN_OPTIONS} = 'halt_on_error=1:print_stacktrace=1';
+            open(STDIN, '<', '/dev/null');
+            open(STDOUT, '>', $out) or POSIX::_exit(126);
+            open(STDERR, '>', $err) or POSIX::_exit(126);
+            exec(@{ $cmds[$i] }) or POSIX::_exit(127);
+        }
+        $job_of{$pid} = [ $i, $out, $err ];
+    }
+    while (%job_of) {
+        my $pid = waitpid(-1, 0);
+        last if $pid < 0;
+        my $job = delete $job_of{$pid} or next;
+        my ($i, $out, $err) = @$job;
+        $res[$i] = [ $?, _slurp($out), _slurp($err) ];
+        unlink $out, $err;
+    }
+    return @res;
+}
+
 # Whether the compiler links a program with the sanitizers (a CPAN
 # user's machine may lack their runtime libraries).
 my %SANITIZERS;
@@ -88,6 +118,12 @@ sub sanitizers_work {
 # files and the src/*.c they need (link_sources) with sanitizers into a
 # temp dir; one test result; returns the program's path, or ends the test
 # file when it does not compile.
+#
+# Each file is compiled on its own, two at a time, into an object cache
+# (blib/ctest-objs: the suite's C tests share src/*.c and compile each once
+# for the whole run, whichever test file comes first; a lock makes the
+# others wait for it). An object is named by a digest of the compiler, the
+# flags, the file and every header of the tree: any change compiles anew.
 sub build {
     my ($name, $files, @extra) = @_;
     my @sources = link_sources(@$files);
@@ -96,15 +132,87 @@ sub build {
         or NarwhalTest::missing_all("$cc cannot build with AddressSanitizer and UBSan "
                                     . '(Debian: libasan and libubsan come with gcc)');
     my $exe = File::Spec->catfile(_dir(), $name);
-    my @cmd = ($cc, qw(-std=gnu99 -g -O1 -Wall -Wextra), SANITIZE, @extra,
-               "-I$ROOT/src", "-I$ROOT/t/c", (map { "$ROOT/$_" } @sources), '-o', $exe);
-    my ($status, $out, $err) = run_program(@cmd);
+    my @flags = (qw(-std=gnu99 -g -O1 -Wall -Wextra), SANITIZE, @extra,
+                 "-I$ROOT/src", "-I$ROOT/t/c");
+    my ($objs, $failed) = _compile_all($cc, \@flags, @sources);
+    my ($status, $out, $err) = $failed ? (1, '', $failed)
+                             : run_program($cc, SANITIZE, @extra, @$objs, '-o', $exe);
     return $exe if ok($status == 0, "compile $name with $cc and sanitizers");
-    diag("@cmd");
+    diag("$cc @flags " . join ' ', map { "$ROOT/$_" } @sources);
     diag($out . $err);
     done_testing();
     exit;
 }
+
+sub _cache_dir {
+    my $dir = -d "$ROOT/blib" ? "$ROOT/blib/ctest-objs" : File::Spec->catdir(_dir(), 'objs');
+    mkdir $dir unless -d $dir;
+    return $dir;
+}
+
+# A digest of every header of the tree (a change to any of them changes
+# every object's name).
+my $HEADERS;
+sub _headers_digest {
+    return $HEADERS //= do {
+        my $d = Digest::SHA->new(1);
+        for my $h (sort map { glob "$ROOT/$_/*.h" } qw(src src/manager t/c fuzz)) {
+            $d->add($h, "\0");
+            $d->addfile($h);
+        }
+        $d->hexdigest;
+    };
+}
+
+# Compile each source to an object (in the cache); returns ([objects],
+# undef) or (undef, the compiler's messages).
+sub _compile_all {
+    my ($cc, $flags, @sources) = @_;
+    require Digest::SHA;
+    require Fcntl;
+    require POSIX;
+    my $cache = _cache_dir();
+    my (@objs, @todo);
+    for my $src (@sources) {
+        my $d = Digest::SHA->new(1);
+        $d->add(join("\0", $cc, @$flags, $src, _headers_digest()), "\0");
+        $d->addfile("$ROOT/$src");
+        (my $base = $src) =~ s{.*/}{};
+        $base =~ s/\.c\z//;
+        my $obj = File::Spec->catfile($cache, "$base-" . $d->hexdigest . '.o');
+        push @objs, $obj;
+        push @todo, [ $src, $obj ] unless -e $obj;
+    }
+    my (%running, @errors);
+    my $reap = sub {
+        my $pid = waitpid(-1, 0);
+        my $job = delete $running{$pid} or return;
+        push @errors, _slurp("$job->[1].err") || "$job->[0]: compiler exit status $?" if $?;
+        unlink "$job->[1].err";
+    };
+    for my $job (@todo) {
+        $reap->() while keys %running >= 2;
+        my ($src, $obj) = @$job;
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            # (under the lock: another test file may be compiling it)
+            open(my $lock, '>>', "$obj.lock") or POSIX::_exit(1);
+            flock($lock, Fcntl::LOCK_EX()) or POSIX::_exit(1);
+            POSIX::_exit(0) if -e $obj;
+            open(STDERR, '>', "$obj.err") or POSIX::_exit(1);
+            open(STDOUT, '>&', \*STDERR);
+            my $st = system($cc, @$flags, '-c', "$ROOT/$src", '-o', "$obj.$$");
+            POSIX::_exit(1) if $st != 0;
+            rename("$obj.$$", $obj) or POSIX::_exit(1);
+            POSIX::_exit(0);
+        }
+        $running{$pid} = $job;
+    }
+    $reap->() while keys %running;
+    return @errors ? (undef, join '', @errors) : (\@objs, undef);
+}
+
+sub _slurp { open(my $fh, '<', $_[0]) or return ''; local $/; return <$fh> // '' }
 
 # Pass a C program's TAP through, then check its plan, exit and stderr.
 # The comments after a failing test (its got and expected) go out as

@@ -32,6 +32,7 @@ sub client {
     $SIG{PIPE} = 'IGNORE';
     my %n = (sent => 0, answered => 0, failed => 0, reset => 0, reset_new => 0, wrong => 0);
     my $end = time + $o{seconds};
+    $SIG{USR1} = sub { $end = 0 };    # finish(): no new request after the one under way
     my ($c, $on_conn);
     while (time < $end && (!$o{count} || $n{sent} < $o{count})) {
         if (!$c) {
@@ -95,6 +96,14 @@ sub collect {
         @t{@fields} = map { $t{$_} + (shift(@v) // 0) } @fields;
     }
     return \%t;
+}
+
+# Tell the clients to stop after the request each has under way (once
+# what is tested has happened: the server is gone, say), then collect.
+sub finish {
+    my (@runs) = @_;
+    kill USR1 => map { $_->{pid} } @runs;
+    return collect(@runs);
 }
 
 my $N = 0;
