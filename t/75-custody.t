@@ -65,15 +65,29 @@ sub ask {
 }
 sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
 
+# Ask on every connection until the manager holds a copy of each, and
+# return the pids that answered last (undef: never). Under load a request
+# can take over NW_PARK_SLOW_REQUEST_MS, which pauses parking for a while:
+# a connection is then handed to the manager, and needs no copy.
+sub settle {
+    my ($want, @c) = @_;
+    my @pid;
+    my $ok = wait_until(sub {
+        @pid = map { pid_of(ask($_, '/settle')) } @c;
+        sleep 0.1;      # (NW_CUSTODY_DELAY_MS, and the manager's turn)
+        return (metrics()->{narwhal_custody_connections} // 0) == $want;
+    }, 15);
+    return $ok ? \@pid : undef;
+}
+
 # A worker killed between requests: every connection parked in it lives on.
 {
     my $s = server('--max-workers' => 2);
     wait_until(sub { worker_pids($s->pid) == 2 }, 5);
     my @c = map { raw_connect($s->port) } 1 .. 8;
-    my @pid = map { pid_of(ask($_, '/first')) } @c;
-    is(scalar(grep { $_ } @pid), 8, 'eight clients served, their connections parked');
-    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 8 }, 3),
-       'the manager holds a copy of each of the eight');
+    my @pid = @{ settle(8, @c) || [] };
+    is(scalar(grep { $_ } @pid), 8,
+       'eight clients served, their connections parked, the manager holds a copy of each');
     my %in;
     $in{$_}++ for @pid;
     my ($victim) = sort { $in{$b} <=> $in{$a} } keys %in;
@@ -95,9 +109,8 @@ sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
 {
     my $s = server('--max-workers' => 1);
     my ($busy, $parked) = map { raw_connect($s->port) } 1 .. 2;
-    my $pid = pid_of(ask($busy, '/first'));
-    ask($parked, '/first');
-    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 2 }, 3), 'both in custody');
+    my $pid = (@{ settle(2, $busy, $parked) || [] })[0];
+    ok($pid, 'both in custody');
     syswrite($busy, "GET /sleep/5 HTTP/1.1\r\nHost: t\r\n\r\n");
     sleep 0.3;
     kill KILL => $pid;
@@ -128,8 +141,7 @@ sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
 {
     my $s = server('--max-workers' => 1);
     my $c = raw_connect($s->port);
-    ask($c, '/first');
-    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 1 }, 3), 'parked and in custody');
+    ok(settle(1, $c), 'parked and in custody');
     syswrite($c, "GET /last HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     my $t0 = time;
     my $all = read_until_close($c, 4);
@@ -174,8 +186,7 @@ sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
 {
     my $s = server('--max-workers' => 1);
     my @c = map { raw_connect($s->port) } 1 .. 4;
-    ask($_, '/first') for @c;
-    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 4 }, 3), 'four in custody');
+    ok(settle(4, @c), 'four in custody');
     my ($first) = worker_pids($s->pid);
     kill TTIN => $s->pid;
     ok(wait_until(sub { worker_pids($s->pid) == 2 }, 10), 'TTIN: a second worker');
@@ -199,8 +210,9 @@ sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
     syswrite($c, "PROXY TCP4 10.9.8.7 10.0.0.1 5555 80\r\nGET /first HTTP/1.1\r\nHost: t\r\n\r\n");
     my $r = read_response($c, 5);
     like($r && $r->{body}, qr{addr=10\.9\.8\.7}, 'the PROXY header gave the address');
-    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 1 }, 3), 'in custody');
-    kill KILL => pid_of($r);
+    my $pid = (@{ settle(1, $c) || [] })[0];
+    ok($pid, 'in custody');
+    kill KILL => $pid;
     $r = ask($c, '/again');
     like($r && $r->{body}, qr{addr=10\.9\.8\.7 path=/again}, 'after its worker was killed, the same address');
     $s->stop;
