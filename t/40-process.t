@@ -423,7 +423,7 @@ APP
 # (f) TTIN / TTOU change the number of workers.
 my $sec_f = sub { {
     # (with the manager, its status listener says how many the master wants)
-    my $managed = !@NM && !grep { $_ eq '--no-manager' } @XARGS;
+    my $managed = NarwhalTest::managed();
     my $sport = free_port();
     my $s = server(args => [ '--max-workers', '2', ($managed ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
     ok(wait_workers($s, 2), 'two workers to start with');

@@ -90,7 +90,7 @@ my $sec_queue = sub {
 # stopped (SIGSTOP) so that the bytes and the signal are both waiting when
 # it runs again: the order a busy worker sees them in.
 my $sec_parked = sub { SKIP: {
-    skip 'parking needs the manager', 4 if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    skip 'parking needs the manager', 4 if !NarwhalTest::managed();
     my $s = server('--max-workers', 1, '--keepalive-wait', 30);
     my ($w) = wait_workers($s, 1);
     my $c = send_request($s->port, '/') or die "connect: $!";

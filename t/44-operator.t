@@ -18,7 +18,7 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until t
 # noticing, and requests that wait too long for a worker are shed.
 
 my @NM = manager_fallback();
-my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $MANAGED = NarwhalTest::managed();
 my $TMP = tmpdir();
 
 my $APP = write_app(<<'APP');

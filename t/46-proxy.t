@@ -13,7 +13,7 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response read_until_c
 # turns other peers away.
 
 my @NM = manager_fallback();
-my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $MANAGED = NarwhalTest::managed();
 
 my $APP = write_app(<<'APP');
 sub { my $env = shift;

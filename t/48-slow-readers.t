@@ -13,7 +13,7 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until f
 # response to the manager and goes back to work. Every client here counts
 # every request and never retries.
 
-my $no_manager = grep { $_ eq '--no-manager' } extra_args();
+my $no_manager = !NarwhalTest::managed();
 my $MB = 1024 * 1024;
 my $FILE = tmpdir() . '/ten-mb.bin';
 {

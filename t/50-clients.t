@@ -127,7 +127,7 @@ SKIP: {
 
     # More keep-alive connections (10) than workers (4): without the
     # connection manager idle connections pin the workers (a known limit).
-    my $no_manager = @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    my $no_manager = !NarwhalTest::managed();
     local $TODO = $no_manager ? 'keep-alive connections beyond --max-workers need the manager' : undef;
     $r = run_cmd([ 'ab', '-q', '-s', '10', '-k', '-n', '500', '-c', '10', "$URL/" ], timeout => 30);
     like($r->{out}, qr/^Failed requests:\s+0$/m, 'ab -k: 0 failed') or diag "$r->{out}$r->{err}";

@@ -12,7 +12,7 @@ use NarwhalTest qw(spawn_server write_app wait_until tmpdir worker_pids children
 # file exists before USR1) and with no new file (the master creates it).
 
 my @NM = manager_fallback();
-my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $MANAGED = NarwhalTest::managed();
 my $TMP = tmpdir();
 
 my $APP = write_app(<<'APP');

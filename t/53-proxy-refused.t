@@ -15,7 +15,7 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_until_close wait_unti
 # --proxy-protocol without --proxy-from warns at start.
 
 my @NM = manager_fallback();
-my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $MANAGED = NarwhalTest::managed();
 my $TMP = tmpdir();
 
 sub slurp { open(my $fh, '<', $_[0]) or return ''; local $/; <$fh> // '' }

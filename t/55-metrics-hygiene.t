@@ -14,7 +14,7 @@ use NarwhalTest qw(spawn_server wait_until tmpdir manager_fallback free_port htt
 
 my @NM = manager_fallback();
 plan skip_all => 'the status pages need the connection manager'
-    if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $sport = free_port();
 my $t0 = time;

@@ -12,7 +12,7 @@ use NarwhalTest qw(spawn_server wait_until tmpdir manager_fallback free_port htt
 # client notices nothing; the restarts are counted by reason.
 
 my @NM = manager_fallback();
-my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $MANAGED = NarwhalTest::managed();
 
 my $APP = write_app(<<'APP');
 sub { [200, ['Content-Type' => 'text/plain'], ["pid=$$\n"]] }

@@ -13,7 +13,7 @@ use NarwhalTest qw(spawn_server write_app wait_until manager_fallback free_port 
 
 my @NM = manager_fallback();
 plan skip_all => 'the status pages need the connection manager'
-    if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $APP = NarwhalTest::sleepy_app('"pid=$$\n"');
 

@@ -11,7 +11,7 @@ use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_cl
 # come back; thousands of connections at once.
 
 plan skip_all => 'the manager is switched off for this run'
-    if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $app = echo_app();
 

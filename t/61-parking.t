@@ -15,7 +15,7 @@ use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_cl
 # dies with that worker, one held by the manager outlives it.
 
 plan skip_all => 'the manager is switched off for this run'
-    if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $app = echo_app();
 my (@parts, @timed);    # (the subtests, each with its own server: run at the end)

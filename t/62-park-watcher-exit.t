@@ -12,7 +12,7 @@ use NarwhalTest qw(spawn_server raw_connect read_response wait_until worker_pids
 # read them. An END block stops it first.
 
 plan skip_all => 'the manager is switched off for this run'
-    if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $app = <<'APP';
 sub Slow::DESTROY { select undef, undef, undef, 0.004 }

@@ -12,7 +12,7 @@ use NarwhalTest qw(spawn_server raw_connect read_response wait_until);
 # its END block or the acceptor's DESTROY takes it again.
 
 plan skip_all => 'the manager is switched off for this run'
-    if grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $app = <<'APP';
 sub Bye::DESTROY { exit 0 }

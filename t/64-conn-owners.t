@@ -17,7 +17,7 @@ use NarwhalTest::Clients ();
 # its request count against --max-keepalive-reqs. One block per path.
 
 my @NM = manager_fallback();
-my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $MANAGED = NarwhalTest::managed();
 
 my $APP = write_app(<<'APP');
 sub { my $env = shift;

@@ -14,7 +14,7 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until t
 # 500 and nothing else.
 
 my @NM = manager_fallback();
-my $MANAGED = !@NM && !grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+my $MANAGED = NarwhalTest::managed();
 my $STAMP = qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z narwhal\[\d+\] \w+ \w+: /m;
 
 my $APP = write_app(<<'APP');

@@ -17,7 +17,7 @@ use NarwhalTest qw(spawn_server write_app wait_until manager_fallback free_port 
 
 my @NM = manager_fallback();
 plan skip_all => 'the connection manager takes them'
-    if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $APP = NarwhalTest::sleepy_app('"ok $env->{REMOTE_ADDR}\n"');
 

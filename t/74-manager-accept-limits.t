@@ -15,7 +15,7 @@ use NarwhalTest qw(spawn_server write_app wait_until manager_fallback worker_pid
 
 my @NM = manager_fallback();
 plan skip_all => 'the connection manager takes them'
-    if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $APP = NarwhalTest::sleepy_app();
 # /hold keeps its worker until $RELEASE exists (30 s at most): a request

@@ -17,7 +17,7 @@ use NarwhalTest qw(spawn_server write_app wait_until manager_fallback free_port 
 
 my @NM = manager_fallback();
 plan skip_all => 'custody is the connection manager\'s'
-    if @NM || grep { $_ eq '--no-manager' } NarwhalTest::extra_args();
+    if !NarwhalTest::managed();
 
 my $APP = write_app(<<'APP');
 our @saved;

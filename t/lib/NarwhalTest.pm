@@ -411,6 +411,10 @@ sub manager_built { -x "$ROOT/blib/arch/auto/Narwhal/narwhal-manager" }
 # Arguments that let a server start when the manager is not built yet.
 sub manager_fallback { manager_built() ? () : ('--no-manager') }
 
+# Whether the servers of this run have a connection manager: it is built,
+# and NARWHAL_TEST_ARGS does not switch it off (--no-manager).
+sub managed { manager_built() && !grep { $_ eq '--no-manager' } extra_args() }
+
 # True while a process exists and is not a zombie.
 sub pid_alive {
     my ($pid) = @_;
