@@ -27,10 +27,14 @@ sub metric {
 }
 my $LOGLINE = qr/\S+Z narwhal\[\d+\] master warn: /;
 
+# the master's log interval for refused PROXY connections (10 s), shortened
+my $EVERY = 3;
+
 my $part_bad_headers = sub { subtest 'bad headers, no --proxy-from' => sub {
     my $log = "$TMP/open.log";
     my $sport = free_port();
-    my $s = spawn_server(args => [ @NM, '--proxy-protocol', '--max-workers', 2, '--error-log', $log,
+    my $s = spawn_server(env => { NARWHAL_TEST_PROXY_LOG_EVERY => $EVERY },
+                         args => [ @NM, '--proxy-protocol', '--max-workers', 2, '--error-log', $log,
                                    ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ],
                          ready => sub { slurp($log) =~ /listening on/ && worker_pids($_[0]->pid) == 2 });
     ok(wait_until(sub { slurp($log) =~ /without --proxy-from/ }, 5), 'a warning at start');
@@ -59,9 +63,9 @@ my $part_bad_headers = sub { subtest 'bad headers, no --proxy-from' => sub {
     sleep 1;
     my @lines = slurp($log) =~ /(refused .*)/g;
     is(scalar @lines, 1, 'the next four are not one line each') or diag explain \@lines;
-    ok(wait_until(sub { slurp($log) =~ /refused 4 more connection\(s\) under --proxy-protocol in the last 10 s \(the last from 127\.0\.0\.1:\d+: no valid PROXY header/ }, 15),
+    ok(wait_until(sub { slurp($log) =~ /refused 4 more connection\(s\) under --proxy-protocol in the last $EVERY s \(the last from 127\.0\.0\.1:\d+: no valid PROXY header/ }, $EVERY + 5),
        'they are summed up in one line when the interval is over') or diag slurp($log);
-    cmp_ok(time - $t0, '>', 7, '... not before');
+    cmp_ok(time - $t0, '>', $EVERY - 1, '... not before');
     $s->stop;
 } };
 
@@ -83,6 +87,6 @@ my $part_outside = sub { subtest 'a peer outside --proxy-from' => sub {
     $s->stop;
 } };
 
-# Both at once: the first waits out the master's 10 s log interval.
+# Both at once: the first waits out the master's log interval.
 in_parallel($part_bad_headers, $part_outside);
 done_testing();

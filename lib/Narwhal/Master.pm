@@ -19,7 +19,8 @@ use constant QUICK_DEATH       => 1.0;   # a worker dying sooner is a failed sta
 use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed start
 use constant BACKOFF_MAX       => 10;    # ...doubling up to this
 use constant CRASH_LOG_EVERY   => 10;    # seconds: worker deaths past the first are summed up
-use constant PROXY_LOG_EVERY   => 10;    # seconds: refused PROXY connections past the first too
+use constant PROXY_LOG_EVERY   => Narwhal::for_tests(PROXY_LOG_EVERY => 10);
+                                         # seconds: refused PROXY connections past the first too
 use constant KILL_REAP_WAIT    => 0.5;   # after KILL at the graceful deadline, wait this long
 use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long at most for the manager
 use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
