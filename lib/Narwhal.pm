@@ -319,7 +319,7 @@ limit to the hard one and keeps 256 descriptors for itself). At least C<1>.
 The connection manager holds a copy of every connection parked in a worker,
 so that a worker killed with KILL (the kernel's OOM killer) or ended by the
 app's C<exit> loses only the request it was serving: the manager takes the
-others over. It costs nothing per request and about 8 us of CPU per
+others over. It costs nothing per request and about 10 us of CPU per
 keep-alive connection that lives longer than 10 ms (a descriptor passed,
 watched and closed); a shorter one and C<Connection: close> traffic never pay
 it. C<--no-custody> saves that where connections carry a few requests each.

@@ -184,7 +184,7 @@ my @TABLE = (
       pod => 'The connection manager holds a copy of every connection parked in a worker, so '
            . 'that a worker killed with KILL (the kernel\'s OOM killer) or ended by the app\'s '
            . 'C<exit> loses only the request it was serving: the manager takes the others over. '
-           . 'It costs nothing per request and about 8 us of CPU per keep-alive connection that '
+           . 'It costs nothing per request and about 10 us of CPU per keep-alive connection that '
            . 'lives longer than ' . _c('CUSTODY_DELAY_MS') . ' ms (a descriptor passed, watched '
            . 'and closed); a shorter one and C<Connection: close> traffic never pay it. '
            . 'C<--no-custody> saves that where connections carry a few requests each. See '
