@@ -34,12 +34,10 @@
 #include "nw_worker.h"
 #include "loopback.h"
 #include "tap.h"
-#include "worker_config.h"
+#include "worker_test.h"
 
 #define WAIT_MS 500     /* the longest a step that must happen is waited for */
 
-static int g_listener = -1;
-static struct sockaddr_in g_addr;
 
 /* The owner ops: an owner is a small counted record. */
 typedef struct {
@@ -68,21 +66,6 @@ static void drop(void *o)
 
 static const nw_worker_owner_ops ops = { hold, drop };
 
-static void die(const char *what)
-{
-    perror(what);
-    exit(2);
-}
-
-static void listen_once(void)
-{
-    g_listener = loopback_listener(&g_addr);
-}
-
-static int client(void)
-{
-    return loopback_client(&g_addr);
-}
 
 static void say(int s, const char *bytes)
 {

@@ -34,28 +34,11 @@
 #include "nw_worker_signals.h"
 #include "loopback.h"
 #include "tap.h"
-#include "worker_config.h"
+#include "worker_test.h"
 
 #define WAIT_MS 2000    /* the longest a step that must happen is waited for */
 
-static int g_listener = -1;
-static struct sockaddr_in g_addr;
 
-static void die(const char *what)
-{
-    perror(what);
-    exit(2);
-}
-
-static void listen_once(void)
-{
-    g_listener = loopback_listener(&g_addr);
-}
-
-static int client(void)
-{
-    return loopback_client(&g_addr);
-}
 
 /* What s reads until end-of-stream (or WAIT_MS), NUL-terminated in buf. */
 static size_t read_all(int s, char *buf, size_t cap)
