@@ -266,7 +266,7 @@ count_in_scoreboard(self)
     nw_xs_acceptor *self
   CODE:
     /* (after the scoreboard's attach: the slot this worker writes) */
-    nw_worker_count_in(self->w, nw_xs_score_slot);
+    nw_worker_count_in(self->w, nw_xs_scoreboard, nw_xs_score_slot);
 
 void
 hand_off_on_crash(self)
@@ -555,6 +555,7 @@ attach(self, index)
     nw_conn_watch_closing(&board_of(aTHX_ self)->h.stopping);
     nw_conn_watch_offload(&board_of(aTHX_ self)->h.offload_bytes);
     nw_xs_score_header = &board_of(aTHX_ self)->h;
+    nw_xs_scoreboard = board_of(aTHX_ self);
 
 void
 leaving(self, reason = 0)

@@ -85,6 +85,8 @@
 #define NW_CUSTODY_WAIT_MAX           64
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
 #define NW_ADOPT_BUSY_WAIT_MS         2       /* a busy worker adopts a waiting batch after this */
+#define NW_ADOPT_OVER_MEAN_WAIT_MS    50      /* ... or after this, when it holds more parked
+                                               * connections than the pool's mean */
 #define NW_ADOPT_FRAMES               8       /* a leaving worker's parked set is split in about
                                                * this many batches, to be shared out */
 #define NW_PASS_ON_MAX                16      /* frames (and, from each of the serve queue and a

@@ -290,6 +290,20 @@ void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all
     }
 }
 
+int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked)
+{
+    uint64_t sum = 0, n = 0;
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        const nw_score_slot *s = &b->slot[i];
+        int state = s->state;
+        if (s->pid && state >= NW_WORKER_STARTING && state <= NW_WORKER_BUSY) {
+            sum += s->parked;
+            n++;
+        }
+    }
+    return (uint64_t)parked * n <= sum || n == 0;
+}
+
 int nw_scoreboard_bucket(uint64_t duration_us)
 {
     int i = 0;

@@ -244,6 +244,11 @@ int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t m
  * buckets: the ones above the bucket over_us falls in). */
 void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all, uint64_t *over);
 
+/* Whether a worker holding `parked` connections holds no more than the
+ * workers serving now do on average (slots of workers starting, idle or
+ * busy; not of ones leaving). The least loaded worker always does. */
+int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked);
+
 /* Which bucket a duration falls in. */
 int nw_scoreboard_bucket(uint64_t duration_us);
 

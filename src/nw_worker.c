@@ -485,8 +485,9 @@ static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
     nw_wconn_free(wc);
 }
 
-void nw_worker_count_in(nw_worker *w, nw_score_slot *slot)
+void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot *slot)
 {
+    w->board = slot ? board : NULL;
     w->slot = slot;
     w->counts = slot ? &slot->counts : NULL;
     nw_park_publish(&w->park, slot ? &slot->parked : NULL);
@@ -527,18 +528,76 @@ static int take_adopted(nw_worker *w)
     return 1;
 }
 
-/* Who adopts: a worker with nothing else to do (the least loaded one is
- * idle most often, and a retiree's replacement starts idle, so it takes
- * back about what its predecessor held), or a busy one once a batch has
- * waited NW_ADOPT_BUSY_WAIT_MS (its clients must not wait for an idle
- * moment that may not come). Returns 1 when it took a batch. */
+/* Who adopts a waiting batch. A worker that holds no more parked
+ * connections than the pool's workers do on average (the least loaded one
+ * always does): at once when it is idle or new, or once the batch has
+ * waited NW_ADOPT_BUSY_WAIT_MS when it is busy (its clients must not wait
+ * for an idle moment that may not come). So a retiree's replacement, idle
+ * and holding nothing, takes back what its predecessor held, and the
+ * others keep their share; letting whoever looked first take them left
+ * the pool lopsided for good (docs/PERFORMANCE.md, thirteenth round). One
+ * over the mean takes it after NW_ADOPT_OVER_MEAN_WAIT_MS, in case the
+ * others are held up by the app. */
+static int adopt_may_take(nw_worker *w, nw_msec now, nw_msec waited)
+{
+    if (!w->taken_any || waited >= NW_ADOPT_OVER_MEAN_WAIT_MS || !w->board)
+        return 1;
+    /* (the board's slots are read again NW_ADOPT_BUSY_WAIT_MS later at
+     * the soonest: a busy worker looks before every request) */
+    if (!w->adopt_share_at || now - w->adopt_share_at >= NW_ADOPT_BUSY_WAIT_MS) {
+        w->adopt_share_at = now ? now : 1;
+        w->adopt_within_share = nw_scoreboard_at_most_mean_parked(w->board,
+                                                                  (uint32_t)w->park.count);
+    }
+    return w->adopt_within_share;
+}
+
+static nw_msec adopt_waited(nw_worker *w, nw_msec now)
+{
+    if (!w->adopt_seen)
+        w->adopt_seen = now ? now : 1;
+    return now - w->adopt_seen;
+}
+
+/* Busy. Returns 1 when it took a batch. */
 static int adopt_when_busy(nw_worker *w, nw_msec now)
 {
-    if (!w->adopt_seen) {
-        w->adopt_seen = now ? now : 1;
-        return 0;
+    nw_msec waited = adopt_waited(w, now);
+    return waited >= NW_ADOPT_BUSY_WAIT_MS && adopt_may_take(w, now, waited) && take_adopted(w);
+}
+
+static void pass_on_adopted(nw_worker *w);
+
+/* Idle. One that may not take the batch steps aside: the adopt queue
+ * leaves its epoll set until the batch has waited the longer wait (the
+ * queue, level-triggered, would wake it again at once), and it sends the
+ * waiting frames to the back of the queue, which wakes the next worker
+ * waiting in epoll_wait: EPOLLEXCLUSIVE wakes the first one, in the order
+ * they registered (oldest first), so without that the wake-up would stop
+ * here and a new worker asleep would never hear of it. Returns 1 when it
+ * took a batch. */
+static int adopt_when_idle(nw_worker *w, nw_msec now)
+{
+    nw_msec waited = adopt_waited(w, now);
+    if (adopt_may_take(w, now, waited))
+        return take_adopted(w);
+    if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->adopt_in, NULL) == 0) {
+        w->adopt_ready = 0;
+        w->adopt_aside_until = w->adopt_seen + NW_ADOPT_OVER_MEAN_WAIT_MS;
+        pass_on_adopted(w);
     }
-    return now - w->adopt_seen >= NW_ADOPT_BUSY_WAIT_MS && take_adopted(w);
+    return 0;
+}
+
+/* Back in the adopt queue's wake-ups after stepping aside; a batch still
+ * waiting is taken at the next look. */
+static void adopt_step_back(nw_worker *w)
+{
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ADOPT_QUEUE_EVENT };
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->adopt_in, &ev) < 0 && errno != EEXIST)
+        return;                 /* (tried again at the next look) */
+    w->adopt_aside_until = 0;
+    w->adopt_ready = 1;
 }
 
 /* The record that carries a connection to another worker. Returns 0, or
@@ -802,6 +861,8 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
      * otherwise never take it. */
     if (w->adopt_ready && !w->taken_any && take_adopted(w))
         poll_events(w, 0);
+    if (w->adopt_aside_until && now >= w->adopt_aside_until)
+        adopt_step_back(w);
     if (w->adopt_ready)
         adopt_when_busy(w, now);    /* a leaving worker's parked connections */
     if (w->park.count && !w->draining) {
@@ -830,7 +891,9 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
             return wc;
         if (!w->draining)
             park_expire(w, now, 0);
-        if (w->adopt_ready && take_adopted(w)) {
+        if (w->adopt_aside_until && now >= w->adopt_aside_until)
+            adopt_step_back(w);
+        if (w->adopt_ready && adopt_when_idle(w, now)) {
             poll_events(w, 0);      /* idle: adopted a batch; any of them with a request? */
             continue;
         }
@@ -842,6 +905,8 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
         nw_msec wake = nearest && nearest < until ? nearest : until;
         if (w->ncustody_wait && w->custody_due < wake)
             wake = w->custody_due;  /* (custody: the copies are due then) */
+        if (w->adopt_aside_until && w->adopt_aside_until < wake)
+            wake = w->adopt_aside_until;    /* (back in the adopt queue's wake-ups) */
         if ((poll_events(w, (int)(wake - now)) < 0 && errno == EINTR) || w->signal_ready) {
             errno = EINTR;
             return NULL;            /* a signal: let the caller look at its flags */

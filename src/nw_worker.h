@@ -125,9 +125,13 @@ typedef struct nw_worker {
     int adopt_ready;            /* the adopt queue may hold a frame */
     int taken_any;              /* nw_worker_next has given a connection */
     nw_msec adopt_seen;         /* a busy worker saw it ready then (0: not yet) */
+    nw_msec adopt_aside_until;  /* out of the adopt queue's wake-ups until then (0: in them) */
+    nw_msec adopt_share_at;     /* the pool's parked counts were last compared then */
+    int adopt_within_share;     /* ... and this worker held no more than their mean */
     long adopt_fd_limit;        /* take a frame only while parked + a batch stays under this */
     nw_score_counts *counts;    /* the scoreboard slot's counts (adoptions), or NULL */
     nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
+    const nw_scoreboard *board; /* the board it is in (the pool's parked counts), or NULL */
     nw_msec last_poll;          /* when epoll was last asked */
     int pid;                    /* this worker's process (custody frames name it) */
     nw_wconn *custody_wait[NW_CUSTODY_WAIT_MAX]; /* parked, their copies not sent yet */
@@ -184,8 +188,10 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
 int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd);
 
 /* Count adopted connections and refused --proxy-from peers in slot (a
- * scoreboard slot), read by the metrics page; NULL: not counted. */
-void nw_worker_count_in(nw_worker *w, nw_score_slot *slot);
+ * scoreboard slot of board), read by the metrics page, and publish the
+ * parked count there, which busy workers compare before they adopt
+ * (DESIGN.md, "Retirement"); NULL: neither. */
+void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot *slot);
 
 /* Add a listening socket (made non-blocking). Returns 0, or -1 with errno
  * (EMFILE past NW_MAX_LISTENERS). */

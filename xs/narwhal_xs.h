@@ -105,6 +105,7 @@ int nw_serve_deliver_signals(pTHX_ nw_xs_acceptor *a);
 /* This worker's scoreboard slot and access log (NULL: none). */
 extern nw_score_slot *nw_xs_score_slot;
 extern nw_score_header *nw_xs_score_header;   /* the board's header: routes answered 503 */
+extern const nw_scoreboard *nw_xs_scoreboard; /* the whole board: the pool's parked counts */
 extern nw_access_log *nw_xs_access_log;
 extern int nw_xs_access_log_pid;
 extern int nw_xs_access_forwarded;

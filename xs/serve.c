@@ -10,6 +10,7 @@
 
 nw_score_slot *nw_xs_score_slot;
 nw_score_header *nw_xs_score_header;
+const nw_scoreboard *nw_xs_scoreboard;
 nw_access_log *nw_xs_access_log;
 int nw_xs_access_log_pid;
 int nw_xs_access_forwarded;                 /* --access-log-client forwarded */

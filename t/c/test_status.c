@@ -201,6 +201,35 @@ static void test_pool_stuck(void)
     close(fd);
 }
 
+/* Who may adopt a busy worker's share of a leaving one's connections:
+ * one holding no more than the serving workers' mean. */
+static void test_mean_parked(void)
+{
+    int fd = -1;
+    nw_scoreboard *b = nw_scoreboard_create(6, &fd);
+    ok(nw_scoreboard_at_most_mean_parked(b, 100), "no worker at all: anyone may");
+    uint32_t parked[] = { 300, 300, 300, 0, 900, 50 };
+    int states[] = { NW_WORKER_BUSY, NW_WORKER_IDLE, NW_WORKER_BUSY, NW_WORKER_STARTING,
+                     NW_WORKER_STOPPING, NW_WORKER_FREE };
+    for (int i = 0; i < 6; i++) {
+        b->slot[i].pid = 100 + i;
+        b->slot[i].state = states[i];
+        b->slot[i].parked = parked[i];
+    }
+    /* serving: 300, 300, 300 and the new one's 0: a mean of 225 */
+    ok(nw_scoreboard_at_most_mean_parked(b, 0), "the new worker, at 0, may");
+    ok(nw_scoreboard_at_most_mean_parked(b, 225), "one at the mean may");
+    ok(!nw_scoreboard_at_most_mean_parked(b, 226), "one over it may not");
+    ok(!nw_scoreboard_at_most_mean_parked(b, 300), "an old worker at 300 may not");
+    b->slot[3].parked = 300;
+    ok(nw_scoreboard_at_most_mean_parked(b, 300), "... once the new one holds as many");
+    b->slot[3].pid = 0;
+    b->slot[3].state = NW_WORKER_FREE;
+    ok(nw_scoreboard_at_most_mean_parked(b, 300), "leaving and free slots do not count");
+    nw_scoreboard_destroy(b);
+    close(fd);
+}
+
 /* The board as workers write it and the manager reads it. */
 static void test_board(void)
 {
@@ -344,6 +373,7 @@ int main(void)
     test_routes();
     test_board();
     test_pool_stuck();
+    test_mean_parked();
     test_operator_fields();
     test_fold_race();
     done_testing();

@@ -668,6 +668,128 @@ static void test_adoption_wakeup_passed_on(void)
     close(q[1]);
 }
 
+/* A connection the caller got from a waiter's nw_worker_next, wrapped in
+ * an owner as next_conn does. */
+static nw_wconn *owned(nw_wconn *wc)
+{
+    if (wc && !wc->owner) {
+        owner *o = calloc(1, sizeof *o);
+        o->wc = wc;
+        o->holds = 1;
+        wc->owner = o;
+        g_live++;
+    }
+    return wc;
+}
+
+/* Whether wc has a whole request to read; then it is closed. */
+static int served_and_closed(rig *r, nw_wconn *wc)
+{
+    if (!wc)
+        return 0;
+    int ready = nw_conn_read_head(wc->c, 0, 1) == NW_REQ_READY;
+    nw_conn_finish_request(wc->c);
+    nw_worker_release(r->w, wc, NW_RELEASE_CLOSE);
+    caller_drop(wc);
+    return ready;
+}
+
+/* Adoption keeps the pool level (DESIGN.md, "Retirement"). O holds two
+ * parked clients, N none (it served one, and is no new worker); both wait
+ * in epoll_wait, O first in the adopt queue's wait list. A leaves with a
+ * parked client whose request has come. The frame wakes O, which holds
+ * more than the pool's mean: it steps aside and passes the frame on, and
+ * N takes the client. Before, the first worker woken took every batch,
+ * and a retiree's replacement, asleep, got none: under wrk -c1000 the
+ * four workers held about 420, 275, 265 and 40 connections for good
+ * (docs/PERFORMANCE.md, thirteenth round). */
+static void test_adoption_goes_below_the_mean(void)
+{
+    rig a, o, n;
+    int q[2], bfd = -1;
+    g_holds = g_drops = 0;
+    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
+    if (!board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
+        die("board or socketpair");
+    rig_open(&a, 5, 1);
+    rig_open(&o, 5, 1);
+    rig_open(&n, 5, 1);
+    nw_worker_adopt_queue(o.w, q[1], q[0]);     /* (O's epoll first in the wait list) */
+    nw_worker_adopt_queue(n.w, q[1], q[0]);
+    nw_worker_adopt_queue(a.w, q[1], q[0]);
+    rig *rigs[] = { &o, &n, &a };
+    for (int i = 0; i < 3; i++) {
+        board->slot[i].pid = 100 + i;
+        board->slot[i].state = NW_WORKER_IDLE;
+        nw_worker_count_in(rigs[i]->w, board, &board->slot[i]);
+    }
+    if (o.w->adopt_out < 0 || n.w->adopt_out < 0 || a.w->adopt_out < 0) {
+        printf("# adoption is off: the open-file limit is too low\n");
+    } else {
+        int oc[2], nc, ac;
+        for (int i = 0; i < 2; i++) {
+            oc[i] = client();
+            nw_wconn *wc = next_conn(o.w);
+            ok(wc && nw_worker_release(o.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED,
+               "level: O parks a client");
+            if (wc)
+                caller_drop(wc);
+        }
+        nc = client();
+        nw_wconn *wc = next_conn(n.w);
+        if (wc) {
+            nw_worker_release(n.w, wc, NW_RELEASE_CLOSE);
+            caller_drop(wc);
+        }
+        close(nc);
+        ac = client();
+        wc = next_conn(a.w);
+        ok(wc && nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED,
+           "level: A parks a client");
+        if (wc)
+            caller_drop(wc);
+        is(board->slot[0].parked, 2, "level: O's slot says 2 parked");
+        is(board->slot[1].parked, 0, "level: N's says none");
+        waiter wo = { .w = o.w }, wn = { .w = n.w };
+        pthread_t to, tn;
+        pthread_create(&to, NULL, waiter_run, &wo);
+        usleep(20000);
+        pthread_create(&tn, NULL, waiter_run, &wn);
+        int asleep = 0;
+        for (int i = 0; i < 5000 && !asleep; i++) {
+            usleep(1000);
+            asleep = wo.tid && wn.tid && in_epoll_wait(wo.tid) && in_epoll_wait(wn.tid);
+        }
+        ok(asleep, "level: O and N wait in epoll_wait");
+        say(ac, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+        board->slot[2].state = NW_WORKER_STOPPING;
+        nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
+        ok(wait_done(&wn, 5000) && wn.wc != NULL,
+           "level: A leaves; N, below the mean, adopts its client and takes its request");
+        pthread_join(tn, NULL);
+        ok(served_and_closed(&n, owned(wn.wc)), "level: N reads the request");
+        ok(!__atomic_load_n(&wo.done, __ATOMIC_SEQ_CST) && board->slot[0].parked == 2,
+           "level: O, over the mean, took nothing and still waits");
+        say(oc[0], "GET /o HTTP/1.1\r\nHost: x\r\n\r\n");
+        ok(wait_done(&wo, 5000) && wo.wc != NULL, "level: O serves its own client");
+        pthread_join(to, NULL);
+        ok(served_and_closed(&o, owned(wo.wc)), "level: ... and reads its request");
+        is(handed_to_manager(&a, 0) + handed_to_manager(&o, 0) + handed_to_manager(&n, 0), 0,
+           "level: nothing went through the manager");
+        close(oc[0]);
+        close(oc[1]);
+        close(ac);
+    }
+    rig_close(&a);
+    rig_close(&o);
+    rig_close(&n);
+    is(g_live, 0, "level: every connection was freed, once");
+    close(q[0]);
+    close(q[1]);
+    nw_scoreboard_destroy(board);
+    close(bfd);
+}
+
 /* The serve queue and the listeners are EPOLLEXCLUSIVE too: a leaving
  * worker that took the wake-up for a request waiting in the queue, or for
  * a new connection, hands it to the manager, which serves it (or reads
@@ -725,6 +847,7 @@ int main(void)
     test_adoption();
     test_custody();
     test_adoption_wakeup_passed_on();
+    test_adoption_goes_below_the_mean();
     test_leaving_passes_on_waiting();
     close(g_listener);
     is(g_live, 0, "no connection outlives its test");
