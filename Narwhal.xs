@@ -134,13 +134,16 @@ serve_setup(self, worker, app, conn, opts)
     /* What serve needs, once: the worker, the app, the worker's scalar
      * for the current connection (by reference), and the option values:
      * limit, replace_at, keepalive, managed, quantum, rss_limit_mb,
-     * idle_wait, wake_master_fd (a missing one is 0; wake_master_fd -1). */
+     * idle_wait, wake_master_fd, min_lifetime (seconds) (a missing one is
+     * 0; wake_master_fd -1). */
     if (!SvROK(conn) || SvTYPE(SvRV(conn)) > SVt_PVMG)
         croak("Narwhal::Acceptor::serve_setup: conn is not a scalar reference");
     static const char *const names[] = { "limit", "replace_at", "keepalive", "managed", "quantum",
-                                         "rss_limit_mb", "idle_wait", "wake_master_fd" };
-    NV v[8];
-    for (int i = 0; i < 8; i++) {
+                                         "rss_limit_mb", "idle_wait", "wake_master_fd",
+                                         "min_lifetime" };
+    enum { NAMES = sizeof names / sizeof names[0] };
+    NV v[NAMES];
+    for (int i = 0; i < NAMES; i++) {
         SV **f = hv_fetch(opts, names[i], (I32)strlen(names[i]), 0);
         v[i] = f && SvOK(*f) ? SvNV(*f) : (i == 7 ? -1 : 0);
     }
@@ -148,7 +151,7 @@ serve_setup(self, worker, app, conn, opts)
         I32 len;
         const char *key = hv_iterkey(he, &len);
         int known = 0;
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < NAMES; i++)
             known |= (I32)strlen(names[i]) == len && !memcmp(names[i], key, (size_t)len);
         if (!known)
             croak("Narwhal::Acceptor::serve_setup: unknown option '%.*s'", (int)len, key);
@@ -157,7 +160,8 @@ serve_setup(self, worker, app, conn, opts)
         .worker = worker, .app = app, .conn = SvRV(conn), .life = &self->w->life,
         .limit = (IV)v[0], .replace_at = (IV)v[1], .keepalive = (int)v[2], .managed = (int)v[3],
         .quantum = v[4] >= 1 ? (int)v[4] : 1, .rss_limit_mb = v[5], .idle_wait = v[6],
-        .wake_master_fd = (int)v[7],
+        .wake_master_fd = (int)v[7], .limit_step = (IV)v[0],
+        .min_lifetime_ms = v[8] > 0 ? (nw_msec)(v[8] * 1000) : 0, .born_ms = nw_now_ms(),
     };
     nw_serve_setup_set(aTHX_ &self->serve, &s);
     self->current_obj = NULL;

@@ -253,7 +253,8 @@ my $sec_d = sub { {
 
 # (e) Recycling: --max-reqs-per-child 5 with one worker.
 my $sec_e = sub { {
-    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5' ]);
+    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5',
+                            '--min-worker-lifetime', 0 ]);
     my $port = $s->port;
     my (%count, $bad);
     for (1 .. 12) {
@@ -279,7 +280,7 @@ my $sec_e = sub { {
     $s->stop;
 
     $s = server(args => [ '--max-workers', '1', '--min-reqs-per-child', '2',
-                          '--max-reqs-per-child', '4' ]);
+                          '--max-reqs-per-child', '4', '--min-worker-lifetime', 0 ]);
     $port = $s->port;
     my @seq = map { get_pid($port) // 'fail' } 1 .. 12;
     ok(!grep({ $_ eq 'fail' } @seq), '--min-reqs-per-child accepted, requests succeed');
@@ -289,6 +290,28 @@ my $sec_e = sub { {
         or diag "@seq";
     my @runs = grep { $_ ne $seq[-1] } keys %n;    # the last may be unfinished
     ok(!grep({ $n{$_} < 2 } @runs), 'and at least 2 per worker') or diag "@seq";
+    $s->stop;
+
+    # --min-worker-lifetime: a worker at its count younger than that is
+    # given the count again, and replaced at the end of the first count it
+    # finishes older (the default, 10 s, keeps one worker for 12 requests).
+    $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5' ]);
+    @seq = map { get_pid($s->port) // 'fail' } 1 .. 12;
+    is(join(' ', keys %{{ map { $_ => 1 } @seq }}), $seq[0],
+       '--max-reqs-per-child 5 at the default --min-worker-lifetime: one worker for 12 requests');
+    $s->stop;
+    $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5',
+                          '--min-worker-lifetime', 1 ]);
+    my $t0 = time;
+    @seq = map { get_pid($s->port) // 'fail' } 1 .. 7;
+    ok(time - $t0 < 0.9 && !grep({ $_ ne $seq[0] } @seq),
+       '--min-worker-lifetime 1: a young worker serves 7 requests of a count of 5') or diag "@seq";
+    sleep 1.2 - (time - $t0) if time - $t0 < 1.2;
+    push @seq, map { get_pid($s->port) // 'fail' } 8 .. 13;
+    is(scalar(grep { $_ eq $seq[0] } @seq), 10, '... and is replaced at the end of its second count')
+        or diag "@seq";
+    ok($seq[10] ne 'fail' && $seq[10] ne $seq[0] && !grep({ $_ ne $seq[10] } @seq[10 .. 12]),
+       '... by one worker that serves the rest') or diag "@seq";
     $s->stop;
 }};
 
@@ -309,7 +332,8 @@ my $metric = sub {      # narwhal_worker_restarts_total{reason=...}
 };
 my $sec_e2_recycle = sub { SKIP: {
     skip 'early replacement needs the connection manager', 5 if @NM;
-    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40' ]);
+    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+                            '--min-worker-lifetime', 0 ]);
     my $port = $s->port;
     my ($old) = @{ wait_workers($s, 1) || [] };
     my @seq = map { get_pid($port) // 'fail' } 1 .. 38;
@@ -333,6 +357,7 @@ my $sec_e2_linger = sub { SKIP: {
     skip 'early replacement needs the connection manager', 8 if @NM;
     my $sport = free_port();
     my $s = server(%linger, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+                                   '--min-worker-lifetime', 0,
                                    '--status-listen', "127.0.0.1:$sport" ]);
     my $port = $s->port;
     my ($old) = @{ wait_workers($s, 1) || [] };
@@ -367,7 +392,8 @@ my $sec_e2_two = sub { SKIP: {
     # 200 asks at 190: requests go over one keep-alive connection per
     # worker until each original worker has served 190 (the responses say
     # which served them; under load the manager may pass one elsewhere).
-    my $s = server(args => [ '--max-workers', '2', '--max-reqs-per-child', '200' ]);
+    my $s = server(args => [ '--max-workers', '2', '--max-reqs-per-child', '200',
+                            '--min-worker-lifetime', 0 ]);
     my $port = $s->port;
     my @orig = @{ wait_workers($s, 2) || [] };
     require HTTP::Tiny;
@@ -405,6 +431,7 @@ exit 3 if -e '$marker';
 sub { [200, ['Content-Type' => 'text/plain'], ["pid=\$\$\\n"]] };
 APP
     my $s = server(%linger, app => $app, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
+                                                   '--min-worker-lifetime', 0,
                                                    '--no-preload-app' ]);
     my $port = $s->port;
     my $old = get_pid($port);      # (loaded: the code may break from now on)

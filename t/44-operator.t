@@ -354,7 +354,7 @@ my $sec_rss = sub {
 my $sec_recycled = sub { SKIP: {
     skip 'the status pages need the connection manager', 1 unless $MANAGED;
     my $sport = free_port();
-    my $s = server(args => [ '--max-workers', 1, '--max-requests', 3, '--status-listen', "127.0.0.1:$sport" ]);
+    my $s = server(args => [ '--max-workers', 1, '--max-requests', 3, '--min-worker-lifetime', 0, '--status-listen', "127.0.0.1:$sport" ]);
     get_raw($s->port, '/') for 1 .. 7;
     ok(wait_until(sub {
         my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});

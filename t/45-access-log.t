@@ -129,7 +129,7 @@ sub lines_when {
 }
 {
     my $log = "$TMP/recycle.log";
-    my $s = server('--max-workers', 1, '--max-requests', 1, '--access-log', $log);
+    my $s = server('--max-workers', 1, '--max-requests', 1, '--min-worker-lifetime', 0, '--access-log', $log);
     request($s->port, "GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     ok(wait_until(sub { slurp($log) =~ m{/last} }, 3), 'a recycled worker writes its lines before it goes');
 }

@@ -18,7 +18,7 @@ plan skip_all => 'the status pages need the connection manager'
 
 my $sport = free_port();
 my $t0 = time;
-my $s = spawn_server(args => [ '--max-workers', 2, '--max-requests', 4, '--status-listen', "127.0.0.1:$sport" ]);
+my $s = spawn_server(args => [ '--max-workers', 2, '--max-requests', 4, '--min-worker-lifetime', 0, '--status-listen', "127.0.0.1:$sport" ]);
 my $port = $s->port;
 
 sub metrics {

@@ -291,7 +291,7 @@ push @parts, sub { subtest 'a slow request pauses parking' => sub {
 } };
 
 push @parts, sub { subtest 'recycling a worker keeps its connections open' => sub {
-    my $srv = server('--max-reqs-per-child' => 3, '--keepalive-wait' => 0.5);
+    my $srv = server('--max-reqs-per-child' => 3, '--min-worker-lifetime' => 0, '--keepalive-wait' => 0.5);
     my $s = raw_connect($srv->port);
     my @res = map { request_on($s, "/r$_") } 1 .. 8;
     is(scalar(grep { $_ && $_->{status} == 200 } @res), 8, '8 requests on one connection');
@@ -311,7 +311,7 @@ push @parts, sub { subtest 'a recycled worker gives its connections to the other
     my $status = NarwhalTest::free_port();
     my $srv = spawn_server(app => $app,
                            args => [ '--max-workers' => 2, '--keepalive-wait' => 5,
-                                     '--keepalive-timeout' => 30, '--max-reqs-per-child' => 15,
+                                     '--keepalive-timeout' => 30, '--max-reqs-per-child' => 15, '--min-worker-lifetime' => 0,
                                      '--status-listen' => "127.0.0.1:$status" ]);
     my @c = map { raw_connect($srv->port) } 1 .. 8;
     my (@res, %pids);

@@ -50,7 +50,7 @@ sub retire {
 # (about 29 connections a recycle at 50 clients).
 {
     my $s = spawn_server(app => $APP, args => [ @NM, '--proxy-protocol', '--max-workers', 2,
-                                                 '--max-reqs-per-child', 500 ]);
+                                                 '--max-reqs-per-child', 500, '--min-worker-lifetime', 0 ]);
     my $dir = NarwhalTest::tmpdir();
     # (1.5 s: tens of thousands of requests here, thousands on a loaded
     # machine: several recycles either way)

@@ -41,6 +41,9 @@ typedef struct {
     nw_worker_life *life;   /* the acceptor's worker's */
     IV limit;           /* requests before the worker leaves; 0: no limit */
     IV replace_at;      /* requests after which it asks for its replacement; 0: never */
+    IV limit_step;      /* --max-reqs-per-child as drawn: what a young worker is given again */
+    nw_msec min_lifetime_ms;    /* --min-worker-lifetime; 0: none */
+    nw_msec born_ms;    /* when serve_setup was called */
     int keepalive, managed, quantum;
     double rss_limit_mb;
     double idle_wait;   /* the longest wait for a connection or a request, seconds */

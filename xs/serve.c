@@ -293,16 +293,38 @@ static int release(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, nw_release_reason wh
     return let_go;
 }
 
+/* --min-worker-lifetime: a worker at its count, or at the request after
+ * which it would ask for its replacement, that is younger than that is
+ * given --max-reqs-per-child requests more (as often as it takes), so
+ * that heavy load does not replace workers several times a second. */
+static void extend_if_young(nw_serve_setup *s)
+{
+    if (s->min_lifetime_ms && nw_now_ms() - s->born_ms < s->min_lifetime_ms) {
+        s->limit += s->limit_step;
+        if (s->replace_at)
+            s->replace_at += s->limit_step;
+    }
+}
+
+/* Whether n requests are --max-reqs-per-child (as extended). */
+static int limit_reached(nw_serve_setup *s, IV n)
+{
+    if (!s->limit || n < s->limit)
+        return 0;
+    extend_if_young(s);
+    return n >= s->limit;
+}
+
 /* Whether the response may keep the connection: keep-alive is on and the
  * worker is not closing; without a manager also not stopping and not at
  * its last request (a worker with a manager leaves it to the manager). */
-static int may_keep_alive(pTHX_ const nw_serve_setup *s)
+static int may_keep_alive(pTHX_ nw_serve_setup *s)
 {
     if (!s->keepalive)
         return 0;
     if (s->managed)
         return !s->life->closing;
-    return !s->life->stopping && !(s->limit && (IV)s->life->served + 1 >= s->limit);
+    return !s->life->stopping && !limit_reached(s, (IV)s->life->served + 1);
 }
 
 /* --max-worker-rss, looked at before the response is written: a worker
@@ -351,8 +373,8 @@ static int write_response(pTHX_ const nw_serve_setup *s, nw_xs_conn *xc, SV *con
 /* What becomes of a connection whose response kept it alive. */
 static int after_kept(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc)
 {
-    const nw_serve_setup *s = &a->serve;
-    if (s->life->stopping || (s->limit && (IV)s->life->served >= s->limit)) {
+    nw_serve_setup *s = &a->serve;
+    if (s->life->stopping || limit_reached(s, (IV)s->life->served)) {
         /* leaving: when the worker is recycled or retired the manager
          * takes it over; when the server stops it is closed */
         release(aTHX_ a, xc, s->managed && !s->life->closing ? NW_RELEASE_RETIRE
@@ -379,7 +401,7 @@ static int after_kept(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc)
  * ERROR). */
 static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, double wait)
 {
-    const nw_serve_setup *s = &a->serve;
+    nw_serve_setup *s = &a->serve;
     int r, outcome;
     ENTER;
     SAVETMPS;
@@ -397,8 +419,11 @@ static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, d
     int kept = write_response(aTHX_ s, xc, conn_rv, env_rv, res, may_keep);
     SvREFCNT_dec(res);      /* the response goes first, as it always did */
     s->life->served++;
-    if (s->replace_at && (IV)s->life->served == s->replace_at)
-        want_replacement(s);    /* recycled soon */
+    if (s->replace_at && (IV)s->life->served == s->replace_at) {
+        extend_if_young(s);
+        if ((IV)s->life->served == s->replace_at)
+            want_replacement(s);    /* recycled soon */
+    }
     /* C answers whether there may be anything to do after the response:
      * nothing, usually. A rest of the response that a slow client is
      * still reading goes to the manager first: that work must not hold
@@ -511,10 +536,10 @@ static void no_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, int r)
 
 int nw_serve_next(pTHX_ nw_xs_acceptor *a)
 {
-    const nw_serve_setup *s = &a->serve;
+    nw_serve_setup *s = &a->serve;
     nw_xs_conn *xc = current(aTHX_ a);
     if (!xc) {
-        if (s->life->stopping || (s->limit && (IV)s->life->served >= s->limit))
+        if (s->life->stopping || limit_reached(s, (IV)s->life->served))
             return NW_SERVE_LEAVING;
         if (!(xc = take_next(aTHX_ a)))
             return NW_SERVE_IDLE;

@@ -96,6 +96,7 @@ sub run {
         limit => $limit, replace_at => $replace_at, keepalive => $keepalive ? 1 : 0,
         managed => $managed ? 1 : 0, quantum => $self->{options}{worker_quantum},
         rss_limit_mb => $self->{options}{max_worker_rss} || 0, idle_wait => WAIT,
+        min_lifetime => $self->{options}{min_worker_lifetime} || 0,
         wake_master_fd => $self->{wake_master} ? fileno($self->{wake_master}) : -1 });
     # serve (xs/serve.c, "One request in C" in docs/DESIGN.md) serves
     # requests one after the other: the current connection's next one,
