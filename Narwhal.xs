@@ -279,10 +279,11 @@ hand_off_on_crash(self)
     nw_worker_hand_off_on_crash(self->w);
 
 void
-drain(self)
+drain(self, serve_ms = NW_STOP_SERVE_MS)
     nw_xs_acceptor *self
+    int serve_ms
   CODE:
-    nw_worker_drain(self->w);
+    nw_worker_drain(self->w, serve_ms);
 
 void
 defer_signals(self, ...)

@@ -133,6 +133,7 @@ typedef struct {
     volatile int64_t *offload_bytes; /* the scoreboard's count (--max-offload-total), or NULL */
     nw_manager_stats st;    /* the running totals; gauges filled in when sent */
     nw_msec now, next_stats, stats_ms;
+    nw_msec stop_serve_ms;  /* a stop signal: serve this long (NW_STOP_SERVE_MS) */
     char   *frame_data;     /* NW_FRAME_MAX_DATA bytes for incoming frames */
     int     stop;
     nw_msec serve_until;    /* a stop signal came: serve until then, then close (0: none) */
@@ -1399,7 +1400,7 @@ static void nw_manager_event(nw_manager *m, int fd)
             if (si.ssi_signo == SIGUSR1)
                 nw_manager_reopen_error_log(m);
             else if (!m->serve_until)
-                m->serve_until = m->now + NW_STOP_SERVE_MS;
+                m->serve_until = m->now + m->stop_serve_ms;
         }
     } else if (fd == m->handoff_queue) {
         nw_manager_handoff_queue_readable(m);
@@ -1456,6 +1457,7 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->now = nw_now_ms();
     m->stats_ms = cfg->stats_ms > 0 ? cfg->stats_ms : NW_MANAGER_STATS_MS;
     m->next_stats = m->now + m->stats_ms;
+    m->stop_serve_ms = cfg->stop_serve_ms > 0 ? cfg->stop_serve_ms : NW_STOP_SERVE_MS;
     m->serve_reader = cfg->serve_reader_fd;
     m->max_queue_wait = nw_manager_ms(cfg->max_queue_wait);
     nw_status_server_init(&m->status, cfg->status_fd);

@@ -29,6 +29,8 @@ typedef struct {
     const char *error_log;      /* --error-log: reopened onto fd 2 on SIGUSR1, or NULL */
     int stats_ms;               /* STATS to the master this often; 0: once a second (tests
                                  * set less with NARWHAL_TEST_MANAGER_STATS_MS) */
+    int stop_serve_ms;          /* a stop signal: serve this long; 0: NW_STOP_SERVE_MS (tests
+                                 * set less with NARWHAL_TEST_STOP_SERVE_MS) */
 } nw_manager_config;
 
 /* Run the manager until the master closes control_fd (end of stream) or

@@ -1055,10 +1055,10 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
     }
 }
 
-void nw_worker_drain(nw_worker *w)
+void nw_worker_drain(nw_worker *w, int serve_ms)
 {
     w->draining = 1;
-    w->drain_until = nw_now_ms() + NW_STOP_SERVE_MS;
+    w->drain_until = nw_now_ms() + serve_ms;
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     w->serve_queue_ready = 1;
     w->adopt_ready = w->adopt_in >= 0;

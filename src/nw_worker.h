@@ -235,13 +235,14 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why);
 
 /* The server stops: from now on nw_worker_next returns only what has
  * arrived already (a client in the listen queue, a frame in the serve
- * queue, a parked connection with bytes) and, for NW_STOP_SERVE_MS, the
- * next request of a parked connection, then NULL; parked connections no
+ * queue, a parked connection with bytes) and, for serve_ms (NW_STOP_SERVE_MS;
+ * tests give less, NARWHAL_TEST_STOP_SERVE_MS), the next request of a
+ * parked connection, then NULL; parked connections no
  * longer go to the manager. Serving those with Connection: close before
  * exiting means no connection whose handshake the kernel completed, and
  * no request whose bytes arrived, is reset, and a busy keep-alive client
  * gets a close with its answer instead of a FIN racing its request. */
-void nw_worker_drain(nw_worker *w);
+void nw_worker_drain(nw_worker *w, int serve_ms);
 
 /* Defer these signals: block them, so that they never interrupt the
  * app (a sleep or a blocking call in it), and watch a signalfd for them

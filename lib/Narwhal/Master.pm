@@ -13,7 +13,8 @@ use Narwhal::Worker ();
 # workers and keeps their number right. Signal handlers only record what was
 # asked; the manage loop acts on it.
 
-use constant MANAGE_TICK       => 0.5;   # seconds between looks at the workers
+use constant MANAGE_TICK       => Narwhal::for_tests(MANAGE_TICK => 0.5);
+                                         # seconds between looks at the workers
 use constant POOL_TICK         => 0.1;   # ...with an elastic pool (--min-workers)
 use constant QUICK_DEATH       => 1.0;   # a worker dying sooner is a failed start
 use constant BACKOFF_FIRST     => 0.1;   # respawn delay after the first failed start

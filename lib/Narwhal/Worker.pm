@@ -17,6 +17,9 @@ use Scalar::Util ();
 use constant WAIT          => Narwhal::for_tests(WORKER_WAIT => 1.0);
                                       # the longest wait before the worker looks at its flags
                                       # (and, idle, writes its buffered access log lines)
+use constant STOP_SERVE_MS => Narwhal::for_tests(STOP_SERVE_MS => undef);
+                                      # a stopping worker's drain (undef: the C side's
+                                      # NW_STOP_SERVE_MS)
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
 use constant REPLACE_AHEAD => 20;     # a recycled worker asks for its replacement with
                                       # 1/REPLACE_AHEAD of its requests left (under
@@ -149,7 +152,7 @@ sub _drain {
     if ($sender >= 0 && $sender != ($self->{master_pid} // getppid())) {
         Narwhal::Listener::refuse_new($_) for @{ $self->{listeners} };
     }
-    Narwhal::Acceptor::drain($acceptor);
+    Narwhal::Acceptor::drain($acceptor, defined STOP_SERVE_MS ? STOP_SERVE_MS : ());
 }
 
 # Whatever way the worker exits (an app calling exit included): the park

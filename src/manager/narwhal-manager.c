@@ -216,11 +216,15 @@ int main(int argc, char **argv)
                 NW_MANAGER_CONTROL_FD, NW_MANAGER_HANDOFF_QUEUE_FD, NW_MANAGER_SERVE_QUEUE_FD);
         return 2;
     }
-    /* For tests only (not an option): counts to the master more often
-     * than once a second, so that a test waiting for them waits less. */
+    /* For tests only (not options): counts to the master more often
+     * than once a second, and a shorter serve on a stop (a stop's
+     * NW_STOP_SERVE_MS), so that a test waiting for them waits less. */
     const char *stats_ms = getenv("NARWHAL_TEST_MANAGER_STATS_MS");
     if (stats_ms && atoi(stats_ms) > 0)
         cfg.stats_ms = atoi(stats_ms);
+    const char *stop_serve_ms = getenv("NARWHAL_TEST_STOP_SERVE_MS");
+    if (stop_serve_ms && atoi(stop_serve_ms) > 0)
+        cfg.stop_serve_ms = atoi(stop_serve_ms);
     size_t fd_limit = raise_fd_limit();
     if (!max_given)
         cfg.max_connections = default_max_connections(fd_limit);
