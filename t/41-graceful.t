@@ -37,6 +37,11 @@ APP
 
 sub server { spawn_server(app => $APP, args => [ @NM, @_ ]) }
 
+# The stops under keep-alive clients (5, 6) are what a stop's serve window
+# (NW_STOP_SERVE_MS) is for: they run with the real one, not the suite's
+# short one (NarwhalTest's TEST_TIMING).
+my $REAL_STOP_SERVE = { NARWHAL_TEST_STOP_SERVE_MS => undef };
+
 sub wait_workers {
     my ($s, $n) = @_;
     my @w;
@@ -154,7 +159,7 @@ APP
 my $sec_keepalive = sub {
     my $dir = NarwhalTest::tmpdir();
     for my $how ('TERM to the master', 'INT to the process group') {
-        my $s = spawn_server(app => $APP, args => [ '--max-workers', 4, @NM ],
+        my $s = spawn_server(app => $APP, args => [ '--max-workers', 4, @NM ], env => $REAL_STOP_SERVE,
                              child_setup => sub { POSIX::setsid() });
         my @clients = NarwhalTest::Clients::start_clients($dir, $s->port, 10, '/', 10);
         sleep 1;    # (all of them at work)
@@ -202,7 +207,7 @@ my $sec_unix = sub {
     my $dir = NarwhalTest::tmpdir();
     for my $drain (0, 1) {
         my $sock = "$dir/graceful-$drain.sock";
-        my $s = spawn_server(app => $APP, unix => $sock,
+        my $s = spawn_server(app => $APP, unix => $sock, env => $REAL_STOP_SERVE,
                              args => [ '--max-workers', 4, '--drain-delay', $drain, @NM ]);
         my @clients = NarwhalTest::Clients::start_clients($dir, $sock, 10, '/', 10 + $drain);
         sleep 1;    # (all of them at work)

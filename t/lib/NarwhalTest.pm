@@ -24,6 +24,14 @@ our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server spawn_
 use constant SPAWN_TIMEOUT => 15;    # seconds for a server to start listening
 use constant STOP_TIMEOUT  => 10;    # seconds after TERM before KILL
 
+# The servers a test spawns run with short versions of the constants a
+# test would otherwise outwait (docs/DESIGN.md, "Constants the tests would
+# outwait"): every stop serves idle connections 20 ms instead of 200 ms in
+# the manager and then in the workers (0.4 s a stop), and the master looks
+# at its workers every 50 ms instead of 0.5 s. A test about one of them
+# gives env => { NAME => undef }: the real one.
+use constant TEST_TIMING => (NARWHAL_TEST_STOP_SERVE_MS => 20, NARWHAL_TEST_MANAGE_TICK => 0.05);
+
 $SIG{PIPE} = 'IGNORE';    # a server closing on us must fail a test, not kill it
 
 my $ROOT = Cwd::abs_path(File::Spec->catdir(__FILE__, '..', '..', '..'))
@@ -94,7 +102,7 @@ sub in_parallel {
 }
 
 # spawn_server(app => $file_or_code, args => [...], unix => $path,
-#              env => {...}, stderr => $file, command => [...],
+#              env => {...} (undef: unset), stderr => $file, command => [...],
 #              child_setup => sub { ... })
 # Starts bin/narwhal (or `command`) listening on a fresh port (and the unix
 # path when given) and returns a guard once it accepts connections.
@@ -126,7 +134,8 @@ sub _start_server {
     my $stderr = $a{stderr} // File::Spec->catfile(tmpdir(), "server-$port.log");
     my $pid = fork // die "fork: $!";
     if (!$pid) {
-        $ENV{$_} = $a{env}{$_} for keys %{ $a{env} || {} };
+        my %env = (TEST_TIMING, %{ $a{env} || {} });
+        defined $env{$_} ? ($ENV{$_} = $env{$_}) : delete $ENV{$_} for keys %env;
         open STDOUT, '>>', $stderr;
         open STDERR, '>>', $stderr;
         $a{child_setup}->() if $a{child_setup};    # in the child, just before exec
