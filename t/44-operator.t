@@ -99,7 +99,10 @@ sub parse_metrics {
 my $sec_pages = sub { SKIP: {
     skip 'the status pages need the connection manager', 1 unless $MANAGED;
     my $sport = free_port();
-    my $s = server(args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$sport" ]);
+    # (the stop at the end looks at /health while the manager serves its
+    # stop window: the real one, NW_STOP_SERVE_MS, not the suite's 20 ms)
+    my $s = server(args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$sport" ],
+                   spawn => { env => { NARWHAL_TEST_STOP_SERVE_MS => undef } });
     my $port = $s->port;
     wait_until(sub { worker_pids($s->pid) == 2 }, 10);
     is(get_raw($port, '/')->{status}, 200, 'the app answers') for 1 .. 5;
