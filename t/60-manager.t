@@ -1,9 +1,11 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use Time::HiRes ();
 use lib 't/lib';
-use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until);
+use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until
+                   in_parallel);
 
 # The connection manager end to end: idle keep-alive connections live in
 # the manager, not in a worker; slow heads are held there and time out with
@@ -16,11 +18,14 @@ plan skip_all => 'the manager is switched off for this run'
 my $app = echo_app();
 
 my $H = "Host: t\r\n";
-my $srv = spawn_server(app => $app, args => [
-    '--max-workers' => 2, '--keepalive-timeout' => 3, '--read-timeout' => 1,
-    '--max-keepalive-reqs' => 4, '--keepalive-wait' => 0.001,
-]);
-my $port = $srv->port;
+sub manager_server {
+    return spawn_server(app => $app, args => [
+        '--max-workers' => 2, '--keepalive-timeout' => 3, '--read-timeout' => 1,
+        '--max-keepalive-reqs' => 4, '--keepalive-wait' => 0.001,
+    ]);
+}
+# (each part below runs in a process of its own, with a server of its own)
+my ($srv, $port);
 
 sub request_on {
     my ($s, $path) = @_;
@@ -28,7 +33,7 @@ sub request_on {
     return read_response($s, 5);
 }
 
-subtest 'idle connections do not hold workers' => sub {
+my $t1 = sub { subtest 'idle connections do not hold workers' => sub {
     my @idle = map { raw_connect($port) } 1 .. 20;
     my @first = map { request_on($_, '/first') } @idle;
     is(scalar(grep { $_ && $_->{status} == 200 } @first), 20, '20 connections served once');
@@ -43,9 +48,9 @@ subtest 'idle connections do not hold workers' => sub {
     my ($port0) = $first[0]{body} =~ /port=(\d+)/;
     like($again[0]{body}, qr/port=$port0 addr=127\.0\.0\.1 path=\/again/,
          'REMOTE_ADDR/PORT survive the hand-off');
-};
+} };
 
-subtest 'idle connections survive while every worker is busy' => sub {
+my $t2 = sub { subtest 'idle connections survive while every worker is busy' => sub {
     my $idle = raw_connect($port);
     request_on($idle, '/warm');
     Time::HiRes::sleep(0.1);
@@ -55,9 +60,9 @@ subtest 'idle connections survive while every worker is busy' => sub {
     my $res = read_response($idle, 5);
     ok($res && $res->{body} =~ m{path=/queued}, 'the idle connection is answered once a worker frees up');
     ok(read_response($_, 5), 'slow request finished') for @slow;
-};
+} };
 
-subtest 'pipelined bytes read before a hand-off are not lost' => sub {
+my $t3 = sub { subtest 'pipelined bytes read before a hand-off are not lost' => sub {
     my $s = raw_connect($port);
     syswrite($s, "GET /one HTTP/1.1\r\n${H}\r\nGET /two HTTP/1.1\r\nHo");
     my $r1 = read_response($s, 5);
@@ -66,9 +71,9 @@ subtest 'pipelined bytes read before a hand-off are not lost' => sub {
     syswrite($s, "st: t\r\n\r\n");
     my $r2 = read_response($s, 5);
     like($r2 && $r2->{body}, qr{path=/two}, 'the request split across the hand-off is whole');
-};
+} };
 
-subtest 'deadlines and limits hold across hand-offs' => sub {
+my $t4 = sub { subtest 'deadlines and limits hold across hand-offs' => sub {
     my $s = raw_connect($port);
     my @res;
     for my $i (1 .. 4) {
@@ -95,9 +100,9 @@ subtest 'deadlines and limits hold across hand-offs' => sub {
     is(read_until_close($idle, 6), '', 'an idle connection is closed by the manager...');
     my $took = Time::HiRes::time() - $t_idle;
     ok($took > 2.5 && $took < 4.5, sprintf('...after --keepalive-timeout 3 (%.2fs)', $took));
-};
+} };
 
-subtest 'slow heads never reach a worker' => sub {
+my $t5 = sub { subtest 'slow heads never reach a worker' => sub {
     my @slow = map { my $s = raw_connect($port); syswrite($s, "GET /slow HTTP/1.1\r\n"); $s } 1 .. 5;
     Time::HiRes::sleep(0.2);
     my $s = raw_connect($port);
@@ -106,9 +111,9 @@ subtest 'slow heads never reach a worker' => sub {
     ok($res && $res->{status} == 200, 'served while 5 slow heads are pending (2 workers)');
     ok(Time::HiRes::time() - $t0 < 0.5, 'without waiting for them');
     like(read_until_close($_, 4), qr{^HTTP/1\.1 408 }, 'slow head timed out with 408') for @slow;
-};
+} };
 
-subtest 'manager restart' => sub {
+my $t6 = sub { subtest 'manager restart' => sub {
     my $mgr = manager_pid($srv->pid) or return fail('no manager process');
     my @workers_before = sort(worker_pids($srv->pid));
     my $idle = raw_connect($port);
@@ -122,9 +127,9 @@ subtest 'manager restart' => sub {
     my $s = raw_connect($port);
     my @res = map { my $r = request_on($s, "/after/$_"); Time::HiRes::sleep(0.1); $r } 1 .. 3;
     is(scalar(grep { $_ && $_->{status} == 200 } @res), 3, 'keep-alive through the new manager works');
-};
+} };
 
-subtest 'HUP keeps the manager and its idle connections' => sub {
+my $t7 = sub { subtest 'HUP keeps the manager and its idle connections' => sub {
     my $mgr = manager_pid($srv->pid);
     my $idle = raw_connect($port);
     my $r1 = request_on($idle, '/before-hup');
@@ -135,15 +140,15 @@ subtest 'HUP keeps the manager and its idle connections' => sub {
     my $r2 = request_on($idle, '/after-hup');
     like($r2 && $r2->{body}, qr{path=/after-hup}, 'the idle connection is served by the new generation');
     is(manager_pid($srv->pid), $mgr, 'same manager');
-};
+} };
 
-subtest 'USR2 reports the manager counts' => sub {
+my $t8 = sub { subtest 'USR2 reports the manager counts' => sub {
     kill USR2 => $srv->pid;
     ok(wait_until(sub { $srv->log_text =~ /manager .*handed_off=(\d+)/ && $1 > 0 }, 3),
        'counts in the error log');
-};
+} };
 
-subtest 'graceful stop closes idle connections at once' => sub {
+my $t9 = sub { subtest 'graceful stop closes idle connections at once' => sub {
     my $srv2 = spawn_server(app => $app, args => ['--max-workers' => 1, '--keepalive-timeout' => 30]);
     my @idle = map { raw_connect($srv2->port) } 1 .. 3;
     request_on($_, '/x') for @idle;
@@ -154,13 +159,13 @@ subtest 'graceful stop closes idle connections at once' => sub {
     ok(wait_until(sub { waitpid($srv2->pid, 1) == $srv2->pid }, 5), 'master exited');
     $srv2->{pid} = 0;
     ok(Time::HiRes::time() - $t0 < 3, 'without waiting for the keep-alive timeout');
-};
+} };
 
 # 2000, or as many as this process's open-file limit allows (a user's
 # default soft limit is 1024).
 my $soft = `sh -c 'ulimit -Sn'` =~ /^(\d+)/ ? $1 : 1024;
 my $MANY = $soft >= 2200 ? 2000 : $soft - 200;
-subtest "$MANY connections at once" => sub {
+my $t10 = sub { subtest "$MANY connections at once" => sub {
     my $srv3 = spawn_server(app => $app, args => ['--max-workers' => 2, '--keepalive-timeout' => 20]);
     my @c;
     for (1 .. $MANY) {
@@ -181,7 +186,16 @@ subtest "$MANY connections at once" => sub {
     my $r = request_on($c[0], '/again');
     ok($r && $r->{status} == 200, 'and they stay open, idle, in the manager');
     close $_ for @c;
-};
+} };
+
+# Two servers of the same options at once: the subtests that wait out
+# --keepalive-timeout 3 and --read-timeout 1 on one, the others (which
+# kill the manager and HUP the master: in this order) on the other; the
+# ones with servers of their own after those.
+in_parallel(
+    sub { $srv = manager_server(); $port = $srv->port; $_->() for $t1, $t2, $t3, $t6, $t7, $t8, $t9, $t10 },
+    sub { $srv = manager_server(); $port = $srv->port; $_->() for $t4, $t5 },
+);
 
 done_testing;
 
