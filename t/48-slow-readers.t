@@ -1,11 +1,12 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use Digest::MD5 ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until free_port
-                   extra_args manager_built tmpdir);
+                   extra_args manager_built tmpdir in_parallel);
 
 # Slow readers must not pin workers (DESIGN.md, "Slow readers"): a client
 # that asks for a large response and does not read it used to hold a
@@ -99,7 +100,7 @@ if ($no_manager || !manager_built()) {
 # two workers: small requests are still answered at once; the bytes held
 # stay within the cap; then every slow reader gets its whole response and
 # its connection serves another request.
-{
+my $sec_offload = sub {
     my $sport = free_port();
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 2, '--timeout', 30,
                                                 '--status-listen', "127.0.0.1:$sport" ]);
@@ -141,12 +142,12 @@ if ($no_manager || !manager_built()) {
     $r = read_response($c, 20);
     body_ok($r, '/big', 'Connection: close');
     is(sysread($c, my $more, 1), 0, '... then end of stream');
-}
+};
 
 # 2. Over the caps the worker waits, as without offload. --max-offload-bytes
 # below the body: one worker, one slow reader, and a small request waits
 # for it. --max-offload-total: only what fits is offloaded.
-{
+my $sec_caps = sub {
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--max-offload-bytes', 1_000_000 ]);
     my $slow = slow_client($s->port, '/big');
     sleep 0.5;
@@ -162,8 +163,8 @@ if ($no_manager || !manager_built()) {
     my ($answered) = small_requests($s->port, 3);
     is($answered, 3, '... a file body is offloaded all the same (it costs no memory)');
     body_ok(read_response($f, 20), '/file', '... and arrives whole');
-}
-{
+};
+my $sec_total = sub {
     my $sport = free_port();
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 3, '--max-offload-total', 12 * $MB,
                                                 '--status-listen', "127.0.0.1:$sport" ]);
@@ -179,11 +180,11 @@ if ($no_manager || !manager_built()) {
     is($m->{narwhal_offloaded_total}, 1, '--max-offload-total 12 MB: one 10 MB rest fits, the others keep their workers');
     cmp_ok($max, '<=', 12 * $MB, "... the bytes held never passed it (at most $max)");
     body_ok(read_response($_, 20), '/big', '... every slow reader gets its whole response') for @slow;
-}
+};
 
 # 3. A graceful stop while the manager is finishing a response: the slow
 # reader still gets all of it (the manager goes on writing for up to 5 s).
-{
+my $sec_stop = sub {
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 1 ]);
     my $c = slow_client($s->port, '/big', "Connection: close\r\n");
     sleep 0.5;
@@ -192,12 +193,12 @@ if ($no_manager || !manager_built()) {
     my $t = time;
     body_ok(read_response($c, 20), '/big', 'a TERM while the manager writes: the slow reader');
     is($s->wait_exit(10), 0, sprintf 'and the server exits cleanly (the body was read in %.1f s)', time - $t);
-}
+};
 
 # 4. After-response work (a cleanup handler that takes 2 s) does not hold
 # back the rest of a response the client is still reading: it goes to the
 # manager before the handler runs (it used to wait for it).
-{
+my $sec_cleanup = sub {
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 1 ]);
     my $c = raw_connect($s->port);
     my $t = time;
@@ -209,6 +210,15 @@ if ($no_manager || !manager_built()) {
     syswrite($c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n");
     $r = read_response($c, 5);
     is($r && $r->{body}, "small\n", '... and the connection serves its next request');
-}
+};
+
+# The parts in three processes at once (each has its own server; most of
+# their time, 1.5-2.5 s each, is spent waiting for slow readers and
+# sleeps, not computing).
+in_parallel(
+    sub { $_->() for $sec_offload, $sec_total },
+    sub { $_->() for $sec_caps, $sec_stop },
+    sub { $_->() for $sec_cleanup },
+);
 
 done_testing();
