@@ -559,11 +559,27 @@ static nw_msec adopt_waited(nw_worker *w, nw_msec now)
     return now - w->adopt_seen;
 }
 
+/* Take a batch that adopt_may_take allowed. One taken because the
+ * batches have waited NW_ADOPT_OVER_MEAN_WAIT_MS leaves the wait as it
+ * was: the batches behind it have waited as long (a leaving worker sends
+ * about NW_ADOPT_FRAMES at once), and are taken at the next looks until
+ * the queue is empty, not 50 ms later each. */
+static int adopt_take(nw_worker *w, nw_msec waited)
+{
+    nw_msec seen = w->adopt_seen;
+    if (!take_adopted(w))
+        return 0;
+    if (waited >= NW_ADOPT_OVER_MEAN_WAIT_MS)
+        w->adopt_seen = seen;
+    return 1;
+}
+
 /* Busy. Returns 1 when it took a batch. */
 static int adopt_when_busy(nw_worker *w, nw_msec now)
 {
     nw_msec waited = adopt_waited(w, now);
-    return waited >= NW_ADOPT_BUSY_WAIT_MS && adopt_may_take(w, now, waited) && take_adopted(w);
+    return waited >= NW_ADOPT_BUSY_WAIT_MS && adopt_may_take(w, now, waited)
+           && adopt_take(w, waited);
 }
 
 static void pass_on_adopted(nw_worker *w);
@@ -580,7 +596,7 @@ static int adopt_when_idle(nw_worker *w, nw_msec now)
 {
     nw_msec waited = adopt_waited(w, now);
     if (adopt_may_take(w, now, waited))
-        return take_adopted(w);
+        return adopt_take(w, waited);
     if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->adopt_in, NULL) == 0) {
         w->adopt_ready = 0;
         w->adopt_aside_until = w->adopt_seen + NW_ADOPT_OVER_MEAN_WAIT_MS;

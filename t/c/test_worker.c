@@ -790,6 +790,93 @@ static void test_adoption_goes_below_the_mean(void)
     close(bfd);
 }
 
+/* A worker over the mean takes a waiting batch after
+ * NW_ADOPT_OVER_MEAN_WAIT_MS, "in case the others are held up by the
+ * app": the batches behind the first have waited as long and are taken
+ * with it, not another 50 ms later each. H, the pool's only worker at
+ * or below the mean, is busy in a long request (its slot only); O holds
+ * two parked clients and is the only one that looks. A leaves with five
+ * parked clients (five frames of one), each with its request sent: O
+ * must answer all five in about 50 ms. Before, each take restarted O's
+ * wait: the fifth came after about 250 ms. */
+static void test_adoption_over_mean_waits_once(void)
+{
+    rig a, o;
+    int q[2], bfd = -1;
+    enum { LEAVING = 5 };
+    g_holds = g_drops = 0;
+    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
+    if (!board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
+        die("board or socketpair");
+    rig_open(&a, 5, 1);
+    rig_open(&o, 5, 1);
+    nw_worker_adopt_queue(o.w, q[1], q[0]);
+    nw_worker_adopt_queue(a.w, q[1], q[0]);
+    board->slot[0].pid = 100;       /* O */
+    board->slot[0].state = NW_WORKER_IDLE;
+    nw_worker_count_in(o.w, board, &board->slot[0]);
+    board->slot[1].pid = 101;       /* A */
+    board->slot[1].state = NW_WORKER_IDLE;
+    nw_worker_count_in(a.w, board, &board->slot[1]);
+    board->slot[2].pid = 102;       /* H: in the app, nothing parked */
+    board->slot[2].state = NW_WORKER_BUSY;
+    if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
+        printf("# adoption is off: the open-file limit is too low\n");
+    } else {
+        int oc[2], ac[LEAVING], parked = 0;
+        for (int i = 0; i < 2; i++) {
+            oc[i] = client();
+            nw_wconn *wc = next_conn(o.w);
+            parked += wc && nw_worker_release(o.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
+            if (wc)
+                caller_drop(wc);
+        }
+        for (int i = 0; i < LEAVING; i++) {
+            ac[i] = client();
+            nw_wconn *wc = next_conn(a.w);
+            parked += wc && nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
+            if (wc)
+                caller_drop(wc);
+        }
+        is(parked, 2 + LEAVING, "once: O parks two clients, A five");
+        for (int i = 0; i < LEAVING; i++)
+            say(ac[i], "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+        usleep(20000);
+        board->slot[1].state = NW_WORKER_STOPPING;
+        nw_msec start = nw_now_ms(), first = 0, last = 0;
+        nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
+        int served = 0;
+        while (served < LEAVING && nw_now_ms() - start < 2000) {
+            nw_wconn *wc = nw_worker_next(o.w, 100);
+            if (!wc)
+                continue;
+            if (served_and_closed(&o, owned(wc))) {
+                last = nw_now_ms() - start;
+                if (!served++)
+                    first = last;
+            }
+        }
+        is(served, LEAVING, "once: O, over the mean, answers all five of A's clients");
+        diag("once: the first after %llu ms, the last after %llu ms",
+             (unsigned long long)first, (unsigned long long)last);
+        ok(first >= NW_ADOPT_OVER_MEAN_WAIT_MS - 5, "once: the first after the longer wait");
+        ok(last < NW_ADOPT_OVER_MEAN_WAIT_MS + 60, "once: the last soon after it, not 50 ms a batch");
+        is(handed_to_manager(&a, 0) + handed_to_manager(&o, 0), 0,
+           "once: nothing went through the manager");
+        for (int i = 0; i < 2; i++)
+            close(oc[i]);
+        for (int i = 0; i < LEAVING; i++)
+            close(ac[i]);
+    }
+    rig_close(&a);
+    rig_close(&o);
+    is(g_live, 0, "once: every connection was freed, once");
+    close(q[0]);
+    close(q[1]);
+    nw_scoreboard_destroy(board);
+    close(bfd);
+}
+
 /* The serve queue and the listeners are EPOLLEXCLUSIVE too: a leaving
  * worker that took the wake-up for a request waiting in the queue, or for
  * a new connection, hands it to the manager, which serves it (or reads
@@ -848,6 +935,7 @@ int main(void)
     test_custody();
     test_adoption_wakeup_passed_on();
     test_adoption_goes_below_the_mean();
+    test_adoption_over_mean_waits_once();
     test_leaving_passes_on_waiting();
     close(g_listener);
     is(g_live, 0, "no connection outlives its test");
