@@ -296,7 +296,11 @@ int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked)
     for (uint32_t i = 0; i < b->h.nslots; i++) {
         const nw_score_slot *s = &b->slot[i];
         int state = s->state;
-        if (s->pid && state >= NW_WORKER_STARTING && state <= NW_WORKER_BUSY) {
+        /* (parked_released: its parked set is on its way to the others,
+         * from its crash handler or an app's exit too, where the slot
+         * still says busy or idle) */
+        if (s->pid && state >= NW_WORKER_STARTING && state <= NW_WORKER_BUSY
+            && !s->parked_released) {
             sum += s->parked;
             n++;
         }

@@ -246,7 +246,9 @@ void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all
 
 /* Whether a worker holding `parked` connections holds no more than the
  * workers serving now do on average (slots of workers starting, idle or
- * busy; not of ones leaving). The least loaded worker always does. */
+ * busy; not of ones leaving, nor of ones that have let their parked
+ * connections go: a crash handler's or an app's exit leave the state as
+ * it was). The least loaded worker always does. */
 int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked);
 
 /* Which bucket a duration falls in. */

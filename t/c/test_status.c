@@ -226,6 +226,11 @@ static void test_mean_parked(void)
     b->slot[3].pid = 0;
     b->slot[3].state = NW_WORKER_FREE;
     ok(nw_scoreboard_at_most_mean_parked(b, 300), "leaving and free slots do not count");
+    /* a worker whose parked set went away from its crash handler (or an
+     * app's exit) says busy still, holding nothing: not one that serves */
+    b->slot[2].parked = 0;
+    b->slot[2].parked_released = 1;
+    ok(nw_scoreboard_at_most_mean_parked(b, 300), "one that let its parked set go does not count");
     nw_scoreboard_destroy(b);
     close(fd);
 }

@@ -877,6 +877,81 @@ static void test_adoption_over_mean_waits_once(void)
     close(bfd);
 }
 
+/* A worker that gives its parked set away from the crash handler, or as
+ * the app's exit ends it, never says it is leaving: its slot stays busy
+ * (the master charges the route it crashed on by that), its parked count
+ * falling to 0 as it sends. It is no serving worker holding nothing: the
+ * others' mean must not count it, or every one of them is over the mean
+ * and its clients wait NW_ADOPT_OVER_MEAN_WAIT_MS. O holds two parked
+ * clients; A, busy, lets its one go (parked_released, as the crash
+ * handler sets it) with its request sent: O takes it at once. */
+static void test_adoption_crash_not_in_the_mean(void)
+{
+    rig a, o;
+    int q[2], bfd = -1;
+    g_holds = g_drops = 0;
+    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
+    if (!board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
+        die("board or socketpair");
+    rig_open(&a, 5, 1);
+    rig_open(&o, 5, 1);
+    nw_worker_adopt_queue(o.w, q[1], q[0]);
+    nw_worker_adopt_queue(a.w, q[1], q[0]);
+    board->slot[0].pid = 100;       /* O */
+    board->slot[0].state = NW_WORKER_IDLE;
+    nw_worker_count_in(o.w, board, &board->slot[0]);
+    board->slot[1].pid = 101;       /* A */
+    board->slot[1].state = NW_WORKER_BUSY;
+    nw_worker_count_in(a.w, board, &board->slot[1]);
+    if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
+        printf("# adoption is off: the open-file limit is too low\n");
+    } else {
+        int oc[2], ac, parked = 0;
+        for (int i = 0; i < 2; i++) {
+            oc[i] = client();
+            nw_wconn *wc = next_conn(o.w);
+            parked += wc && nw_worker_release(o.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
+            if (wc)
+                caller_drop(wc);
+        }
+        ac = client();
+        nw_wconn *wc = next_conn(a.w);
+        parked += wc && nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
+        if (wc)
+            caller_drop(wc);
+        is(parked, 3, "crash: O parks two clients, A one");
+        say(ac, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+        usleep(20000);
+        nw_msec start = nw_now_ms(), took = 0;
+        nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);   /* (its slot still says busy) */
+        ok(board->slot[1].parked_released && board->slot[1].parked == 0
+           && board->slot[1].state == NW_WORKER_BUSY, "crash: A's slot: busy, none parked, released");
+        int served = 0;
+        while (!served && nw_now_ms() - start < 2000) {
+            nw_wconn *got = nw_worker_next(o.w, 100);
+            if (got && served_and_closed(&o, owned(got))) {
+                served = 1;
+                took = nw_now_ms() - start;
+            }
+        }
+        ok(served, "crash: O answers A's client");
+        if (!ok(took < NW_ADOPT_OVER_MEAN_WAIT_MS - 20, "crash: at once, not after the longer wait"))
+            diag("crash: after %llu ms", (unsigned long long)took);
+        is(handed_to_manager(&a, 0) + handed_to_manager(&o, 0), 0,
+           "crash: nothing went through the manager");
+        for (int i = 0; i < 2; i++)
+            close(oc[i]);
+        close(ac);
+    }
+    rig_close(&a);
+    rig_close(&o);
+    is(g_live, 0, "crash: every connection was freed, once");
+    close(q[0]);
+    close(q[1]);
+    nw_scoreboard_destroy(board);
+    close(bfd);
+}
+
 /* The serve queue and the listeners are EPOLLEXCLUSIVE too: a leaving
  * worker that took the wake-up for a request waiting in the queue, or for
  * a new connection, hands it to the manager, which serves it (or reads
@@ -936,6 +1011,7 @@ int main(void)
     test_adoption_wakeup_passed_on();
     test_adoption_goes_below_the_mean();
     test_adoption_over_mean_waits_once();
+    test_adoption_crash_not_in_the_mean();
     test_leaving_passes_on_waiting();
     close(g_listener);
     is(g_live, 0, "no connection outlives its test");
