@@ -582,7 +582,7 @@ static int adopt_when_busy(nw_worker *w, nw_msec now)
            && adopt_take(w, waited);
 }
 
-static void pass_on_adopted(nw_worker *w);
+static void pass_on_adopted(nw_worker *w, int patience_ms);
 
 /* Idle. One that may not take the batch steps aside: the adopt queue
  * leaves its epoll set until the batch has waited the longer wait (the
@@ -600,7 +600,7 @@ static int adopt_when_idle(nw_worker *w, nw_msec now)
     if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->adopt_in, NULL) == 0) {
         w->adopt_ready = 0;
         w->adopt_aside_until = w->adopt_seen + NW_ADOPT_OVER_MEAN_WAIT_MS;
-        pass_on_adopted(w);
+        pass_on_adopted(w, 0);  /* (a full queue: adopted here at once) */
     }
     return 0;
 }
@@ -652,14 +652,15 @@ static int adoptee_record(const nw_wconn *wc, nw_frame_adoptee *a, nw_msec now)
 
 /* Send n records and their sockets as one ADOPT frame. Returns 0 (the
  * other workers have them; ours are still open), or -1. */
-static int send_adopt_batch(nw_worker *w, const nw_frame_adoptee *a, const int *fds, int n)
+static int send_adopt_batch(nw_worker *w, const nw_frame_adoptee *a, const int *fds, int n,
+                            int patience_ms)
 {
     nw_frame f;
     nw_frame_init(&f, NW_FRAME_ADOPT);
     f.data_len = (uint32_t)(n * sizeof a[0]);
     /* A full queue (the others have not read the batches before yet) is
-     * waited for, as a hand-off to the manager would be. */
-    nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS;
+     * waited for patience_ms, as a hand-off to the manager would be. */
+    nw_msec until = nw_now_ms() + (nw_msec)patience_ms;
     while (nw_frame_send_fds(w->adopt_out, &f, NULL, 0, a, fds, n) < 0) {
         if ((errno != EAGAIN && errno != EWOULDBLOCK) || nw_now_ms() >= until)
             return -1;
@@ -712,7 +713,7 @@ static void park_give_away(nw_worker *w, int crashing)
             return;
         if (wc && n < size)
             continue;
-        if (adopting && send_adopt_batch(w, records, fds, n) == 0) {
+        if (adopting && send_adopt_batch(w, records, fds, n, NW_HANDOFF_PATIENCE_MS) == 0) {
             for (int i = 0; !crashing && i < n; i++) {
                 close(batch[i]->c->fd);  /* our copy; the socket lives on elsewhere */
                 batch[i]->c->fd = -1;
@@ -736,9 +737,12 @@ static void park_give_away(nw_worker *w, int crashing)
  * that leaves after such a wake-up (its stop signal came in the same
  * epoll_wait, as with HUP under load) would leave the frame there, its
  * clients' requests unanswered, until another frame woke someone. A frame
- * the queue refuses now is adopted here, and given away with the parked
- * set (to the manager, then). */
-static void pass_on_adopted(nw_worker *w)
+ * the queue refuses now (after patience_ms) is adopted here, and given
+ * away with the parked set (to the manager, then). A worker that steps
+ * aside (adopt_when_idle) does not wait: a queue full enough to refuse
+ * says it has room only when three quarters of it are free, and it would
+ * sit idle NW_HANDOFF_PATIENCE_MS a frame with those clients unanswered. */
+static void pass_on_adopted(nw_worker *w, int patience_ms)
 {
     int waiting = 0;
     if (w->adopt_in < 0 || w->adopt_out < 0 || ioctl(w->adopt_in, FIONREAD, &waiting) < 0)
@@ -755,7 +759,7 @@ static void pass_on_adopted(nw_worker *w)
         int n = nfds < records ? nfds : records;
         for (int k = n; k < nfds; k++)
             close(fds[k]);      /* (as take_adopted does) */
-        if (n > 0 && send_adopt_batch(w, a, fds, n) == 0) {
+        if (n > 0 && send_adopt_batch(w, a, fds, n, patience_ms) == 0) {
             for (int k = 0; k < n; k++)
                 close(fds[k]);  /* our copies: the sockets are in the queue again */
         } else {
@@ -1061,7 +1065,8 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
     parked_released(w);
     custody_drop_waiting(w);
     if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing()) {
-        pass_on_adopted(w);     /* (a wake-up for a frame may have been ours) */
+        /* (a wake-up for a frame may have been ours) */
+        pass_on_adopted(w, NW_HANDOFF_PATIENCE_MS);
         pass_on_waiting(w);     /* (or one for a request or a new connection) */
         park_give_away(w, 0);
     } else if (why == NW_RELEASE_RETIRE) {
@@ -1264,7 +1269,8 @@ void nw_worker_leave_process(nw_worker *w)
     nw_worker_enter(w);
     nw_worker_stop_watcher(w);
     if (!nw_conn_server_closing()) {
-        pass_on_adopted(w);     /* (an app's exit too may end a worker after a wake-up) */
+        /* (an app's exit too may end a worker after a wake-up) */
+        pass_on_adopted(w, NW_HANDOFF_PATIENCE_MS);
         pass_on_waiting(w);
     }
     if (w->park.count)

@@ -952,6 +952,94 @@ static void test_adoption_crash_not_in_the_mean(void)
     close(bfd);
 }
 
+/* An idle worker over the mean that steps aside sends the waiting frames
+ * to the back of the queue. A queue that is full (the frames of several
+ * leaving workers, nobody reading) refuses them, and says it has room
+ * again only when three quarters are free: a worker that waited for that
+ * NW_HANDOFF_PATIENCE_MS per frame before adopting the frame itself sat
+ * idle that long with the leaving worker's clients (and its own)
+ * unanswered. O (over the mean: H, busy, holds none) finds A's two
+ * frames at the head of a full queue: it must answer A's clients at once. */
+static void test_adoption_aside_full_queue(void)
+{
+    rig a, o;
+    int q[2], bfd = -1;
+    g_holds = g_drops = 0;
+    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
+    if (!board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
+        die("board or socketpair");
+    rig_open(&a, 5, 1);
+    rig_open(&o, 5, 1);
+    nw_worker_adopt_queue(o.w, q[1], q[0]);
+    nw_worker_adopt_queue(a.w, q[1], q[0]);
+    board->slot[0].pid = 100;       /* O */
+    board->slot[0].state = NW_WORKER_IDLE;
+    nw_worker_count_in(o.w, board, &board->slot[0]);
+    board->slot[1].pid = 101;       /* A */
+    board->slot[1].state = NW_WORKER_IDLE;
+    nw_worker_count_in(a.w, board, &board->slot[1]);
+    board->slot[2].pid = 102;       /* H: in the app, nothing parked */
+    board->slot[2].state = NW_WORKER_BUSY;
+    if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
+        printf("# adoption is off: the open-file limit is too low\n");
+    } else {
+        int oc[2], ac[2], parked = 0;
+        for (int i = 0; i < 2; i++) {
+            oc[i] = client();
+            nw_wconn *wc = next_conn(o.w);
+            parked += wc && nw_worker_release(o.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
+            if (wc)
+                caller_drop(wc);
+        }
+        for (int i = 0; i < 2; i++) {
+            ac[i] = client();
+            nw_wconn *wc = next_conn(a.w);
+            parked += wc && nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
+            if (wc)
+                caller_drop(wc);
+        }
+        is(parked, 4, "full: O parks two clients, A two");
+        for (int i = 0; i < 2; i++)
+            say(ac[i], "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+        usleep(20000);
+        board->slot[1].state = NW_WORKER_STOPPING;
+        nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);   /* two frames of one */
+        /* the rest of the queue: frames of records without sockets (adopted
+         * as nothing), as many as it takes */
+        static char filler[16 * 1024];
+        nw_frame f;
+        nw_frame_init(&f, NW_FRAME_ADOPT);
+        f.data_len = sizeof filler;
+        int fillers = 0;
+        while (fillers < 1000 && nw_frame_send(q[0], &f, filler, -1) == 0)
+            fillers++;
+        ok(fillers < 1000 && (errno == EAGAIN || errno == EWOULDBLOCK), "full: the queue is full");
+        nw_msec start = nw_now_ms(), took = 0;
+        int served = 0;
+        while (served < 2 && nw_now_ms() - start < 3000) {
+            nw_wconn *wc = nw_worker_next(o.w, 100);
+            if (wc && served_and_closed(&o, owned(wc)) && ++served == 2)
+                took = nw_now_ms() - start;
+        }
+        is(served, 2, "full: O answers A's two clients");
+        if (!ok(took < 100, "full: at once: a frame the full queue refuses is not waited with"))
+            diag("full: after %llu ms", (unsigned long long)took);
+        is(handed_to_manager(&a, 0) + handed_to_manager(&o, 0), 0,
+           "full: nothing went through the manager");
+        for (int i = 0; i < 2; i++) {
+            close(oc[i]);
+            close(ac[i]);
+        }
+    }
+    rig_close(&a);
+    rig_close(&o);
+    is(g_live, 0, "full: every connection was freed, once");
+    close(q[0]);
+    close(q[1]);
+    nw_scoreboard_destroy(board);
+    close(bfd);
+}
+
 /* The serve queue and the listeners are EPOLLEXCLUSIVE too: a leaving
  * worker that took the wake-up for a request waiting in the queue, or for
  * a new connection, hands it to the manager, which serves it (or reads
@@ -1012,6 +1100,7 @@ int main(void)
     test_adoption_goes_below_the_mean();
     test_adoption_over_mean_waits_once();
     test_adoption_crash_not_in_the_mean();
+    test_adoption_aside_full_queue();
     test_leaving_passes_on_waiting();
     close(g_listener);
     is(g_live, 0, "no connection outlives its test");
