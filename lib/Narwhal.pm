@@ -219,14 +219,15 @@ retired then, once the other workers are ready. Default: C<10000>.
 
 A worker that reaches C<--max-reqs-per-child> (or, with the connection
 manager, the point where it asks for its replacement) before it is this many
-seconds old is given that many requests again, as often as it takes, and is
-replaced at the end of the first count it finishes older than this. So the
-count guards against an app that leaks a little per request without replacing
-workers several times a second under heavy load: at 20,000 requests a second
-a worker reaches the default count in half a second, and each replacement
-moves its kept-alive clients (F<docs/PERFORMANCE.md>, thirteenth round).
-C<--max-worker-rss> is the guard for memory itself. 0 replaces a worker at
-its count however young it is. Default: C<10>. At most C<2000000>.
+seconds old is given that many requests again (its own count, drawn, with
+C<--min-reqs-per-child>), as often as it takes, and is replaced at the end of
+the first count it finishes older than this. So the count guards against an
+app that leaks a little per request without replacing workers several times a
+second under heavy load: at 20,000 requests a second a worker reaches the
+default count in half a second, and each replacement moves its kept-alive
+clients (F<docs/PERFORMANCE.md>, thirteenth round). C<--max-worker-rss> is
+the guard for memory itself. 0 replaces a worker at its count however young
+it is. Default: C<10>. At most C<2000000>.
 
 =item --min-reqs-per-child N
 

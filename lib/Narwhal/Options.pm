@@ -107,7 +107,8 @@ my @TABLE = (
       help => 'a worker at --max-reqs-per-child younger than this serves that many again (0: off)',
       pod => 'A worker that reaches C<--max-reqs-per-child> (or, with the connection manager, '
            . 'the point where it asks for its replacement) before it is this many seconds old '
-           . 'is given that many requests again, as often as it takes, and is replaced at the '
+           . 'is given that many requests again (its own count, drawn, with C<--min-reqs-per-child>), '
+           . 'as often as it takes, and is replaced at the '
            . 'end of the first count it finishes older than this. So the count guards against '
            . 'an app that leaks a little per request without replacing workers several times a '
            . 'second under heavy load: at 20,000 requests a second a worker reaches the default '
