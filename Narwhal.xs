@@ -662,6 +662,15 @@ set_stopping(self, on)
   CODE:
     board_of(aTHX_ self)->h.stopping = on;
 
+int
+stopping(self)
+    SV *self
+  CODE:
+    /* Whether the master has begun a stop (or a drain). */
+    RETVAL = board_of(aTHX_ self)->h.stopping != 0;
+  OUTPUT:
+    RETVAL
+
 void
 set_workers_wanted(self, n)
     SV *self

@@ -365,6 +365,23 @@ my $sec_recycled = sub { SKIP: {
     }, 5), 'two workers replaced after --max-requests 3, counted as max-requests');
 }};
 
+# 6a. An operator's TERM to one worker stops that worker alone: the server
+# goes on taking new clients, and the master replaces it. (A worker that
+# took a stop from outside used to shut the listening socket, which every
+# worker shares, to new handshakes, as for Ctrl-C: new clients then
+# waited for ever on a server that looked up.)
+my $sec_term_one = sub {
+    my $s = server(args => [ '--max-workers', 2 ]);
+    ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), 'TERM to one worker: two workers');
+    my @before = worker_pids($s->pid);
+    ok(kill(TERM => $before[0]), '... TERM sent to one of them by the operator');
+    ok(wait_until(sub { !grep { $_ == $before[0] } worker_pids($s->pid) }, 5), '... it leaves');
+    my @codes = map { (get_raw($s->port, '/', 3) || {})->{status} // 'none' } 1 .. 6;
+    is("@codes", join(' ', (200) x 6), '... and new clients are still served') or diag "@codes";
+    ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), '... by two workers again');
+    $s->stop;
+};
+
 # 6b. Under Server::Starter the status address is shared across a hand-over:
 # the new generation opens it while the old one still holds it.
 my $sec_starter = sub { SKIP: {
@@ -433,7 +450,7 @@ in_parallel(
     sub { $_->() for $sec_shed, $sec_recycled },
     sub { $_->() for $sec_pages, $sec_no_watchdog },
     sub { $_->() for $sec_no_shed, $sec_refusals, $sec_rss },
-    sub { $_->() for $sec_drain, $sec_starter },
+    sub { $_->() for $sec_drain, $sec_starter, $sec_term_one },
 );
 
 done_testing();

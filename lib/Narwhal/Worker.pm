@@ -7,6 +7,7 @@ use Narwhal::Options ();
 use Narwhal::Writer ();
 use POSIX ();
 use Scalar::Util ();
+use Time::HiRes ();
 
 # A worker process: accepts connections itself (accept4, no lock) and serves
 # their requests one after the other. The C side (Narwhal::Acceptor::serve,
@@ -21,6 +22,8 @@ use constant STOP_SERVE_MS => Narwhal::for_tests(STOP_SERVE_MS => undef);
                                       # a stopping worker's drain (undef: the C side's
                                       # NW_STOP_SERVE_MS)
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
+use constant GROUP_STOP_WAIT => 0.5;  # seconds a worker stopped from outside gives the
+                                      # master to begin its own stop (_server_stops_too)
 use constant REPLACE_AHEAD => 20;     # a recycled worker asks for its replacement with
                                       # 1/REPLACE_AHEAD of its requests left (under
                                       # REPLACE_AHEAD requests: at the end, as it leaves)
@@ -124,7 +127,9 @@ sub run {
         # parked ones with a request. Nothing the kernel accepted is reset.
         last unless $acceptor->life->{closing};
         $draining++ or $self->_drain($acceptor);
-        $self->{conn} = Narwhal::Acceptor::next_conn($acceptor, 0) or last;
+        $self->{conn} = Narwhal::Acceptor::next_conn($acceptor, 0)
+            or $self->_server_stops_too($acceptor)      # (then another drain)
+            or last;
     }
     # Parked connections: a recycled or retired worker gives them to the
     # manager; when the server stops they are closed.
@@ -139,20 +144,35 @@ sub run {
     $self->_exit(0);
 }
 
-# The worker stops: what is queued is served. When the stop was not the
-# master's (Ctrl-C and systemd signal the whole group), the server is
-# stopping and this worker may be done before the master has handled its
-# own copy of the signal: the listeners take no new handshake from now
-# on, as the master's stop does, or the master's listener would go on
-# completing handshakes that nobody accepts. (The master also sends TERM
-# to retire a worker without a manager: the server goes on then.)
+# The worker stops: what is queued is served, for the drain's window.
 sub _drain {
     my ($self, $acceptor) = @_;
     my $sender = Narwhal::Acceptor::stop_sender();
-    if ($sender >= 0 && $sender != ($self->{master_pid} // getppid())) {
-        Narwhal::Listener::refuse_new($_) for @{ $self->{listeners} };
-    }
+    $self->{stopped_from_outside} = $sender >= 0 && $sender != ($self->{master_pid} // getppid());
     Narwhal::Acceptor::drain($acceptor, defined STOP_SERVE_MS ? STOP_SERVE_MS : ());
+}
+
+# A stop that was not the master's: Ctrl-C and systemd signal the whole
+# process group, and an operator may TERM one worker. The listeners are
+# every worker's and the master's, so this worker does not touch them: the
+# master, signalled too, begins its stop at once and refuses new handshakes
+# from then on. Once the drain's window is over, this worker waits up to
+# GROUP_STOP_WAIT for that (the board says it) and then drains once more,
+# for the clients whose handshake completed before the master's refusal,
+# which no one else may accept. A worker stopped alone finds no stop and
+# leaves; the master replaces it. (Each worker used to refuse new
+# handshakes itself: after a TERM to one worker, the whole server took no
+# new client.) Returns 1 when it drains again.
+sub _server_stops_too {
+    my ($self, $acceptor) = @_;
+    my $board = $self->{scoreboard};
+    return 0 if !$self->{stopped_from_outside} || $self->{saw_server_stop} || !$board;
+    my $until = Time::HiRes::time() + GROUP_STOP_WAIT;
+    Time::HiRes::sleep(0.005) until $board->stopping || Time::HiRes::time() >= $until;
+    return 0 unless $board->stopping;
+    $self->{saw_server_stop} = 1;
+    Narwhal::Acceptor::drain($acceptor, defined STOP_SERVE_MS ? STOP_SERVE_MS : ());
+    return 1;
 }
 
 # Whatever way the worker exits (an app calling exit included): the park
