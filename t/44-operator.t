@@ -382,6 +382,25 @@ my $sec_term_one = sub {
     $s->stop;
 };
 
+# 6c. A worker given its count again (--min-worker-lifetime: 5 requests
+# at a count of 5, younger than 10 s) and then stopped from outside left
+# for that signal, and is counted so, not as max-requests.
+my $sec_term_extended = sub { SKIP: {
+    skip 'the status pages need the connection manager', 3 unless $MANAGED;
+    my $sport = free_port();
+    my $s = server(args => [ '--max-workers', 1, '--max-requests', 5, '--status-listen', "127.0.0.1:$sport" ]);
+    my %pids = map { ((get_raw($s->port, '/') || {})->{body} // '') =~ /pid=(\d+)/ ? ($1 => 1) : () } 1 .. 7;
+    is(scalar keys %pids, 1, 'a young worker serves 7 requests at a count of 5');
+    kill TERM => keys %pids;
+    my $restarts = sub {
+        my ($v) = parse_metrics((get_raw($sport, '/metrics') || {})->{body} // '');
+        return $v->{qq{narwhal_worker_restarts_total{reason="$_[0]"}}} // -1;
+    };
+    ok(wait_until(sub { $restarts->('signal') == 1 }, 5), '... TERM from outside: counted as a signal');
+    is($restarts->('max-requests'), 0, '... not as max-requests');
+    $s->stop;
+}};
+
 # 6b. Under Server::Starter the status address is shared across a hand-over:
 # the new generation opens it while the old one still holds it.
 my $sec_starter = sub { SKIP: {
@@ -447,7 +466,7 @@ my $sec_drain = sub {
 # time is spent waiting for timeouts and sleeping requests.
 in_parallel(
     sub { $_->() for $sec_watchdog },
-    sub { $_->() for $sec_shed, $sec_recycled },
+    sub { $_->() for $sec_shed, $sec_recycled, $sec_term_extended },
     sub { $_->() for $sec_pages, $sec_no_watchdog },
     sub { $_->() for $sec_no_shed, $sec_refusals, $sec_rss },
     sub { $_->() for $sec_drain, $sec_starter, $sec_term_one },

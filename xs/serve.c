@@ -315,6 +315,16 @@ static int limit_reached(nw_serve_setup *s, IV n)
     return n >= s->limit;
 }
 
+/* Whether the worker leaves now: stopping, or at its count (which is then
+ * its exit reason: the count it reached, not the one it was first given,
+ * is what --min-worker-lifetime makes of it). */
+static int leaving_now(nw_serve_setup *s)
+{
+    if (!s->life->stopping && limit_reached(s, (IV)s->life->served))
+        nw_worker_life_stop(s->life, 0, NW_EXIT_MAX_REQUESTS);
+    return s->life->stopping;
+}
+
 /* Whether the response may keep the connection: keep-alive is on and the
  * worker is not closing; without a manager also not stopping and not at
  * its last request (a worker with a manager leaves it to the manager). */
@@ -374,7 +384,7 @@ static int write_response(pTHX_ const nw_serve_setup *s, nw_xs_conn *xc, SV *con
 static int after_kept(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc)
 {
     nw_serve_setup *s = &a->serve;
-    if (s->life->stopping || limit_reached(s, (IV)s->life->served)) {
+    if (leaving_now(s)) {
         /* leaving: when the worker is recycled or retired the manager
          * takes it over; when the server stops it is closed */
         release(aTHX_ a, xc, s->managed && !s->life->closing ? NW_RELEASE_RETIRE
@@ -539,7 +549,7 @@ int nw_serve_next(pTHX_ nw_xs_acceptor *a)
     nw_serve_setup *s = &a->serve;
     nw_xs_conn *xc = current(aTHX_ a);
     if (!xc) {
-        if (s->life->stopping || limit_reached(s, (IV)s->life->served))
+        if (leaving_now(s))
             return NW_SERVE_LEAVING;
         if (!(xc = take_next(aTHX_ a)))
             return NW_SERVE_IDLE;

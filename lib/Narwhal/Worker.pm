@@ -136,9 +136,7 @@ sub run {
     # (always a reason: a worker that exits 0 with none said left from
     # elsewhere, an app's exit, and the master logs it)
     my $life = $acceptor->life;
-    $board->leaving($life->{exit_reason}
-                    || ($limit && $life->{served} >= $limit ? Narwhal::Scoreboard::EXIT_MAX_REQUESTS() : 0)
-                    || Narwhal::Scoreboard::EXIT_STOPPED()) if $board;
+    $board->leaving($life->{exit_reason} || Narwhal::Scoreboard::EXIT_STOPPED()) if $board;
     $acceptor->release_parked($life->{closing} ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
     Narwhal::AccessLog::close() if $access_log;
     $self->_exit(0);
