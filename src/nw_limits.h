@@ -87,6 +87,10 @@
 #define NW_ADOPT_BUSY_WAIT_MS         2       /* a busy worker adopts a waiting batch after this */
 #define NW_ADOPT_OVER_MEAN_WAIT_MS    50      /* ... or after this, when it holds more parked
                                                * connections than the pool's mean */
+#define NW_SHARE_LOOK_MS              2       /* the pool's parked counts are compared again
+                                               * after this, at the soonest */
+#define NW_ACCEPT_OVER_MEAN_WAIT_MS   5       /* a busy worker over the pool's mean leaves
+                                               * new clients to the others this long */
 #define NW_ADOPT_FRAMES               8       /* a leaving worker's parked set is split in about
                                                * this many batches, to be shared out */
 #define NW_PASS_ON_MAX                16      /* frames (and, from each of the serve queue and a

@@ -112,12 +112,49 @@ static void fd_limit_reached(nw_worker *w, const nw_worker_listener *l)
                    (unsigned long long)rl.rlim_cur);
 }
 
+/* Whether this worker holds no more parked connections than the pool's
+ * serving workers do on average (with a board; the least loaded one always
+ * does). The board's slots are read again NW_SHARE_LOOK_MS later at the
+ * soonest: a busy worker may ask before every request. */
+static int within_share(nw_worker *w, nw_msec now)
+{
+    if (!w->share_at || now - w->share_at >= NW_SHARE_LOOK_MS) {
+        w->share_at = now ? now : 1;
+        w->within_share = nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count);
+    }
+    return w->within_share;
+}
+
+/* A burst of new clients: a worker over the pool's mean that has parked
+ * connections with a request to serve leaves the listeners to the others
+ * for up to NW_ACCEPT_OVER_MEAN_WAIT_MS, so that the first worker woken
+ * does not take the most of them for the connections' whole lives (1,000
+ * clients opened at once were held 359, 237, 204 and 200, and the
+ * busiest worker's share set the time for all; PERFORMANCE.md,
+ * thirteenth round). With nothing else to do it accepts: the listener,
+ * level-triggered, would wake it again at once. */
+static int accept_deferred(nw_worker *w)
+{
+    if (!w->board || !w->taken_any || !w->park.ready_count)
+        return 0;
+    nw_msec now = nw_now_ms();
+    if (within_share(w, now)) {
+        w->accept_deferred_since = 0;
+        return 0;
+    }
+    if (!w->accept_deferred_since)
+        w->accept_deferred_since = now ? now : 1;
+    return now - w->accept_deferred_since < NW_ACCEPT_OVER_MEAN_WAIT_MS;
+}
+
 /* Try each listener that may have a client once, starting after the last
  * one that gave a client. A listener that has none is not tried again
  * until epoll reports it readable: an accept4 that fails costs as much as
  * one that succeeds. */
 static nw_wconn *accept_ready(nw_worker *w)
 {
+    if (w->listener_ready && accept_deferred(w))
+        return NULL;
     for (int i = 0; i < w->count; i++) {
         int idx = (w->next + i) % w->count;
         if (!(w->listener_ready & ((uint64_t)1 << idx)))
@@ -136,6 +173,7 @@ static nw_wconn *accept_ready(nw_worker *w)
         }
         if (fd >= 0) {
             w->next = idx + 1;
+            w->accept_deferred_since = 0;
             return wconn_new(w, idx, fd, &peer, plen);
         }
         w->listener_ready &= ~((uint64_t)1 << idx);
@@ -542,14 +580,7 @@ static int adopt_may_take(nw_worker *w, nw_msec now, nw_msec waited)
 {
     if (!w->taken_any || waited >= NW_ADOPT_OVER_MEAN_WAIT_MS || !w->board)
         return 1;
-    /* (the board's slots are read again NW_ADOPT_BUSY_WAIT_MS later at
-     * the soonest: a busy worker looks before every request) */
-    if (!w->adopt_share_at || now - w->adopt_share_at >= NW_ADOPT_BUSY_WAIT_MS) {
-        w->adopt_share_at = now ? now : 1;
-        w->adopt_within_share = nw_scoreboard_at_most_mean_parked(w->board,
-                                                                  (uint32_t)w->park.count);
-    }
-    return w->adopt_within_share;
+    return within_share(w, now);
 }
 
 static nw_msec adopt_waited(nw_worker *w, nw_msec now)

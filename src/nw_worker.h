@@ -126,8 +126,9 @@ typedef struct nw_worker {
     int taken_any;              /* nw_worker_next has given a connection */
     nw_msec adopt_seen;         /* a busy worker saw it ready then (0: not yet) */
     nw_msec adopt_aside_until;  /* out of the adopt queue's wake-ups until then (0: in them) */
-    nw_msec adopt_share_at;     /* the pool's parked counts were last compared then */
-    int adopt_within_share;     /* ... and this worker held no more than their mean */
+    nw_msec share_at;           /* the pool's parked counts were last compared then */
+    int within_share;           /* ... and this worker held no more than their mean */
+    nw_msec accept_deferred_since; /* over the mean, it left new clients to others since */
     long adopt_fd_limit;        /* take a frame only while parked + a batch stays under this */
     nw_score_counts *counts;    /* the scoreboard slot's counts (adoptions), or NULL */
     nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
