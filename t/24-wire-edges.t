@@ -5,7 +5,7 @@ use Test2::IPC;    # (parts of this file run in processes of their own)
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use lib 't/lib';
-use NarwhalTest qw(spawn_server spawn_servers stop_servers in_parallel raw_connect read_until_close read_response free_port perl_cmd);
+use NarwhalTest qw(spawn_server spawn_servers stop_servers in_parallel in_background raw_connect read_until_close read_response free_port perl_cmd);
 
 # The wire's last edges (docs/RFC-CHECKLIST.md): the same bytes get the
 # same answer from the worker's path and the manager's, however they are
@@ -109,6 +109,90 @@ sub exchange {
 
 sub statuses { join ',', map { /^(\d+)/ ? $1 : '?' } split / \| /, $_[0] }
 
+# ---- 6. a slow head's 408 comes when it is due --------------------------
+# (servers of its own, in a process of its own, while sections 1-5 run: it
+# spends its 3 s waiting for the heads it trickles)
+#
+# --read-timeout 1 and --min-head-rate 100: a head trickling at 50 bytes a
+# second (slower than the rate) is due at 1 s after its first byte; one
+# arriving at 800 bytes a second stays ahead and is served. Each mode's
+# server is timed by a client process of its own, both at once (the
+# measures are wall-clock times, not CPU: the two do not slow each other).
+my $head = "GET /slow HTTP/1.1\r\nHost: a\r\nX-Pad: " . ('p' x 1000) . "\r\n\r\n";
+sub slow_heads {
+    my ($port) = @_;
+    my @out;
+    for my $try (1 .. 3) {
+        my $c = raw_connect($port) or die;
+        my ($t0, $sent, $answer) = (undef, 0, undef);
+        while ($sent < length $head) {
+            syswrite($c, substr($head, $sent, 5)) or last;
+            $t0 //= time;
+            $sent += 5;
+            my $rin = '';
+            vec($rin, fileno $c, 1) = 1;
+            if (select(my $r = $rin, undef, undef, 0.1)) {
+                $answer = time;
+                last;
+            }
+        }
+        my $res = read_response($c, 3);
+        push @out, sprintf 'slow %s %.3f', ($res && $res->{status}) // 'none', ($answer // time) - $t0;
+    }
+    return @out;
+}
+sub fast_head {
+    my ($port) = @_;
+    my $c = raw_connect($port) or die;
+    my $t0 = time;
+    for (my $sent = 0; $sent < length $head; $sent += 80) {
+        syswrite($c, substr($head, $sent, 80));
+        sleep 0.1;
+    }
+    my $res = read_response($c, 5);
+    return sprintf 'fast %s %.3f', ($res && $res->{status}) // 'none', time - $t0;
+}
+my $timed_heads = in_background(sub {
+    my (%timed, %client);
+    # (two workers: the fast head is timed at the same time as the slow ones)
+    @timed{@modes} = spawn_servers(map { { app => $app, args => [
+        '--max-workers', 2, '--read-timeout', 1, '--read-timeout-max', 3,
+        '--min-head-rate', 100, ($_ eq 'no-manager' ? '--no-manager' : ()) ] } } @modes);
+    for my $mode (@modes) {
+        my $s = $timed{$mode};
+        for my $kind ('slow', 'fast') {
+            my $file = "$tmp/t24-$kind-$mode";
+            my $pid = fork // die "fork: $!";
+            if (!$pid) {
+                open(my $fh, '>', "$file.part") or POSIX::_exit(1);
+                print $fh "$_\n" for $kind eq 'slow' ? slow_heads($s->port) : fast_head($s->port);
+                close $fh;
+                rename "$file.part", $file;
+                POSIX::_exit(0);
+            }
+            push @{ $client{$mode} }, [ $pid, $file ];
+        }
+    }
+    for my $mode (@modes) {
+        my @lines;
+        for (@{ $client{$mode} }) {
+            my ($pid, $file) = @$_;
+            waitpid($pid, 0);
+            push @lines, -e $file ? do { open(my $fh, '<', $file) or die; map { chomp; $_ } <$fh> } : ();
+        }
+        my @slow = map { [ (split ' ')[1, 2] ] } grep { /^slow / } @lines;
+        my ($fast) = map { [ (split ' ')[1, 2] ] } grep { /^fast / } @lines;
+        my @status = map { $_->[0] } @slow;
+        is("@status", '408 408 408', "$mode: a head at 50 bytes/s under --min-head-rate 100: 408");
+        my @t = map { $_->[1] } @slow;
+        ok(@t == 3 && !grep({ $_ < 0.95 || $_ > 1.1 } @t),
+           "$mode: ... within 0.1 s of the 1 s due (@t s after the first byte)");
+        is($fast && $fast->[0], 200,
+           sprintf("$mode: a head at 800 bytes/s is served past --read-timeout (%s s)", $fast ? $fast->[1] : '-'));
+        cmp_ok($fast ? $fast->[1] : 0, '>', 1.1, "$mode: ... which it outlasted");
+    }
+});
+
 # ---- 1. one rule before the request line, whatever the cutting ----------
 
 my $close = "Host: a\r\nConnection: close\r\n\r\n";
@@ -159,13 +243,16 @@ my @paced = (
     [ 'first request, pause, CRLF, pause, GET', 0.3, "GET /e?first=1 HTTP/1.1\r\nHost: a\r\n\r\n",
       "\r\n", "GET /e?second=1 HTTP/1.1\r\n$close", '200,200' ],
 );
-for my $p (@paced) {
+sub paced {
+    my ($p) = @_;
     my ($name, $pause, @rest) = @$p;
     my $want = pop @rest;
     my %got = exchange_all($pause, @rest);
     is(statuses($got{manager}), $want, "$name: $want with the manager");
     is($got{'no-manager'}, $got{manager}, "$name: the same answers with --no-manager");
 }
+# (in two processes at once, as the cuts above: 1.6 s and 1.9 s of pauses)
+in_parallel(sub { paced($paced[$_]) for 0, 1, 4 }, sub { paced($paced[$_]) for 2, 3, 5, 6 });
 
 # The app never ran a request whose method came after a bare CR.
 for my $mode (@modes) {
@@ -284,84 +371,6 @@ SKIP: {
     stop_servers(values %lint);
 }
 
-# ---- 6. a slow head's 408 comes when it is due --------------------------
-
-# --read-timeout 1 and --min-head-rate 100: a head trickling at 50 bytes a
-# second (slower than the rate) is due at 1 s after its first byte; one
-# arriving at 800 bytes a second stays ahead and is served. Each mode's
-# server is timed by a client process of its own, both at once (the
-# measures are wall-clock times, not CPU: the two do not slow each other).
-my $head = "GET /slow HTTP/1.1\r\nHost: a\r\nX-Pad: " . ('p' x 1000) . "\r\n\r\n";
-sub slow_heads {
-    my ($port) = @_;
-    my @out;
-    for my $try (1 .. 3) {
-        my $c = raw_connect($port) or die;
-        my ($t0, $sent, $answer) = (undef, 0, undef);
-        while ($sent < length $head) {
-            syswrite($c, substr($head, $sent, 5)) or last;
-            $t0 //= time;
-            $sent += 5;
-            my $rin = '';
-            vec($rin, fileno $c, 1) = 1;
-            if (select(my $r = $rin, undef, undef, 0.1)) {
-                $answer = time;
-                last;
-            }
-        }
-        my $res = read_response($c, 3);
-        push @out, sprintf 'slow %s %.3f', ($res && $res->{status}) // 'none', ($answer // time) - $t0;
-    }
-    return @out;
-}
-sub fast_head {
-    my ($port) = @_;
-    my $c = raw_connect($port) or die;
-    my $t0 = time;
-    for (my $sent = 0; $sent < length $head; $sent += 80) {
-        syswrite($c, substr($head, $sent, 80));
-        sleep 0.1;
-    }
-    my $res = read_response($c, 5);
-    return sprintf 'fast %s %.3f', ($res && $res->{status}) // 'none', time - $t0;
-}
-my (%timed, %client);
-# (two workers: the fast head is timed at the same time as the slow ones)
-@timed{@modes} = spawn_servers(map { { app => $app, args => [
-    '--max-workers', 2, '--read-timeout', 1, '--read-timeout-max', 3,
-    '--min-head-rate', 100, ($_ eq 'no-manager' ? '--no-manager' : ()) ] } } @modes);
-for my $mode (@modes) {
-    my $s = $timed{$mode};
-    for my $kind ('slow', 'fast') {
-        my $file = "$tmp/t24-$kind-$mode";
-        my $pid = fork // die "fork: $!";
-        if (!$pid) {
-            open(my $fh, '>', "$file.part") or POSIX::_exit(1);
-            print $fh "$_\n" for $kind eq 'slow' ? slow_heads($s->port) : fast_head($s->port);
-            close $fh;
-            rename "$file.part", $file;
-            POSIX::_exit(0);
-        }
-        push @{ $client{$mode} }, [ $pid, $file ];
-    }
-}
-for my $mode (@modes) {
-    my @lines;
-    for (@{ $client{$mode} }) {
-        my ($pid, $file) = @$_;
-        waitpid($pid, 0);
-        push @lines, -e $file ? do { open(my $fh, '<', $file) or die; map { chomp; $_ } <$fh> } : ();
-    }
-    my @slow = map { [ (split ' ')[1, 2] ] } grep { /^slow / } @lines;
-    my ($fast) = map { [ (split ' ')[1, 2] ] } grep { /^fast / } @lines;
-    my @status = map { $_->[0] } @slow;
-    is("@status", '408 408 408', "$mode: a head at 50 bytes/s under --min-head-rate 100: 408");
-    my @t = map { $_->[1] } @slow;
-    ok(@t == 3 && !grep({ $_ < 0.95 || $_ > 1.1 } @t),
-       "$mode: ... within 0.1 s of the 1 s due (@t s after the first byte)");
-    is($fast && $fast->[0], 200,
-       sprintf("$mode: a head at 800 bytes/s is served past --read-timeout (%s s)", $fast ? $fast->[1] : '-'));
-    cmp_ok($fast ? $fast->[1] : 0, '>', 1.1, "$mode: ... which it outlasted");
-}
+$timed_heads->();
 
 done_testing;

@@ -15,7 +15,7 @@ use Time::HiRes ();
 # raw-socket requests and a small response parser. Every wait is bounded.
 
 our @EXPORT_OK = qw(metrics_of sleepy_app echo_app free_port spawn_server spawn_servers in_parallel
-                    stop_servers write_app raw_connect raw_request
+                    in_background stop_servers write_app raw_connect raw_request
                     read_until_close read_response parse_response tmpdir
                     wait_until root perl_cmd run_cmd http_get children_of
                     pid_alive narwhal_cmd worker_pids manager_built
@@ -83,22 +83,30 @@ sub wait_until {
 # with a non-zero status, fails. Returns once all of them are done.
 sub in_parallel {
     my @blocks = @_;
-    die "in_parallel: the test file must use Test2::IPC\n" unless $INC{'Test2/IPC.pm'};
+    my @waits = map { in_background($_) } @blocks;
+    $waits[$_]->("block $_ of in_parallel") for 0 .. $#waits;
+}
+
+# in_background(sub { ... }): the block in a process of its own, as in
+# in_parallel, while the test file goes on with the parts after it (which
+# the block must not depend on: a part with servers of its own that spends
+# its time waiting). Returns a sub that waits for it; call that before
+# done_testing. A block that dies or ends with a non-zero status fails.
+sub in_background {
+    my ($block) = @_;
+    die "in_background: the test file must use Test2::IPC\n" unless $INC{'Test2/IPC.pm'};
     tmpdir();    # (one temp dir for all, removed by this process)
-    my @pids;
-    for my $block (@blocks) {
-        my $pid = fork // die "fork: $!";
-        if (!$pid) {
-            my $ok = eval { $block->(); 1 };
-            print STDERR "# a block run in parallel died: $@" unless $ok;
-            exit($ok ? 0 : 255);
-        }
-        push @pids, $pid;
+    my $pid = fork // die "fork: $!";
+    if (!$pid) {
+        my $ok = eval { $block->(); 1 };
+        print STDERR "# a block run in parallel died: $@" unless $ok;
+        exit($ok ? 0 : 255);
     }
-    for my $i (0 .. $#pids) {
-        waitpid($pids[$i], 0);
-        Test::More::fail("block $i of in_parallel ended with wait status $?") if $?;
-    }
+    return sub {
+        my ($name) = @_;
+        waitpid($pid, 0);
+        Test::More::fail(($name // 'a block run in the background') . " ended with wait status $?") if $?;
+    };
 }
 
 # spawn_server(app => $file_or_code, args => [...], unix => $path,
