@@ -1,12 +1,13 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use JSON::PP ();
 use Sys::Hostname ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app wait_until manager_fallback free_port http_get worker_pids
-                   raw_connect read_response);
+                   raw_connect read_response in_parallel);
 
 # The fields of /status and /status.json an operator acts on, each
 # checked against what the test's clients did: the client address and
@@ -32,9 +33,14 @@ sub {
 }
 APP
 
-my $sport = free_port();
-my $s = spawn_server(app => $APP, args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$sport" ]);
-wait_until(sub { worker_pids($s->pid) == 2 }, 5);
+# Each part below on a server of its own, both at once (in_parallel):
+# the rates are measured over requests the test alone sends.
+my ($s, $sport);
+sub server {
+    $sport = free_port();
+    $s = spawn_server(app => $APP, args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$sport" ]);
+    wait_until(sub { worker_pids($s->pid) == 2 }, 5);
+}
 
 sub status {
     my $r = http_get($sport, '/status.json');
@@ -47,82 +53,90 @@ sub get {   # one request on its own connection: (response, the client's port)
     return (read_response($c, 10), $c->sockport);
 }
 
-# Who and what
-my $j = status();
-is($j->{host}, Sys::Hostname::hostname(), 'the host name');
-require Narwhal;
-is($j->{version}, $Narwhal::VERSION, "Narwhal's version");
-my $html = http_get($sport, '/status')->{content};
-like($html, qr{<h1>Narwhal \Q$Narwhal::VERSION\E on \Q$j->{host}\E}, '/status says both in its title');
+my $part_fields = sub {
+    server();
+    # Who and what
+    my $j = status();
+    is($j->{host}, Sys::Hostname::hostname(), 'the host name');
+    require Narwhal;
+    is($j->{version}, $Narwhal::VERSION, "Narwhal's version");
+    my $html = http_get($sport, '/status')->{content};
+    like($html, qr{<h1>Narwhal \Q$Narwhal::VERSION\E on \Q$j->{host}\E}, '/status says both in its title');
 
-# A running request: its client's address and port, as the client sees them
-my $slow = raw_connect($s->port);
-my $slow_port = $slow->sockport;
-syswrite($slow, "GET /sleep/1.5 HTTP/1.1\r\nHost: x\r\n\r\n");
-my $busy;
-ok(wait_until(sub { ($busy) = grep { $_->{state} eq 'busy' } @{ status()->{workers} || [] }; $busy }, 3),
-   'the slow request runs');
-is($busy->{client}, "127.0.0.1:$slow_port", "status.json: its client is the test's socket (127.0.0.1:$slow_port)");
-is($busy->{request}, 'GET /sleep/1.5', '... with its request line');
-$html = http_get($sport, '/status')->{content};
-like($html, qr{<code>127\.0\.0\.1:$slow_port</code></td><td><code>GET /sleep/1\.5}, '/status shows it too');
-my $r = read_response($slow, 5);
-is($r->{status}, 200, 'the slow request ends');
-my ($w) = grep { $_->{pid} == $busy->{pid} } @{ status()->{workers} };
-cmp_ok($w->{last_seconds}, '>=', 1.5, "its worker's last response took 1.5 s or more ($w->{last_seconds})");
-cmp_ok($w->{last_seconds}, '<', 2.5, '... and not much more');
-my $t = status()->{requests};
-cmp_ok($t->{last_seconds}, '>=', 1.5, 'the server\'s last response is that one');
+    # A running request: its client's address and port, as the client sees them
+    my $slow = raw_connect($s->port);
+    my $slow_port = $slow->sockport;
+    syswrite($slow, "GET /sleep/1.5 HTTP/1.1\r\nHost: x\r\n\r\n");
+    my $busy;
+    ok(wait_until(sub { ($busy) = grep { $_->{state} eq 'busy' } @{ status()->{workers} || [] }; $busy }, 3),
+       'the slow request runs');
+    is($busy->{client}, "127.0.0.1:$slow_port", "status.json: its client is the test's socket (127.0.0.1:$slow_port)");
+    is($busy->{request}, 'GET /sleep/1.5', '... with its request line');
+    $html = http_get($sport, '/status')->{content};
+    like($html, qr{<code>127\.0\.0\.1:$slow_port</code></td><td><code>GET /sleep/1\.5}, '/status shows it too');
+    my $r = read_response($slow, 5);
+    is($r->{status}, 200, 'the slow request ends');
+    my ($w) = grep { $_->{pid} == $busy->{pid} } @{ status()->{workers} };
+    cmp_ok($w->{last_seconds}, '>=', 1.5, "its worker's last response took 1.5 s or more ($w->{last_seconds})");
+    cmp_ok($w->{last_seconds}, '<', 2.5, '... and not much more');
+    my $t = status()->{requests};
+    cmp_ok($t->{last_seconds}, '>=', 1.5, 'the server\'s last response is that one');
 
-# Bytes: ten bodies of 1000 bytes
-my $before = status()->{requests}{bytes_sent};
-for (1 .. 10) { my ($res) = get('/big'); die 'no /big' unless $res && $res->{status} == 200 }
-is(status()->{requests}{bytes_sent} - $before, 10_000, 'ten bodies of 1000 bytes: 10000 bytes sent');
+    # Bytes: ten bodies of 1000 bytes
+    my $before = status()->{requests}{bytes_sent};
+    for (1 .. 10) { my ($res) = get('/big'); die 'no /big' unless $res && $res->{status} == 200 }
+    is(status()->{requests}{bytes_sent} - $before, 10_000, 'ten bodies of 1000 bytes: 10000 bytes sent');
 
-# Requests per second: a sample, 100 requests paced over about 2 s, a render
-sleep 1.1;      # the last sample is 1 s old: the next render takes one
-my $t0 = time;
-my $first = status()->{requests};
-my $keep = raw_connect($s->port);
-for (1 .. 100) {
-    syswrite($keep, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    read_response($keep, 5) or die 'no answer';
-    sleep 0.02;
-}
-my $j2 = status();
-my $elapsed = time - $t0;
-my $second = $j2->{requests};
-is($second->{total} - $first->{total}, 100, '100 requests between the two renders');
-my $want = 100 / $elapsed;
-cmp_ok(abs($second->{rate_window_seconds} - $elapsed), '<', 0.3,
-       "the rate is over the time between the renders ($second->{rate_window_seconds} s, $elapsed s measured)");
-cmp_ok(abs($second->{per_second} - $want) / $want, '<', 0.15,
-       sprintf('requests/s is what was sent: %.1f, %.1f measured', $second->{per_second}, $want));
-my $sum = 0;
-$sum += $_->{requests_per_second} for @{ $j2->{workers} };
-cmp_ok(abs($sum - $second->{per_second}), '<', 0.02 * $want + 0.01, "the workers' rates add up to it ($sum)");
-cmp_ok($second->{mean_seconds}, '<', 0.1, "the mean response of those hellos is short ($second->{mean_seconds} s)");
-cmp_ok($second->{mean_seconds}, '>', 0, '... and not zero');
+    # CPU time: 0.6 s of CPU burnt by one worker
+    my ($burn) = get('/burn/0.6');
+    my ($pid) = ($burn->{body} // '') =~ /pid=(\d+)/;
+    ok($pid, "the burner was worker $pid");
+    my ($bw) = grep { $_->{pid} == ($pid // 0) } @{ status()->{workers} };
+    cmp_ok($bw->{cpu_seconds} // 0, '>=', 0.55, "its CPU time says so ($bw->{cpu_seconds} s)");
+    $s->stop;
+};
 
-# CPU time: 0.6 s of CPU burnt by one worker
-my ($burn) = get('/burn/0.6');
-my ($pid) = ($burn->{body} // '') =~ /pid=(\d+)/;
-ok($pid, "the burner was worker $pid");
-my ($bw) = grep { $_->{pid} == ($pid // 0) } @{ status()->{workers} };
-cmp_ok($bw->{cpu_seconds} // 0, '>=', 0.55, "its CPU time says so ($bw->{cpu_seconds} s)");
+my $part_rates = sub {
+    server();
+    # Requests per second: a sample, 100 requests paced over about 2 s, a render
+    # (a server no page was asked of yet: the first render takes a sample)
+    my $t0 = time;
+    my $first = status()->{requests};
+    my $keep = raw_connect($s->port);
+    for (1 .. 100) {
+        syswrite($keep, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        read_response($keep, 5) or die 'no answer';
+        sleep 0.02;
+    }
+    my $j2 = status();
+    my $elapsed = time - $t0;
+    my $second = $j2->{requests};
+    is($second->{total} - $first->{total}, 100, '100 requests between the two renders');
+    my $want = 100 / $elapsed;
+    cmp_ok(abs($second->{rate_window_seconds} - $elapsed), '<', 0.3,
+           "the rate is over the time between the renders ($second->{rate_window_seconds} s, $elapsed s measured)");
+    cmp_ok(abs($second->{per_second} - $want) / $want, '<', 0.15,
+           sprintf('requests/s is what was sent: %.1f, %.1f measured', $second->{per_second}, $want));
+    my $sum = 0;
+    $sum += $_->{requests_per_second} for @{ $j2->{workers} };
+    cmp_ok(abs($sum - $second->{per_second}), '<', 0.02 * $want + 0.01, "the workers' rates add up to it ($sum)");
+    cmp_ok($second->{mean_seconds}, '<', 0.1, "the mean response of those hellos is short ($second->{mean_seconds} s)");
+    cmp_ok($second->{mean_seconds}, '>', 0, '... and not zero');
 
-# Connections by state: one keep-alive connection open, one table
-my $c = status()->{connections};
-cmp_ok($c->{total}, '>=', 1, "the keep-alive connection is counted ($c->{total})");
-$html = http_get($sport, '/status')->{content};
-like($html, qr{<caption>connections</caption><tr><th>idle</th><th>reading</th><th>queued</th>
-                <th>writing</th><th>parked</th><th>worker</th><th>total</th>}x,
-     '/status: a table of connections by state');
-like($html, qr{<td class=n>\Q$c->{total}\E</td></tr></table><table><caption>responses}, '... with the same total');
-like($html, qr{<b>[\d.]+</b>requests/s</div>}, '... requests per second');
-like($html, qr{</b>mean response</div>}, '... the mean response time');
-unlike($html, qr{<script}i, '... and no JavaScript');
-close $keep;
+    # Connections by state: one keep-alive connection open, one table
+    my $c = status()->{connections};
+    cmp_ok($c->{total}, '>=', 1, "the keep-alive connection is counted ($c->{total})");
+    my $html = http_get($sport, '/status')->{content};
+    like($html, qr{<caption>connections</caption><tr><th>idle</th><th>reading</th><th>queued</th>
+                    <th>writing</th><th>parked</th><th>worker</th><th>total</th>}x,
+         '/status: a table of connections by state');
+    like($html, qr{<td class=n>\Q$c->{total}\E</td></tr></table><table><caption>responses}, '... with the same total');
+    like($html, qr{<b>[\d.]+</b>requests/s</div>}, '... requests per second');
+    like($html, qr{</b>mean response</div>}, '... the mean response time');
+    unlike($html, qr{<script}i, '... and no JavaScript');
+    close $keep;
+    $s->stop;
+};
 
-$s->stop;
+in_parallel($part_fields, $part_rates);
 done_testing();
