@@ -1,11 +1,12 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use IO::Select ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app wait_until manager_fallback free_port http_get worker_pids
-                   raw_connect read_response);
+                   raw_connect read_response in_parallel);
 
 # Latency as the client sees it: a slow app behind too few workers makes
 # requests wait in the connection manager's queue. That wait is in
@@ -20,7 +21,7 @@ plan skip_all => 'the status pages need the connection manager'
 
 my $APP = NarwhalTest::sleepy_app();
 
-my $sport = free_port();
+my $sport;    # (each part below: a server of its own, status on a port of its own)
 
 sub metrics { NarwhalTest::metrics_of(@_) }
 
@@ -47,8 +48,12 @@ sub add_up {
     is(scalar keys %took, scalar @$sends, "$where: every answer");
     my $client = 0;
     $client += $_ for values %took;
-    sleep 0.2;
-    my $after = metrics($sport);
+    # (the last request's duration is counted as its answer is sent: at
+    # most a moment after the client has it; a wait is counted as it starts)
+    my $after;
+    wait_until(sub { $after = metrics($sport);
+                     !grep { ($after->{$_} // 0) < ($before->{$_} // 0) + @$sends }
+                          qw(narwhal_request_duration_seconds_count narwhal_request_queue_seconds_count) }, 2);
     my $d = sub { $after->{$_[0]} - $before->{$_[0]} };
     my $queue = $d->('narwhal_request_queue_seconds_sum');
     my $service = $d->('narwhal_request_duration_seconds_sum');
@@ -62,70 +67,79 @@ sub add_up {
     return $after;
 }
 
-# One worker; connections go to the manager as soon as they are quiet.
-my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--keepalive-wait', 0,
-                                            '--status-listen', "127.0.0.1:$sport" ]);
-wait_until(sub { worker_pids($s->pid) == 1 }, 5);
+my $part_manager = sub {
+    # One worker; connections go to the manager as soon as they are quiet.
+    $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--keepalive-wait', 0,
+                                                '--status-listen', "127.0.0.1:$sport" ]);
+    wait_until(sub { worker_pids($s->pid) == 1 }, 5);
 
-my @c = map { raw_connect($s->port) } 1 .. 4;
-for my $c (@c) {     # each served once; then idle in the manager
-    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    read_response($c, 5);
-}
-ok(wait_until(sub { (metrics($sport)->{'narwhal_connections{state="idle"}'} // 0) == 4 }, 5),
-   'four idle connections in the manager');
-my $before = metrics($sport);
+    my @c = map { raw_connect($s->port) } 1 .. 4;
+    for my $c (@c) {     # each served once; then idle in the manager
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        read_response($c, 5);
+    }
+    ok(wait_until(sub { (metrics($sport)->{'narwhal_connections{state="idle"}'} // 0) == 4 }, 5),
+       'four idle connections in the manager');
+    my $before = metrics($sport);
 
-# All four ask at once for 0.3 s of work: one worker serves them in turn.
-my $after = add_up('in the manager\'s queue', $before, [ map { [ $_, '/sleep/0.3' ] } @c ],
-                   1.2, 'about 0 + 0.3 + 0.6 + 0.9');
-# The queue histogram's buckets: cumulative, ending at the count.
-my @qb = map { $after->{"narwhal_request_queue_seconds_bucket{le=\"$_\"}"} }
-         qw(0.0001 0.00025 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 +Inf);
-ok(!grep({ !defined } @qb), 'the queue histogram has its buckets, 100 us to 30 s');
-is($qb[-1], $after->{narwhal_request_queue_seconds_count}, '+Inf is the count');
+    # All four ask at once for 0.3 s of work: one worker serves them in turn.
+    my $after = add_up('in the manager\'s queue', $before, [ map { [ $_, '/sleep/0.3' ] } @c ],
+                       1.2, 'about 0 + 0.3 + 0.6 + 0.9');
+    # The queue histogram's buckets: cumulative, ending at the count.
+    my @qb = map { $after->{"narwhal_request_queue_seconds_bucket{le=\"$_\"}"} }
+             qw(0.0001 0.00025 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 +Inf);
+    ok(!grep({ !defined } @qb), 'the queue histogram has its buckets, 100 us to 30 s');
+    is($qb[-1], $after->{narwhal_request_queue_seconds_count}, '+Inf is the count');
 
-# A fast app: its requests fall in the first buckets, not all in one.
-for (1 .. 20) {
-    syswrite($c[0], "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    read_response($c[0], 5);
-}
-my $m = metrics($sport);
-cmp_ok($m->{'narwhal_request_duration_seconds_bucket{le="0.005"}'} // 0, '>=', 20,
-       'fast requests are under 5 ms');
-ok(defined $m->{'narwhal_request_duration_seconds_bucket{le="0.0001"}'}
-   && defined $m->{'narwhal_request_duration_seconds_bucket{le="0.00025"}'}, '... with buckets below 5 ms to tell them apart');
-$s->stop;
+    # A fast app: its requests fall in the first buckets, not all in one.
+    for (1 .. 20) {
+        syswrite($c[0], "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        read_response($c[0], 5);
+    }
+    my $m = metrics($sport);
+    cmp_ok($m->{'narwhal_request_duration_seconds_bucket{le="0.005"}'} // 0, '>=', 20,
+           'fast requests are under 5 ms');
+    ok(defined $m->{'narwhal_request_duration_seconds_bucket{le="0.0001"}'}
+       && defined $m->{'narwhal_request_duration_seconds_bucket{le="0.00025"}'}, '... with buckets below 5 ms to tell them apart');
+    $s->stop;
+};
 
-# The same worker, now keeping served connections parked: while it serves
-# one, the others' requests wait in its parked set. 40 ms requests stay
-# there (waits 0, 40, .. 280 ms); 300 ms ones make the worker hand the
-# parked connections to the manager after 50 ms, which keeps the wait
-# they had (the kernel's receive time of their bytes).
-$s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--keepalive-wait', 5,
-                                         '--status-listen', "127.0.0.1:$sport" ]);
-wait_until(sub { worker_pids($s->pid) == 1 }, 5);
-@c = map { raw_connect($s->port) } 1 .. 8;
-for my $c (@c) {
-    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    read_response($c, 5);
-}
-ok(wait_until(sub { (metrics($sport)->{'narwhal_connections{state="parked"}'} // 0) == 8 }, 5),
-   'eight connections parked in the worker');
-$before = add_up('parked in a busy worker', metrics($sport),
-                 [ map { [ $_, '/sleep/0.04' ] } @c ], 0.8, 'about 0 + 0.04 + .. + 0.28');
-add_up('parked, then handed to the manager', $before,
-       [ map { [ $_, '/sleep/0.3' ] } @c[0 .. 3] ], 1.2, 'about 0 + 0.3 + 0.6 + 0.9');
-$_->close for @c;
+my $part_parked = sub {
+    # The same worker, now keeping served connections parked: while it serves
+    # one, the others' requests wait in its parked set. 40 ms requests stay
+    # there (waits 0, 40, .. 280 ms); 300 ms ones make the worker hand the
+    # parked connections to the manager after 50 ms, which keeps the wait
+    # they had (the kernel's receive time of their bytes).
+    $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--keepalive-wait', 5,
+                                             '--status-listen', "127.0.0.1:$sport" ]);
+    wait_until(sub { worker_pids($s->pid) == 1 }, 5);
+    my @c = map { raw_connect($s->port) } 1 .. 8;
+    for my $c (@c) {
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        read_response($c, 5);
+    }
+    ok(wait_until(sub { (metrics($sport)->{'narwhal_connections{state="parked"}'} // 0) == 8 }, 5),
+       'eight connections parked in the worker');
+    my $before = add_up('parked in a busy worker', metrics($sport),
+                     [ map { [ $_, '/sleep/0.04' ] } @c ], 0.8, 'about 0 + 0.04 + .. + 0.28');
+    add_up('parked, then handed to the manager', $before,
+           [ map { [ $_, '/sleep/0.3' ] } @c[0 .. 3] ], 1.2, 'about 0 + 0.3 + 0.6 + 0.9');
+    $_->close for @c;
 
-# New connections while the worker is busy wait in the listen queue, where
-# no process sees them; the kernel's receive time of their request says
-# how long. (The busy worker's own request first: 0.5 s.)
-sleep 0.3;
-$before = metrics($sport);
-my @fresh = map { raw_connect($s->port) } 1 .. 3;
-add_up('in the listen queue', $before,
-       [ [ raw_connect($s->port), '/sleep/0.5' ], map { [ $_, '/sleep/0.1' ] } @fresh ],
-       1.2, 'about 0 + 0.5 + 0.6 + 0.7');
-$s->stop;
+    # New connections while the worker is busy wait in the listen queue, where
+    # no process sees them; the kernel's receive time of their request says
+    # how long. (The busy worker's own request first: 0.5 s.)
+    sleep 0.3;
+    $before = metrics($sport);
+    my @fresh = map { raw_connect($s->port) } 1 .. 3;
+    add_up('in the listen queue', $before,
+           [ [ raw_connect($s->port), '/sleep/0.5' ], map { [ $_, '/sleep/0.1' ] } @fresh ],
+           1.2, 'about 0 + 0.5 + 0.6 + 0.7');
+    $s->stop;
+};
+
+# (both at once: one worker each, sleeping)
+in_parallel($part_manager, $part_parked);
 done_testing();
