@@ -134,6 +134,10 @@ typedef struct {
     nw_manager_stats st;    /* the running totals; gauges filled in when sent */
     nw_msec now, next_stats, stats_ms;
     nw_msec stop_serve_ms;  /* a stop signal: serve this long (NW_STOP_SERVE_MS) */
+    int     test_clock;     /* tests only: the clock's socket (nw_manager_now), or -1 */
+    nw_msec test_now;       /* ...the time on it */
+    nw_msec test_step;      /* ...and an advance to take after this wake's other events */
+    int     test_clock_ack; /* ...an advance to answer once this wake's expiries are done */
     char   *frame_data;     /* NW_FRAME_MAX_DATA bytes for incoming frames */
     int     stop;
     nw_msec serve_until;    /* a stop signal came: serve until then, then close (0: none) */
@@ -1361,6 +1365,8 @@ static int nw_manager_timeout(const nw_manager *m)
         next = m->next_look;
     if (m->status.active && m->now + 1000 < next)
         next = m->now + 1000;
+    if (m->test_clock >= 0)
+        return -1;      /* its time passes only with an advance, an event */
     nw_msec left = next - nw_now_ms();
     return left <= 0 ? 0 : (int)left;
 }
@@ -1388,12 +1394,16 @@ static void nw_manager_reopen_error_log(nw_manager *m)
     nw_log("info", "reopened the error log %s", m->error_log);
 }
 
+static void nw_manager_test_clock(nw_manager *m);
+
 static void nw_manager_event(nw_manager *m, int fd)
 {
     if ((m->status.fd >= 0 || m->status.active) && nw_status_server_event(&m->status, fd, m->now))
         return;
     if (fd == m->control) {
         nw_manager_control_readable(m);
+    } else if (fd == m->test_clock && fd >= 0) {
+        nw_manager_test_clock(m);
     } else if (fd == m->sigfd) {
         struct signalfd_siginfo si;
         while (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
@@ -1422,6 +1432,51 @@ static void nw_manager_event(nw_manager *m, int fd)
             nw_manager_worker_ended(m, fd);
         /* anything else: a stale event for an fd closed in this batch */
     }
+}
+
+/* The manager's clock: every deadline, expiry and count interval reads
+ * it. Monotonic milliseconds; for a test that gives the manager a clock
+ * of its own (NARWHAL_TEST_MANAGER_CLOCK_FD), the time on that clock,
+ * which stands still but for the test's advances (nw_manager_test_clock). */
+static nw_msec nw_manager_now(const nw_manager *m)
+{
+    return m->test_clock >= 0 ? m->test_now : nw_now_ms();
+}
+
+/* Tests only: an advance of the test clock (an int64_t of milliseconds, one
+ * SOCK_SEQPACKET message) came. It is taken once the rest of this wake's
+ * events are (nw_manager_test_clock_step): whatever the test sent before
+ * it is read at the time before, in whichever order epoll lists them. The
+ * loop then answers, with the new time, once it has expired what is due
+ * by then, so the test knows what the manager did at that time. End of
+ * stream: no more advances. */
+static void nw_manager_test_clock(nw_manager *m)
+{
+    int64_t ms;
+    ssize_t n = read(m->test_clock, &ms, sizeof ms);
+    if (n == (ssize_t)sizeof ms && ms >= 0) {
+        m->test_step += (nw_msec)ms;
+        m->test_clock_ack = 1;
+    } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        epoll_ctl(m->ep, EPOLL_CTL_DEL, m->test_clock, NULL);
+    }
+}
+
+static void nw_manager_test_clock_step(nw_manager *m)
+{
+    m->test_now += m->test_step;
+    m->test_step = 0;
+    m->now = nw_manager_now(m);
+}
+
+static void nw_manager_test_clock_answer(nw_manager *m)
+{
+    if (!m->test_clock_ack)
+        return;
+    m->test_clock_ack = 0;
+    int64_t now = (int64_t)m->now;
+    if (write(m->test_clock, &now, sizeof now) != (ssize_t)sizeof now)
+        nw_log("error", "test clock: %s", strerror(errno));
 }
 
 static nw_msec nw_manager_ms(double seconds)
@@ -1454,7 +1509,9 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->max_conns = cfg->max_connections;
     m->max_header = cfg->max_header_bytes;
     m->max_line = cfg->max_request_line;
-    m->now = nw_now_ms();
+    m->test_clock = cfg->test_clock_fd > 2 ? cfg->test_clock_fd : -1;
+    m->test_now = nw_now_ms();
+    m->now = nw_manager_now(m);
     m->stats_ms = cfg->stats_ms > 0 ? cfg->stats_ms : NW_MANAGER_STATS_MS;
     m->next_stats = m->now + m->stats_ms;
     m->stop_serve_ms = cfg->stop_serve_ms > 0 ? cfg->stop_serve_ms : NW_STOP_SERVE_MS;
@@ -1487,7 +1544,8 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     if ((m->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
         return -1;
     if (nw_manager_watch(m, m->sigfd) < 0 || nw_manager_watch(m, control) < 0
-        || nw_manager_watch(m, handoff_queue) < 0)
+        || nw_manager_watch(m, handoff_queue) < 0
+        || (m->test_clock >= 0 && nw_manager_watch(m, m->test_clock) < 0))
         return -1;
     if (nw_status_server_start(&m->status, m->ep, m->board, nw_manager_status_numbers, m) < 0)
         return -1;
@@ -1527,6 +1585,7 @@ static void nw_manager_linger(nw_manager *m)
         p[n].fd = (int)fd;
         p[n++].events = POLLIN;
     }
+    /* (real time, a test clock or not: the manager's last wait, bounded) */
     nw_msec deadline = nw_now_ms() + NW_MANAGER_LINGER_MS;
     size_t open_left = n;
     while (open_left > 0) {
@@ -1629,14 +1688,17 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
             rc = 1;
             break;
         }
-        m.now = nw_now_ms();
+        m.now = nw_manager_now(&m);
         for (int i = 0; i < n && !m.stop; i++)
             nw_manager_event(&m, ev[i].data.fd);
+        if (m.test_clock_ack)
+            nw_manager_test_clock_step(&m);
         nw_manager_expire(&m);
         nw_manager_shed(&m);
         nw_manager_look_at_pool(&m);
         nw_status_server_expire(&m.status, m.now);
         nw_manager_send_stats(&m);
+        nw_manager_test_clock_answer(&m);
     }
     if (m.serve_until) {
         nw_manager_serve_arrived(&m);

@@ -31,6 +31,10 @@ typedef struct {
                                  * set less with NARWHAL_TEST_MANAGER_STATS_MS) */
     int stop_serve_ms;          /* a stop signal: serve this long; 0: NW_STOP_SERVE_MS (tests
                                  * set less with NARWHAL_TEST_STOP_SERVE_MS) */
+    int test_clock_fd;          /* tests only (NARWHAL_TEST_MANAGER_CLOCK_FD): a SOCK_SEQPACKET
+                                 * socket whose messages advance the manager's clock, which
+                                 * otherwise stands still (see nw_manager_test_clock); 0: the
+                                 * real, monotonic clock */
 } nw_manager_config;
 
 /* Run the manager until the master closes control_fd (end of stream) or

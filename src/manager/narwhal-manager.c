@@ -225,6 +225,11 @@ int main(int argc, char **argv)
     const char *stop_serve_ms = getenv("NARWHAL_TEST_STOP_SERVE_MS");
     if (stop_serve_ms && atoi(stop_serve_ms) > 0)
         cfg.stop_serve_ms = atoi(stop_serve_ms);
+    /* and a clock of the test's (t/c/test_manager.c): its expiry tests
+     * advance it instead of waiting the timeouts out in real time */
+    const char *test_clock = getenv("NARWHAL_TEST_MANAGER_CLOCK_FD");
+    if (test_clock && atoi(test_clock) > 2)
+        cfg.test_clock_fd = atoi(test_clock);
     size_t fd_limit = raise_fd_limit();
     if (!max_given)
         cfg.max_connections = default_max_connections(fd_limit);
