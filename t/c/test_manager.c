@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -83,6 +84,8 @@ typedef struct {
     int ctl, mctl;
     int tom, mtom;
     int tow, mtow;
+    int clk, mclk;      /* a test clock (mgr_start_clocked), or -1: ours and the manager's */
+    nw_msec now;        /* ...the time on it, as the manager last answered */
     int status;         /* wait status once reaped; -1 before */
     char errpath[64];   /* its stderr */
 } mgr_t;
@@ -102,6 +105,7 @@ static void mgr_open(mgr_t *m)
     pair(&m->ctl, &m->mctl);
     pair(&m->tom, &m->mtom);
     pair(&m->tow, &m->mtow);
+    m->clk = m->mclk = -1;
     m->pid = -1;
     m->status = -1;
 }
@@ -133,6 +137,14 @@ static void mgr_exec(mgr_t *m, const char *const *opts)
         int c = fcntl(m->mtow, F_DUPFD_CLOEXEC, 10);
         if (a < 0 || b < 0 || c < 0 || dup2(a, 3) != 3 || dup2(b, 4) != 4 || dup2(c, 5) != 5)
             _exit(126);
+        /* a test clock: the manager's end as its fd 6 */
+        unsetenv("NARWHAL_TEST_MANAGER_CLOCK_FD");
+        if (m->mclk >= 0) {
+            int d = fcntl(m->mclk, F_DUPFD_CLOEXEC, 10);
+            if (d < 0 || dup2(d, 6) != 6)
+                _exit(126);
+            setenv("NARWHAL_TEST_MANAGER_CLOCK_FD", "6", 1);
+        }
         dup2(efd, 2);
         execv(g_bin, argv);
         _exit(127);
@@ -144,6 +156,21 @@ static void mgr_start(mgr_t *m, const char *const *opts)
 {
     mgr_open(m);
     mgr_exec(m, opts);
+}
+
+static void clock_advance(mgr_t *m, int ms);
+
+/* A manager on a test clock (NARWHAL_TEST_MANAGER_CLOCK_FD): its time
+ * stands still but for clock_advance, so that an expiry test steps over a
+ * timeout instead of waiting it out, and sees the manager at a time of
+ * its choosing (not whenever this process got the CPU). m->now: the time
+ * on it. */
+static void mgr_start_clocked(mgr_t *m, const char *const *opts)
+{
+    mgr_open(m);
+    pair(&m->clk, &m->mclk);
+    mgr_exec(m, opts);
+    clock_advance(m, 0);
 }
 
 /* Reap within timeout_ms. 1: exited (m->status set), 0: still running. */
@@ -208,6 +235,8 @@ static void mgr_close(mgr_t *m)
     close_fd(&m->mtom);
     close_fd(&m->tow);
     close_fd(&m->mtow);
+    close_fd(&m->clk);
+    close_fd(&m->mclk);
 }
 
 /* The master goes away: control EOF, then mgr_check, then every socket closed. */
@@ -230,6 +259,47 @@ static int wait_fd(int fd, short events, int timeout_ms)
         r = poll(&p, 1, timeout_ms);
     } while (r < 0 && errno == EINTR);
     return r > 0;
+}
+
+/* Move the test clock of m on by ms and wait (bounded) for the manager's
+ * answer: it has then expired what is due by the new time (m->now). */
+static void clock_advance(mgr_t *m, int ms)
+{
+    int64_t step = ms, now = 0;
+    if (send(m->clk, &step, sizeof step, MSG_NOSIGNAL) != (ssize_t)sizeof step)
+        die("send to the test clock");
+    if (!wait_fd(m->clk, POLLIN, 5000) || recv(m->clk, &now, sizeof now, 0) != (ssize_t)sizeof now) {
+        printf("Bail out! the manager did not answer its test clock\n");
+        exit(2);
+    }
+    m->now = (nw_msec)now;
+}
+
+/* Wait (bounded) until the manager has read every frame sent on
+ * to-manager (the unix socket's bytes not yet read are ours until then):
+ * a clock advance sent after it comes after those hand-offs. */
+static void handoffs_taken(mgr_t *m)
+{
+    nw_msec end = nw_now_ms() + 3000;
+    int unread = 1;
+    while (nw_now_ms() < end && ioctl(m->tom, SIOCOUTQ, &unread) == 0 && unread > 0)
+        sleep_ms(1);
+    if (unread > 0)
+        diag("the manager has not read its HANDOFF frames after 3 s");
+}
+
+static void put(int fd, const char *s);
+
+/* Send s on a TCP client and wait (bounded) until the kernel has it on the
+ * manager's side (acknowledged): the manager is woken for it before a
+ * clock advance sent after it. */
+static void put_delivered(int fd, const char *s)
+{
+    put(fd, s);
+    nw_msec end = nw_now_ms() + 3000;
+    int unacked = 1;
+    while (nw_now_ms() < end && ioctl(fd, SIOCOUTQ, &unacked) == 0 && unacked > 0)
+        sleep_ms(1);
 }
 
 /* Send one frame, waiting (bounded) while the socket is full. */
@@ -344,6 +414,8 @@ static int stats_next(mgr_t *m, nw_manager_stats *st, nw_msec end)
     char buf[256];
     for (;;) {
         nw_msec left = end - nw_now_ms();
+        if (m->clk >= 0 && left > 0)
+            clock_advance(m, atoi(STATS_MS_TEXT));   /* (its counts are due by then) */
         if (left <= 0 || recv_frame(m->ctl, &f, buf, sizeof buf, &fd, (int)left) != 1)
             return 0;
         if (fd >= 0)
@@ -764,11 +836,14 @@ static void test_serving(void)
         diag("handoffs sent %d, serves seen %d", g_handoffs, served);
     diag_stats(&st);
 
-    /* The master goes away. */
+    /* The master goes away: the client gets end-of-stream at once, and
+     * closes; the manager, which lingers for it (1 s at most, as the SIGTERM
+     * test in test_deadlines checks), then exits. */
     close_fd(&m.ctl);
-    ok(mgr_reap(&m, 3000), "control EOF: the manager exits");
-    ok(read_to_eof(idle_c, NULL, 0, 1000) >= 0, "... closing the connections it held");
+    int held_closed = read_to_eof(idle_c, NULL, 0, 1000) >= 0;
     close(idle_c);
+    ok(mgr_reap(&m, 3000), "control EOF: the manager exits");
+    ok(held_closed, "... closing the connections it held");
     mgr_finish(&m, "control EOF");
 }
 
@@ -895,7 +970,9 @@ static void test_queue(void)
     mgr_finish(&m, "to-workers full");
 }
 
-/* Idle and read deadlines, 408, SIGTERM, and a new manager on the same sockets. */
+/* Idle and read deadlines and 408s, on a test clock (each checked open
+ * just before it is due and closed once it is); then, on the real one,
+ * SIGTERM, and a new manager on the same sockets. */
 static void test_deadlines(void)
 {
     static const char *const opts[] = { "--keepalive-timeout", "0.5", "--read-timeout", "0.8",
@@ -905,20 +982,26 @@ static void test_deadlines(void)
     char buf[1024];
     int cx, cy, cz, c, c2, s;
 
-    mgr_start(&m, opts);
+    mgr_start_clocked(&m, opts);
 
     tcp_pair(&cx, &s);
-    nw_msec t0 = nw_now_ms();
     handoff(m.tom, s, 0, -1, 0, NULL);
     tcp_pair(&cy, &s);
     handoff(m.tom, s, 0, 200, 0, NULL);
-    long ty = read_to_eof(cy, NULL, 0, 3000);
-    long tx = read_to_eof(cx, NULL, 0, 3000);
-    if (tx >= 0)
-        tx = (long)(nw_now_ms() - t0);
-    ok(ty >= 150 && ty <= 900, "HANDOFF with 200 ms left: closed after about 200 ms (before an older one)");
-    ok(tx >= 450 && tx <= 1500, "idle connection closed after --keepalive-timeout (0.5 s)");
-    diag("idle closes after %ld ms (200 ms left) and %ld ms (0.5 s timeout)", ty, tx);
+    handoffs_taken(&m);
+    nw_msec t0 = m.now;
+    clock_advance(&m, 150);
+    int y_open = still_open(cy);
+    clock_advance(&m, 100);
+    int y_closed = read_to_eof(cy, NULL, 0, 1000) >= 0;
+    ok(y_open && y_closed && still_open(cx),
+       "HANDOFF with 200 ms left: open at 150 ms, closed by 250 ms (before an older one)");
+    clock_advance(&m, 200);
+    int x_open = still_open(cx);
+    clock_advance(&m, 100);
+    ok(x_open && read_to_eof(cx, NULL, 0, 1000) >= 0,
+       "idle connection: open at 450 ms, closed by 550 ms (--keepalive-timeout 0.5 s)");
+    diag("test clock: %lld ms from the hand-offs", (long long)(m.now - t0));
     close(cx);
     close(cy);
 
@@ -926,19 +1009,28 @@ static void test_deadlines(void)
      * first byte, not the idle one; then a 408. */
     tcp_pair(&cz, &s);
     handoff(m.tom, s, 0, -1, 0, NULL);
-    sleep_ms(300);
-    put(cz, "GET /slow HTTP/1.1\r\n");
-    long tz = read_to_eof(cz, buf, sizeof buf, 3000);
-    ok(tz >= 700 && tz <= 1800, "slow head: closed after --read-timeout (0.8 s) from its first byte");
+    handoffs_taken(&m);
+    clock_advance(&m, 300);
+    put_delivered(cz, "GET /slow HTTP/1.1\r\n");
+    clock_advance(&m, 700);
+    int z_open = still_open(cz);
+    clock_advance(&m, 100);
+    long tz = read_to_eof(cz, buf, sizeof buf, 1000);
+    ok(z_open && tz >= 0,
+       "slow head: open 700 ms after its first byte (past the idle timeout), closed by 800 ms "
+       "(--read-timeout 0.8 s)");
     is_str(buf, strlen(buf), RESP_408, "slow head: the client gets a 408");
-    diag("slow head closed %ld ms after its first byte", tz);
     close(cz);
 
     /* HEAD_STARTED with 100 ms left of the read timeout. */
     tcp_pair(&c, &s);
     handoff(m.tom, s, 0, 100, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
-    long tc = read_to_eof(c, buf, sizeof buf, 3000);
-    ok(tc >= 50 && tc <= 900, "HANDOFF with HEAD_STARTED and 100 ms left: 408 after about 100 ms");
+    handoffs_taken(&m);
+    clock_advance(&m, 50);
+    int c_open = still_open(c);
+    clock_advance(&m, 50);
+    long tc = read_to_eof(c, buf, sizeof buf, 1000);
+    ok(c_open && tc >= 0, "HANDOFF with HEAD_STARTED and 100 ms left: open at 50 ms, 408 by 100 ms");
     is_str(buf, strlen(buf), RESP_408, "... a full 408 response");
     close(c);
     ok(STATS_UNTIL(&m, st, st.closed_timeout == 4 && st.idle == 0, 3000),
@@ -950,24 +1042,30 @@ static void test_deadlines(void)
      * it was, 800 ms from the first byte. (Counted from the hand-off, the
      * 408 came 800 ms after it, 500 ms late.) */
     tcp_pair(&c, &s);
-    nw_msec th = nw_now_ms();
-    g_ready_ms = (uint32_t)(th - 500);
+    g_ready_ms = (uint32_t)(m.now - 500);
     handoff(m.tom, s, 0, 300, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
     g_ready_ms = 0;
-    sleep_ms(100);
-    put(c, "P");
-    read_to_eof(c, buf, sizeof buf, 3000);
-    long tl = (long)(nw_now_ms() - th);
-    ok(tl >= 250 && tl <= 400, "a head begun before its hand-off: 408 when due from its first byte");
+    handoffs_taken(&m);
+    clock_advance(&m, 100);
+    put_delivered(c, "P");
+    clock_advance(&m, 150);
+    int l_open = still_open(c);
+    clock_advance(&m, 50);
+    long tl = read_to_eof(c, buf, sizeof buf, 1000);
+    ok(l_open && tl >= 0,
+       "a head begun before its hand-off: open at 250 ms, 408 by 300 ms, when due from its first byte");
     is_str(buf, strlen(buf), RESP_408, "... a full 408 response");
-    diag("408 %ld ms after the hand-off (due at 300)", tl);
     close(c);
+    mgr_finish(&m, "deadlines on a test clock");
+
+    mgr_start(&m, opts);
 
     /* SIGTERM: FIN to everything held, linger at most 1 s, exit 0. */
     tcp_pair(&c, &s);
     handoff(m.tom, s, 0, -1, 0, NULL);
     tcp_pair(&c2, &s);
     handoff(m.tom, s, 0, 5000, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
+    handoffs_taken(&m);     /* (a new manager: in its loop, its signals blocked, by then) */
     sleep_ms(30);
     nw_msec tk = nw_now_ms();
     kill(m.pid, SIGTERM);
@@ -1057,7 +1155,8 @@ static void test_full(void)
     mgr_finish(&m, "max-connections");
 }
 
-/* Many idle connections at once, all closed by their deadline. */
+/* Many idle connections at once, all closed by their deadline (on a test
+ * clock: none open at 1.4 s, all closed once it is 1.5 s). */
 static void test_many(void)
 {
     static const char *const opts[] = { "--keepalive-timeout", "1.5", NULL };
@@ -1070,7 +1169,7 @@ static void test_many(void)
         ok(1, "# SKIP RLIMIT_NOFILE too low for the many-connections test");
         return;
     }
-    mgr_start(&m, opts);
+    mgr_start_clocked(&m, opts);
     nw_msec t0 = nw_now_ms();
     handoff_many(m.tom, cl, MANY);
     nw_msec t1 = nw_now_ms();
@@ -1082,8 +1181,14 @@ static void test_many(void)
         open_now += still_open(cl[i]);
     }
     ok(open_now == MANY, "2000 idle connections held at once");
+    handoffs_taken(&m);
+    clock_advance(&m, 1400);
+    int open_before = 0;
+    for (int i = 0; i < MANY; i++)
+        open_before += still_open(cl[i]);
+    clock_advance(&m, 100);
     int left = MANY;
-    nw_msec first = 0, end = t1 + 5000;
+    nw_msec end = nw_now_ms() + 5000;
     while (left > 0 && nw_now_ms() < end) {
         if (poll(pf, MANY, 100) <= 0)
             continue;
@@ -1093,17 +1198,14 @@ static void test_many(void)
                 continue;
             if (recv(pf[i].fd, b, sizeof b, MSG_DONTWAIT) > 0)
                 continue;
-            if (!first)
-                first = nw_now_ms();
             close(pf[i].fd);
             pf[i].fd = -1;
             left--;
         }
     }
     ok(left == 0, "... all closed by the keep-alive timeout");
-    ok(first && first - t0 >= 1400, "... none before it");
-    diag("first close %lld ms after the first hand-off, last %lld ms",
-         (long long)(first - t0), (long long)(nw_now_ms() - t0));
+    ok(open_before == MANY, "... none before it");
+    diag("open at 1.4 s on the test clock: %d; closed by 1.5 s: %d", open_before, MANY - left);
     for (int i = 0; i < MANY; i++)
         if (pf[i].fd >= 0)
             close(pf[i].fd);
@@ -1507,7 +1609,7 @@ static void test_output(void)
     int c, s;
     const size_t big = 16u << 20;   /* more than loopback's socket buffers hold */
 
-    mgr_start(&m, opts);
+    mgr_start_clocked(&m, opts);   /* (--timeout below: stepped over, not waited out) */
     /* Keep-alive: the rest is written as the client reads, then the
      * pipelined request behind it is served. */
     tcp_pair(&c, &s);
@@ -1544,8 +1646,14 @@ static void test_output(void)
 
     /* A client that reads nothing for --timeout (1.5 s) is closed. */
     tcp_pair(&c, &s);
+    nw_msec tw = m.now;     /* (its writes make progress from then on, not after) */
     handoff_output(m.tom, s, pattern_memfd(big), 0, big, 0, 1, NULL, 2);
     ok(STATS_UNTIL(&m, st, st.writing == 1, 2000), "a client that reads nothing: being written");
+    if (tw + 1350 > m.now)
+        clock_advance(&m, (int)(tw + 1350 - m.now));   /* (and STATS_UNTIL's step: 1.4 s) */
+    ok(STATS_UNTIL(&m, st, st.writing == 1, 2000),
+       "... and still, 1.4 s after its hand-off (test clock)");
+    clock_advance(&m, 100);
     ok(STATS_UNTIL(&m, st, st.writing == 0 && st.closed_timeout >= 1, 6000),
        "... closed after --timeout without progress");
     ok(!read_pattern(c, 0, big, 3000), "... and its response is cut short (never complete)");
