@@ -1,10 +1,11 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response read_until_close wait_until
-                   manager_fallback free_port);
+                   manager_fallback free_port in_parallel);
 
 # --crash-backoff: a route ("METHOD path") that kills its worker again
 # and again is answered 503 by the workers, without running the app, for
@@ -41,7 +42,7 @@ sub metric {
     return $r->{body} =~ /^\Q$name\E (\d+)$/m ? $1 : undef;
 }
 
-{
+my $part_backoff = sub {
     my $sport = free_port();
     my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2, '--crash-backoff', 1,
                                                  ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
@@ -73,12 +74,12 @@ sub metric {
            'counted: narwhal_crash_refused_total');
     }
     $s->stop;
-}
+};
 
 # A busy route that kills a few of its requests is not a crash loop: 3
 # deaths among 33 requests to /flaky, and /flaky is still run. Nor is a
 # worker killed from outside (KILL): it is not the route's doing.
-{
+my $part_not_a_loop = sub {
     my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2 ]);
     my @got;
     for my $i (1 .. 33) { push @got, status_of($s->port, $i % 11 ? '/flaky' : '/flaky?crash') }
@@ -98,14 +99,16 @@ sub metric {
     }
     unlike($s->log_text, qr/GET \/sleep killed/, 'workers killed with KILL while serving /sleep: no back-off');
     $s->stop;
-}
+};
 
 # --crash-backoff 0: every request runs the app (and crashes).
-{
+my $part_off = sub {
     my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2, '--crash-backoff', 0 ]);
     my @got = map { status_of($s->port, '/segv') } 1 .. 5;
     is("@got", '0 0 0 0 0', '--crash-backoff 0: never answered 503');
     $s->stop;
-}
+};
 
+# (each part on a server of its own: all three at once)
+in_parallel($part_backoff, $part_not_a_loop, $part_off);
 done_testing();
