@@ -694,6 +694,56 @@ static int served_and_closed(rig *r, nw_wconn *wc)
     return ready;
 }
 
+/* The adoption tests' pool: a scoreboard in whose slots the workers
+ * publish their parked counts (the mean they compare with), and the
+ * adopt queue. */
+typedef struct {
+    nw_scoreboard *board;
+    int bfd;
+    int q[2];           /* the adopt queue's two ends */
+} pool;
+
+static void pool_open(pool *p)
+{
+    p->bfd = -1;
+    p->board = nw_scoreboard_create(4, &p->bfd);
+    if (!p->board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, p->q) < 0)
+        die("board or socketpair");
+}
+
+/* Slot i (pid 100 + i) in state, and r's worker counted in it (r NULL: a
+ * worker of the pool that is not in this process). */
+static void pool_slot(pool *p, int i, int state, rig *r)
+{
+    p->board->slot[i].pid = 100 + i;
+    p->board->slot[i].state = state;
+    if (r)
+        nw_worker_count_in(r->w, p->board, &p->board->slot[i]);
+}
+
+static void pool_close(pool *p)
+{
+    close(p->q[0]);
+    close(p->q[1]);
+    nw_scoreboard_destroy(p->board);
+    close(p->bfd);
+}
+
+/* n new clients, each accepted and parked by r (their sockets in c).
+ * Returns how many were parked. */
+static int park_clients(rig *r, int *c, int n)
+{
+    int parked = 0;
+    for (int i = 0; i < n; i++) {
+        c[i] = client();
+        nw_wconn *wc = next_conn(r->w);
+        parked += wc && nw_worker_release(r->w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
+        if (wc)
+            caller_drop(wc);
+    }
+    return parked;
+}
+
 /* Adoption keeps the pool level (DESIGN.md, "Retirement"). O holds two
  * parked clients, N none (it served one, and is no new worker); both wait
  * in epoll_wait, O first in the adopt queue's wait list. A leaves with a
@@ -706,23 +756,18 @@ static int served_and_closed(rig *r, nw_wconn *wc)
 static void test_adoption_goes_below_the_mean(void)
 {
     rig a, o, n;
-    int q[2], bfd = -1;
+    pool p;
     g_holds = g_drops = 0;
-    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
-    if (!board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
-        die("board or socketpair");
+    pool_open(&p);
     rig_open(&a, 5, 1);
     rig_open(&o, 5, 1);
     rig_open(&n, 5, 1);
-    nw_worker_adopt_queue(o.w, q[1], q[0]);     /* (O's epoll first in the wait list) */
-    nw_worker_adopt_queue(n.w, q[1], q[0]);
-    nw_worker_adopt_queue(a.w, q[1], q[0]);
+    nw_worker_adopt_queue(o.w, p.q[1], p.q[0]);     /* (O's epoll first in the wait list) */
+    nw_worker_adopt_queue(n.w, p.q[1], p.q[0]);
+    nw_worker_adopt_queue(a.w, p.q[1], p.q[0]);
     rig *rigs[] = { &o, &n, &a };
-    for (int i = 0; i < 3; i++) {
-        board->slot[i].pid = 100 + i;
-        board->slot[i].state = NW_WORKER_IDLE;
-        nw_worker_count_in(rigs[i]->w, board, &board->slot[i]);
-    }
+    for (int i = 0; i < 3; i++)
+        pool_slot(&p, i, NW_WORKER_IDLE, rigs[i]);
     if (o.w->adopt_out < 0 || n.w->adopt_out < 0 || a.w->adopt_out < 0) {
         printf("# adoption is off: the open-file limit is too low\n");
     } else {
@@ -748,8 +793,8 @@ static void test_adoption_goes_below_the_mean(void)
            "level: A parks a client");
         if (wc)
             caller_drop(wc);
-        is(board->slot[0].parked, 2, "level: O's slot says 2 parked");
-        is(board->slot[1].parked, 0, "level: N's says none");
+        is(p.board->slot[0].parked, 2, "level: O's slot says 2 parked");
+        is(p.board->slot[1].parked, 0, "level: N's says none");
         waiter wo = { .w = o.w }, wn = { .w = n.w };
         pthread_t to, tn;
         pthread_create(&to, NULL, waiter_run, &wo);
@@ -762,13 +807,13 @@ static void test_adoption_goes_below_the_mean(void)
         }
         ok(asleep, "level: O and N wait in epoll_wait");
         say(ac, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
-        board->slot[2].state = NW_WORKER_STOPPING;
+        p.board->slot[2].state = NW_WORKER_STOPPING;
         nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
         ok(wait_done(&wn, 5000) && wn.wc != NULL,
            "level: A leaves; N, below the mean, adopts its client and takes its request");
         pthread_join(tn, NULL);
         ok(served_and_closed(&n, owned(wn.wc)), "level: N reads the request");
-        ok(!__atomic_load_n(&wo.done, __ATOMIC_SEQ_CST) && board->slot[0].parked == 2,
+        ok(!__atomic_load_n(&wo.done, __ATOMIC_SEQ_CST) && p.board->slot[0].parked == 2,
            "level: O, over the mean, took nothing and still waits");
         say(oc[0], "GET /o HTTP/1.1\r\nHost: x\r\n\r\n");
         ok(wait_done(&wo, 5000) && wo.wc != NULL, "level: O serves its own client");
@@ -784,10 +829,7 @@ static void test_adoption_goes_below_the_mean(void)
     rig_close(&o);
     rig_close(&n);
     is(g_live, 0, "level: every connection was freed, once");
-    close(q[0]);
-    close(q[1]);
-    nw_scoreboard_destroy(board);
-    close(bfd);
+    pool_close(&p);
 }
 
 /* A worker over the mean takes a waiting batch after
@@ -802,47 +844,28 @@ static void test_adoption_goes_below_the_mean(void)
 static void test_adoption_over_mean_waits_once(void)
 {
     rig a, o;
-    int q[2], bfd = -1;
+    pool p;
     enum { LEAVING = 5 };
     g_holds = g_drops = 0;
-    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
-    if (!board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
-        die("board or socketpair");
+    pool_open(&p);
     rig_open(&a, 5, 1);
     rig_open(&o, 5, 1);
-    nw_worker_adopt_queue(o.w, q[1], q[0]);
-    nw_worker_adopt_queue(a.w, q[1], q[0]);
-    board->slot[0].pid = 100;       /* O */
-    board->slot[0].state = NW_WORKER_IDLE;
-    nw_worker_count_in(o.w, board, &board->slot[0]);
-    board->slot[1].pid = 101;       /* A */
-    board->slot[1].state = NW_WORKER_IDLE;
-    nw_worker_count_in(a.w, board, &board->slot[1]);
-    board->slot[2].pid = 102;       /* H: in the app, nothing parked */
-    board->slot[2].state = NW_WORKER_BUSY;
+    nw_worker_adopt_queue(o.w, p.q[1], p.q[0]);
+    nw_worker_adopt_queue(a.w, p.q[1], p.q[0]);
+    pool_slot(&p, 0, NW_WORKER_IDLE, &o);       /* O */
+    pool_slot(&p, 1, NW_WORKER_IDLE, &a);       /* A */
+    pool_slot(&p, 2, NW_WORKER_BUSY, NULL);    /* H: in the app, nothing parked */
     if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
         printf("# adoption is off: the open-file limit is too low\n");
     } else {
         int oc[2], ac[LEAVING], parked = 0;
-        for (int i = 0; i < 2; i++) {
-            oc[i] = client();
-            nw_wconn *wc = next_conn(o.w);
-            parked += wc && nw_worker_release(o.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
-            if (wc)
-                caller_drop(wc);
-        }
-        for (int i = 0; i < LEAVING; i++) {
-            ac[i] = client();
-            nw_wconn *wc = next_conn(a.w);
-            parked += wc && nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
-            if (wc)
-                caller_drop(wc);
-        }
+        parked += park_clients(&o, oc, 2);
+        parked += park_clients(&a, ac, LEAVING);
         is(parked, 2 + LEAVING, "once: O parks two clients, A five");
         for (int i = 0; i < LEAVING; i++)
             say(ac[i], "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
         usleep(20000);
-        board->slot[1].state = NW_WORKER_STOPPING;
+        p.board->slot[1].state = NW_WORKER_STOPPING;
         nw_msec start = nw_now_ms(), first = 0, last = 0;
         nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
         int served = 0;
@@ -871,10 +894,7 @@ static void test_adoption_over_mean_waits_once(void)
     rig_close(&a);
     rig_close(&o);
     is(g_live, 0, "once: every connection was freed, once");
-    close(q[0]);
-    close(q[1]);
-    nw_scoreboard_destroy(board);
-    close(bfd);
+    pool_close(&p);
 }
 
 /* A worker that gives its parked set away from the crash handler, or as
@@ -888,32 +908,20 @@ static void test_adoption_over_mean_waits_once(void)
 static void test_adoption_crash_not_in_the_mean(void)
 {
     rig a, o;
-    int q[2], bfd = -1;
+    pool p;
     g_holds = g_drops = 0;
-    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
-    if (!board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
-        die("board or socketpair");
+    pool_open(&p);
     rig_open(&a, 5, 1);
     rig_open(&o, 5, 1);
-    nw_worker_adopt_queue(o.w, q[1], q[0]);
-    nw_worker_adopt_queue(a.w, q[1], q[0]);
-    board->slot[0].pid = 100;       /* O */
-    board->slot[0].state = NW_WORKER_IDLE;
-    nw_worker_count_in(o.w, board, &board->slot[0]);
-    board->slot[1].pid = 101;       /* A */
-    board->slot[1].state = NW_WORKER_BUSY;
-    nw_worker_count_in(a.w, board, &board->slot[1]);
+    nw_worker_adopt_queue(o.w, p.q[1], p.q[0]);
+    nw_worker_adopt_queue(a.w, p.q[1], p.q[0]);
+    pool_slot(&p, 0, NW_WORKER_IDLE, &o);       /* O */
+    pool_slot(&p, 1, NW_WORKER_BUSY, &a);       /* A */
     if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
         printf("# adoption is off: the open-file limit is too low\n");
     } else {
         int oc[2], ac, parked = 0;
-        for (int i = 0; i < 2; i++) {
-            oc[i] = client();
-            nw_wconn *wc = next_conn(o.w);
-            parked += wc && nw_worker_release(o.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
-            if (wc)
-                caller_drop(wc);
-        }
+        parked += park_clients(&o, oc, 2);
         ac = client();
         nw_wconn *wc = next_conn(a.w);
         parked += wc && nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
@@ -924,8 +932,8 @@ static void test_adoption_crash_not_in_the_mean(void)
         usleep(20000);
         nw_msec start = nw_now_ms(), took = 0;
         nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);   /* (its slot still says busy) */
-        ok(board->slot[1].parked_released && board->slot[1].parked == 0
-           && board->slot[1].state == NW_WORKER_BUSY, "crash: A's slot: busy, none parked, released");
+        ok(p.board->slot[1].parked_released && p.board->slot[1].parked == 0
+           && p.board->slot[1].state == NW_WORKER_BUSY, "crash: A's slot: busy, none parked, released");
         int served = 0;
         while (!served && nw_now_ms() - start < 2000) {
             nw_wconn *got = nw_worker_next(o.w, 100);
@@ -946,10 +954,7 @@ static void test_adoption_crash_not_in_the_mean(void)
     rig_close(&a);
     rig_close(&o);
     is(g_live, 0, "crash: every connection was freed, once");
-    close(q[0]);
-    close(q[1]);
-    nw_scoreboard_destroy(board);
-    close(bfd);
+    pool_close(&p);
 }
 
 /* An idle worker over the mean that steps aside sends the waiting frames
@@ -963,46 +968,27 @@ static void test_adoption_crash_not_in_the_mean(void)
 static void test_adoption_aside_full_queue(void)
 {
     rig a, o;
-    int q[2], bfd = -1;
+    pool p;
     g_holds = g_drops = 0;
-    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
-    if (!board || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0)
-        die("board or socketpair");
+    pool_open(&p);
     rig_open(&a, 5, 1);
     rig_open(&o, 5, 1);
-    nw_worker_adopt_queue(o.w, q[1], q[0]);
-    nw_worker_adopt_queue(a.w, q[1], q[0]);
-    board->slot[0].pid = 100;       /* O */
-    board->slot[0].state = NW_WORKER_IDLE;
-    nw_worker_count_in(o.w, board, &board->slot[0]);
-    board->slot[1].pid = 101;       /* A */
-    board->slot[1].state = NW_WORKER_IDLE;
-    nw_worker_count_in(a.w, board, &board->slot[1]);
-    board->slot[2].pid = 102;       /* H: in the app, nothing parked */
-    board->slot[2].state = NW_WORKER_BUSY;
+    nw_worker_adopt_queue(o.w, p.q[1], p.q[0]);
+    nw_worker_adopt_queue(a.w, p.q[1], p.q[0]);
+    pool_slot(&p, 0, NW_WORKER_IDLE, &o);       /* O */
+    pool_slot(&p, 1, NW_WORKER_IDLE, &a);       /* A */
+    pool_slot(&p, 2, NW_WORKER_BUSY, NULL);    /* H: in the app, nothing parked */
     if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
         printf("# adoption is off: the open-file limit is too low\n");
     } else {
         int oc[2], ac[2], parked = 0;
-        for (int i = 0; i < 2; i++) {
-            oc[i] = client();
-            nw_wconn *wc = next_conn(o.w);
-            parked += wc && nw_worker_release(o.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
-            if (wc)
-                caller_drop(wc);
-        }
-        for (int i = 0; i < 2; i++) {
-            ac[i] = client();
-            nw_wconn *wc = next_conn(a.w);
-            parked += wc && nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
-            if (wc)
-                caller_drop(wc);
-        }
+        parked += park_clients(&o, oc, 2);
+        parked += park_clients(&a, ac, 2);
         is(parked, 4, "full: O parks two clients, A two");
         for (int i = 0; i < 2; i++)
             say(ac[i], "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
         usleep(20000);
-        board->slot[1].state = NW_WORKER_STOPPING;
+        p.board->slot[1].state = NW_WORKER_STOPPING;
         nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);   /* two frames of one */
         /* the rest of the queue: frames of records without sockets (adopted
          * as nothing), as many as it takes */
@@ -1011,7 +997,7 @@ static void test_adoption_aside_full_queue(void)
         nw_frame_init(&f, NW_FRAME_ADOPT);
         f.data_len = sizeof filler;
         int fillers = 0;
-        while (fillers < 1000 && nw_frame_send(q[0], &f, filler, -1) == 0)
+        while (fillers < 1000 && nw_frame_send(p.q[0], &f, filler, -1) == 0)
             fillers++;
         ok(fillers < 1000 && (errno == EAGAIN || errno == EWOULDBLOCK), "full: the queue is full");
         nw_msec start = nw_now_ms(), took = 0;
@@ -1034,10 +1020,7 @@ static void test_adoption_aside_full_queue(void)
     rig_close(&a);
     rig_close(&o);
     is(g_live, 0, "full: every connection was freed, once");
-    close(q[0]);
-    close(q[1]);
-    nw_scoreboard_destroy(board);
-    close(bfd);
+    pool_close(&p);
 }
 
 /* Whether wc is the server's end of client socket s. */
@@ -1060,19 +1043,14 @@ static int is_client(const nw_wconn *wc, int s)
 static void test_accept_goes_below_the_mean(void)
 {
     rig o, n;
-    int bfd = -1;
+    pool p;
     g_holds = g_drops = 0;
-    nw_scoreboard *board = nw_scoreboard_create(4, &bfd);
-    if (!board)
-        die("board");
+    pool_open(&p);
     rig_open(&o, 5, 1);
     rig_open(&n, 5, 1);
     rig *rigs[] = { &o, &n };
-    for (int i = 0; i < 2; i++) {
-        board->slot[i].pid = 100 + i;
-        board->slot[i].state = NW_WORKER_IDLE;
-        nw_worker_count_in(rigs[i]->w, board, &board->slot[i]);
-    }
+    for (int i = 0; i < 2; i++)
+        pool_slot(&p, i, NW_WORKER_IDLE, rigs[i]);
     int oc[2];
     for (int i = 0; i < 2; i++) {
         oc[i] = client();
@@ -1117,8 +1095,7 @@ static void test_accept_goes_below_the_mean(void)
     rig_close(&o);
     rig_close(&n);
     is(g_live, 0, "burst: every connection was freed, once");
-    nw_scoreboard_destroy(board);
-    close(bfd);
+    pool_close(&p);
 }
 
 /* The serve queue and the listeners are EPOLLEXCLUSIVE too: a leaving
