@@ -73,7 +73,7 @@ for my $case ([ 'a socket path', "$TMP/notify.sock", "$TMP/notify.sock" ],
         ok($stop && $stop->{STOPPING}, 'TERM: STOPPING=1') or diag explain $stop;
         like($stop->{STATUS} // '', qr/stopping/, '... with a STATUS=');
         ok(defined $s->wait_exit(10), 'and it stops');
-        unlink "$TMP/notify.sock";
+        unlink $bind unless $bind =~ /^\0/;   # (this case's own: the parts run at once)
     } };
 }
 
