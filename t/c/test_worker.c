@@ -729,6 +729,31 @@ static void pool_close(pool *p)
     close(p->bfd);
 }
 
+/* O and A in a pool, O first in the adopt queue's wait list, in slots 0
+ * and 1 (A in a_state). Returns whether adoption is on (the open-file
+ * limit allows it). */
+static int pool_o_and_a(pool *p, rig *o, rig *a, int a_state)
+{
+    pool_open(p);
+    rig_open(a, 5, 1);
+    rig_open(o, 5, 1);
+    nw_worker_adopt_queue(o->w, p->q[1], p->q[0]);
+    nw_worker_adopt_queue(a->w, p->q[1], p->q[0]);
+    pool_slot(p, 0, NW_WORKER_IDLE, o);
+    pool_slot(p, 1, a_state, a);
+    if (o->w->adopt_out >= 0 && a->w->adopt_out >= 0)
+        return 1;
+    printf("# adoption is off: the open-file limit is too low\n");
+    return 0;
+}
+
+static void pool_o_and_a_close(pool *p, rig *o, rig *a)
+{
+    rig_close(a);
+    rig_close(o);
+    pool_close(p);
+}
+
 /* n new clients, each accepted and parked by r (their sockets in c).
  * Returns how many were parked. */
 static int park_clients(rig *r, int *c, int n)
@@ -847,17 +872,9 @@ static void test_adoption_over_mean_waits_once(void)
     pool p;
     enum { LEAVING = 5 };
     g_holds = g_drops = 0;
-    pool_open(&p);
-    rig_open(&a, 5, 1);
-    rig_open(&o, 5, 1);
-    nw_worker_adopt_queue(o.w, p.q[1], p.q[0]);
-    nw_worker_adopt_queue(a.w, p.q[1], p.q[0]);
-    pool_slot(&p, 0, NW_WORKER_IDLE, &o);       /* O */
-    pool_slot(&p, 1, NW_WORKER_IDLE, &a);       /* A */
+    int on = pool_o_and_a(&p, &o, &a, NW_WORKER_IDLE);
     pool_slot(&p, 2, NW_WORKER_BUSY, NULL);    /* H: in the app, nothing parked */
-    if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
-        printf("# adoption is off: the open-file limit is too low\n");
-    } else {
+    if (on) {
         int oc[2], ac[LEAVING], parked = 0;
         parked += park_clients(&o, oc, 2);
         parked += park_clients(&a, ac, LEAVING);
@@ -891,10 +908,8 @@ static void test_adoption_over_mean_waits_once(void)
         for (int i = 0; i < LEAVING; i++)
             close(ac[i]);
     }
-    rig_close(&a);
-    rig_close(&o);
+    pool_o_and_a_close(&p, &o, &a);
     is(g_live, 0, "once: every connection was freed, once");
-    pool_close(&p);
 }
 
 /* A worker that gives its parked set away from the crash handler, or as
@@ -910,16 +925,8 @@ static void test_adoption_crash_not_in_the_mean(void)
     rig a, o;
     pool p;
     g_holds = g_drops = 0;
-    pool_open(&p);
-    rig_open(&a, 5, 1);
-    rig_open(&o, 5, 1);
-    nw_worker_adopt_queue(o.w, p.q[1], p.q[0]);
-    nw_worker_adopt_queue(a.w, p.q[1], p.q[0]);
-    pool_slot(&p, 0, NW_WORKER_IDLE, &o);       /* O */
-    pool_slot(&p, 1, NW_WORKER_BUSY, &a);       /* A */
-    if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
-        printf("# adoption is off: the open-file limit is too low\n");
-    } else {
+    int on = pool_o_and_a(&p, &o, &a, NW_WORKER_BUSY);
+    if (on) {
         int oc[2], ac, parked = 0;
         parked += park_clients(&o, oc, 2);
         ac = client();
@@ -951,10 +958,8 @@ static void test_adoption_crash_not_in_the_mean(void)
             close(oc[i]);
         close(ac);
     }
-    rig_close(&a);
-    rig_close(&o);
+    pool_o_and_a_close(&p, &o, &a);
     is(g_live, 0, "crash: every connection was freed, once");
-    pool_close(&p);
 }
 
 /* An idle worker over the mean that steps aside sends the waiting frames
@@ -970,17 +975,9 @@ static void test_adoption_aside_full_queue(void)
     rig a, o;
     pool p;
     g_holds = g_drops = 0;
-    pool_open(&p);
-    rig_open(&a, 5, 1);
-    rig_open(&o, 5, 1);
-    nw_worker_adopt_queue(o.w, p.q[1], p.q[0]);
-    nw_worker_adopt_queue(a.w, p.q[1], p.q[0]);
-    pool_slot(&p, 0, NW_WORKER_IDLE, &o);       /* O */
-    pool_slot(&p, 1, NW_WORKER_IDLE, &a);       /* A */
+    int on = pool_o_and_a(&p, &o, &a, NW_WORKER_IDLE);
     pool_slot(&p, 2, NW_WORKER_BUSY, NULL);    /* H: in the app, nothing parked */
-    if (o.w->adopt_out < 0 || a.w->adopt_out < 0) {
-        printf("# adoption is off: the open-file limit is too low\n");
-    } else {
+    if (on) {
         int oc[2], ac[2], parked = 0;
         parked += park_clients(&o, oc, 2);
         parked += park_clients(&a, ac, 2);
@@ -1017,10 +1014,8 @@ static void test_adoption_aside_full_queue(void)
             close(ac[i]);
         }
     }
-    rig_close(&a);
-    rig_close(&o);
+    pool_o_and_a_close(&p, &o, &a);
     is(g_live, 0, "full: every connection was freed, once");
-    pool_close(&p);
 }
 
 /* Whether wc is the server's end of client socket s. */
