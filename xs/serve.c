@@ -295,8 +295,9 @@ static int release(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, nw_release_reason wh
 
 /* --min-worker-lifetime: a worker at its count, or at the request after
  * which it would ask for its replacement, that is younger than that is
- * given --max-reqs-per-child requests more (as often as it takes), so
- * that heavy load does not replace workers several times a second. */
+ * given its own count again (limit_step: --max-reqs-per-child as drawn
+ * for it), as often as it takes, so that heavy load does not replace
+ * workers several times a second. */
 static void extend_if_young(nw_serve_setup *s)
 {
     if (s->min_lifetime_ms && nw_now_ms() - s->born_ms < s->min_lifetime_ms) {
