@@ -25,6 +25,8 @@ use Time::HiRes qw(time sleep);
 #   proxy   a PROXY header to send first on each new connection
 #   expect  a regex each answer's body must match (else it counts as wrong)
 #   post    send POSTs with a small body (a proxy must not retry them once sent)
+#   pace    seconds to wait after each answer (0: none; a paced client keeps
+#           a request in flight most of the time at a fraction of the CPU)
 sub client {
     my ($out, %o) = @_;
     my $pid = fork // die "fork: $!";
@@ -46,6 +48,7 @@ sub client {
         $n{$r}++;
         $n{reset_new}++ if $r eq 'reset' && !$on_conn++;
         ($c, $on_conn) = (undef, 0) if $r ne 'answered' || $close;    # Connection: close is honoured
+        sleep $o{pace} if $o{pace};
     }
     open(my $f, '>', $out) or POSIX::_exit(1);
     print $f join(' ', @n{qw(sent answered failed reset reset_new wrong)}), "\n";
@@ -110,7 +113,7 @@ my $N = 0;
 
 # $n clients of $path on $port (a TCP port or a unix socket's path); their
 # counts go to files in $dir. %o: proxy => sub { $i -> header }, expect =>
-# sub { $i -> regex }, post => 1 (see client).
+# sub { $i -> regex }, post => 1, pace => seconds (see client).
 sub start_clients {
     my ($dir, $port, $n, $path, $seconds, $count, %o) = @_;
     return map {
@@ -118,7 +121,7 @@ sub start_clients {
         my $out = "$dir/client-$$-" . $N++;
         { pid => client($out, to => $port, path => $path, seconds => $seconds, count => $count,
                         proxy => $o{proxy} && $o{proxy}->($i), expect => $o{expect} && $o{expect}->($i),
-                        post => $o{post}),
+                        post => $o{post}, pace => $o{pace}),
           out => $out }
     } 1 .. $n;
 }
