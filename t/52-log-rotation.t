@@ -42,7 +42,9 @@ sub manager_pid {
 
 my $err = "$TMP/error.log";
 my $acc = "$TMP/access.log";
-my $s = spawn_server(app => $APP,
+# The workers' idle wait is 0.2 s here, not 1 s (NARWHAL_TEST_WORKER_WAIT):
+# an idle worker writes its buffered access log lines then.
+my $s = spawn_server(app => $APP, env => { NARWHAL_TEST_WORKER_WAIT => 0.2 },
                      args => [ @NM, '--max-workers', '2', '--error-log', $err, '--access-log', $acc ]);
 my $port = $s->port;
 ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), 'two workers');
@@ -90,7 +92,7 @@ for my $round ([ 'logrotate create', 1 ], [ 'moved only, the master creates', 0 
         like(slurp($err), qr/^\S+Z narwhal\[$manager\] manager info: reopened the error log/m,
              "the manager's line is in the new error log") if $manager;
         # every worker's access lines after the rotation have gone out (a
-        # buffer goes out within a second), all to the new file
+        # buffer goes out within the idle wait), all to the new file
         ok(wait_until(sub { my $a = slurp($acc); !grep { $a !~ m{GET /warn\?after-$create-$_ } } 1 .. $sent }, 5),
            "all $sent requests' access lines are in the new access log");
         is(slurp("$err.1"), $old_err, 'nothing more in the moved error log');
@@ -105,16 +107,27 @@ for my $round ([ 'logrotate create', 1 ], [ 'moved only, the master creates', 0 
 subtest 'USR1 while workers start' => sub {
     my $moved = '';
     for my $i (1 .. 5) {
+        my %old = map { $_ => 1 } worker_pids($s->pid);
         rename $err, "$err.1" or die "rename: $!";
         kill HUP => $s->pid;
         kill USR1 => $s->pid;
-        sleep 0.5;
+        # Each round ends when the master has taken both (its line is in
+        # the new file, so it writes no more to the moved one) and the new
+        # generation serves in place of the old one, on the new file.
+        wait_until(sub {
+            my @w = worker_pids($s->pid);
+            slurp($err) =~ /master info: USR1: reopened the logs/
+                && @w == 2 && !grep { $old{$_} || !same_file($_, 2, $err) } @w;
+        }, 10);
         $moved .= slurp("$err.1");
         unlink "$err.1";
     }
     ok(wait_until(sub { my @w = worker_pids($s->pid); @w == 2 && !grep { !same_file($_, 2, $err) } @w }, 10),
        'two workers, each on the new error log');
-    sleep 0.5;
+    # (no wait for a late line: a worker that USR1 killed never reopened
+    # its stderr, so it is not one of these two, and the master wrote why
+    # it died before it forked the worker in its place, or gave the new
+    # generation up, which then would not have replaced the old one)
     my $all = $moved . slurp($err);
     unlike($all, qr/killed by signal 10\b|cannot start/, 'no worker was killed by USR1') or diag $all;
     is(http_get($port, '/')->{status}, 200, 'and the server serves');
