@@ -1,10 +1,11 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use Time::HiRes qw(time sleep);
 use lib 't/lib';
 use NarwhalTest qw(spawn_server write_app wait_until manager_fallback free_port worker_pids
-                   raw_connect read_response read_until_close);
+                   raw_connect read_response read_until_close pid_alive in_parallel);
 
 # Custody (DESIGN.md, "Custody of parked connections"): the manager holds
 # a copy of every connection parked in a worker, so that a worker killed
@@ -47,11 +48,15 @@ sub {
 }
 APP
 
-my $sport = free_port();
+# The status address of the part's server: each server has its own (the
+# one before may still be stopping: each stops as its part ends, as its
+# guard goes, and no test looks at the stop).
+my $sport;
 sub metrics { NarwhalTest::metrics_of($sport) }
 
 sub server {
     my (@args) = @_;
+    $sport = free_port();
     my $s = spawn_server(app => $APP, args => [ '--keepalive-wait' => 10, '--keepalive-timeout' => 30,
                                                 '--status-listen' => "127.0.0.1:$sport", @args ]);
     ok(wait_until(sub { defined metrics()->{narwhal_custody_connections} }, 5), 'the status page is up');
@@ -81,7 +86,7 @@ sub settle {
 }
 
 # A worker killed between requests: every connection parked in it lives on.
-{
+my $part_killed_idle = sub {
     my $s = server('--max-workers' => 2);
     wait_until(sub { worker_pids($s->pid) == 2 }, 5);
     my @c = map { raw_connect($s->port) } 1 .. 8;
@@ -101,18 +106,20 @@ sub settle {
     is($m->{narwhal_custody_lost_total}, 0, 'and none lost');
     like($s->log_text, qr/manager warn: worker $victim ended without giving up its connections: took over $in{$victim}, closed 0/,
          'the error log says what the manager took over');
-    $s->stop;
-}
+};
 
 # A worker killed while serving: the request in flight is lost (its
 # client sees the end at once), the connection parked beside it is not.
-{
+my $part_killed_serving = sub {
     my $s = server('--max-workers' => 1);
     my ($busy, $parked) = map { raw_connect($s->port) } 1 .. 2;
     my $pid = (@{ settle(2, $busy, $parked) || [] })[0];
     ok($pid, 'both in custody');
     syswrite($busy, "GET /sleep/5 HTTP/1.1\r\nHost: t\r\n\r\n");
-    sleep 0.3;
+    # The kill comes once the request runs and the park watcher has handed
+    # the parked connection to the manager (NW_PARK_SLOW_REQUEST_MS into it).
+    wait_until(sub { my $m = metrics();
+                     $m->{'narwhal_workers{state="busy"}'} == 1 && $m->{'narwhal_connections{state="idle"}'} == 1 }, 5);
     kill KILL => $pid;
     my $t0 = time;
     my $rest = read_until_close($busy, 4);
@@ -133,12 +140,11 @@ sub settle {
     is(read_until_close($busy, 4), '', "an app's exit: its request gets no answer");
     $r = ask($parked, '/after-exit');
     like($r && $r->{body}, qr{path=/after-exit}, 'and the connection parked beside it lives on');
-    $s->stop;
-}
+};
 
 # Closed by the worker: the FIN leaves at once although the manager held a
 # copy. A socket the app keeps (psgix.io) is the app's to close.
-{
+my $part_closed = sub {
     my $s = server('--max-workers' => 1);
     my $c = raw_connect($s->port);
     ok(settle(1, $c), 'parked and in custody');
@@ -161,12 +167,11 @@ sub settle {
     $t0 = time;
     is(read_until_close($io, 4), 'later', 'the client got what the app wrote after its request');
     ok(time - $t0 < 1, 'and the end at once: the manager had let go of its copy');
-    $s->stop;
-}
+};
 
 # A worker that leaves in good order (HUP) gives its parked connections to
 # the others: the manager takes over nothing.
-{
+my $part_hup = sub {
     my $s = server('--max-workers' => 2);
     my @c = map { raw_connect($s->port) } 1 .. 6;
     ask($_, '/first') for @c;
@@ -178,12 +183,11 @@ sub settle {
     is(scalar(grep { $_ && $_->{status} == 200 } @again), 6, 'every connection answered after the HUP');
     is(metrics()->{narwhal_custody_taken_over_total}, 0, 'none taken over: they were given away');
     unlike($s->log_text, qr/ended without giving up/, 'and no such line in the error log');
-    $s->stop;
-}
+};
 
 # Connections a retiring worker gave to another, which is then killed:
 # the manager watches their new owner too.
-{
+my $part_new_owner = sub {
     my $s = server('--max-workers' => 1);
     my @c = map { raw_connect($s->port) } 1 .. 4;
     ok(settle(4, @c), 'four in custody');
@@ -193,18 +197,18 @@ sub settle {
     kill USR2 => $first;    # retired: its parked connections go to the others
     ok(wait_until(sub { my @w = worker_pids($s->pid); @w == 2 && !grep { $_ == $first } @w }, 10),
        'the first worker retired and was replaced');
-    ok(wait_until(sub { (metrics()->{narwhal_custody_connections} // 0) == 4 }, 3),
+    # (once the first worker has ended, the manager has let go of the
+    # copies still in its name: those it holds then are the new owner's)
+    ok(wait_until(sub { !pid_alive($first) && (metrics()->{narwhal_custody_connections} // 0) == 4 }, 3),
        'the four are in custody under their new owner');
-    sleep 0.2;
     kill KILL => worker_pids($s->pid);
     my @again = map { ask($_, '/again') } @c;
     is(scalar(grep { $_ && $_->{status} == 200 } @again), 4,
        'after kill -9 of every worker, the four adopted connections are answered');
-    $s->stop;
-}
+};
 
 # Under --proxy-protocol a connection taken over keeps its PROXY address.
-{
+my $part_proxy = sub {
     my $s = server('--max-workers' => 1, '--proxy-protocol');
     my $c = raw_connect($s->port);
     syswrite($c, "PROXY TCP4 10.9.8.7 10.0.0.1 5555 80\r\nGET /first HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -215,20 +219,25 @@ sub settle {
     kill KILL => $pid;
     $r = ask($c, '/again');
     like($r && $r->{body}, qr{addr=10\.9\.8\.7 path=/again}, 'after its worker was killed, the same address');
-    $s->stop;
-}
+};
 
 # --no-custody: no copies; a parked connection dies with its worker.
-{
+my $part_no_custody = sub {
     my $s = server('--max-workers' => 1, '--no-custody');
     my $c = raw_connect($s->port);
     my $pid = pid_of(ask($c, '/first'));
-    sleep 0.3;
+    # A copy would be due NW_CUSTODY_DELAY_MS (10 ms) after the park, and a
+    # worker sends those due before it serves its next connection: once a
+    # request sent later is answered, a copy would be with the manager.
+    sleep 0.02;
+    ask(raw_connect($s->port), '/later');
     is(metrics()->{narwhal_custody_connections}, 0, '--no-custody: the manager holds no copy');
     kill KILL => $pid;
     my $r = ask($c, '/again');
     ok(!($r && $r->{status}), 'and the parked connection died with its worker');
-    $s->stop;
-}
+};
 
+# The parts in two processes at once (each part has its own server).
+in_parallel(sub { $part_killed_idle->(); $part_killed_serving->(); $part_closed->(); $part_proxy->() },
+            sub { $part_hup->(); $part_new_owner->(); $part_no_custody->() });
 done_testing;
