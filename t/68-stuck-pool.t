@@ -21,10 +21,14 @@ plan skip_all => 'the connection manager takes them'
 
 my $APP = NarwhalTest::sleepy_app('"ok $env->{REMOTE_ADDR}\n"');
 
+# (each part below has its own server, and status address; a server stops
+# as its part ends and its guard goes, but in the part that looks at the
+# stop)
 our $sport;
 sub metrics { NarwhalTest::metrics_of($sport) }
 
-# Send GET $path on each connection at once; [status, seconds] per one.
+# Send GET $path on each connection at once; [status, seconds, response,
+# time of the answer] per one.
 sub ask_all {
     my ($path, $timeout, @conns) = @_;
     my (%sent, %got, %buf);
@@ -38,23 +42,29 @@ sub ask_all {
         for my $h ($sel->can_read(0.2)) {
             my ($i) = grep { $conns[$_] == $h } 0 .. $#conns;
             my $n = sysread($h, $buf{$i}, 65536, length($buf{$i} // ''));
-            if (!$n) { $sel->remove($h); $got{$i} //= [ 0, time - $sent{$i}, '' ]; next }
-            $got{$i} //= [ $1, time - $sent{$i}, $buf{$i} ]
+            if (!$n) { $sel->remove($h); $got{$i} //= [ 0, time - $sent{$i}, '', time ]; next }
+            $got{$i} //= [ $1, time - $sent{$i}, $buf{$i}, time ]
                 if $buf{$i} =~ m{^HTTP/1\.1 (\d+).*?\r\n\r\n.*\n}s;
         }
     }
-    return map { $got{$_} // [ -1, undef, '' ] } 0 .. $#conns;
+    return map { $got{$_} // [ -1, undef, '', undef ] } 0 .. $#conns;
 }
 
-# Two workers stuck in 3 s requests.
+# Two workers stuck in 2 s requests.
 sub occupy {
     my ($where) = @_;
     my @busy = map { raw_connect($where) } 1 .. 2;
-    syswrite($_, "GET /sleep/3 HTTP/1.1\r\nHost: x\r\n\r\n") for @busy;
+    syswrite($_, "GET /sleep/2 HTTP/1.1\r\nHost: x\r\n\r\n") for @busy;
     return @busy;
 }
 
-# 1. --max-queue-wait 500: twenty new clients get 503 at about 0.5 s.
+# Both workers stuck: the manager says it takes new connections.
+sub manager_accepting { wait_until(sub { (metrics()->{narwhal_manager_accepting} // 0) == 1 }, 2) }
+
+# 1. --max-queue-wait 500: twenty new clients get 503 at about 0.5 s (and
+# well before the stuck requests end). Once they are timed, it says so in
+# $timed (a file) for the part that sends 100 clients at once.
+my $timed = tmpdir() . '/503s-timed';
 my $part_queue_wait = sub {
     local $sport = free_port();
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 2, '--max-queue-wait', 500,
@@ -64,9 +74,7 @@ my $part_queue_wait = sub {
     is(metrics()->{narwhal_manager_accepting}, 0, 'the manager does not accept while workers are free');
     my $m0 = metrics();
     my @busy = occupy($s->port);
-    sleep 0.3;
-    ok(wait_until(sub { metrics()->{narwhal_manager_accepting} == 1 }, 2),
-       'both workers stuck: the manager takes new connections');
+    ok(manager_accepting(), 'both workers stuck: the manager takes new connections');
     my @new = map { raw_connect($s->port) } 1 .. 20;
     my @r = ask_all('/', 5, @new);
     is(scalar(grep { $_->[0] == 503 } @r), 20, 'twenty new clients: twenty 503s')
@@ -80,6 +88,7 @@ my $part_queue_wait = sub {
     cmp_ok($m1->{narwhal_manager_accepted_total} - $m0->{narwhal_manager_accepted_total}, '>=', 20,
            'the manager accepted them (narwhal_manager_accepted_total)');
     is($m1->{narwhal_shed_total} - $m0->{narwhal_shed_total}, 20, 'narwhal_shed_total counts them');
+    open(my $fh, '>', $timed) or die "$timed: $!";
     my @b = map { my $r = read_response($_, 5); $r ? $r->{status} : 0 } @busy;
     is("@b", '200 200', 'the stuck requests finish');
 
@@ -91,7 +100,6 @@ my $part_queue_wait = sub {
     is(scalar(grep { $_->[0] == 200 } @r), 20, 'twenty new clients served');
     is(metrics()->{narwhal_manager_accepted_total} - $m2->{narwhal_manager_accepted_total}, 0,
        '... accepted by the workers (no hand-off on the fast path)');
-    $s->stop;
 };
 
 # 2. No limit: the waiting clients are all served when the workers are
@@ -102,14 +110,15 @@ my $part_no_limit = sub {
     $s = spawn_server(app => $APP, args => [ '--max-workers', 2,
                                              '--status-listen', "127.0.0.1:$sport" ]);
     wait_until(sub { worker_pids($s->pid) == 2 }, 5);
+    my $busy_from = time;
     @busy = occupy($s->port);
-    sleep 0.3;
+    manager_accepting();
     $m0 = metrics();
     @new = map { raw_connect($s->port) } 1 .. 10;
-    my $t0 = time;
     @r = ask_all('/', 8, @new);
     is(scalar(grep { $_->[0] == 200 } @r), 10, 'no limit: ten new clients all served');
-    cmp_ok((sort { $a <=> $b } map { $_->[1] // 0 } @r)[0], '>', 2, '... once the workers were free');
+    # (the first answer came after the stuck requests' 2 s)
+    cmp_ok((sort { $a <=> $b } map { $_->[3] // 0 } @r)[0] - $busy_from, '>', 2, '... once the workers were free');
     read_response($_, 5) for @busy;
     $m1 = metrics();
     cmp_ok($m1->{narwhal_manager_accepted_total} - $m0->{narwhal_manager_accepted_total}, '>=', 10,
@@ -120,7 +129,6 @@ my $part_no_limit = sub {
     my $service = $m1->{narwhal_request_duration_seconds_sum} - $m0->{narwhal_request_duration_seconds_sum};
     cmp_ok(abs($waited - $client), '<', 0.1 * $client + 0.1,
            sprintf('their wait is measured: %.3f s queued, the clients waited %.3f s in all', $waited, $client));
-    $s->stop;
 };
 
 # 3. A unix-socket listener and --proxy-protocol: the connections the
@@ -134,9 +142,9 @@ my $part_unix_proxy = sub {
                                 '--status-listen', "127.0.0.1:$sport" ]);
     wait_until(sub { worker_pids($s->pid) == 2 }, 5);
     @busy = map { raw_connect($path) } 1 .. 2;
-    syswrite($_, "PROXY TCP4 192.0.2.7 192.0.2.1 4000 80\r\nGET /sleep/1.5 HTTP/1.1\r\nHost: x\r\n\r\n")
+    syswrite($_, "PROXY TCP4 192.0.2.7 192.0.2.1 4000 80\r\nGET /sleep/1 HTTP/1.1\r\nHost: x\r\n\r\n")
         for @busy;
-    sleep 0.3;
+    manager_accepting();
     $m0 = metrics();
     @new = map { raw_connect($path) } 1 .. 4;
     syswrite($new[$_], "PROXY TCP4 198.51.100.$_ 192.0.2.1 5000 80\r\n") for 0 .. 3;
@@ -147,7 +155,6 @@ my $part_unix_proxy = sub {
     cmp_ok(metrics()->{narwhal_manager_accepted_total} - $m0->{narwhal_manager_accepted_total}, '>=', 4,
            '... taken by the manager from the unix socket');
     read_response($_, 5) for @busy;
-    $s->stop;
 };
 
 # 4. A graceful stop while the pool is stuck: the clients the manager
@@ -180,9 +187,10 @@ my $part_stop = sub {
     ok(wait_until(sub { !NarwhalTest::pid_alive($s->pid) }, 10), '... and the server exits');
 };
 
-# The parts in two processes at once (each has its own server and status
-# address; the one that times its 503s to 0.1 s does not run beside the
-# one that sends 100 clients at once).
-in_parallel(sub { $part_queue_wait->(); $part_unix_proxy->() },
-            sub { $part_no_limit->(); $part_stop->() });
+# The parts in three processes at once (the one that times its 503s to
+# 0.1 s does not run beside the one that sends 100 clients at once: that
+# one comes after the unix-socket part, once the 503s are timed).
+in_parallel(sub { $part_queue_wait->() },
+            sub { $part_no_limit->() },
+            sub { $part_unix_proxy->(); wait_until(sub { -e $timed }, 30); $part_stop->() });
 done_testing();
