@@ -12,9 +12,11 @@ use NarwhalTest qw(spawn_server raw_connect read_response in_parallel);
 # (NARWHAL_TEST_ARGS=--no-manager runs the worker's side).
 
 # (three workers: the three heads below are sent at the same time, each
-# by a process of its own, and without the manager each has a worker)
-my $srv = spawn_server(args => [ '--max-workers', 3, '--read-timeout', 1,
-                                 '--read-timeout-max', 4, '--min-head-rate', 20 ]);
+# by a process of its own, and without the manager each has a worker.
+# Half a second for the base and 2 s for the cap: the fast head below
+# takes 1.2 s, well clear of both; the file takes as long as the cap.)
+my $srv = spawn_server(args => [ '--max-workers', 3, '--read-timeout', 0.5,
+                                 '--read-timeout-max', 2, '--min-head-rate', 20 ]);
 
 # Send $head one piece every $gap seconds; returns (response, seconds).
 sub trickle {
@@ -33,21 +35,22 @@ sub trickle {
     return ($res, time - $t0);
 }
 
-my $head = "GET /slow HTTP/1.1\r\nHost: t\r\nX-Pad: " . ('x' x 200) . "\r\n\r\n";
+my $head = "GET /slow HTTP/1.1\r\nHost: t\r\nX-Pad: " . ('x' x 100) . "\r\n\r\n";   # 140 bytes
 
-# 5 bytes a second, under the 20 required: 408 soon after the 1 s base
+# 5 bytes a second, under the 20 required: 408 soon after the 0.5 s base
+# (and well before the 2 s cap)
 my $too_slow = sub {
     my ($res, $took) = trickle($head, 1, 0.2, 10);
     is($res && $res->{status}, 408, 'a head trickled at 5 bytes/s gets 408');
-    cmp_ok($took, '<', 2.5, sprintf('... at about --read-timeout, not later (%.2f s)', $took));
+    cmp_ok($took, '<', 1.5, sprintf('... at about --read-timeout, not later (%.2f s)', $took));
 
 };
 # 100 bytes a second: the deadline keeps moving, and the head completes
-# after 2.5 s, past the 1 s base but within the 4 s cap
+# after 1.2 s (seven pieces), past the 0.5 s base but within the 2 s cap
 my $fast_enough = sub {
     my ($res, $took) = trickle($head, 20, 0.2, 10);
     is($res && $res->{status}, 200, 'a head arriving at 100 bytes/s is served though it takes longer than --read-timeout');
-    cmp_ok($took, '>', 1.5, sprintf('... it did take longer (%.2f s)', $took));
+    cmp_ok($took, '>', 1.0, sprintf('... it did take longer (%.2f s)', $took));
 
 };
 # fast enough, but longer than the cap: 408 at --read-timeout-max
@@ -55,7 +58,7 @@ my $long = "GET /long HTTP/1.1\r\nHost: t\r\nX-Pad: " . ('x' x 2000) . "\r\n\r\n
 my $too_long = sub {
     my ($res, $took) = trickle($long, 20, 0.2, 10);
     is($res && $res->{status}, 408, 'a head still arriving at --read-timeout-max gets 408');
-    cmp_ok($took, '<', 5.5, sprintf('... at the cap (%.2f s)', $took));
+    cmp_ok($took, '<', 3, sprintf('... at the cap (%.2f s)', $took));
 };
 
 in_parallel($too_slow, $fast_enough, $too_long);
