@@ -1,12 +1,13 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use File::Temp ();
 use JSON::PP ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until tmpdir
-                   worker_pids manager_fallback missing);
+                   worker_pids manager_fallback missing in_parallel);
 
 # The access log (--access-log, --access-log-format), read as a log
 # reader would: the exact line layouts, hostile headers that cannot forge
@@ -49,8 +50,11 @@ sub lines_when {
     return @l;
 }
 
+# Each part below has a server of its own; they run at once, in four
+# processes (at the end).
+
 # 1. Combined: the layout, field by field.
-{
+my $part_combined = sub {
     my $log = "$TMP/combined.log";
     my $s = server('--max-workers', 1, '--access-log', $log);
     my $port = $s->port;
@@ -67,6 +71,7 @@ sub lines_when {
     read_response($ka, 5);
     syswrite($ka, "BROKEN AGAIN\r\n\r\n");
     NarwhalTest::read_until_close($ka, 5);
+    close $ka;    # (the worker lingers for our close, 0.5 s at most, before it goes idle)
     my @l = lines_when($log, 6);
     is(scalar @l, 6, 'six requests, six lines');
     like($l[5], qr{^127\.0\.0\.1 - - \[[^]]+\] "-" 400 }, 'a bad request after a good one on one connection logs "-", not the earlier request line');
@@ -79,10 +84,10 @@ sub lines_when {
     like($l[2], qr{"evil \\"quoted\\" \\\\back \\xc3\\xa9 \\x09 end"}, 'quotes, backslashes and other bytes are escaped');
     is(scalar(() = $l[2] =~ /(?<!\\)"/g), 6, '... so the line keeps its six quotes');
     like($l[3], qr{^127\.0\.0\.1 - - \[[^]]+\] "-" 400 - "-" "-" 0 \d+$}, 'a request the server refused: 400, request "-"');
-}
+};
 
 # 2. JSON: one object per line, every byte kept, the app's request id.
-{
+my $part_json = sub {
     my $log = "$TMP/json.log";
     my $s = server('--max-workers', 1, '--access-log', $log, '--access-log-format', 'json');
     my $port = $s->port;
@@ -111,13 +116,14 @@ sub lines_when {
     like($u, qr/"referer":"\/\\u00c3\("/, 'an invalid byte is escaped');
     my $ju = eval { JSON::PP->new->utf8->decode($u) } || {};
     is($ju->{user_agent}, "caf\x{e9} \x{20ac}", 'a UTF-8 JSON reader gets the characters that were sent');
-}
+};
 
 # 3. When lines go out: within a couple of seconds on an idle worker; at
-# once when the worker leaves; standard error with "-"; the watchdog's 504.
-{
+# once when the worker leaves; standard error with "-"; the watchdog's 504
+# (after half a second: the master looks every 50 ms here).
+my $part_timing = sub {
     my $log = "$TMP/timing.log";
-    my $s = server('--max-workers', 1, '--access-log', $log, '--request-timeout', 1);
+    my $s = server('--max-workers', 1, '--access-log', $log, '--request-timeout', 0.5);
     my $port = $s->port;
     request($port, "GET /one HTTP/1.1\r\nHost: x\r\n\r\n");
     my $t0 = time;
@@ -126,22 +132,22 @@ sub lines_when {
     my $r = request($port, "GET /sleep HTTP/1.1\r\nHost: x\r\n\r\n");
     is($r->{status}, 504, 'the watchdog answers 504');
     ok(wait_until(sub { slurp($log) =~ m{"GET /sleep HTTP/1\.1" 504 } }, 5), '... and the line says 504');
-}
-{
+};
+my $part_recycle = sub {
     my $log = "$TMP/recycle.log";
     my $s = server('--max-workers', 1, '--max-requests', 1, '--min-worker-lifetime', 0, '--access-log', $log);
     request($s->port, "GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     ok(wait_until(sub { slurp($log) =~ m{/last} }, 3), 'a recycled worker writes its lines before it goes');
-}
-{
+};
+my $part_stderr = sub {
     my $s = server('--max-workers', 1, '--access-log', '-');
     request($s->port, "GET /to-stderr HTTP/1.1\r\nHost: x\r\n\r\n");
     ok(wait_until(sub { $s->log_text =~ m{"GET /to-stderr HTTP/1\.1" 200 6 } }, 5), '"-" writes to standard error');
-}
+};
 
 # 4. Rotation: USR1 after the file was moved; under --user when root.
-SKIP: {
-    missing('rotation under --user needs root', 6) if $>;
+my $part_rotation = sub { SKIP: {
+    missing('rotation under --user needs root', 7) if $>;
     my $dir = File::Temp::tempdir('narwhal-alog-XXXXXX', TMPDIR => 1, CLEANUP => 1);
     chmod 0755, $dir;
     my $log = "$dir/access.log";
@@ -151,20 +157,28 @@ SKIP: {
     ok(wait_until(sub { slurp($log) =~ m{/before} }, 5), 'a worker running as nobody writes the log');
     rename $log, "$log.1" or die "rename: $!";
     kill USR1 => $s->pid;
-    ok(wait_until(sub { -e $log }, 3), 'USR1: the master makes a new file');
+    # (the master says so once it has made the file and given it away;
+    # the file alone may be there a moment before it is the workers')
+    wait_until(sub { $s->log_text =~ /USR1: reopened the logs/ }, 5);
+    ok(-e $log, 'USR1: the master makes a new file');
     is((stat $log)[4], scalar getpwnam('nobody'), '... owned by the workers\' user');
-    sleep 0.5;    # the workers reopen between requests
+    # the workers reopen it between requests, told by the master after it
+    # made the file: wait until each has it open, and not the old one
+    ok(wait_until(sub {
+        my @w = worker_pids($s->pid);
+        @w == 2 && !grep { my %to = map { (readlink($_) // '') => 1 } glob "/proc/$_/fd/*";
+                          !$to{$log} || $to{"$log.1"} } @w }, 5), '... and the workers open it');
     request($port, "GET /after HTTP/1.1\r\nHost: x\r\n\r\n") for 1 .. 4;
     ok(wait_until(sub { slurp($log) =~ m{/after} }, 5), 'new lines go to the new file');
     unlike(slurp("$log.1"), qr{/after}, 'the old file keeps only the old lines');
     like(slurp("$log.1"), qr{/before}, '... which it keeps');
-}
+}};
 
 # 5. A body that makes the connection's buffer grow: the request line and
 # headers are read at the end of the request, after the body moved the
 # bytes they were parsed from. They used to be read from the freed block
 # (a chunked upload logged heap bytes as its request line).
-{
+my $part_bodies = sub {
     my $log = "$TMP/bodies.log";
     my $s = server('--max-workers', 1, '--access-log', $log);
     my $body = 'b' x 700_000;
@@ -180,6 +194,13 @@ SKIP: {
          'chunked upload: its own request line, referer and agent');
     like($l[1], qr{"POST /length-up HTTP/1\.1" 200 6 "-" "agent-l" \d+ \d+$},
          'Content-Length upload: its own request line and agent');
-}
+};
+
+in_parallel(
+    sub { $part_timing->() },
+    sub { $part_combined->(); $part_json->() },
+    sub { $part_rotation->(); $part_recycle->() },
+    sub { $part_stderr->(); $part_bodies->() },
+);
 
 done_testing();
