@@ -3,9 +3,10 @@ use warnings;
 use Test::More;
 use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
+use Socket ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response read_until_close wait_until
-                   manager_fallback worker_pids pid_alive in_parallel);
+                   manager_fallback worker_pids pid_alive in_parallel free_port metrics_of);
 use NarwhalTest::Clients ();
 
 # A connection changes owner: a worker parks it, hands it to the manager,
@@ -22,7 +23,7 @@ my $MANAGED = NarwhalTest::managed();
 my $APP = write_app(<<'APP');
 sub { my $env = shift;
       kill SEGV => $$ if $env->{PATH_INFO} eq '/crash';
-      my $body = $env->{PATH_INFO} eq '/big' ? 'x' x (4 << 20)
+      my $body = $env->{PATH_INFO} eq '/big' ? 'x' x (8 << 20)
                : "remote=$env->{REMOTE_ADDR} port=$env->{REMOTE_PORT} server_port=$env->{SERVER_PORT} pid=$$\n";
       [200, ['Content-Type' => 'text/plain'], [$body]] }
 APP
@@ -48,7 +49,7 @@ sub retire {
 # their PROXY state, the adopter waited for a header that had come long
 # ago, read the next GET as a bad one and closed the connection unanswered
 # (about 29 connections a recycle at 50 clients).
-{
+my $part_recycling = sub {
     my $s = spawn_server(app => $APP, args => [ @NM, '--proxy-protocol', '--max-workers', 2,
                                                  '--max-reqs-per-child', 500, '--min-worker-lifetime', 0 ]);
     my $dir = NarwhalTest::tmpdir();
@@ -62,19 +63,24 @@ sub retire {
     ok($t->{sent} > 2000, "8 PROXY keep-alive clients, a worker recycled every 500 requests ($counts)");
     is($t->{answered}, $t->{sent}, '... every request answered, with its own connection\'s addresses');
     $s->stop;
-}
+};
 
 # 2. Adoption, one connection at a time: a worker that retires (USR2, as
 # on HUP, TTOU or an early replacement) gives its parked connection to
 # another worker, which serves its next request with the same addresses,
 # counts it against --max-keepalive-reqs, and keeps its keep-alive
-# deadline (it was reset to --read-timeout, 20 s, at the adoption).
-my $part_adoption = sub { SKIP: {
-    skip 'adoption needs the connection manager', 6 unless $MANAGED;
+# deadline (it was reset to --read-timeout, 20 s, at the adoption). The
+# two connections on servers of their own (the same options), at once.
+sub adoption_server {
     my $s = spawn_server(app => $APP, args => [ '--proxy-protocol', '--max-workers', 2,
                                                  '--keepalive-wait', 1.5, '--keepalive-timeout', 2,
                                                  '--max-keepalive-reqs', 3 ]);
     wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+    return $s;
+}
+my $part_adoption = sub { SKIP: {
+    skip 'adoption needs the connection manager', 5 unless $MANAGED;
+    my $s = adoption_server();
     my $c = raw_connect($s->port);
     syswrite($c, v1(7) . $GET);
     my $r = read_response($c, 5);
@@ -92,7 +98,18 @@ my $part_adoption = sub { SKIP: {
     like(body_of($r), said(7), 'adopted twice: still the same addresses');
     like($r ? $r->{headers}{connection} // '' : '', qr/close/i,
          '... and its 3rd request is its last (--max-keepalive-reqs 3 counts across adoptions)');
-
+    $s->stop;
+}};
+# (the idle one on a server whose keep-alive timeout is 1.2 s, parked for
+# 1 s: the retirement comes first, at once; that the connection was
+# adopted, not closed by its first worker, the count of adoptions says)
+my $part_deadline = sub { SKIP: {
+    skip 'adoption needs the connection manager', 2 unless $MANAGED;
+    my $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--proxy-protocol', '--max-workers', 2,
+                                                 '--keepalive-wait', 1, '--keepalive-timeout', 1.2,
+                                                 '--status-listen', "127.0.0.1:$sport" ]);
+    wait_until(sub { worker_pids($s->pid) == 2 }, 10);
     my $d = raw_connect($s->port);
     syswrite($d, v1(8) . $GET);
     my $t0 = time;
@@ -100,8 +117,10 @@ my $part_adoption = sub { SKIP: {
     kill USR2 => $served_by if $served_by > 1;
     my $rest = read_until_close($d, 8);
     my $after = time - $t0;
-    ok($after < 3.2, sprintf('an adopted idle connection is closed at its keep-alive deadline '
-                             . '(2 s; closed after %.1f s)', $after));
+    ok($after < 2.4, sprintf('an adopted idle connection is closed at its keep-alive deadline '
+                             . '(1.2 s; closed after %.1f s)', $after));
+    ok(wait_until(sub { (metrics_of($sport)->{'narwhal_handoffs_total{direction="worker_to_worker"}'} // 0) == 1 }, 5),
+       '... adopted by the other worker');
     $s->stop;
 }};
 
@@ -121,6 +140,7 @@ my $part_crash = sub { SKIP: {
     my $r = read_response($c, 5);
     like(body_of($r), said(4), 'parked in a worker that crashed: adopted with its addresses');
     ok(pid_of($r) && pid_of($r) != $first, '... by its successor');
+    close $c;    # (an open one would keep the stop lingering for it)
     $s->stop;
 }};
 
@@ -145,27 +165,40 @@ my $part_handoff = sub { SKIP: {
 }};
 
 # 4. A response the client reads slowly, finished by the manager (offload),
-# then the next request on the same connection.
+# then the next request on the same connection. The client's receive
+# buffer is 64 KiB, set before the connect, so that the kernel does not
+# grow it, and the body is 8 MiB: more than that and the server's send
+# buffer (4 MiB at most, tcp_wmem) take, so the worker cannot write it
+# all at once (with the kernel's buffers as they came, a 4 MiB body
+# sometimes fitted, and no offload happened).
 my $part_offload = sub { SKIP: {
-    skip 'offload needs the connection manager', 2 unless $MANAGED;
+    skip 'offload needs the connection manager', 3 unless $MANAGED;
+    my $sport = free_port();
     my $s = spawn_server(app => $APP, args => [ '--proxy-protocol', '--max-workers', 1,
-                                                 '--max-keepalive-reqs', 3 ]);
-    my $c = raw_connect($s->port);
+                                                 '--max-keepalive-reqs', 3,
+                                                 '--status-listen', "127.0.0.1:$sport" ]);
+    my $c = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!";
+    $c->setsockopt(Socket::SOL_SOCKET(), Socket::SO_RCVBUF(), 65536) or die "SO_RCVBUF: $!";
+    $c->connect(Socket::pack_sockaddr_in($s->port, Socket::inet_aton('127.0.0.1'))) or die "connect: $!";
     syswrite($c, v1(6) . "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
-    sleep 1;                                 # the worker gives up writing; the manager has the rest
+    # the worker gives up writing, the manager has the rest: read after that
+    ok(wait_until(sub { (metrics_of($sport)->{narwhal_offloaded_total} // 0) == 1 }, 10),
+       'a response the client does not read: the worker leaves its rest to the manager');
     my $r = read_response($c, 10);
-    is(length(body_of($r)), 4 << 20, '4 MiB read after a pause: the manager wrote the rest');
+    is(length(body_of($r)), 8 << 20, '8 MiB read after a pause: the manager wrote the rest');
     syswrite($c, $GET);
     $r = read_response($c, 5);
     like(body_of($r), said(6), '... the next request on it has the same addresses');
+    close $c;    # (an open one would keep the stop lingering for it)
     $s->stop;
 }};
 
 # The rest at once: each part has its own server, and they wait (for
-# retirements, keep-alive deadlines, a slow reader's pause); then the
-# crash alone (a loaded full run once saw its parked connection served
-# by the crashed worker's pid with the others running beside it).
-in_parallel($part_adoption, $part_handoff, $part_offload);
+# retirements, keep-alive deadlines, a slow reader), beside the busy
+# recycling clients; then the crash alone (a loaded full run once saw its
+# parked connection served by the crashed worker's pid with the others
+# running beside it).
+in_parallel($part_recycling, $part_adoption, $part_deadline, $part_handoff, $part_offload);
 $part_crash->();
 
 done_testing();
