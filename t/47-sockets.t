@@ -1,17 +1,19 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use File::Temp ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until narwhal_cmd
-                   run_cmd free_port manager_fallback perl_cmd root missing);
+                   run_cmd free_port manager_fallback perl_cmd root missing in_parallel);
 
 # Listening as deployments need it: unix sockets with a mode and group set
 # before anyone can connect (and the README's nginx recipe, with Debian's
 # nginx running its workers as www-data), one listener however it is
-# spelled (plackup passes a path twice), and --reuse-port.
+# spelled (plackup passes a path twice), and --reuse-port. The six parts
+# below, each with servers of its own, run at once.
 
 my @NM = manager_fallback();
 my $APP = write_app("sub { [200, ['Content-Type' => 'text/plain'], [\"ok \$\$\\n\"]] }");
@@ -26,7 +28,7 @@ sub get_unix {
 }
 
 # 1. --socket-mode and --socket-group
-{
+my $part_mode = sub {
     # a group that is not the one the file would get anyway: nogroup as
     # root, else one of ours besides the primary (or the primary alone)
     my ($primary, @ours) = split ' ', $);
@@ -43,21 +45,23 @@ sub get_unix {
     my $s2 = spawn_server(app => $APP, no_listen => 1, unix => $plain, args => [@NM]);
     my $mode = (stat $plain)[2] & 07777;
     is(sprintf('%04o', $mode), sprintf('%04o', 0777 & ~umask), 'without --socket-mode: the umask decides');
-}
+};
 
 # 2. Refusals: one line, non-zero.
-for my $case ([ [ '--socket-mode', '0999' ], qr/--socket-mode wants an octal mode/ ],
-              [ [ '--socket-mode', 'rw' ], qr/--socket-mode wants an octal mode/ ],
-              [ [ '--socket-group', 'no-such-group-here' ], qr/--socket-group: no group 'no-such-group-here'/ ]) {
-    my ($args, $want) = @$case;
-    my $r = run_cmd([ narwhal_cmd(), '--listen', "$DIR/x.sock", @$args, $APP ], timeout => 10);
-    isnt($r->{code}, 0, "@$args: refused");
-    like($r->{err}, $want, '... saying why');
-}
+my $part_refusals = sub {
+    for my $case ([ [ '--socket-mode', '0999' ], qr/--socket-mode wants an octal mode/ ],
+                  [ [ '--socket-mode', 'rw' ], qr/--socket-mode wants an octal mode/ ],
+                  [ [ '--socket-group', 'no-such-group-here' ], qr/--socket-group: no group 'no-such-group-here'/ ]) {
+        my ($args, $want) = @$case;
+        my $r = run_cmd([ narwhal_cmd(), '--listen', "$DIR/x.sock", @$args, $APP ], timeout => 10);
+        isnt($r->{code}, 0, "@$args: refused");
+        like($r->{err}, $want, '... saying why');
+    }
+};
 
 # 3. One listener however it is spelled: the second spelling used to fail
 # with "address in use" (or "another server is listening there").
-{
+my $part_spellings = sub {
     my $port = free_port();
     my $s = spawn_server(app => $APP, no_listen => 1, port => $port,
                          command => [ narwhal_cmd(), @NM, '--listen', ":$port", '--listen', "0.0.0.0:$port", $APP ]);
@@ -75,10 +79,10 @@ for my $case ([ [ '--socket-mode', '0999' ], qr/--socket-mode wants an octal mod
                                            '--listen', $p2, $APP ]);
         is(get_unix($p2)->{status}, 200, 'plackup -s Narwhal --listen PATH starts and serves');
     }
-}
+};
 
 # 4. --reuse-port: a second instance on the same port starts; without it, not.
-{
+my $part_reuse_port = sub {
     my $port = free_port();
     my $a = spawn_server(app => $APP, port => $port, args => [ @NM, '--reuse-port' ]);
     my $b = spawn_server(app => $APP, port => $port, args => [ @NM, '--reuse-port' ]);
@@ -100,27 +104,28 @@ for my $case ([ [ '--socket-mode', '0999' ], qr/--socket-mode wants an octal mod
     my $r = run_cmd([ narwhal_cmd(), '--listen', "127.0.0.1:$port", $APP ], timeout => 10);
     isnt($r->{code}, 0, 'without --reuse-port a second instance is refused');
     like($r->{err}, qr/cannot listen on 127\.0\.0\.1:$port/, '... saying so');
-}
+};
 
 # 5. The README's nginx recipe, as written, with Debian's nginx running its
 # workers as www-data.
-SKIP: {
-    missing('needs root, nginx and a www-data user', 3) if $> || !-x '/usr/sbin/nginx' || !defined getpwnam('www-data');
-    open(my $rf, '<', root() . '/README.md') or die;
-    my $readme = do { local $/; <$rf> };
-    my ($cmd) = $readme =~ m{^    (narwhal --listen /run/narwhal/app\.sock[^\n]*)$}m
-        or skip 'the README has no nginx recipe command', 3;
-    my @args = split ' ', $cmd;
-    shift @args;
-    pop @args;    # app.psgi
-    my $sock = "$DIR/run/app.sock";
-    mkdir "$DIR/run";
-    s{/run/narwhal/app\.sock}{$sock} for @args;
-    my $s = spawn_server(app => $APP, no_listen => 1, unix => $sock, args => [ @NM, @args ]);
-    my $port = free_port();
-    my $conf = "$DIR/nginx.conf";
-    open(my $nf, '>', $conf) or die;
-    print $nf <<"CONF";
+my $part_nginx = sub {
+    SKIP: {
+        missing('needs root, nginx and a www-data user', 3) if $> || !-x '/usr/sbin/nginx' || !defined getpwnam('www-data');
+        open(my $rf, '<', root() . '/README.md') or die;
+        my $readme = do { local $/; <$rf> };
+        my ($cmd) = $readme =~ m{^    (narwhal --listen /run/narwhal/app\.sock[^\n]*)$}m
+            or skip 'the README has no nginx recipe command', 3;
+        my @args = split ' ', $cmd;
+        shift @args;
+        pop @args;    # app.psgi
+        my $sock = "$DIR/run/app.sock";
+        mkdir "$DIR/run";
+        s{/run/narwhal/app\.sock}{$sock} for @args;
+        my $s = spawn_server(app => $APP, no_listen => 1, unix => $sock, args => [ @NM, @args ]);
+        my $port = free_port();
+        my $conf = "$DIR/nginx.conf";
+        open(my $nf, '>', $conf) or die;
+        print $nf <<"CONF";
 user www-data;
 daemon off;
 pid $DIR/nginx.pid;
@@ -145,41 +150,45 @@ http {
     }
 }
 CONF
-    close $nf;
-    my $ng = spawn_server(app => $APP, port => $port, command => [ '/usr/sbin/nginx', '-c', $conf, '-e', "$DIR/nginx-error.log" ]);
-    my $c = raw_connect($port);
-    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    my $r = read_response($c, 5);
-    is($r && $r->{status}, 200, "nginx as www-data reaches Narwhal through the README's recipe ($cmd)");
-    like($r->{body}, qr/^ok \d+/, '... and gets the app\'s answer');
-    $s->stop;
-    # the same without the socket options: nginx's workers cannot connect
-    my $s2 = spawn_server(app => $APP, no_listen => 1, unix => $sock, args => [ @NM, '--listen', $sock ]);
-    $c = raw_connect($port);
-    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    $r = read_response($c, 5);
-    is($r && $r->{status}, 502, 'without --socket-mode/--socket-group nginx gets 502 (what the recipe used to give)');
-    $ng->stop;
-}
+        close $nf;
+        my $ng = spawn_server(app => $APP, port => $port, command => [ '/usr/sbin/nginx', '-c', $conf, '-e', "$DIR/nginx-error.log" ]);
+        my $c = raw_connect($port);
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        my $r = read_response($c, 5);
+        is($r && $r->{status}, 200, "nginx as www-data reaches Narwhal through the README's recipe ($cmd)");
+        like($r->{body}, qr/^ok \d+/, '... and gets the app\'s answer');
+        $s->stop;
+        # the same without the socket options: nginx's workers cannot connect
+        my $s2 = spawn_server(app => $APP, no_listen => 1, unix => $sock, args => [ @NM, '--listen', $sock ]);
+        $c = raw_connect($port);
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        $r = read_response($c, 5);
+        is($r && $r->{status}, 502, 'without --socket-mode/--socket-group nginx gets 502 (what the recipe used to give)');
+        $ng->stop;
+    }
+};
 
 # 6. --backlog: by default the kernel's somaxconn (at least 1024), as the
 # listen queue's limit that ss shows; a given value is used as it is.
-SKIP: {
-    missing('ss (iproute2) is not installed', 2) unless grep { -x "$_/ss" } split(/:/, $ENV{PATH}), '/usr/sbin', '/sbin';
-    open my $fh, '<', '/proc/sys/net/core/somaxconn' or die "somaxconn: $!";
-    my ($somaxconn) = <$fh> =~ /(\d+)/;
-    my $want = $somaxconn > 1024 ? $somaxconn : 1024;
-    $want = $somaxconn if $want > $somaxconn;   # listen() caps it
-    for my $case ([ [], $want, "the default follows net.core.somaxconn ($somaxconn)" ],
-                  [ [ '--backlog', 100 ], 100, '--backlog 100' ]) {
-        my ($args, $limit, $name) = @$case;
-        my $port = free_port();
-        my $s = spawn_server(app => $APP, port => $port, args => [ @NM, @$args ]);
-        my ($line) = grep { /127\.0\.0\.1:$port\s/ } split /\n/, run_cmd([ 'ss', '-Hltn' ])->{out};
-        my (undef, undef, $sendq) = split ' ', $line // '';
-        is($sendq, $limit, "$name: a listen queue of $limit");
-        $s->stop;
+my $part_backlog = sub {
+    SKIP: {
+        missing('ss (iproute2) is not installed', 2) unless grep { -x "$_/ss" } split(/:/, $ENV{PATH}), '/usr/sbin', '/sbin';
+        open my $fh, '<', '/proc/sys/net/core/somaxconn' or die "somaxconn: $!";
+        my ($somaxconn) = <$fh> =~ /(\d+)/;
+        my $want = $somaxconn > 1024 ? $somaxconn : 1024;
+        $want = $somaxconn if $want > $somaxconn;   # listen() caps it
+        for my $case ([ [], $want, "the default follows net.core.somaxconn ($somaxconn)" ],
+                      [ [ '--backlog', 100 ], 100, '--backlog 100' ]) {
+            my ($args, $limit, $name) = @$case;
+            my $port = free_port();
+            my $s = spawn_server(app => $APP, port => $port, args => [ @NM, @$args ]);
+            my ($line) = grep { /127\.0\.0\.1:$port\s/ } split /\n/, run_cmd([ 'ss', '-Hltn' ])->{out};
+            my (undef, undef, $sendq) = split ' ', $line // '';
+            is($sendq, $limit, "$name: a listen queue of $limit");
+            $s->stop;
+        }
     }
-}
+};
 
+in_parallel($part_mode, $part_refusals, $part_spellings, $part_reuse_port, $part_nginx, $part_backlog);
 done_testing();
