@@ -1,9 +1,11 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (the two rounds run in processes of their own)
 use Time::HiRes ();
 use lib 't/lib';
-use NarwhalTest qw(spawn_server raw_connect read_response wait_until worker_pids pid_alive);
+use NarwhalTest qw(spawn_server raw_connect read_response wait_until worker_pids pid_alive
+                   in_parallel);
 
 # The park watcher thread and a worker whose app calls exit while
 # connections are parked in it. Perl's global destruction clears every
@@ -34,7 +36,8 @@ sub request_on {
     return read_response($s, 5);
 }
 
-for my $round (1 .. 2) {
+# Two rounds, each with its own server, at once.
+in_parallel(map { my $round = $_; sub {
     my $srv = spawn_server(app => $app, args => [ '--max-workers' => 1, '--keepalive-wait' => 5,
                                                   '--keepalive-timeout' => 30 ]);
     my @parked = grep { $_ } map { my $s = raw_connect($srv->port); request_on($s, "/p$_") && $s } 1 .. 20;
@@ -49,7 +52,8 @@ for my $round (1 .. 2) {
     my $log = $srv->log_text;
     unlike($log, qr/worker \d+ was killed by signal/, "round $round: the worker exits cleanly")
         or diag $log;
+    @parked = ();    # (their clients go first: the stop need not linger for them)
     $srv->stop;
-}
+} } 1 .. 2);
 
 done_testing();
