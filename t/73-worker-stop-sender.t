@@ -1,9 +1,10 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (the two modes run in processes of their own)
 use lib 't/lib';
 use Time::HiRes qw(time sleep);
-use NarwhalTest qw(spawn_server write_app wait_until worker_pids raw_connect tmpdir);
+use NarwhalTest qw(spawn_server write_app wait_until worker_pids raw_connect tmpdir in_parallel);
 
 # A worker tells a stop that is not the master's (Ctrl-C and systemd
 # signal the whole group; an operator may TERM one worker) by the sender
@@ -22,7 +23,8 @@ use NarwhalTest qw(spawn_server write_app wait_until worker_pids raw_connect tmp
 plan skip_all => 'Linux only' unless $^O eq 'linux';
 
 my $APP = write_app(q{sub { [200, ['Content-Type' => 'text/plain'], ["ok\n"]] }});
-for my $mode ([], ['--no-manager']) {
+# With the manager and without, each with its own server, at once.
+in_parallel(map { my $mode = $_; sub {
     my $path = tmpdir() . "/sender-" . scalar(@$mode) . ".sock";
     my $s = spawn_server(app => $APP, unix => $path, no_listen => 1,
                          args => [ '--max-workers', 1, @$mode ]);
@@ -51,5 +53,5 @@ for my $mode ([], ['--no-manager']) {
         $answer =~ m{^HTTP/1\.[01] 200};
     }, 5), "@$mode: ... and a new connect is served, by its replacement") or diag $answer;
     $s->stop;
-}
+} } [], ['--no-manager']);
 done_testing();
