@@ -1,8 +1,14 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (the shapes run in processes of their own)
 use lib 't/lib';
-use NarwhalTest qw(raw_connect read_response tmpdir);
+use NarwhalTest qw(raw_connect read_response tmpdir in_parallel);
+# The servers here start in this process's children, not through
+# spawn_server: the short stop timings spawn_server gives its servers
+# (NarwhalTest's TEST_TIMING) are set here, before Narwhal's modules read
+# them.
+BEGIN { %ENV = (%ENV, NarwhalTest::TEST_TIMING()) }
 use HTTP::Response ();
 use Plack::Test::Suite;
 use Plack::Handler::Narwhal;
@@ -20,9 +26,8 @@ my @configs = (
     { name => 'keep-alive disabled, 2 workers',  workers => 2, args => { disable_keepalive => 1 } },
 );
 
-for my $c (@configs) {
-    subtest $c->{name} => sub { run_suite($c) };
-}
+# Each shape with its own server, all at once.
+in_parallel(map { my $c = $_; sub { subtest $c->{name} => sub { run_suite($c) } } } @configs);
 done_testing;
 
 sub run_suite {
