@@ -9,13 +9,22 @@ use strict;
 use warnings;
 use Test::More;
 use lib 't/lib';
-use NarwhalTest::CBuild qw(build run_programs relay_tap);
+use NarwhalTest::CBuild qw(build run_program run_programs relay_tap);
 
 plan skip_all => 'the worker is Linux only (epoll, accept4)'
     unless $^O eq 'linux';
 
-# (built one after the other, then run all at once)
-my @units = qw(test_worker test_worker_signals);
-my @exes = map { build($_, ["t/c/$_.c"]) } @units;
-relay_tap(@$_) for run_programs(map { [$_] } @exes);
+# (built one after the other, then run all at once, each in a process of
+# its own: the signal handlers' test and the scheduling's groups of tests,
+# which main() there names; most of their time is spent waiting)
+my ($worker, $signals) = map { build($_, ["t/c/$_.c"]) } qw(test_worker test_worker_signals);
+my ($st, $list, $err) = run_program($worker, '--groups');
+my @groups = split ' ', $list;
+ok($st == 0 && @groups >= 4, "the worker's C test names its groups") or diag "status $st: $list$err";
+my @runs = run_programs([$signals], map { [ $worker, '--only', $_ ] } @groups);
+relay_tap(@{ shift @runs });
+for my $i (0 .. $#groups) {
+    note("group $groups[$i]");
+    relay_tap(@{ $runs[$i] });
+}
 done_testing();

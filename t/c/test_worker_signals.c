@@ -150,9 +150,9 @@ static void test_watchdog_reply(void)
     wc->c->responded = 1;
     is(nw_worker_watchdog_reply(), 0, "a response begun: no 504");
     is(read_all(s, buf, sizeof buf), 0, "the client sees end-of-stream only");
+    close(s);                   /* (as a client does: the release's lingering close ends then) */
     nw_worker_release(w, wc, NW_RELEASE_CLOSE);
     nw_wconn_free(wc);
-    close(s);
     int lfd = w->listener[0].fd;
     nw_worker_free(w);
     close(lfd);
