@@ -27,6 +27,8 @@ use Time::HiRes qw(time sleep);
 #   post    send POSTs with a small body (a proxy must not retry them once sent)
 #   pace    seconds to wait after each answer (0: none; a paced client keeps
 #           a request in flight most of the time at a fraction of the CPU)
+#   up      after this many answers, create "$out.up": the client is at work
+#           (wait_up waits for it)
 sub client {
     my ($out, %o) = @_;
     my $pid = fork // die "fork: $!";
@@ -46,6 +48,10 @@ sub client {
         my ($r, $close, $body) = one_request($c, $o{path}, $o{post});
         $r = 'wrong' if $r eq 'answered' && $o{expect} && $body !~ $o{expect};
         $n{$r}++;
+        if ($o{up} && $r eq 'answered' && $n{answered} == $o{up}) {
+            open(my $u, '>', "$out.up") or POSIX::_exit(1);
+            close $u;
+        }
         $n{reset_new}++ if $r eq 'reset' && !$on_conn++;
         ($c, $on_conn) = (undef, 0) if $r ne 'answered' || $close;    # Connection: close is honoured
         sleep $o{pace} if $o{pace};
@@ -109,11 +115,24 @@ sub finish {
     return collect(@runs);
 }
 
+# Wait up to $timeout seconds until every client started with up => $n
+# has had its $n answers; true once they all have.
+sub wait_up {
+    my ($timeout, @runs) = @_;
+    my $end = time + $timeout;
+    while (grep { !-e "$_->{out}.up" } @runs) {
+        return 0 if time > $end;
+        sleep 0.01;
+    }
+    return 1;
+}
+
 my $N = 0;
 
 # $n clients of $path on $port (a TCP port or a unix socket's path); their
 # counts go to files in $dir. %o: proxy => sub { $i -> header }, expect =>
-# sub { $i -> regex }, post => 1, pace => seconds (see client).
+# sub { $i -> regex }, post => 1, pace => seconds, up => $answers (see
+# client).
 sub start_clients {
     my ($dir, $port, $n, $path, $seconds, $count, %o) = @_;
     return map {
@@ -121,7 +140,7 @@ sub start_clients {
         my $out = "$dir/client-$$-" . $N++;
         { pid => client($out, to => $port, path => $path, seconds => $seconds, count => $count,
                         proxy => $o{proxy} && $o{proxy}->($i), expect => $o{expect} && $o{expect}->($i),
-                        post => $o{post}, pace => $o{pace}),
+                        post => $o{post}, pace => $o{pace}, up => $o{up}),
           out => $out }
     } 1 .. $n;
 }
