@@ -5,7 +5,7 @@ use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use Digest::MD5 ();
 use Time::HiRes qw(time sleep);
-use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until free_port
+use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until
                    extra_args manager_built tmpdir in_parallel);
 
 # Slow readers must not pin workers (DESIGN.md, "Slow readers"): a client
@@ -16,20 +16,27 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until f
 
 my $no_manager = !NarwhalTest::managed();
 my $MB = 1024 * 1024;
+my $LINES = int(10 * $MB / 19);    # (10 MB of numbered lines: one sprintf makes them)
 my $FILE = tmpdir() . '/ten-mb.bin';
 {
     open my $fh, '>', $FILE or die "$FILE: $!";
-    print $fh join '', map { sprintf "file line %08d\n", $_ } 0 .. (10 * $MB / 19);
+    print $fh sprintf "file line %08d\n" x ($LINES + 1), 0 .. $LINES;
     close $fh;
 }
+# /big-cleanup's after-response work runs until the test creates $GATE
+# (10 s at most): a response that waited for it could not arrive before.
+my $GATE = tmpdir() . '/cleanup-gate';
 my $APP = write_app(<<"APP");
-my \$big = join '', map { sprintf "big line %09d\\n", \$_ } 0 .. (10 * $MB / 19);
+my \$big = sprintf "big line %09d\\n" x ($LINES + 1), 0 .. $LINES;
 sub {
     my \$env = shift;
     my \$p = \$env->{PATH_INFO};
     return [200, ['Content-Type' => 'text/plain'], [\$big]] if \$p eq '/big';
-    if (\$p eq '/big-cleanup') {   # after-response work that takes 2 s
-        push \@{ \$env->{'psgix.cleanup.handlers'} }, sub { select undef, undef, undef, 2 };
+    if (\$p eq '/big-cleanup') {
+        push \@{ \$env->{'psgix.cleanup.handlers'} }, sub {
+            my \$end = time + 10;
+            select undef, undef, undef, 0.01 until -e '$GATE' || time > \$end;
+        };
         return [200, ['Content-Type' => 'text/plain'], [\$big]];
     }
     return [200, ['Content-Type' => 'text/plain'],
@@ -40,7 +47,7 @@ sub {
 APP
 my %WANT;
 {
-    my $big = join '', map { sprintf "big line %09d\n", $_ } 0 .. (10 * $MB / 19);
+    my $big = sprintf "big line %09d\n" x ($LINES + 1), 0 .. $LINES;
     $WANT{'/big'} = $WANT{'/pieces'} = $WANT{'/big-cleanup'} = Digest::MD5::md5_hex($big);
     open my $fh, '<', $FILE or die;
     local $/;
@@ -78,12 +85,33 @@ sub small_requests {
 }
 
 sub metrics {
-    my ($sport) = @_;
-    my $c = raw_connect($sport) or return {};
+    my ($status) = @_;
+    my $c = raw_connect($status) or return {};
     syswrite($c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     my $r = read_response($c, 5) or return {};
     return { map { /^(\w+(?:\{[^}]*\})?) (\S+)$/ ? ($1 => $2) : () } split /\n/, $r->{body} };
 }
+
+# What the status listener's /health answers (0: nothing, not listening).
+sub health {
+    my ($status) = @_;
+    my $c = raw_connect($status) or return 0;
+    syswrite($c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    my $r = read_response($c, 5);
+    return $r ? $r->{status} : 0;
+}
+
+# A server of $APP with a status listener on a unix socket (a second free
+# port could be the first one again); returns it and the socket's path.
+my $N = 0;
+sub server_with_status {
+    my (@args) = @_;
+    my $status = tmpdir() . "/status-$$-" . $N++ . '.sock';
+    return (spawn_server(app => $APP, args => [ @args, '--status-listen', $status ]), $status);
+}
+
+sub writing { ($_[0]{'narwhal_connections{state="writing"}'} // 0) }
+sub busy    { ($_[0]{'narwhal_workers{state="busy"}'} // 0) }
 
 if ($no_manager || !manager_built()) {
     # Without a manager the worker waits for its slow reader, as it always
@@ -101,14 +129,12 @@ if ($no_manager || !manager_built()) {
 # stay within the cap; then every slow reader gets its whole response and
 # its connection serves another request.
 my $sec_offload = sub {
-    my $sport = free_port();
-    my $s = spawn_server(app => $APP, args => [ '--max-workers', 2, '--timeout', 30,
-                                                '--status-listen', "127.0.0.1:$sport" ]);
+    my ($s, $status) = server_with_status('--max-workers', 2, '--timeout', 30);
     my (%base, $m);
-    ok(wait_until(sub { %base = %{ metrics($sport) }; exists $base{narwhal_offloaded_total} }, 10),
+    ok(wait_until(sub { %base = %{ metrics($status) }; exists $base{narwhal_offloaded_total} }, 10),
        'the metrics say how many responses were offloaded');
     my @slow = map { [ $_, slow_client($s->port, $_) ] } qw(/big /pieces /file /big /file /file);
-    ok(wait_until(sub { $m = metrics($sport); ($m->{'narwhal_connections{state="writing"}'} // 0) == 6 }, 10),
+    ok(wait_until(sub { $m = metrics($status); ($m->{'narwhal_connections{state="writing"}'} // 0) == 6 }, 10),
        'six slow readers: the manager is writing all six responses')
         or diag explain $m;
     is($m->{narwhal_offloaded_total} - $base{narwhal_offloaded_total}, 6, '... six responses offloaded');
@@ -124,20 +150,20 @@ my $sec_offload = sub {
         my $r = read_response($c, 5);
         is($r && $r->{body}, "small\n", '... and its connection serves its next request');
     }
-    ok(wait_until(sub { $m = metrics($sport); $m->{narwhal_offload_bytes} == 0
+    ok(wait_until(sub { $m = metrics($status); $m->{narwhal_offload_bytes} == 0
                         && $m->{'narwhal_connections{state="writing"}'} == 0 }, 10),
        'afterwards nothing is held: 0 bytes, 0 connections being written');
 
     # Pipelined behind an offloaded response, and Connection: close.
     my $c = raw_connect($s->port);
     syswrite($c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\nGET /small HTTP/1.1\r\nHost: x\r\n\r\n");
-    ok(wait_until(sub { $m = metrics($sport); ($m->{'narwhal_connections{state="writing"}'} // 0) == 1 }, 10),
+    ok(wait_until(sub { $m = metrics($status); ($m->{'narwhal_connections{state="writing"}'} // 0) == 1 }, 10),
        'pipelined: the manager is writing the response');
     body_ok(read_response($c, 20), '/big', 'pipelined');
     my $r = read_response($c, 5);
     is($r && $r->{body}, "small\n", '... and the request behind it is answered after it, in order');
     $c = slow_client($s->port, '/big', "Connection: close\r\n");
-    ok(wait_until(sub { $m = metrics($sport); ($m->{'narwhal_connections{state="writing"}'} // 0) == 1 }, 10),
+    ok(wait_until(sub { $m = metrics($status); ($m->{'narwhal_connections{state="writing"}'} // 0) == 1 }, 10),
        'Connection: close: the manager is writing the response');
     $r = read_response($c, 20);
     body_ok($r, '/big', 'Connection: close');
@@ -146,11 +172,13 @@ my $sec_offload = sub {
 
 # 2. Over the caps the worker waits, as without offload. --max-offload-bytes
 # below the body: one worker, one slow reader, and a small request waits
-# for it. --max-offload-total: only what fits is offloaded.
+# for it. --max-offload-total: only what fits is offloaded. (A worker
+# decides in its first write that fills the socket, a few milliseconds of
+# CPU after it took the request, which the status listener shows: busy.)
 my $sec_caps = sub {
-    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--max-offload-bytes', 1_000_000 ]);
+    my ($s, $status) = server_with_status('--max-workers', 1, '--max-offload-bytes', 1_000_000);
     my $slow = slow_client($s->port, '/big');
-    sleep 0.5;
+    wait_until(sub { busy(metrics($status)) == 1 }, 10) or diag 'the worker did not take the request';
     my $t = time;
     my $c = raw_connect($s->port);
     syswrite($c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -159,45 +187,54 @@ my $sec_caps = sub {
     my $r = read_response($c, 10);
     is($r && $r->{body}, "small\n", '... and then the small request is answered');
     my $f = slow_client($s->port, '/file');
-    sleep 0.5;
+    wait_until(sub { writing(metrics($status)) == 1 }, 10) or diag 'the manager is not writing the file';
     my ($answered) = small_requests($s->port, 3);
     is($answered, 3, '... a file body is offloaded all the same (it costs no memory)');
     body_ok(read_response($f, 20), '/file', '... and arrives whole');
 };
 my $sec_total = sub {
-    my $sport = free_port();
-    my $s = spawn_server(app => $APP, args => [ '--max-workers', 3, '--max-offload-total', 12 * $MB,
-                                                '--status-listen', "127.0.0.1:$sport" ]);
+    # (11 MB: what is left of a 10 MB response once the kernel has taken
+    # what its socket buffers hold, up to about 4 MB here, is 6 to 10 MB:
+    # one rest always fits, two never do)
+    my ($s, $status) = server_with_status('--max-workers', 3, '--max-offload-total', 11 * $MB);
     my @slow = map { slow_client($s->port, '/big') } 1 .. 3;
     my ($m, $max) = ({}, 0);
-    wait_until(sub {
-        $m = metrics($sport);
+    my $look = sub {
+        $m = metrics($status);
         $max = $m->{narwhal_offload_bytes} if ($m->{narwhal_offload_bytes} // 0) > $max;
-        ($m->{narwhal_offloaded_total} // 0) >= 1 }, 10);
-    sleep 1;
-    $m = metrics($sport);
-    $max = $m->{narwhal_offload_bytes} if $m->{narwhal_offload_bytes} > $max;
-    is($m->{narwhal_offloaded_total}, 1, '--max-offload-total 12 MB: one 10 MB rest fits, the others keep their workers');
-    cmp_ok($max, '<=', 12 * $MB, "... the bytes held never passed it (at most $max)");
+        return $m;
+    };
+    # One rest offloaded, two workers with a request each: those decide
+    # within milliseconds whether their rest fits too; 0.3 s more (looking
+    # all along) shows one that passed the cap.
+    wait_until(sub { $look->(); ($m->{narwhal_offloaded_total} // 0) >= 1 && busy($m) == 2 }, 10);
+    my $until = time + 0.3;
+    wait_until(sub { $look->(); time >= $until }, 1);
+    is($m->{narwhal_offloaded_total}, 1, '--max-offload-total 11 MB: one 10 MB rest fits, the others keep their workers')
+        or diag explain { map { $_ => $m->{$_} } grep { /offload|workers\{|connections/ } keys %$m };
+    cmp_ok($max, '<=', 11 * $MB, "... the bytes held never passed it (at most $max)");
     body_ok(read_response($_, 20), '/big', '... every slow reader gets its whole response') for @slow;
 };
 
 # 3. A graceful stop while the manager is finishing a response: the slow
 # reader still gets all of it (the manager goes on writing for up to 5 s).
 my $sec_stop = sub {
-    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1 ]);
+    my ($s, $status) = server_with_status('--max-workers', 1);
     my $c = slow_client($s->port, '/big', "Connection: close\r\n");
-    sleep 0.5;
+    wait_until(sub { writing(metrics($status)) == 1 }, 10) or diag 'the manager is not writing';
     kill 'TERM', $s->pid;
-    sleep 0.5;
+    # (the stop has begun once /health says 503: the master signals the
+    # manager in the same step)
+    wait_until(sub { health($status) != 200 }, 5) or diag 'the stop did not begin';
     my $t = time;
     body_ok(read_response($c, 20), '/big', 'a TERM while the manager writes: the slow reader');
     is($s->wait_exit(10), 0, sprintf 'and the server exits cleanly (the body was read in %.1f s)', time - $t);
 };
 
-# 4. After-response work (a cleanup handler that takes 2 s) does not hold
-# back the rest of a response the client is still reading: it goes to the
-# manager before the handler runs (it used to wait for it).
+# 4. After-response work (a cleanup handler that runs until the test ends
+# it) does not hold back the rest of a response the client is still
+# reading: it goes to the manager before the handler runs (it used to
+# wait for it).
 my $sec_cleanup = sub {
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 1 ]);
     my $c = raw_connect($s->port);
@@ -205,20 +242,26 @@ my $sec_cleanup = sub {
     syswrite($c, "GET /big-cleanup HTTP/1.1\r\nHost: x\r\n\r\n");
     my $r = read_response($c, 10);
     my $took = time - $t;
-    body_ok($r, '/big-cleanup', 'a response with a 2 s cleanup handler');
+    body_ok($r, '/big-cleanup', 'a response with a cleanup handler that goes on');
     cmp_ok($took, '<', 1.5, sprintf '... arrives without waiting for the handler (%.2f s)', $took);
+    open(my $gate, '>', $GATE) or die "$GATE: $!";    # the handler ends
+    close $gate;
     syswrite($c, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n");
     $r = read_response($c, 5);
     is($r && $r->{body}, "small\n", '... and the connection serves its next request');
 };
 
-# The parts in three processes at once (each has its own server; most of
-# their time, 1.5-2.5 s each, is spent waiting for slow readers and
-# sleeps, not computing).
+# The cleanup handler's part first, alone: it times a 10 MB response to
+# 1.5 s, which the others' transfers, all at once on two cores, could
+# take. Then the other parts in processes of their own, all at once (each
+# has its own server; most of their time is spent waiting for slow
+# readers).
+$sec_cleanup->();
 in_parallel(
-    sub { $_->() for $sec_offload, $sec_total },
-    sub { $_->() for $sec_caps, $sec_stop },
-    sub { $_->() for $sec_cleanup },
+    sub { $sec_offload->() },
+    sub { $sec_caps->() },
+    sub { $sec_total->() },
+    sub { $sec_stop->() },
 );
 
 done_testing();
