@@ -45,11 +45,25 @@ sub {
         };
     }
     if ($p eq '/leak') { push @leak, 'x' x (4 << 20); return [200, [], ["pid=$$ leaked=" . @leak . "\n"]] }
+    if ($p eq '/hold') {    # until the test releases it (NAME: the query's first word), 30 s at most
+        my ($name) = $env->{QUERY_STRING} =~ /^(\w+)/;
+        (my $released = __FILE__) =~ s{[^/]*\z}{release-$name};
+        my $end = time + 30;
+        Time::HiRes::sleep(0.01) until -e $released || time > $end;
+        return [200, ['Content-Type' => 'text/plain'], ["held\n"]];
+    }
     return [404, [], ["no\n"]] if $p eq '/missing';
     return [500, [], ["boom\n"]] if $p eq '/fail';
     [200, ['Content-Type' => 'text/plain'], ["pid=$$\n"]];
 }
 APP
+
+# Ends the requests to /hold?NAME (the app's file is in $TMP).
+sub release {
+    my ($name) = @_;
+    open(my $f, '>', "$TMP/release-$name") or die "$TMP/release-$name: $!";
+    close $f;
+}
 
 sub server {
     my (%a) = @_;
@@ -93,6 +107,14 @@ sub parse_metrics {
         push @bad, "unparsable: $line";
     }
     return (\%v, \@bad);
+}
+
+# One sample of the status listener's /metrics ("name{labels}"), -1 without it.
+sub metric {
+    my ($status, $name) = @_;
+    my $r = get_raw($status, '/metrics') or return -1;
+    my ($v) = parse_metrics($r->{body});
+    return $v->{$name} // -1;
 }
 
 # 1. The pages, their formats, and what they count.
@@ -144,7 +166,8 @@ my $sec_pages = sub { SKIP: {
 
     # Every worker stuck: the status pages still answer, and show what
     # each worker is doing.
-    my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?3&<b>$_ HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
+    # (held until the test has looked: stuck as long as it takes, no longer)
+    my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /hold?pages&<b>$_ HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
     ok(wait_until(sub {
         my $j = get_raw($sport, '/status.json') or return 0;
         my $d = eval { JSON::PP::decode_json($j->{body}) } or return 0;
@@ -156,15 +179,16 @@ my $sec_pages = sub { SKIP: {
     my $d = JSON::PP::decode_json($j->{body});
     is(scalar @{ $d->{workers} }, 2, 'status.json lists both workers');
     is_deeply([ sort map { $_->{pid} } @{ $d->{workers} } ], [ sort @w ], '... by their pids');
-    like($_->{request}, qr{^GET /sleep\?3&<b>\d$}, "worker $_->{pid} shows its request line")
+    like($_->{request}, qr{^GET /hold\?pages&<b>\d$}, "worker $_->{pid} shows its request line")
         for @{ $d->{workers} };
     is($d->{master_pid}, $s->pid, 'the master\'s pid');
     is($d->{requests}{by_class}{'2xx'}, 5, 'the same counts as /metrics');
     my $html = get_raw($sport, '/status');
     like($html->{headers}{'content-type'}, qr{^text/html}, '/status is HTML');
     like($html->{body}, qr{\Q$_\E}, "it shows worker $_") for @w;
-    like($html->{body}, qr{GET /sleep\?3&amp;&lt;b&gt;1}, 'request lines are escaped');
-    unlike($html->{body}, qr{3&<b>1}, '... never inserted raw');   # (the cards' own <b> are not it)
+    like($html->{body}, qr{GET /hold\?pages&amp;&lt;b&gt;1}, 'request lines are escaped');
+    unlike($html->{body}, qr{pages&<b>1}, '... never inserted raw');   # (the cards' own <b> are not it)
+    release('pages');
     is(read_response($_, 10)->{status}, 200, 'the stuck requests finish') for @stuck;
 
     is(get_raw($sport, '/nope')->{status}, 404, 'an unknown page: 404');
@@ -232,9 +256,11 @@ my $sec_shed = sub { SKIP: {
         syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         read_response($c, 5);
     }
-    sleep 0.3;    # the connections are the manager's now
-    my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?4 HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
-    sleep 0.5;
+    wait_until(sub { metric($sport, 'narwhal_connections{state="idle"}') == 6 }, 5)
+        or diag 'the connections are not the manager\'s';
+    # (stuck until released: a request that waited for them would wait 10 s)
+    my @stuck = map { my $c = raw_connect($port); syswrite($c, "GET /hold?shed HTTP/1.1\r\nHost: x\r\n\r\n"); $c } 1 .. 2;
+    wait_until(sub { metric($sport, 'narwhal_workers{state="busy"}') == 2 }, 5) or diag 'the workers are not stuck';
     syswrite($_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") for @idle;
     my $t0 = time;
     my @r = map { read_response($_, 10) } @idle;
@@ -245,6 +271,7 @@ my $sec_shed = sub { SKIP: {
     ok($waited < 1.5, sprintf('... within the bound, not after the stuck requests (%.2f s)', $waited));
     my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
     is($v->{narwhal_shed_total}, 6, 'narwhal_shed_total counts them');
+    release('shed');
     is(read_response($_, 10)->{status}, 200, 'the stuck requests still finish') for @stuck;
     is(get_raw($port, '/')->{status}, 200, 'and the server serves again');
 }};
@@ -252,62 +279,82 @@ my $sec_shed = sub { SKIP: {
 # ... and without --max-queue-wait they wait for a worker (the control).
 my $sec_no_shed = sub { SKIP: {
     skip 'the status pages need the connection manager', 1 unless $MANAGED;
-    my $s = server(args => [ '--max-workers', 1, '--keepalive-wait', 0 ]);
+    my $status = "$TMP/no-shed-status.sock";
+    my $s = server(args => [ '--max-workers', 1, '--keepalive-wait', 0, '--status-listen', $status ]);
     my $port = $s->port;
     my $c = raw_connect($port);
     syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     read_response($c, 5);
-    sleep 0.3;
+    wait_until(sub { metric($status, 'narwhal_connections{state="idle"}') == 1 }, 5)
+        or diag 'the connection is not the manager\'s';
     my $stuck = raw_connect($port);
     syswrite($stuck, "GET /sleep?1.5 HTTP/1.1\r\nHost: x\r\n\r\n");
-    sleep 0.3;
+    wait_until(sub { metric($status, 'narwhal_workers{state="busy"}') == 1 }, 5) or diag 'the worker is not stuck';
     syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     my $r = read_response($c, 10);
     is($r && $r->{status}, 200, 'without --max-queue-wait a waiting request is served when a worker frees');
 }};
 
 # 4. The request watchdog: a sleeping app, a busy Perl loop, an app stuck
-# in C, and a response that had begun. Each worker is replaced.
+# in C, and a response that had begun, at once, a worker each. Each
+# worker is replaced.
 my $sec_watchdog = sub {
     my $sport = free_port();
-    my $s = server(args => [ '--max-workers', 2, '--request-timeout', 1,
+    my $s = server(args => [ '--max-workers', 4, '--request-timeout', 1,
                              ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
     my $port = $s->port;
-    wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+    wait_until(sub { worker_pids($s->pid) == 4 }, 10);
     # A late signal (its request ended just after the master looked) finds
     # the worker idle: it must neither die nor count it as a first signal.
     my @before = sort { $a <=> $b } worker_pids($s->pid);
-    get_raw($port, '/') for 1 .. 4;
+    get_raw($port, '/') for 1 .. 8;
     # (a worker forked a moment ago may not have its handlers yet: wait
     # until each catches XCPU, /proc's SigCgt mask)
     wait_until(sub { !grep { !catches($_, POSIX::SIGXCPU()) } @before }, 5);
     kill XCPU => @before;
     # Each worker runs its Perl handler at its next safe point at the
-    # latest: the return from its wait for a connection. Two requests at
-    # once, each 0.3 s long, take both workers.
-    my @both = map { my $c = raw_connect($port); syswrite($c, "GET /sleep?0.3 HTTP/1.1\r\nHost: x\r\n\r\n"); $c }
-               1 .. 2;
-    my @got = map { read_response($_, 10) } @both;
-    is(scalar(grep { $_ && $_->{status} == 200 } @got), 2, 'after a late XCPU both workers serve');
+    # latest: the return from its wait for a connection. Four requests at
+    # once, each 0.3 s long, take the four workers. (Connection: close:
+    # without the manager a kept-alive connection keeps its worker.)
+    my @all = map { my $c = raw_connect($port);
+                    syswrite($c, "GET /sleep?0.3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); $c } 1 .. 4;
+    my @got = map { read_response($_, 10) } @all;
+    is(scalar(grep { $_ && $_->{status} == 200 } @got), 4, 'after a late XCPU all four workers serve');
     is_deeply([ sort { $a <=> $b } worker_pids($s->pid) ], \@before, 'an idle worker ignores a late XCPU');
-    for my $case ([ '/sleep?30', 'a sleeping request', qr{at \S+ line 9\n} ],
-                  [ '/busy', 'a busy Perl loop', qr{at \S+ line 11\n} ],
-                  [ '/crypt', 'an app stuck in C', qr{outside Perl \(in C code} ]) {
+    # The stuck requests at once, a worker each: each is timed from its own
+    # write, and its answer taken as soon as it is whole.
+    my @cases = ([ '/sleep?30', 'a sleeping request', qr{at \S+ line 9\n} ],
+                 [ '/busy', 'a busy Perl loop', qr{at \S+ line 11\n} ],
+                 [ '/crypt', 'an app stuck in C', qr{outside Perl \(in C code} ]);
+    my %sent = map {
+        my $c = raw_connect($port);
+        my $t0 = time;
+        syswrite($c, "GET $_->[0] HTTP/1.1\r\nHost: x\r\n\r\n");
+        ($_->[0] => { c => $c, t0 => $t0 });
+    } @cases;
+    my $c = raw_connect($port);
+    syswrite($c, "GET /stream-then-sleep HTTP/1.1\r\nHost: x\r\n\r\n");
+    wait_until(sub {
+        for my $w (grep { !$_->{done} } values %sent) {
+            my $r = read_response($w->{c}, 0.01) or next;
+            ($w->{r}, $w->{elapsed}, $w->{done}) = ($r, time - $w->{t0}, 1);
+        }
+        !grep { !$_->{done} } values %sent;
+    }, 10, 0.01);
+    for my $case (@cases) {
         my ($path, $name, $log) = @$case;
-        my $r = get_raw($port, $path, 10);
+        my ($r, $elapsed) = @{ $sent{$path} }{qw(r elapsed)};
         is($r && $r->{status}, 504, "$name gets 504");
-        ok($r && $r->{elapsed} >= 1 && $r->{elapsed} < 4.5, sprintf('... after the timeout (%.1f s)', $r ? $r->{elapsed} : -1));
+        ok($r && $elapsed >= 1 && $elapsed < 4.5, sprintf('... after the timeout (%.1f s)', $r ? $elapsed : -1));
         like($s->log_text, qr/\Q$path\E has run for [\d.]+ s, over --request-timeout 1/, '... the master says which request');
         ok(wait_until(sub { $s->log_text =~ $log }, 3), '... and the log says where the app was')
             or diag $s->log_text;
     }
-    my $c = raw_connect($port);
-    syswrite($c, "GET /stream-then-sleep HTTP/1.1\r\nHost: x\r\n\r\n");
     my $data = NarwhalTest::read_until_close($c, 8);
     like($data, qr{^HTTP/1\.1 200 .*first part\n}s, 'a response that had begun keeps its status line');
     unlike($data, qr{0\r\n\r\n\z}, '... and is cut short, never complete');
     ok(wait_until(sub { $s->log_text =~ /its response had begun: closed/ }, 3), '... the log says so');
-    ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), 'the workers were replaced');
+    ok(wait_until(sub { worker_pids($s->pid) == 4 }, 5), 'the workers were replaced');
     is(get_raw($port, '/')->{status}, 200, 'and serve');
     if ($MANAGED) {
         # (the last restart is counted once the master has reaped its worker)
@@ -451,10 +498,11 @@ my $sec_drain = sub {
     my $took = time - $t0;
     is($status, 0, 'then it stops cleanly');
     ok($took >= 1.5 && $took < 4, sprintf('... after the drain (%.1f s)', $took));
-
+};
+my $sec_drain_twice = sub {
     my $s2 = server(args => [ '--drain-delay', 30 ]);
     wait_until(sub { worker_pids($s2->pid) >= 1 }, 10);
-    $t0 = time;
+    my $t0 = time;
     kill TERM => $s2->pid;
     ok(wait_until(sub { $s2->log_text =~ /draining for 30 s/ }, 5), 'a drain of 30 s begins');
     kill TERM => $s2->pid;
@@ -462,14 +510,15 @@ my $sec_drain = sub {
     ok(time - $t0 < 3, sprintf('... (%.1f s, not 30)', time - $t0));
 };
 
-# The parts in five processes at once (the longest first): most of their
-# time is spent waiting for timeouts and sleeping requests.
+# The parts in six processes at once (the longest first): most of their
+# time is spent waiting for timeouts, drains and held requests.
 in_parallel(
     sub { $_->() for $sec_watchdog },
-    sub { $_->() for $sec_shed, $sec_recycled, $sec_term_extended },
-    sub { $_->() for $sec_pages, $sec_no_watchdog },
-    sub { $_->() for $sec_no_shed, $sec_refusals, $sec_rss },
-    sub { $_->() for $sec_drain, $sec_starter, $sec_term_one },
+    sub { $_->() for $sec_drain, $sec_drain_twice },
+    sub { $_->() for $sec_no_watchdog, $sec_rss, $sec_recycled },
+    sub { $_->() for $sec_no_shed, $sec_refusals },
+    sub { $_->() for $sec_starter, $sec_pages },
+    sub { $_->() for $sec_shed, $sec_term_one, $sec_term_extended },
 );
 
 done_testing();
