@@ -119,6 +119,12 @@ sub start_client_loop {
     return { pid => $pid, out => $out, seconds => $seconds };
 }
 
+# What a client loop has been answered so far, in order: [ pid, generation ] each.
+sub loop_answers {
+    my ($loop) = @_;
+    return map { /^ok (\d+) (\S+)/ ? [ $1, $2 ] : () } split /\n/, slurp($loop->{out});
+}
+
 sub finish_client_loop {
     my ($loop) = @_;
     my $done = wait_until(sub { waitpid($loop->{pid}, POSIX::WNOHANG()) == $loop->{pid} },
@@ -199,7 +205,7 @@ my $sec_c = sub { {
     # place: under a loaded parallel suite each can take seconds)
     my $stop = File::Spec->catfile($TMP, "hup-client-stop-$port");
     my $loop = start_client_loop($port, 30, $stop);
-    sleep 0.7;
+    wait_until(sub { loop_answers($loop) >= 10 }, 10) or diag 'the client is not at work';
     kill HUP => $s->pid;
     # the second HUP once the first generation has been replaced
     my %first = map { $_ => 1 } @$before;
@@ -207,14 +213,19 @@ my $sec_c = sub { {
         my @w = workers($s);
         return @w == 2 && !grep({ $first{$_} } @w) ? \@w : undef;
     }, 10) || [];
-    sleep 0.3;
+    my $answered = loop_answers($loop);
+    wait_until(sub { loop_answers($loop) >= $answered + 5 }, 10) or diag 'the client stopped';
     kill HUP => $s->pid;
     my %was = map { $_ => 1 } @$second;
     my $third = wait_until(sub {
         my @w = workers($s);
         return @w == 2 && !grep({ $was{$_} } @w) ? \@w : undef;
     }, 10) || [];
-    sleep 0.5;                  # (the client's next requests reach them)
+    # (the client's next requests reach them: it goes on until one of them
+    # has answered it)
+    my %newest = map { $_ => 1 } @$third;
+    wait_until(sub { my @a = loop_answers($loop); @a && $newest{ $a[-1][0] } }, 10)
+        or diag 'the newest workers did not answer the client';
     open(my $stop_fh, '>', $stop) or die "$stop: $!";
     close $stop_fh;
     my $r = finish_client_loop($loop);
@@ -222,7 +233,6 @@ my $sec_c = sub { {
     is($r->{fail}, 0, 'HUP: zero failed requests') or diag join "\n", @{ $r->{errors} }[0 .. 4];
     # (its connection goes from a retiring worker to another, so it may skip
     # a generation; its last answers are the newest workers')
-    my %newest = map { $_ => 1 } @$third;
     ok(@{ $r->{pids} } >= 2 && $newest{ $r->{pids}[-1] }, 'HUP: the client was served by new workers')
         or diag "pids: @{ $r->{pids} }; the newest workers: @$third";
     my %old = map { $_ => 1 } @$before;
@@ -291,22 +301,26 @@ my $sec_e = sub { {
     my @runs = grep { $_ ne $seq[-1] } keys %n;    # the last may be unfinished
     ok(!grep({ $n{$_} < 2 } @runs), 'and at least 2 per worker') or diag "@seq";
     $s->stop;
+}};
 
-    # --min-worker-lifetime: a worker at its count younger than that is
-    # given the count again, and replaced at the end of the first count it
-    # finishes older (the default, 10 s, keeps one worker for 12 requests).
-    $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5' ]);
-    @seq = map { get_pid($s->port) // 'fail' } 1 .. 12;
+# (e, continued) --min-worker-lifetime: a worker at its count younger than
+# that is given the count again, and replaced at the end of the first count
+# it finishes older (the default, 10 s, keeps one worker for 12 requests).
+my $sec_e_lifetime = sub { {
+    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5' ]);
+    my @seq = map { get_pid($s->port) // 'fail' } 1 .. 12;
     is(join(' ', keys %{{ map { $_ => 1 } @seq }}), $seq[0],
        '--max-reqs-per-child 5 at the default --min-worker-lifetime: one worker for 12 requests');
     $s->stop;
     $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5',
                           '--min-worker-lifetime', 1 ]);
     my $t0 = time;
-    @seq = map { get_pid($s->port) // 'fail' } 1 .. 7;
+    @seq = (get_pid($s->port) // 'fail');
+    my $born_by = time;    # (the worker answered: it was born by now, maybe after $t0)
+    push @seq, map { get_pid($s->port) // 'fail' } 2 .. 7;
     ok(time - $t0 < 0.9 && !grep({ $_ ne $seq[0] } @seq),
        '--min-worker-lifetime 1: a young worker serves 7 requests of a count of 5') or diag "@seq";
-    sleep 1.2 - (time - $t0) if time - $t0 < 1.2;
+    sleep 1.2 - (time - $born_by) if time - $born_by < 1.2;
     push @seq, map { get_pid($s->port) // 'fail' } 8 .. 13;
     is(scalar(grep { $_ eq $seq[0] } @seq), 10, '... and is replaced at the end of its second count')
         or diag "@seq";
@@ -439,7 +453,14 @@ APP
     close $m;
     get_pid($port) for 2 .. 38;
     ok(wait_until(sub { $s->log_text =~ /exited with status 3/ }, 3), 'broken code: the replacement fails');
-    sleep $LINGER + 1.5;    # (past REPLACE_LINGER and the master's next look)
+    # Past REPLACE_LINGER the master retires the old worker at its next
+    # look, if a replacement is ready. It looks as it reaps each failed
+    # start (they back off: 0.1 s, 0.2 s, 0.4 s ... apart): one reaped
+    # once REPLACE_LINGER is over proves that it has looked since.
+    sleep $LINGER;    # (counted from the failure: the worker was replaced before)
+    my $failed = sub { scalar(() = $s->log_text =~ /exited with status 3/g) };
+    my $n = $failed->();
+    wait_until(sub { $failed->() > $n }, 10) or diag 'no start failed after REPLACE_LINGER';
     ok(pid_alive($old), "the old worker is still there after REPLACE_LINGER ($LINGER s) and more")
         or diag $s->log_text;
     is(get_pid($port), $old, '... and serves');
@@ -506,7 +527,7 @@ my $sec_g = sub { {
 # (h) Server::Starter hand-over (TCP), and a unix socket through it.
 my $sec_h = sub { SKIP: {
     my $starter = '/usr/bin/start_server';
-    missing('start_server is not installed', 10) unless -x $starter;
+    missing('start_server is not installed', 9) unless -x $starter;
     my $port = free_port();
     my $pidf = File::Spec->catfile($TMP, "starter-$port.pid");
     my $stat = File::Spec->catfile($TMP, "starter-$port.status");
@@ -520,23 +541,34 @@ my $sec_h = sub { SKIP: {
     started($gen1_master);
     workers($s, $gen1_master) if $gen1_master;
     ok(wait_until(sub { -s $stat }, 5), 'start_server wrote its status file');
-    my $loop = start_client_loop($port, 3.5);
-    sleep 0.5;
+    # (the client goes on until the old master is gone and generation 2
+    # has answered it five times since)
+    my $stop = File::Spec->catfile($TMP, "starter-client-stop-$port");
+    my $loop = start_client_loop($port, 30, $stop);
+    wait_until(sub { loop_answers($loop) >= 10 }, 10) or diag 'the client is not at work';
     my $r = run_cmd([ $starter, '--restart', '--pid-file', $pidf, '--status-file', $stat ],
                     timeout => 10);
     is($r->{code}, 0, 'start_server --restart') or diag $r->{err};
+    my $gen1_gone = !$gen1_master || wait_until(sub { !pid_alive($gen1_master) }, 5);
+    my $by_gen2 = sub { scalar grep { $_->[1] eq '2' } loop_answers($loop) };
+    my $since = $by_gen2->();
+    wait_until(sub { $by_gen2->() >= $since + 5 }, 10) or diag 'generation 2 did not answer the client';
+    open(my $stop_fh, '>', $stop) or die "$stop: $!";
+    close $stop_fh;
     my $res = finish_client_loop($loop);
     cmp_ok($res->{ok}, '>', 20, "hand-over: the client made requests ($res->{ok})");
     is($res->{fail}, 0, 'hand-over: zero failed requests') or diag join "\n", @{ $res->{errors} }[0 .. 4];
     ok((grep { $_ eq '2' } @{ $res->{gens} }), 'hand-over: generation 2 served the client')
         or diag "generations: @{ $res->{gens} }";
     like(http_get($port, '/')->{content}, qr/gen=2\b/, 'after the hand-over: generation 2 answers');
-    ok(wait_until(sub { !pid_alive($gen1_master) }, 5), 'the old narwhal master exited')
-        if $gen1_master;
+    ok($gen1_gone, 'the old narwhal master exited') if $gen1_master;
     $s->stop;
-
+}};
+my $sec_h_unix = sub { SKIP: {
+    my $starter = '/usr/bin/start_server';
+    missing('start_server is not installed', 1) unless -x $starter;
     my $path = File::Spec->catfile($TMP, 'starter.sock');
-    $s = spawn_server(unix => $path, no_listen => 1, command => [
+    my $s = spawn_server(unix => $path, no_listen => 1, command => [
         $starter, '--path', $path, '--', narwhal_cmd(), @NM, @XARGS, '--max-workers', '1', $APP ]);
     my $raw = raw_request($path, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 5);
     like($raw, qr{^HTTP/1\.1 200 .*pid=\d+ gen=1}s, 'start_server --path: served on the unix socket');
@@ -612,14 +644,20 @@ my $sec_orphan = sub { {
        'the workers exit within ~3 s of their master being KILLed');
 }};
 
-# The parts in five processes at once (the longest first in each): most of
-# their time is spent waiting for signals, timeouts and other processes.
+# The parts in eight processes at once (the longest first in each): most
+# of their time is spent waiting for signals, timeouts and other processes.
+# (--min-worker-lifetime 1 times seven requests to 0.9 s: it comes late in
+# its process, once the others' servers have started and the busiest
+# parts are over.)
 in_parallel(
-    sub { $_->() for $sec_e2_broken, $sec_e2_recycle, $sec_d, $sec_i },
-    sub { $_->() for $sec_h, $sec_b },
-    sub { $_->() for $sec_j, $sec_c },
-    sub { $_->() for $sec_a, $sec_e2_linger, $sec_e },
-    sub { $_->() for $sec_e2_two, $sec_f, $sec_orphan, $sec_g },
+    sub { $_->() for $sec_h },
+    sub { $_->() for $sec_j },
+    sub { $_->() for $sec_a, $sec_d, $sec_i },
+    sub { $_->() for $sec_e2_broken, $sec_e2_recycle, $sec_e_lifetime },
+    sub { $_->() for $sec_e2_two, $sec_f },
+    sub { $_->() for $sec_c, $sec_b, $sec_h_unix, $sec_g },
+    sub { $_->() for $sec_e2_linger, $sec_e },
+    sub { $_->() for $sec_orphan },
 );
 
 # Nothing left behind.
