@@ -1,9 +1,11 @@
 use strict;
 use warnings;
 use Test::More;
+use Test2::IPC;    # (parts of this file run in processes of their own)
 use Time::HiRes ();
 use lib 't/lib';
-use NarwhalTest qw(spawn_server raw_request raw_connect read_response parse_response read_until_close);
+use NarwhalTest qw(spawn_server raw_request raw_connect read_response parse_response read_until_close
+                   in_background);
 
 # Raw-byte tests of the HTTP/1.1 rules: each malformed or oversized request
 # gets the right status and a closed connection; framing, keep-alive and
@@ -73,12 +75,18 @@ sub {
 };
 APP
 
-my $srv = spawn_server(app => $app, args => [
-    '--max-workers' => 1, '--max-request-line' => 200, '--max-header-bytes' => 1000,
-    '--max-headers' => 10, '--max-request-body' => 5000, '--body-in-memory' => 1000,
-    '--keepalive-timeout' => 1, '--read-timeout' => 1, '--max-keepalive-reqs' => 3,
-]);
-my $port = $srv->port;
+# The server of the part of this file that runs in this process: the
+# parts that wait for a timeout run at once, beside the others, each in a
+# process of its own with a server of its own (see the end).
+my ($srv, $port);
+sub serve {
+    $srv = spawn_server(app => $app, args => [
+        '--max-workers' => 1, '--max-request-line' => 200, '--max-header-bytes' => 1000,
+        '--max-headers' => 10, '--max-request-body' => 5000, '--body-in-memory' => 1000,
+        '--keepalive-timeout' => 1, '--read-timeout' => 1, '--max-keepalive-reqs' => 3,
+    ]);
+    $port = $srv->port;
+}
 
 # Send raw bytes; return the parsed first response, the raw bytes, whether
 # the server closed promptly.
@@ -100,6 +108,69 @@ sub rejects {
 }
 
 my $H = "Host: t\r\n";
+
+# The parts that wait for a 1 s timeout run at once and beside the others,
+# each in a process of its own with a server of its own.
+my @waits;
+push @waits, in_background(sub { serve(); subtest 'keep-alive and pipelining' => sub {
+    my $s = raw_connect($port);
+    syswrite($s, "GET /env HTTP/1.1\r\n$H\r\n"
+               . "POST /echo HTTP/1.1\r\n${H}Content-Length: 3\r\n\r\nabc"
+               . "HEAD /env HTTP/1.1\r\n$H\r\n");
+    my $r1 = read_response($s, 3);
+    my $r2 = read_response($s, 3);
+    my $r3 = read_response($s, 3, 1);
+    like($r1 && $r1->{body}, qr/^REQUEST_METHOD=GET$/m, 'pipelined 1: GET');
+    is($r2 && $r2->{body}, 'abc', 'pipelined 2: POST with its body');
+    is($r3 && $r3->{status}, 200, 'pipelined 3: HEAD');
+    like($r3 && $r3->{headers}{connection} // '', qr/close/, '--max-keepalive-reqs 3: third response closes');
+    is(NarwhalTest::read_until_close($s, 2), '', 'HEAD sent no body, then the connection closed');
+
+    $s = raw_connect($port);
+    syswrite($s, "GET /env HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    my $r = read_response($s, 3);
+    is($r->{headers}{connection}, 'keep-alive', 'HTTP/1.0 keep-alive honoured');
+    syswrite($s, "GET /env HTTP/1.0\r\n\r\n");
+    $r = read_response($s, 3);
+    is($r && $r->{status}, 200, 'second request on the HTTP/1.0 connection');
+
+    my ($res, undef, $closed) = exchange("GET /env HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
+    ok($closed, 'Connection: close honoured');
+
+    $s = raw_connect($port);
+    syswrite($s, "GET /env HTTP/1.1\r\n$H\r\n");
+    read_response($s, 3);
+    my $t0 = Time::HiRes::time();
+    is(NarwhalTest::read_until_close($s, 4), '', 'idle keep-alive connection closed...');
+    my $idle = Time::HiRes::time() - $t0;
+    ok($idle > 0.7 && $idle < 2.5, "...after --keepalive-timeout 1 (took ${\ sprintf '%.2f', $idle}s)");
+} });
+
+push @waits, in_background(sub { serve(); subtest 'slow request head gets 408' => sub {
+    my $s = raw_connect($port);
+    syswrite($s, "GET /env HTTP/1.1\r\n");
+    my $t0 = Time::HiRes::time();
+    my $raw = NarwhalTest::read_until_close($s, 4);
+    like($raw, qr{^HTTP/1\.1 408 }, '408 after --read-timeout');
+    ok(Time::HiRes::time() - $t0 < 2.5, 'within the deadline');
+} });
+
+push @waits, in_background(sub { serve(); subtest 'a head dribbled byte by byte gets 408' => sub {
+    my $s = raw_connect($port);
+    my $end = Time::HiRes::time() + 2.5;
+    my $sent = 0;
+    for my $byte (split //, "GET /env HTTP/1.1\r\nX-A: " . ('a' x 40)) {
+        last if Time::HiRes::time() > $end;
+        syswrite($s, $byte) or last;
+        $sent++;
+        Time::HiRes::sleep(0.05);
+    }
+    my $raw = NarwhalTest::read_until_close($s, 2);
+    like($raw, qr{^HTTP/1\.1 408 }, 'a head dribbled byte by byte still ends at the deadline');
+} });
+
+serve();
+
 subtest 'request line and headers' => sub {
     rejects('request line too long', "GET /" . ('a' x 300) . " HTTP/1.1\r\n$H\r\n", 414);
     rejects('head too large', "GET / HTTP/1.1\r\n$H" . ("X-Pad: " . ('p' x 90) . "\r\n") x 12 . "\r\n", 431);
@@ -201,60 +272,6 @@ subtest 'env' => sub {
     like($res->{body}, qr{^QUERY_STRING=q=1$}m, 'absolute-form target: QUERY_STRING');
 };
 
-subtest 'keep-alive and pipelining' => sub {
-    my $s = raw_connect($port);
-    syswrite($s, "GET /env HTTP/1.1\r\n$H\r\n"
-               . "POST /echo HTTP/1.1\r\n${H}Content-Length: 3\r\n\r\nabc"
-               . "HEAD /env HTTP/1.1\r\n$H\r\n");
-    my $r1 = read_response($s, 3);
-    my $r2 = read_response($s, 3);
-    my $r3 = read_response($s, 3, 1);
-    like($r1 && $r1->{body}, qr/^REQUEST_METHOD=GET$/m, 'pipelined 1: GET');
-    is($r2 && $r2->{body}, 'abc', 'pipelined 2: POST with its body');
-    is($r3 && $r3->{status}, 200, 'pipelined 3: HEAD');
-    like($r3 && $r3->{headers}{connection} // '', qr/close/, '--max-keepalive-reqs 3: third response closes');
-    is(NarwhalTest::read_until_close($s, 2), '', 'HEAD sent no body, then the connection closed');
-
-    $s = raw_connect($port);
-    syswrite($s, "GET /env HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
-    my $r = read_response($s, 3);
-    is($r->{headers}{connection}, 'keep-alive', 'HTTP/1.0 keep-alive honoured');
-    syswrite($s, "GET /env HTTP/1.0\r\n\r\n");
-    $r = read_response($s, 3);
-    is($r && $r->{status}, 200, 'second request on the HTTP/1.0 connection');
-
-    my ($res, undef, $closed) = exchange("GET /env HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
-    ok($closed, 'Connection: close honoured');
-
-    $s = raw_connect($port);
-    syswrite($s, "GET /env HTTP/1.1\r\n$H\r\n");
-    read_response($s, 3);
-    my $t0 = Time::HiRes::time();
-    is(NarwhalTest::read_until_close($s, 4), '', 'idle keep-alive connection closed...');
-    my $idle = Time::HiRes::time() - $t0;
-    ok($idle > 0.7 && $idle < 2.5, "...after --keepalive-timeout 1 (took ${\ sprintf '%.2f', $idle}s)");
-};
-
-subtest 'slow request head gets 408' => sub {
-    my $s = raw_connect($port);
-    syswrite($s, "GET /env HTTP/1.1\r\n");
-    my $t0 = Time::HiRes::time();
-    my $raw = NarwhalTest::read_until_close($s, 4);
-    like($raw, qr{^HTTP/1\.1 408 }, '408 after --read-timeout');
-    ok(Time::HiRes::time() - $t0 < 2.5, 'within the deadline');
-    $s = raw_connect($port);
-    my $end = Time::HiRes::time() + 2.5;
-    my $sent = 0;
-    for my $byte (split //, "GET /env HTTP/1.1\r\nX-A: " . ('a' x 40)) {
-        last if Time::HiRes::time() > $end;
-        syswrite($s, $byte) or last;
-        $sent++;
-        Time::HiRes::sleep(0.05);
-    }
-    $raw = NarwhalTest::read_until_close($s, 2);
-    like($raw, qr{^HTTP/1\.1 408 }, 'a head dribbled byte by byte still ends at the deadline');
-};
-
 subtest 'responses' => sub {
     my ($res) = exchange("GET /nobody HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
     is($res->{status}, 204, 'no-content status');
@@ -308,4 +325,5 @@ subtest 'app errors' => sub {
     like($all, qr/Connection: close\r\n/, 'the last one says Connection: close');
 }
 
+$_->() for @waits;
 done_testing;
