@@ -102,15 +102,18 @@ my $part_manager = sub {
            'fast requests are under 5 ms');
     ok(defined $m->{'narwhal_request_duration_seconds_bucket{le="0.0001"}'}
        && defined $m->{'narwhal_request_duration_seconds_bucket{le="0.00025"}'}, '... with buckets below 5 ms to tell them apart');
+    # (the clients close first: the stop need not linger for them)
+    $_->close for @c;
     $s->stop;
 };
 
-my $part_parked = sub {
-    # The same worker, now keeping served connections parked: while it serves
-    # one, the others' requests wait in its parked set. 40 ms requests stay
-    # there (waits 0, 40, .. 280 ms); 300 ms ones make the worker hand the
-    # parked connections to the manager after 50 ms, which keeps the wait
-    # they had (the kernel's receive time of their bytes).
+# The same worker, now keeping served connections parked: while it serves
+# one, the others' requests wait in its parked set. 40 ms requests stay
+# there (waits 0, 40, .. 280 ms); 300 ms ones make the worker hand the
+# parked connections to the manager after 50 ms, which keeps the wait
+# they had (the kernel's receive time of their bytes). Each on a server
+# of its own, whose eight connections were served once and are parked.
+sub parked_server {
     $sport = free_port();
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--keepalive-wait', 5,
                                              '--status-listen', "127.0.0.1:$sport" ]);
@@ -122,24 +125,45 @@ my $part_parked = sub {
     }
     ok(wait_until(sub { (metrics($sport)->{'narwhal_connections{state="parked"}'} // 0) == 8 }, 5),
        'eight connections parked in the worker');
-    my $before = add_up('parked in a busy worker', metrics($sport),
-                     [ map { [ $_, '/sleep/0.04' ] } @c ], 0.8, 'about 0 + 0.04 + .. + 0.28');
-    add_up('parked, then handed to the manager', $before,
-           [ map { [ $_, '/sleep/0.3' ] } @c[0 .. 3] ], 1.2, 'about 0 + 0.3 + 0.6 + 0.9');
-    $_->close for @c;
+    return ($s, @c);
+}
 
+my $part_parked = sub {
+    my ($s, @c) = parked_server();
+    add_up('parked in a busy worker', metrics($sport),
+           [ map { [ $_, '/sleep/0.04' ] } @c ], 0.8, 'about 0 + 0.04 + .. + 0.28');
+    # (the clients close first: the stop need not linger for them)
+    $_->close for @c;
+    $s->stop;
+};
+
+my $part_parked_slow = sub {
+    my ($s, @c) = parked_server();
+    add_up('parked, then handed to the manager', metrics($sport),
+           [ map { [ $_, '/sleep/0.3' ] } @c[0 .. 3] ], 1.2, 'about 0 + 0.3 + 0.6 + 0.9');
+    # (the clients close first: the stop need not linger for them)
+    $_->close for @c;
+    $s->stop;
+};
+
+my $part_listen_queue = sub {
     # New connections while the worker is busy wait in the listen queue, where
     # no process sees them; the kernel's receive time of their request says
     # how long. (The busy worker's own request first: 0.5 s.)
-    sleep 0.3;
-    $before = metrics($sport);
+    $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--max-workers', 1, '--keepalive-wait', 5,
+                                             '--status-listen', "127.0.0.1:$sport" ]);
+    wait_until(sub { worker_pids($s->pid) == 1 }, 5);
+    my $before = metrics($sport);
     my @fresh = map { raw_connect($s->port) } 1 .. 3;
     add_up('in the listen queue', $before,
            [ [ raw_connect($s->port), '/sleep/0.5' ], map { [ $_, '/sleep/0.1' ] } @fresh ],
            1.2, 'about 0 + 0.5 + 0.6 + 0.7');
+    # (the clients close first: the stop need not linger for them)
+    $_->close for @fresh;
     $s->stop;
 };
 
-# (both at once: one worker each, sleeping)
-in_parallel($part_manager, $part_parked);
+# (all at once: one worker each, sleeping)
+in_parallel($part_manager, $part_parked, $part_parked_slow, $part_listen_queue);
 done_testing();
