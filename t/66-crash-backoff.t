@@ -17,11 +17,16 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response read_until_c
 my @NM = manager_fallback();
 my $MANAGED = NarwhalTest::managed();
 
-my $APP = write_app(<<'APP');
-sub { my $env = shift;
-      kill SEGV => $$ if $env->{PATH_INFO} eq '/segv' || $env->{QUERY_STRING} eq 'crash';
-      select undef, undef, undef, 5 if $env->{PATH_INFO} eq '/sleep';
-      [200, ['Content-Type' => 'text/plain'], ["ok pid=$$\n"]] }
+# /sleep makes $DIR/sleeping-PID as it begins: its worker is on it from then on.
+my $DIR = NarwhalTest::tmpdir();
+my $APP = write_app(<<"APP");
+sub { my \$env = shift;
+      kill SEGV => \$\$ if \$env->{PATH_INFO} eq '/segv' || \$env->{QUERY_STRING} eq 'crash';
+      if (\$env->{PATH_INFO} eq '/sleep') {
+          open(my \$fh, '>', "$DIR/sleeping-\$\$");
+          select undef, undef, undef, 5;
+      }
+      [200, ['Content-Type' => 'text/plain'], ["ok pid=\$\$\\n"]] }
 APP
 
 # One request on a new connection: its status, or 0 when the connection
@@ -42,9 +47,11 @@ sub metric {
     return $r->{body} =~ /^\Q$name\E (\d+)$/m ? $1 : undef;
 }
 
+# (a first back-off of 0.8 s, not 1 s: the part waits for it, then for
+# more than it again while the doubled one lasts)
 my $part_backoff = sub {
     my $sport = free_port();
-    my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2, '--crash-backoff', 1,
+    my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2, '--crash-backoff', 0.8,
                                                  ($MANAGED ? ('--status-listen', "127.0.0.1:$sport") : ()) ]);
     my @first = map { status_of($s->port, "/segv?n=$_") } 1 .. 3;
     is("@first", '0 0 0', 'three requests to /segv (queries differ): each kills its worker');
@@ -55,24 +62,28 @@ my $part_backoff = sub {
     is($r && $r->{headers}{'retry-after'}, 1, '... with Retry-After, without running the app');
     is(status_of($s->port, '/other'), 200, 'another route is served meanwhile');
     is(status_of($s->port, '/segv?again'), 503, '... and /segv with another query is the same route');
-    like($s->log_text, qr/GET \/segv killed 3 workers in 10 s \(3 of its \d+ requests\): answered 503 for 1 s, then tried again/,
+    like($s->log_text, qr/GET \/segv killed 3 workers in 10 s \(3 of its \d+ requests\): answered 503 for 0\.8 s, then tried again/,
          'the back-off is logged once, with the route and the count');
     my $log_lines = () = $s->log_text =~ /answered 503 for/g;
     is($log_lines, 1, '... once');
 
-    # after the back-off it is tried again; it crashes again: 2 s this time
-    sleep 1.1;
+    # after the back-off it is tried again; it crashes again: 1.6 s this time
+    sleep 0.9;
     is(status_of($s->port, '/segv'), 0, 'after the back-off the route runs again (and crashes)');
     ok(wait_until(sub { status_of($s->port, '/segv') == 503 }, 2), '... and is answered 503 at once');
-    like($s->log_text, qr/GET \/segv killed a worker again after its back-off: answered 503 for 2 s/,
+    like($s->log_text, qr/GET \/segv killed a worker again after its back-off: answered 503 for 1\.6 s/,
          '... for twice as long');
-    sleep 1.2;
-    is(status_of($s->port, '/segv'), 503, 'still 503 after 1.2 s of the 2 s');
+    # (past the first back-off's 0.8 s, and well within the 1.6 s: it began
+    # before the 503 just seen)
+    sleep 0.9;
+    is(status_of($s->port, '/segv'), 503, 'still 503 after 0.9 s of the 1.6 s');
     SKIP: {
         skip 'the metrics need the manager', 1 unless $MANAGED;
         ok((metric($sport, 'narwhal_crash_refused_total') // 0) >= 4,
            'counted: narwhal_crash_refused_total');
     }
+    # (the clients close first: the stop need not linger for them)
+    $c->close;
     $s->stop;
 };
 
@@ -89,10 +100,8 @@ my $part_not_a_loop = sub {
     for (1 .. 3) {
         my $c = raw_connect($s->port);
         syswrite($c, "GET /sleep HTTP/1.1\r\nHost: x\r\n\r\n");
-        my $busy;
-        wait_until(sub { ($busy) = grep { `cat /proc/$_/cmdline 2>/dev/null` =~ /worker/ }
-                         NarwhalTest::children_of($s->pid); $busy && $s->log_text !~ /killed by signal 9.*$busy/ }, 5);
-        sleep 0.3;
+        # (a worker is on /sleep: killing it now is a kill while serving it)
+        wait_until(sub { grep { -e "$DIR/sleeping-$_" } NarwhalTest::worker_pids($s->pid) }, 5);
         my @w = grep { `cat /proc/$_/cmdline 2>/dev/null` =~ /worker/ } NarwhalTest::children_of($s->pid);
         kill KILL => @w;
         wait_until(sub { NarwhalTest::worker_pids($s->pid) >= 2 && !grep { kill 0 => $_ } @w }, 5);
