@@ -6,8 +6,8 @@ use Time::HiRes ();
 use IO::Select ();
 use IO::Socket::UNIX ();
 use lib 't/lib';
-use NarwhalTest qw(echo_app spawn_server raw_connect read_response read_until_close wait_until
-                   in_parallel);
+use NarwhalTest qw(echo_app spawn_server spawn_servers raw_connect read_response read_until_close
+                   wait_until in_background metrics_of);
 
 # Parking: a worker keeps a connection it just served in its own epoll set
 # for --keepalive-wait, serving other work meanwhile, then hands it to the
@@ -30,11 +30,18 @@ sub request_on {
 
 sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] }
 
-sub server {
+# A one-worker server with these arguments (spawn_server's, for spawn_servers).
+sub spec {
     my (@args) = @_;
-    return spawn_server(app => $app, args => [ '--max-workers' => 1, '--keepalive-timeout' => 30,
-                                               @args ]);
+    return { app => $app, args => [ '--max-workers' => 1, '--keepalive-timeout' => 30, @args ] };
 }
+
+sub server { spawn_server(%{ spec(@_) }) }
+
+# timed(spec(...), $name, sub { my ($srv) = @_; ... }): a subtest that
+# orders its bytes against a 30 ms request with 10 ms pauses. It runs
+# alone, after the others, on a server started before them (see the end).
+sub timed { push @timed, [@_] }
 
 # Kill the only worker and wait for its replacement to answer.
 sub replace_worker {
@@ -62,31 +69,49 @@ push @parts, sub { subtest 'a parked connection does not hold the worker' => sub
     is(pid_of($r2), pid_of($r1), 'by the worker that parked it');
 } };
 
-push @parts, sub { subtest 'parked in the worker, then held by the manager' => sub {
-    my $srv = server('--keepalive-wait' => 5);
+# A server with its status pages, which say where a connection is; returns
+# it and a reader of its metrics.
+sub server_with_status {
+    my (@args) = @_;
+    my $status = NarwhalTest::free_port();
+    my $srv = server(@args, '--status-listen' => "127.0.0.1:$status");
+    return ($srv, sub { metrics_of($status)->{ $_[0] } // 0 });
+}
+
+push @parts, sub { subtest 'parked in the worker, then held by the manager: parked' => sub {
+    my ($srv, $metric) = server_with_status('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);
     my $r = request_on($a, '/parked');
-    Time::HiRes::sleep(0.1);    # parked by now, and well within --keepalive-wait even on a slow machine
+    # parked, with a copy in the manager's custody (or, should a slow
+    # machine have paused parking, with the manager itself); well within
+    # --keepalive-wait
+    wait_until(sub { $metric->('narwhal_custody_connections') == 1
+                     || $metric->('narwhal_connections{state="idle"}') == 1 }, 5);
     ok(replace_worker($srv, pid_of($r)), 'worker killed while the connection was parked');
     my $kept = request_on($a, '/still-there');
     like($kept && $kept->{body}, qr{path=/still-there},
          'a connection parked in a worker outlives it (the manager held a copy: custody)');
-    $srv->stop;
+} };
 
-    $srv = server('--keepalive-wait' => 0.3);
+push @parts, sub { subtest 'parked in the worker, then held by the manager: held' => sub {
+    my ($srv, $metric) = server_with_status('--keepalive-wait' => 0.3);
     my $b = raw_connect($srv->port);
-    $r = request_on($b, '/quiet');
-    Time::HiRes::sleep(0.8);    # past --keepalive-wait: handed to the manager
+    my $r = request_on($b, '/quiet');
+    # past --keepalive-wait: handed to the manager
+    ok(wait_until(sub { $metric->('narwhal_connections{state="idle"}') == 1
+                        && $metric->('narwhal_connections{state="parked"}') == 0 }, 5),
+       'after --keepalive-wait the connection is idle in the manager');
     ok(replace_worker($srv, pid_of($r)), 'worker killed after --keepalive-wait');
     my $r2 = request_on($b, '/after');
     like($r2 && $r2->{body}, qr{path=/after}, 'the connection was with the manager and lives on');
     isnt(pid_of($r2), pid_of($r), 'served by the new worker');
 } };
 
-push @timed, sub { subtest 'a parked connection whose request arrives during another is not forgotten' => sub {
+timed(spec('--keepalive-wait' => 3, '--worker-quantum' => 1),
+      'a parked connection whose request arrives during another is not forgotten' => sub {
+    my ($srv) = @_;
     # The quantum check looks for waiting work right after a response; it
     # must note the parked connection's (one-shot) event, not swallow it.
-    my $srv = server('--keepalive-wait' => 3, '--worker-quantum' => 1);
     my $b = raw_connect($srv->port);
     request_on($b, '/b1');                      # b is parked now
     my $a = raw_connect($srv->port);
@@ -98,13 +123,14 @@ push @timed, sub { subtest 'a parked connection whose request arrives during ano
     like($rb && $rb->{body}, qr{path=/b2}, 'the parked connection is served');
     ok($took < 1, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
     ok(read_response($a, 5), 'the other request finished too');
-} };
+});
 
 # Parked connections are watched edge-triggered, and the watch stays in
 # place while the connection is served: bytes that arrive meanwhile, or
 # that the last read did not reach, must still bring it back at once.
-push @timed, sub { subtest 'the next request sent while its connection is being served' => sub {
-    my $srv = server('--keepalive-wait' => 3);
+timed(spec('--keepalive-wait' => 3),
+      'the next request sent while its connection is being served' => sub {
+    my ($srv) = @_;
     my $c = raw_connect($srv->port);
     request_on($c, '/c1');                      # parked, then taken again below
     # not 50 ms or more, which would pause parking
@@ -118,10 +144,11 @@ push @timed, sub { subtest 'the next request sent while its connection is being 
     like($r2 && $r2->{body}, qr{path=/sleep}, 'the slow request answered');
     like($r3 && $r3->{body}, qr{path=/c3}, 'the one sent during it answered');
     ok($took < 1.5, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
-} };
+});
 
-push @timed, sub { subtest 'a request left in the socket behind a body' => sub {
-    my $srv = server('--keepalive-wait' => 3);
+timed(spec('--keepalive-wait' => 3),
+      'a request left in the socket behind a body' => sub {
+    my ($srv) = @_;
     my $c = raw_connect($srv->port);
     request_on($c, '/d1');                      # c is parked
     # While the worker is busy with another client, c gets a POST whose
@@ -143,13 +170,14 @@ push @timed, sub { subtest 'a request left in the socket behind a body' => sub {
     like($r3 && $r3->{body}, qr{path=/d3}, 'the request behind it answered');
     ok($took < 1.5, sprintf('promptly (%.3fs), not after --keepalive-wait', $took));
     ok(read_response($a, 5), 'the other client answered too');
-} };
+});
 
-push @timed, sub { subtest 'a FIN that comes with the last request' => sub {
+timed(spec('--keepalive-wait' => 3),
+      'a FIN that comes with the last request' => sub {
+    my ($srv) = @_;
     # The client sends its last request and shuts down its side at once
     # (nc -N does): one edge for both, and the read that takes the request
     # is short. The FIN must still be seen at once, not after the wait.
-    my $srv = server('--keepalive-wait' => 3);
     my $c = raw_connect($srv->port);
     request_on($c, '/c1');                          # c is parked
     my $d = raw_connect($srv->port);
@@ -164,17 +192,17 @@ push @timed, sub { subtest 'a FIN that comes with the last request' => sub {
     my $took = Time::HiRes::time() - $t0;
     ok($took < 1, sprintf('promptly after the client closed (%.3fs), not after --keepalive-wait', $took));
     ok(read_response($d, 5), 'the other client answered');
-} };
+});
 
-push @timed, sub { subtest 'a lone pipelining client is not counted as others waiting' => sub {
+timed({ %{ spec('--keepalive-wait' => 3, '--worker-quantum' => 2) },
+        env => { NARWHAL_TEST_MANAGER_STATS_MS => 50 } },
+      'a lone pipelining client is not counted as others waiting' => sub {
+    my ($srv) = @_;
     # After --worker-quantum pipelined requests the worker lets others in
     # only when others wait; the served connection's own new bytes are not
     # others. A hand-off would show in the manager's counts (sent to the
     # master every 50 ms here, not once a second: NARWHAL_TEST_MANAGER_STATS_MS;
     # USR2 logs them).
-    my $srv = spawn_server(app => $app, env => { NARWHAL_TEST_MANAGER_STATS_MS => 50 },
-                           args => [ '--max-workers' => 1, '--keepalive-timeout' => 30,
-                                     '--keepalive-wait' => 3, '--worker-quantum' => 2 ]);
     my $c = raw_connect($srv->port);
     request_on($c, '/c1');
     Time::HiRes::sleep(0.05);
@@ -183,15 +211,16 @@ push @timed, sub { subtest 'a lone pipelining client is not counted as others wa
     syswrite($c, "GET /d HTTP/1.1\r\n$H\r\n");     # arrives while /sleep runs
     my @r = map { read_response($c, 5) } 1 .. 4;
     is(scalar(grep { $_ && $_->{status} == 200 } @r), 4, 'all four answered');
-    Time::HiRes::sleep(0.7);    # a fresh manager count: sent within 50 ms, read by the
-                                # master at its next look (MANAGE_TICK, 0.5 s)
+    Time::HiRes::sleep(0.3);    # a fresh manager count: sent within 50 ms, read by the
+                                # master at its next look (MANAGE_TICK: 50 ms for a test
+                                # server), three times over
     my $before = length $srv->log_text;
     kill USR2 => $srv->pid;
     my $line;
     wait_until(sub { ($line) = substr($srv->log_text, $before) =~ /(manager .*received=\d+.*)/; $line }, 5);
     my ($received) = ($line // '') =~ /received=(\d+)/;
     is($received, 0, 'never handed to the manager') or diag($line // 'no manager counts');
-} };
+});
 
 push @parts, sub { subtest 'a connection let go is gone while the worker serves others' => sub {
     # The worker goes on from one connection to the next; nothing may keep
@@ -228,7 +257,8 @@ APP
                defined $closed_at ? sprintf('%.2fs', $closed_at) : 'still open after 3.5s'));
 } };
 
-push @parts, sub { subtest 'parked connections do not wait behind a slow request' => sub {
+# (the longest part, with its 1.5 s request: in a process of its own)
+my $slow_part = sub { subtest 'parked connections do not wait behind a slow request' => sub {
     # Two connections parked in the same worker; one starts a slow request.
     # The other's next request must not wait for it: the park watcher hands
     # the parked connections to the manager and the other worker serves it.
@@ -242,7 +272,8 @@ push @parts, sub { subtest 'parked connections do not wait behind a slow request
     }
     ok($pair, 'two connections parked in one worker') or return;
     my ($slow, $other) = @{ $by_pid{$pair} };
-    syswrite($slow, "GET /sleep/2 HTTP/1.1\r\n$H\r\n");
+    # (1.5 s: one that waited for it would take 1.3 s or more)
+    syswrite($slow, "GET /sleep/1.5 HTTP/1.1\r\n$H\r\n");
     Time::HiRes::sleep(0.2);                    # the slow request is running
     my $t0 = Time::HiRes::time();
     my $r = request_on($other, '/other');
@@ -394,10 +425,19 @@ push @parts, sub { subtest 'a connection with nothing to read yet is let go once
     like($r && $r->{body}, qr{path=/late}, 'the silent client is served when it speaks');
 } };
 
-# The subtests in three processes at once (each has its own server; they
-# wait for --keepalive-wait, slow requests and replacement workers); then,
-# alone, those that order their bytes against a 30 ms request with 10 ms
-# pauses.
-in_parallel(map { my $third = $_; sub { $parts[$_]->() for grep { $_ % 3 == $third } 0 .. $#parts } } 0 .. 2);
-$_->() for @timed;
+# The timed subtests' servers first, all at once (while nothing else
+# runs: their start-ups are the CPU's busiest moments). Then the other
+# subtests in four processes at once (each has its own server; they wait
+# for --keepalive-wait, slow requests and replacement workers): the one
+# with a 1.5 s request alone, the others in three. Then, alone, the timed
+# subtests.
+my @servers = spawn_servers(map { $_->[0] } @timed);
+my @waits = (in_background($slow_part),
+             map { my $third = $_; in_background(sub { $parts[$_]->() for grep { $_ % 3 == $third } 0 .. $#parts }) }
+                 0 .. 2);
+$waits[$_]->("block $_ of the parts run at once") for 0 .. $#waits;
+for my $i (0 .. $#timed) {
+    my (undef, $name, $code) = @{ $timed[$i] };
+    subtest $name => sub { $code->($servers[$i]) };
+}
 done_testing();
