@@ -5,7 +5,8 @@ use Test2::IPC;    # (parts of this file run in processes of their own)
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use lib 't/lib';
-use NarwhalTest qw(spawn_server spawn_servers stop_servers in_parallel in_background raw_connect read_until_close read_response free_port perl_cmd);
+use NarwhalTest qw(spawn_server spawn_servers stop_servers in_parallel in_background raw_connect read_until_close read_response free_port perl_cmd
+                   wait_until worker_pids);
 
 # The wire's last edges (docs/RFC-CHECKLIST.md): the same bytes get the
 # same answer from the worker's path and the manager's, however they are
@@ -47,12 +48,15 @@ APP
 my $tmp = NarwhalTest::tmpdir();
 my %log = (manager => "$tmp/t24-manager.log", 'no-manager' => "$tmp/t24-nomanager.log");
 my %srv;
+# (four workers each: sections 1 and 2 below send from four processes at
+# once, one connection to each server at a time, so that without the
+# manager each connection still has a worker to itself)
 @srv{'manager', 'no-manager'} = spawn_servers(
     { app => $app, env => { NARWHAL_T24_LOG => $log{manager} },
-      args => [ '--max-workers', 2, '--keepalive-wait', 0.05, '--read-timeout', 5,
+      args => [ '--max-workers', 4, '--keepalive-wait', 0.05, '--read-timeout', 5,
                 '--keepalive-timeout', 5 ] },
     { app => $app, env => { NARWHAL_T24_LOG => $log{'no-manager'} },
-      args => [ '--max-workers', 2, '--no-manager', '--read-timeout', 5,
+      args => [ '--max-workers', 4, '--no-manager', '--read-timeout', 5,
                 '--keepalive-timeout', 5 ] });
 our @modes = ('manager', 'no-manager');
 
@@ -111,35 +115,35 @@ sub statuses { join ',', map { /^(\d+)/ ? $1 : '?' } split / \| /, $_[0] }
 
 # ---- 6. a slow head's 408 comes when it is due --------------------------
 # (servers of its own, in a process of its own, while sections 1-5 run: it
-# spends its 3 s waiting for the heads it trickles)
+# spends its time waiting for the heads it trickles. Its servers start at
+# once; the heads wait for the cut points of section 1 to be done, which
+# keep the CPU busy: beside them, a client was preempted between its
+# first write and its clock read, and a 408 seemed to come early)
 #
 # --read-timeout 1 and --min-head-rate 100: a head trickling at 50 bytes a
 # second (slower than the rate) is due at 1 s after its first byte; one
-# arriving at 800 bytes a second stays ahead and is served. Each mode's
-# server is timed by a client process of its own, both at once (the
-# measures are wall-clock times, not CPU: the two do not slow each other).
+# arriving at 800 bytes a second stays ahead and is served. Each head is
+# sent by a client process of its own, the three slow ones and the fast
+# one to each mode's server all at once (the measures are wall-clock
+# times, not CPU: they do not slow each other).
 my $head = "GET /slow HTTP/1.1\r\nHost: a\r\nX-Pad: " . ('p' x 1000) . "\r\n\r\n";
-sub slow_heads {
+sub slow_head {
     my ($port) = @_;
-    my @out;
-    for my $try (1 .. 3) {
-        my $c = raw_connect($port) or die;
-        my ($t0, $sent, $answer) = (undef, 0, undef);
-        while ($sent < length $head) {
-            syswrite($c, substr($head, $sent, 5)) or last;
-            $t0 //= time;
-            $sent += 5;
-            my $rin = '';
-            vec($rin, fileno $c, 1) = 1;
-            if (select(my $r = $rin, undef, undef, 0.1)) {
-                $answer = time;
-                last;
-            }
+    my $c = raw_connect($port) or die;
+    my ($t0, $sent, $answer) = (undef, 0, undef);
+    while ($sent < length $head) {
+        syswrite($c, substr($head, $sent, 5)) or last;
+        $t0 //= time;
+        $sent += 5;
+        my $rin = '';
+        vec($rin, fileno $c, 1) = 1;
+        if (select(my $r = $rin, undef, undef, 0.1)) {
+            $answer = time;
+            last;
         }
-        my $res = read_response($c, 3);
-        push @out, sprintf 'slow %s %.3f', ($res && $res->{status}) // 'none', ($answer // time) - $t0;
     }
-    return @out;
+    my $res = read_response($c, 3);
+    return sprintf 'slow %s %.3f', ($res && $res->{status}) // 'none', ($answer // time) - $t0;
 }
 sub fast_head {
     my ($port) = @_;
@@ -152,20 +156,28 @@ sub fast_head {
     my $res = read_response($c, 5);
     return sprintf 'fast %s %.3f', ($res && $res->{status}) // 'none', time - $t0;
 }
-my $timed_heads = in_background(sub {
+sub timed_heads {
     my (%timed, %client);
-    # (two workers: the fast head is timed at the same time as the slow ones)
+    # (four workers: the four heads are timed at the same time)
     @timed{@modes} = spawn_servers(map { { app => $app, args => [
-        '--max-workers', 2, '--read-timeout', 1, '--read-timeout-max', 3,
+        '--max-workers', 4, '--read-timeout', 1, '--read-timeout-max', 3,
         '--min-head-rate', 100, ($_ eq 'no-manager' ? '--no-manager' : ()) ] } } @modes);
+    # (every worker up first: heads sent while some were still starting
+    # got their 408s up to 0.3 s late on a loaded machine)
+    for my $s (values %timed) { wait_until(sub { worker_pids($s->pid) == 4 }, 10) }
+    wait_until(sub { -e "$tmp/t24-cuts-done" }, 60);
+    # (the eight clients 12.5 ms apart, not all woken at once every 0.1 s)
+    my $phase = 0;
     for my $mode (@modes) {
         my $s = $timed{$mode};
-        for my $kind ('slow', 'fast') {
+        for my $kind ('slow1', 'slow2', 'slow3', 'fast') {
             my $file = "$tmp/t24-$kind-$mode";
+            my $start = 0.0125 * $phase++;
             my $pid = fork // die "fork: $!";
             if (!$pid) {
+                sleep $start;
                 open(my $fh, '>', "$file.part") or POSIX::_exit(1);
-                print $fh "$_\n" for $kind eq 'slow' ? slow_heads($s->port) : fast_head($s->port);
+                print $fh ($kind eq 'fast' ? fast_head($s->port) : slow_head($s->port)), "\n";
                 close $fh;
                 rename "$file.part", $file;
                 POSIX::_exit(0);
@@ -191,11 +203,48 @@ my $timed_heads = in_background(sub {
            sprintf("$mode: a head at 800 bytes/s is served past --read-timeout (%s s)", $fast ? $fast->[1] : '-'));
         cmp_ok($fast ? $fast->[1] : 0, '>', 1.1, "$mode: ... which it outlasted");
     }
-});
+}
+
+my $timed_heads = in_background(\&timed_heads);    # (section 6, above)
+
+my $close = "Host: a\r\nConnection: close\r\n\r\n";
+
+# Under plackup -E development, Plack::Middleware::Lint wraps the app:
+# every request that reaches it must pass (a PATH_INFO not beginning with
+# '/' was a 500 from Lint). (Servers of their own, in a process of its own,
+# while sections 1-6 run.)
+my $lint = in_background(sub { SKIP: {
+    my $plackup = '/usr/bin/plackup';
+    skip 'plackup is not installed', 12 unless -x $plackup;
+    my $file = NarwhalTest::write_app($app);
+    my %lint;
+    @lint{@modes} = spawn_servers(map {
+        my $mode = $_;
+        my $port = free_port();
+        { port => $port, command => [
+            perl_cmd(), $plackup, '-s', 'Narwhal', '-E', 'development', '--host', '127.0.0.1',
+            '--port', $port, '--max-workers', '1',
+            ($mode eq 'no-manager' ? '--no-manager=1' : ()), $file ] }
+    } @modes);
+    for my $mode (@modes) {
+        local $srv{$mode} = $lint{$mode};
+        my %want = ("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n" => '200',
+                    "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n" => '501',
+                    "GET * HTTP/1.1\r\n$close" => '400',
+                    "GET http://h HTTP/1.1\r\n$close" => '200',
+                    "GET http://h?q=1 HTTP/1.1\r\n$close" => '200',
+                    "OPTIONS / HTTP/1.1\r\n$close" => '200');
+        for my $req (sort keys %want) {
+            (my $line = $req) =~ s/\r\n.*//s;
+            is(statuses(exchange($mode, 0, $req)), $want{$req},
+               "$mode, plackup -E development (Lint): $line: $want{$req}");
+        }
+    }
+    stop_servers(values %lint);
+}});
 
 # ---- 1. one rule before the request line, whatever the cutting ----------
 
-my $close = "Host: a\r\nConnection: close\r\n\r\n";
 my @streams = (
     [ 'a bare CR before the request line', "\rGET /e HTTP/1.1\r\n$close", '400' ],
     [ 'a bare CR before XGET', "\rXGET /e HTTP/1.1\r\n$close", '400' ],
@@ -222,10 +271,11 @@ sub every_cut {
     ok(!@wrong, "$name: every cut point, both modes: $want, the same answers")
         or diag join "\n", @wrong[0 .. ($#wrong < 4 ? $#wrong : 4)];
 }
-# (the streams in two processes at once: one connection each to each
-# server at a time, and each server has two workers, so that without the
-# manager each connection still has a worker to itself)
-in_parallel(map { my $half = $_; sub { every_cut($streams[$_]) for grep { $_ % 2 == $half } 0 .. $#streams } } 0, 1);
+# (the streams in four processes at once, about 95 cuts each: the two
+# long ones alone, the short ones two by two)
+in_parallel(map { my @i = @$_; sub { every_cut($streams[$_]) for @i } } [4], [5], [0, 1], [2, 3]);
+open(my $done, '>', "$tmp/t24-cuts-done") or die "$tmp/t24-cuts-done: $!";    # (section 6 goes on)
+close $done;
 
 # Pauses long enough for the worker to hand an idle connection to the
 # manager (--keepalive-wait 0.05), at the cut points the issue named:
@@ -251,8 +301,9 @@ sub paced {
     is(statuses($got{manager}), $want, "$name: $want with the manager");
     is($got{'no-manager'}, $got{manager}, "$name: the same answers with --no-manager");
 }
-# (in two processes at once, as the cuts above: 1.6 s and 1.9 s of pauses)
-in_parallel(sub { paced($paced[$_]) for 0, 1, 4 }, sub { paced($paced[$_]) for 2, 3, 5, 6 });
+# (in four processes at once, as the cuts above: 1, 0.7, 0.9 and 0.9 s of
+# pauses)
+in_parallel(map { my @i = @$_; sub { paced($paced[$_]) for @i } } [4], [2, 3], [0, 5], [1, 6]);
 
 # The app never ran a request whose method came after a bare CR.
 for my $mode (@modes) {
@@ -338,39 +389,7 @@ for my $mode (@modes) {
            "$mode: none of those reached the app");
 }
 
-# Under plackup -E development, Plack::Middleware::Lint wraps the app:
-# every request that reaches it must pass (a PATH_INFO not beginning with
-# '/' was a 500 from Lint).
-SKIP: {
-    my $plackup = '/usr/bin/plackup';
-    skip 'plackup is not installed', 12 unless -x $plackup;
-    my $file = NarwhalTest::write_app($app);
-    my %lint;
-    @lint{@modes} = spawn_servers(map {
-        my $mode = $_;
-        my $port = free_port();
-        { port => $port, command => [
-            perl_cmd(), $plackup, '-s', 'Narwhal', '-E', 'development', '--host', '127.0.0.1',
-            '--port', $port, '--max-workers', '1',
-            ($mode eq 'no-manager' ? '--no-manager=1' : ()), $file ] }
-    } @modes);
-    for my $mode (@modes) {
-        local $srv{$mode} = $lint{$mode};
-        my %want = ("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n" => '200',
-                    "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n" => '501',
-                    "GET * HTTP/1.1\r\n$close" => '400',
-                    "GET http://h HTTP/1.1\r\n$close" => '200',
-                    "GET http://h?q=1 HTTP/1.1\r\n$close" => '200',
-                    "OPTIONS / HTTP/1.1\r\n$close" => '200');
-        for my $req (sort keys %want) {
-            (my $line = $req) =~ s/\r\n.*//s;
-            is(statuses(exchange($mode, 0, $req)), $want{$req},
-               "$mode, plackup -E development (Lint): $line: $want{$req}");
-        }
-    }
-    stop_servers(values %lint);
-}
-
+$lint->();
 $timed_heads->();
 
 done_testing;
