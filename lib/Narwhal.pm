@@ -349,13 +349,14 @@ manager. A client that comes back within this time is served by the same
 worker with no hand-off; 0 hands every quiet connection to the manager at
 once. The default covers a busy machine, where a client's next request can
 take tens of milliseconds to come back: a shorter wait sends such clients
-through the manager on every request. A worker parks up to 4096 connections.
-When a request has run for 50 ms, a thread in the worker hands the
-connections parked there to the manager, where any free worker takes them, so
-a parked connection does not wait behind another's slow request; and parking
-pauses for 5 seconds after such a request, so that with an often slow app
-quiet connections go to the manager at once (see "Parking" in
-F<docs/DESIGN.md>). Default: C<0.5>.
+through the manager on every request. Never longer than
+C<--keepalive-timeout>: a connection idle that long is closed. A worker parks
+up to 4096 connections. When a request has run for 50 ms, a thread in the
+worker hands the connections parked there to the manager, where any free
+worker takes them, so a parked connection does not wait behind another's slow
+request; and parking pauses for 5 seconds after such a request, so that with
+an often slow app quiet connections go to the manager at once (see "Parking"
+in F<docs/DESIGN.md>). Default: C<0.5>.
 
 =item --worker-quantum N
 

@@ -1496,6 +1496,11 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
     w->serve_queue_ready = 1;
     w->adopt_in = w->adopt_out = -1;
+    /* A parked connection is an idle one: it is let go (to the manager,
+     * which closes what is past its time) by --keepalive-timeout at the
+     * latest, however long --keepalive-wait is. */
+    if (cfg->keepalive_timeout > 0 && park_seconds > cfg->keepalive_timeout)
+        park_seconds = cfg->keepalive_timeout;
     w->park_ms = park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
     nw_park_init(&w->park, w->epfd, PARKED_EVENT);
     if (serve_queue >= 0) {

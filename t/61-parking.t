@@ -69,6 +69,19 @@ push @parts, sub { subtest 'a parked connection does not hold the worker' => sub
     is(pid_of($r2), pid_of($r1), 'by the worker that parked it');
 } };
 
+push @parts, sub { subtest 'a parked connection closes at --keepalive-timeout, not --keepalive-wait' => sub {
+    # (a worker may park a connection for longer than the client may stay
+    # idle: the timeout still holds)
+    my $srv = server('--keepalive-timeout' => 0.5, '--keepalive-wait' => 3);
+    my $a = raw_connect($srv->port);
+    ok(request_on($a, '/idle'), 'served; its connection is parked');
+    my $t0 = Time::HiRes::time();
+    is(NarwhalTest::read_until_close($a, 5), '', 'closed with nothing more said');
+    my $idle = Time::HiRes::time() - $t0;
+    cmp_ok($idle, '>=', 0.45, sprintf('not before --keepalive-timeout (%.2f s)', $idle));
+    cmp_ok($idle, '<', 1.5, '... and well before --keepalive-wait (3 s)');
+} };
+
 # A server with its status pages, which say where a connection is; returns
 # it and a reader of its metrics.
 sub server_with_status {
