@@ -237,6 +237,9 @@ my $sec_stop = sub {
 # wait for it).
 my $sec_cleanup = sub {
     my $s = spawn_server(app => $APP, args => [ '--max-workers', 1 ]);
+    # (the worker serves first: the time below is the response's, not the
+    # worker's start-up)
+    small_requests($s->port, 1);
     my $c = raw_connect($s->port);
     my $t = time;
     syswrite($c, "GET /big-cleanup HTTP/1.1\r\nHost: x\r\n\r\n");
