@@ -653,11 +653,11 @@ in_parallel(
     sub { $_->() for $sec_h },
     sub { $_->() for $sec_j },
     sub { $_->() for $sec_a, $sec_d, $sec_i },
-    sub { $_->() for $sec_e2_broken, $sec_e2_recycle, $sec_e_lifetime },
+    sub { $_->() for $sec_e2_broken, $sec_e2_recycle },
     sub { $_->() for $sec_e2_two, $sec_f },
     sub { $_->() for $sec_c, $sec_b, $sec_h_unix, $sec_g },
-    sub { $_->() for $sec_e2_linger, $sec_e },
-    sub { $_->() for $sec_orphan },
+    sub { $_->() for $sec_e2_linger, $sec_e_lifetime },
+    sub { $_->() for $sec_orphan, $sec_e },
 );
 
 # Nothing left behind.
