@@ -45,13 +45,29 @@ sub perl_cmd {
 my $TMP;
 sub tmpdir { $TMP ||= File::Temp::tempdir('narwhal-test-XXXXXX', TMPDIR => 1, CLEANUP => 1) }
 
+# A port on 127.0.0.1 that nothing listens on, for a server about to start.
+# Taken at random below the kernel's ephemeral range: a port the kernel
+# hands out (bind to 0) is in that range, where the suite's clients take
+# thousands of local ports a second, and one of them could hold it before
+# the server binds it (the server then fails, and a start-up probe would
+# reach somebody else's listener).
+my $SEEDED_IN = 0;
 sub free_port {
-    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
-                                  Listen => 1, ReuseAddr => 1) or die "bind: $!";
-    my $port = $s->sockport;
-    close $s;
-    return $port;
+    # (forked parts of a test would otherwise draw the same numbers)
+    ($SEEDED_IN, undef) = ($$, srand()) if $SEEDED_IN != $$;
+    my ($low) = (_slurp_first('/proc/sys/net/ipv4/ip_local_port_range') // '') =~ /^(\d+)/;
+    my $top = ($low && $low > 20000 ? $low : 32768) - 1;
+    for (1 .. 200) {
+        my $port = 10000 + int(rand($top - 10000 + 1));
+        my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
+                                      Listen => 1, ReuseAddr => 1) or next;
+        close $s;
+        return $port;
+    }
+    die "no free port between 10000 and $top\n";
 }
+
+sub _slurp_first { open(my $fh, '<', $_[0]) or return undef; return scalar <$fh> }
 
 # Write app code to a file; returns the path.
 sub write_app {
