@@ -542,6 +542,17 @@ static int still_open(int fd)
     return !wait_fd(fd, POLLIN, 0);
 }
 
+/* A deadline on the test clock: open open_ms from now, just before it is
+ * due, and ended due_ms later (what came until the end read into buf, as
+ * read_to_eof does). True when both hold. */
+static int open_then_ended(mgr_t *m, int fd, int open_ms, int due_ms, char *buf, size_t cap)
+{
+    clock_advance(m, open_ms);
+    int open = still_open(fd);
+    clock_advance(m, due_ms);
+    return open && read_to_eof(fd, buf, cap, 1000) >= 0;
+}
+
 /* The manager's CPU time (user + system) in clock ticks. */
 static long cpu_ticks(pid_t pid)
 {
@@ -990,16 +1001,10 @@ static void test_deadlines(void)
     handoff(m.tom, s, 0, 200, 0, NULL);
     handoffs_taken(&m);
     nw_msec t0 = m.now;
-    clock_advance(&m, 150);
-    int y_open = still_open(cy);
-    clock_advance(&m, 100);
-    int y_closed = read_to_eof(cy, NULL, 0, 1000) >= 0;
-    ok(y_open && y_closed && still_open(cx),
+    int y_ended = open_then_ended(&m, cy, 150, 100, NULL, 0);
+    ok(y_ended && still_open(cx),
        "HANDOFF with 200 ms left: open at 150 ms, closed by 250 ms (before an older one)");
-    clock_advance(&m, 200);
-    int x_open = still_open(cx);
-    clock_advance(&m, 100);
-    ok(x_open && read_to_eof(cx, NULL, 0, 1000) >= 0,
+    ok(open_then_ended(&m, cx, 200, 100, NULL, 0),
        "idle connection: open at 450 ms, closed by 550 ms (--keepalive-timeout 0.5 s)");
     diag("test clock: %lld ms from the hand-offs", (long long)(m.now - t0));
     close(cx);
@@ -1012,11 +1017,7 @@ static void test_deadlines(void)
     handoffs_taken(&m);
     clock_advance(&m, 300);
     put_delivered(cz, "GET /slow HTTP/1.1\r\n");
-    clock_advance(&m, 700);
-    int z_open = still_open(cz);
-    clock_advance(&m, 100);
-    long tz = read_to_eof(cz, buf, sizeof buf, 1000);
-    ok(z_open && tz >= 0,
+    ok(open_then_ended(&m, cz, 700, 100, buf, sizeof buf),
        "slow head: open 700 ms after its first byte (past the idle timeout), closed by 800 ms "
        "(--read-timeout 0.8 s)");
     is_str(buf, strlen(buf), RESP_408, "slow head: the client gets a 408");
@@ -1026,11 +1027,7 @@ static void test_deadlines(void)
     tcp_pair(&c, &s);
     handoff(m.tom, s, 0, 100, NW_FRAME_F_HEAD_STARTED, "GET / HTT");
     handoffs_taken(&m);
-    clock_advance(&m, 50);
-    int c_open = still_open(c);
-    clock_advance(&m, 50);
-    long tc = read_to_eof(c, buf, sizeof buf, 1000);
-    ok(c_open && tc >= 0, "HANDOFF with HEAD_STARTED and 100 ms left: open at 50 ms, 408 by 100 ms");
+    ok(open_then_ended(&m, c, 50, 50, buf, sizeof buf), "HANDOFF with HEAD_STARTED and 100 ms left: open at 50 ms, 408 by 100 ms");
     is_str(buf, strlen(buf), RESP_408, "... a full 408 response");
     close(c);
     ok(STATS_UNTIL(&m, st, st.closed_timeout == 4 && st.idle == 0, 3000),
@@ -1048,11 +1045,7 @@ static void test_deadlines(void)
     handoffs_taken(&m);
     clock_advance(&m, 100);
     put_delivered(c, "P");
-    clock_advance(&m, 150);
-    int l_open = still_open(c);
-    clock_advance(&m, 50);
-    long tl = read_to_eof(c, buf, sizeof buf, 1000);
-    ok(l_open && tl >= 0,
+    ok(open_then_ended(&m, c, 150, 50, buf, sizeof buf),
        "a head begun before its hand-off: open at 250 ms, 408 by 300 ms, when due from its first byte");
     is_str(buf, strlen(buf), RESP_408, "... a full 408 response");
     close(c);
