@@ -161,6 +161,7 @@ serve_setup(self, worker, app, conn, opts)
         .limit = (IV)v[0], .replace_at = (IV)v[1], .keepalive = (int)v[2], .managed = (int)v[3],
         .quantum = v[4] >= 1 ? (int)v[4] : 1, .rss_limit_mb = v[5], .idle_wait = v[6],
         .wake_master_fd = (int)v[7], .limit_step = (IV)v[0],
+        .replace_ahead = v[1] > 0 ? (IV)(v[0] - v[1]) : 0,
         .min_lifetime_ms = v[8] > 0 ? (nw_msec)(v[8] * 1000) : 0, .born_ms = nw_now_ms(),
     };
     nw_serve_setup_set(aTHX_ &self->serve, &s);

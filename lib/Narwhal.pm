@@ -211,9 +211,11 @@ load), which is why the default is higher than the 1000 of other prefork
 servers. With the connection manager, its replacement is started when a
 twentieth of its requests are left (with 20 or more), so that it is ready
 when the old worker leaves: for that moment there is one worker more than
-C<--max-workers> (never more than one). A worker that does not reach its
-count within 10 s of that (under 50 requests a second at the default) is
-retired then, once the other workers are ready. Default: C<10000>.
+C<--max-workers> (never more than one: workers that reach their counts
+together are replaced one after the other, and one whose replacement is still
+starting serves on, 2 s at most). A worker that does not reach its count
+within 10 s of that (under 50 requests a second at the default) is retired
+then, once the other workers are ready. Default: C<10000>.
 
 =item --min-worker-lifetime SECS
 

@@ -84,8 +84,12 @@
 #define NW_CUSTODY_DELAY_MS           10
 #define NW_CUSTODY_WAIT_MAX           64
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
+/* Recycling (DESIGN.md, "Retirement"): a worker at its count whose
+ * replacement is still starting serves on, this long at most, so that its
+ * parked connections go to a worker that is there to take them. */
+#define NW_RECYCLE_SUCCESSOR_WAIT_MS  2000
 #define NW_ADOPT_BUSY_WAIT_MS         2       /* a busy worker adopts a waiting batch after this */
-#define NW_ADOPT_OVER_MEAN_WAIT_MS    50      /* ... or after this, when it holds more parked
+#define NW_ADOPT_OVER_MEAN_WAIT_MS    200     /* ... or after this, when it holds more parked
                                                * connections than the pool's mean */
 #define NW_SHARE_LOOK_MS              2       /* the pool's parked counts are compared again
                                                * after this, at the soonest */

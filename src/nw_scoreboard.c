@@ -182,6 +182,8 @@ void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s)
     __atomic_add_fetch(&b->h.seq, 1, __ATOMIC_SEQ_CST);     /* odd: folding */
     add_counts(&b->h.gone, &s->counts);
     if (s->pid) {
+        int32_t held = s->pid;      /* its recycling turn, if it held it, is free */
+        __atomic_compare_exchange_n(&b->h.recycling, &held, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
         nw_score_end *e = &b->h.ends[b->h.ends_next++ % NW_SCOREBOARD_ENDS];
         e->pid = s->pid;
         e->parked_released = s->parked_released;
@@ -306,6 +308,38 @@ int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked)
         }
     }
     return (uint64_t)parked * n <= sum || n == 0;
+}
+
+static int on_board(const nw_scoreboard *b, int32_t pid)
+{
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        if (b->slot[i].pid == pid && b->slot[i].state != NW_WORKER_FREE)
+            return 1;
+    }
+    return 0;
+}
+
+int nw_scoreboard_take_recycle_turn(nw_scoreboard *b, int32_t pid)
+{
+    int32_t holder = __atomic_load_n(&b->h.recycling, __ATOMIC_ACQUIRE);
+    if (holder == pid)
+        return 1;
+    if (holder && on_board(b, holder))
+        return 0;
+    return __atomic_compare_exchange_n(&b->h.recycling, &holder, pid, 0, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST);
+}
+
+int nw_scoreboard_ready_since(const nw_scoreboard *b, int32_t generation, nw_msec since)
+{
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        const nw_score_slot *s = &b->slot[i];
+        int state = s->state;
+        if ((state == NW_WORKER_IDLE || state == NW_WORKER_BUSY) && s->generation == generation
+            && s->born >= since)
+            return 1;
+    }
+    return 0;
 }
 
 int nw_scoreboard_bucket(uint64_t duration_us)

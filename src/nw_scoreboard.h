@@ -165,6 +165,10 @@ typedef struct {
     char     version[24];               /* Narwhal's version, NUL-terminated (the master's
                                          * $Narwhal::VERSION: narwhal_build_info) */
     char     perl_version[24];          /* the perl it runs on */
+    volatile int32_t recycling;         /* the worker recycled now (it asked for its
+                                         * replacement and is not reaped yet): workers
+                                         * take it (compare-and-swap), the fold frees it;
+                                         * 0: none */
     volatile uint32_t ends_next;        /* where the next nw_score_end goes (mod the ring) */
     nw_score_end ends[NW_SCOREBOARD_ENDS];
 } nw_score_header;
@@ -250,6 +254,19 @@ void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all
  * connections go: a crash handler's or an app's exit leave the state as
  * it was). The least loaded worker always does. */
 int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked);
+
+/* Recycling in turn ("Retirement" in docs/DESIGN.md): workers started
+ * together reach their counts together, and a worker asks the master for
+ * its replacement only with the turn, the header's `recycling`. Takes it
+ * for pid (compare-and-swap) when it is free or its holder is no longer
+ * on the board; returns 1 when pid holds it. The master's fold of the
+ * holder's slot frees it. */
+int nw_scoreboard_take_recycle_turn(nw_scoreboard *b, int32_t pid);
+
+/* Whether a worker of `generation` forked at or after `since` (monotonic
+ * ms) is ready to take connections (idle or busy): a recycled worker's
+ * replacement, asked for then. */
+int nw_scoreboard_ready_since(const nw_scoreboard *b, int32_t generation, nw_msec since);
 
 /* Which bucket a duration falls in. */
 int nw_scoreboard_bucket(uint64_t duration_us);

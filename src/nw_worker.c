@@ -590,6 +590,21 @@ static nw_msec adopt_waited(nw_worker *w, nw_msec now)
     return now - w->adopt_seen;
 }
 
+/* After a batch taken within its share, the batches waiting behind it
+ * too, while this worker still holds no more than the mean (looked at
+ * afresh each time): a leaving worker's replacement takes back all its
+ * predecessor held in one look. One batch a look left most of them to
+ * the busy workers over the mean: on two cores a look comes once a time
+ * slice, 15 to 20 ms apart, and after 50 ms those take what waits. */
+static void take_within_share(nw_worker *w)
+{
+    for (int i = 1; i < NW_PASS_ON_MAX && w->board && w->adopt_ready
+                    && nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count); i++) {
+        if (!take_adopted(w))
+            return;
+    }
+}
+
 /* Take a batch that adopt_may_take allowed. One taken because the
  * batches have waited NW_ADOPT_OVER_MEAN_WAIT_MS leaves the wait as it
  * was: the batches behind it have waited as long (a leaving worker sends
@@ -602,6 +617,8 @@ static int adopt_take(nw_worker *w, nw_msec waited)
         return 0;
     if (waited >= NW_ADOPT_OVER_MEAN_WAIT_MS)
         w->adopt_seen = seen;
+    else
+        take_within_share(w);
     return 1;
 }
 
@@ -910,8 +927,10 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
      * that came meanwhile, is older than what waits to be accepted, and a
      * worker that dies young (a URL that crashes every worker) would
      * otherwise never take it. */
-    if (w->adopt_ready && !w->taken_any && take_adopted(w))
+    if (w->adopt_ready && !w->taken_any && take_adopted(w)) {
+        take_within_share(w);
         poll_events(w, 0);
+    }
     if (w->adopt_aside_until && now >= w->adopt_aside_until)
         adopt_step_back(w);
     if (w->adopt_ready)

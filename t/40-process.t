@@ -346,8 +346,9 @@ my $metric = sub {      # narwhal_worker_restarts_total{reason=...}
 };
 my $sec_e2_recycle = sub { SKIP: {
     skip 'early replacement needs the connection manager', 5 if @NM;
+    my $sport = free_port();
     my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
-                            '--min-worker-lifetime', 0 ]);
+                            '--min-worker-lifetime', 0, '--status-listen', "127.0.0.1:$sport" ]);
     my $port = $s->port;
     my ($old) = @{ wait_workers($s, 1) || [] };
     my @seq = map { get_pid($port) // 'fail' } 1 .. 38;
@@ -355,6 +356,10 @@ my $sec_e2_recycle = sub { SKIP: {
     my $two = wait_workers($s, 2, 3);
     ok($two && grep({ $_ == $old } @$two), '2 requests before its limit, its replacement runs beside it')
         or diag 'workers: ' . join(' ', workers($s));
+    # (at its count, a worker whose replacement is not ready yet serves on:
+    # t/76-recycling.t)
+    wait_until(sub { http_get($sport, '/metrics')->{content} =~ /^narwhal_workers\{state="idle"\} 2$/m }, 5)
+        or diag 'the replacement did not become ready';
     my %n;
     for (1 .. 60) {
         my $pid = get_pid($port) // 'fail';

@@ -41,8 +41,11 @@ typedef struct {
     nw_worker_life *life;   /* the acceptor's worker's */
     IV limit;           /* requests before the worker leaves; 0: no limit */
     IV replace_at;      /* requests after which it asks for its replacement; 0: never */
+    IV replace_ahead;   /* limit - replace_at as set up: a recycling worker's turn is waited
+                         * for this many requests at a time */
     IV limit_step;      /* --max-reqs-per-child as drawn: what a young worker is given again */
     nw_msec min_lifetime_ms;    /* --min-worker-lifetime; 0: none */
+    nw_msec asked_ms;   /* when it asked for its replacement (0: it has not) */
     nw_msec born_ms;    /* when serve_setup was called */
     int keepalive, managed, quantum;
     double rss_limit_mb;
@@ -108,7 +111,8 @@ int nw_serve_deliver_signals(pTHX_ nw_xs_acceptor *a);
 /* This worker's scoreboard slot and access log (NULL: none). */
 extern nw_score_slot *nw_xs_score_slot;
 extern nw_score_header *nw_xs_score_header;   /* the board's header: routes answered 503 */
-extern const nw_scoreboard *nw_xs_scoreboard; /* the whole board: the pool's parked counts */
+extern nw_scoreboard *nw_xs_scoreboard; /* the whole board: the pool's parked counts,
+                                         * the recycling turn */
 extern nw_access_log *nw_xs_access_log;
 extern int nw_xs_access_log_pid;
 extern int nw_xs_access_forwarded;

@@ -10,7 +10,7 @@
 
 nw_score_slot *nw_xs_score_slot;
 nw_score_header *nw_xs_score_header;
-const nw_scoreboard *nw_xs_scoreboard;
+nw_scoreboard *nw_xs_scoreboard;
 nw_access_log *nw_xs_access_log;
 int nw_xs_access_log_pid;
 int nw_xs_access_forwarded;                 /* --access-log-client forwarded */
@@ -307,12 +307,50 @@ static void extend_if_young(nw_serve_setup *s)
     }
 }
 
+/* Workers started together reach their counts together. One at the
+ * request after which it would ask for its replacement asks only with
+ * the board's recycling turn; while another worker holds it, it serves
+ * its last twentieth again (replace_ahead requests) and tries again then.
+ * Recycled one after the other, each leaving worker's connections go to
+ * its own replacement, idle and ready, instead of four workers' at once
+ * to whoever is there. */
+static void wait_turn_if_other_recycling(nw_serve_setup *s)
+{
+    if ((IV)s->life->served != s->replace_at || !nw_xs_score_slot || !nw_xs_scoreboard)
+        return;
+    if (nw_scoreboard_take_recycle_turn(nw_xs_scoreboard, nw_xs_score_slot->pid))
+        return;
+    s->limit += s->replace_ahead;
+    s->replace_at += s->replace_ahead;
+}
+
+/* A worker at its count that asked for its replacement leaves once the
+ * replacement is ready to take its connections: until a worker of its
+ * generation forked since it asked is idle or busy (the master may not
+ * even have forked it yet: on a busy machine it answers the ask some
+ * milliseconds later, and forking and loading take tens of them, more
+ * than the last twentieth), it serves on, a little at a time,
+ * NW_RECYCLE_SUCCESSOR_WAIT_MS at most. Leaving before, its connections
+ * went to the busy workers over the pool's mean, 50 ms later, and stayed
+ * there. */
+static void wait_for_successor(nw_serve_setup *s)
+{
+    if (!s->asked_ms || !nw_xs_score_slot || !nw_xs_scoreboard)
+        return;
+    if (nw_now_ms() - s->asked_ms >= NW_RECYCLE_SUCCESSOR_WAIT_MS
+        || nw_scoreboard_ready_since(nw_xs_scoreboard, nw_xs_score_slot->generation, s->asked_ms))
+        return;
+    s->limit += s->replace_ahead / 8 + 1;
+}
+
 /* Whether n requests are --max-reqs-per-child (as extended). */
 static int limit_reached(nw_serve_setup *s, IV n)
 {
     if (!s->limit || n < s->limit)
         return 0;
     extend_if_young(s);
+    if (n >= s->limit)
+        wait_for_successor(s);
     return n >= s->limit;
 }
 
@@ -358,9 +396,10 @@ static int over_memory(pTHX_ const nw_serve_setup *s)
  * now (the slot says why this worker will leave; a byte wakes the
  * master), so that it is ready, idle, to adopt this worker's connections
  * when it leaves ("Retirement" in docs/DESIGN.md). */
-static void want_replacement(const nw_serve_setup *s)
+static void want_replacement(nw_serve_setup *s)
 {
     s->life->replacing = 1;
+    s->asked_ms = nw_now_ms();
     if (nw_xs_score_slot)
         nw_xs_score_slot->exit_reason = NW_EXIT_MAX_REQUESTS;
     if (s->wake_master_fd >= 0 && write(s->wake_master_fd, "r", 1) < 0) {
@@ -432,6 +471,7 @@ static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, d
     s->life->served++;
     if (s->replace_at && (IV)s->life->served == s->replace_at) {
         extend_if_young(s);
+        wait_turn_if_other_recycling(s);
         if ((IV)s->life->served == s->replace_at)
             want_replacement(s);    /* recycled soon */
     }

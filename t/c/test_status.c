@@ -235,6 +235,46 @@ static void test_mean_parked(void)
     close(fd);
 }
 
+/* The recycling turn: one worker of the pool asks for its replacement at
+ * a time; one at its count leaves once a worker forked since it asked is
+ * ready. */
+static void test_recycling_turn(void)
+{
+    int fd = -1;
+    nw_scoreboard *b = nw_scoreboard_create(4, &fd);
+    for (int i = 0; i < 3; i++) {
+        b->slot[i].pid = 200 + i;
+        b->slot[i].state = NW_WORKER_BUSY;
+        b->slot[i].generation = 1;
+    }
+    ok(nw_scoreboard_take_recycle_turn(b, 200), "a free turn is taken");
+    ok(nw_scoreboard_take_recycle_turn(b, 200), "... and held by its holder");
+    ok(!nw_scoreboard_take_recycle_turn(b, 201), "another worker waits");
+    b->slot[0].state = NW_WORKER_STOPPING;
+    ok(!nw_scoreboard_take_recycle_turn(b, 201), "... while the holder leaves");
+    nw_scoreboard_fold(b, &b->slot[1]);
+    ok(!nw_scoreboard_take_recycle_turn(b, 202), "another worker's fold does not free it");
+    nw_scoreboard_fold(b, &b->slot[0]);
+    is((int)b->h.recycling, 0, "the holder's fold frees it");
+    ok(nw_scoreboard_take_recycle_turn(b, 202), "... and the next worker takes it");
+    b->slot[2].pid = 0;
+    b->slot[2].state = NW_WORKER_FREE;   /* (gone without a fold: not on the board) */
+    ok(nw_scoreboard_take_recycle_turn(b, 203), "a holder no longer on the board holds nothing");
+    /* slots 0 and 1 are free now; slot 3: 203's replacement, asked at 1000 */
+    ok(!nw_scoreboard_ready_since(b, 1, 1000), "no worker forked since the ask");
+    nw_scoreboard_claim(&b->slot[3], 0, 1, 1000);
+    ok(!nw_scoreboard_ready_since(b, 1, 1000), "the replacement starting (no pid yet): not ready");
+    b->slot[3].pid = 204;
+    b->slot[3].state = NW_WORKER_IDLE;
+    ok(nw_scoreboard_ready_since(b, 1, 1000), "ready once idle");
+    ok(!nw_scoreboard_ready_since(b, 2, 1000), "... of its generation only");
+    ok(!nw_scoreboard_ready_since(b, 1, 1001), "a worker forked before the ask is not its replacement");
+    b->slot[3].state = NW_WORKER_BUSY;
+    ok(nw_scoreboard_ready_since(b, 1, 1000), "busy is ready too");
+    nw_scoreboard_destroy(b);
+    close(fd);
+}
+
 /* The board as workers write it and the manager reads it. */
 static void test_board(void)
 {
@@ -379,6 +419,7 @@ int main(void)
     test_board();
     test_pool_stuck();
     test_mean_parked();
+    test_recycling_turn();
     test_operator_fields();
     test_fold_race();
     done_testing();
