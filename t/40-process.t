@@ -205,7 +205,7 @@ my $sec_c = sub { {
     # place: under a loaded parallel suite each can take seconds)
     my $stop = File::Spec->catfile($TMP, "hup-client-stop-$port");
     my $loop = start_client_loop($port, 30, $stop);
-    wait_until(sub { loop_answers($loop) >= 10 }, 10) or diag 'the client is not at work';
+    ok(wait_until(sub { loop_answers($loop) >= 10 }, 10), 'HUP: the client is at work');
     kill HUP => $s->pid;
     # the second HUP once the first generation has been replaced
     my %first = map { $_ => 1 } @$before;
@@ -214,7 +214,8 @@ my $sec_c = sub { {
         return @w == 2 && !grep({ $first{$_} } @w) ? \@w : undef;
     }, 10) || [];
     my $answered = loop_answers($loop);
-    wait_until(sub { loop_answers($loop) >= $answered + 5 }, 10) or diag 'the client stopped';
+    ok(wait_until(sub { loop_answers($loop) >= $answered + 5 }, 10),
+       'HUP: the client goes on after the first generation is replaced');
     kill HUP => $s->pid;
     my %was = map { $_ => 1 } @$second;
     my $third = wait_until(sub {
@@ -224,8 +225,8 @@ my $sec_c = sub { {
     # (the client's next requests reach them: it goes on until one of them
     # has answered it)
     my %newest = map { $_ => 1 } @$third;
-    wait_until(sub { my @a = loop_answers($loop); @a && $newest{ $a[-1][0] } }, 10)
-        or diag 'the newest workers did not answer the client';
+    ok(wait_until(sub { my @a = loop_answers($loop); @a && $newest{ $a[-1][0] } }, 10),
+       'HUP twice: the newest workers answer the client');
     open(my $stop_fh, '>', $stop) or die "$stop: $!";
     close $stop_fh;
     my $r = finish_client_loop($loop);
@@ -440,7 +441,7 @@ my $sec_e2_two = sub { SKIP: {
 }};
 
 my $sec_e2_broken = sub { SKIP: {
-    skip 'early replacement needs the connection manager', 3 if @NM;
+    skip 'early replacement needs the connection manager', 4 if @NM;
 
     # The replacement cannot start (--no-preload-app, code now broken):
     # the old worker is not retired after REPLACE_LINGER, it goes on serving.
@@ -465,7 +466,7 @@ APP
     sleep $LINGER;    # (counted from the failure: the worker was replaced before)
     my $failed = sub { scalar(() = $s->log_text =~ /exited with status 3/g) };
     my $n = $failed->();
-    wait_until(sub { $failed->() > $n }, 10) or diag 'no start failed after REPLACE_LINGER';
+    ok(wait_until(sub { $failed->() > $n }, 10), 'a start failed after REPLACE_LINGER');
     ok(pid_alive($old), "the old worker is still there after REPLACE_LINGER ($LINGER s) and more")
         or diag $s->log_text;
     is(get_pid($port), $old, '... and serves');
@@ -550,14 +551,14 @@ my $sec_h = sub { SKIP: {
     # has answered it five times since)
     my $stop = File::Spec->catfile($TMP, "starter-client-stop-$port");
     my $loop = start_client_loop($port, 30, $stop);
-    wait_until(sub { loop_answers($loop) >= 10 }, 10) or diag 'the client is not at work';
+    ok(wait_until(sub { loop_answers($loop) >= 10 }, 10), 'hand-over: the client is at work');
     my $r = run_cmd([ $starter, '--restart', '--pid-file', $pidf, '--status-file', $stat ],
                     timeout => 10);
     is($r->{code}, 0, 'start_server --restart') or diag $r->{err};
     my $gen1_gone = !$gen1_master || wait_until(sub { !pid_alive($gen1_master) }, 5);
     my $by_gen2 = sub { scalar grep { $_->[1] eq '2' } loop_answers($loop) };
     my $since = $by_gen2->();
-    wait_until(sub { $by_gen2->() >= $since + 5 }, 10) or diag 'generation 2 did not answer the client';
+    ok(wait_until(sub { $by_gen2->() >= $since + 5 }, 10), 'hand-over: generation 2 answers the client');
     open(my $stop_fh, '>', $stop) or die "$stop: $!";
     close $stop_fh;
     my $res = finish_client_loop($loop);
