@@ -140,7 +140,7 @@ serve_setup(self, worker, app, conn, opts)
         croak("Narwhal::Acceptor::serve_setup: conn is not a scalar reference");
     static const char *const names[] = { "limit", "replace_at", "keepalive", "managed", "quantum",
                                          "rss_limit_mb", "idle_wait", "wake_master_fd",
-                                         "min_lifetime" };
+                                         "min_lifetime", "recycle_turn_ms" };
     enum { NAMES = sizeof names / sizeof names[0] };
     NV v[NAMES];
     for (int i = 0; i < NAMES; i++) {
@@ -163,6 +163,7 @@ serve_setup(self, worker, app, conn, opts)
         .wake_master_fd = (int)v[7], .limit_step = (IV)v[0],
         .replace_ahead = v[1] > 0 ? (IV)(v[0] - v[1]) : 0,
         .min_lifetime_ms = v[8] > 0 ? (nw_msec)(v[8] * 1000) : 0, .born_ms = nw_now_ms(),
+        .recycle_turn_ms = v[9] > 0 ? (nw_msec)v[9] : NW_RECYCLE_TURN_MAX_MS,
     };
     nw_serve_setup_set(aTHX_ &self->serve, &s);
     self->current_obj = NULL;

@@ -88,6 +88,13 @@
  * replacement is still starting serves on, this long at most, so that its
  * parked connections go to a worker that is there to take them. */
 #define NW_RECYCLE_SUCCESSOR_WAIT_MS  2000
+/* ... and the recycling turn it took to ask for that replacement is
+ * another worker's to take after this at the latest: its holder is stuck
+ * on a request that does not end (or stopped), which would keep every
+ * other worker from being recycled. Three times the master's
+ * REPLACE_LINGER, after which a holder that does not reach its count is
+ * retired (tests set less with NARWHAL_TEST_RECYCLE_TURN_MS). */
+#define NW_RECYCLE_TURN_MAX_MS        30000
 #define NW_ADOPT_BUSY_WAIT_MS         2       /* a busy worker adopts a waiting batch after this */
 #define NW_ADOPT_OVER_MEAN_WAIT_MS    200     /* ... or after this, when it holds more parked
                                                * connections than the pool's mean */

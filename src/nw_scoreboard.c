@@ -182,8 +182,12 @@ void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s)
     __atomic_add_fetch(&b->h.seq, 1, __ATOMIC_SEQ_CST);     /* odd: folding */
     add_counts(&b->h.gone, &s->counts);
     if (s->pid) {
-        int32_t held = s->pid;      /* its recycling turn, if it held it, is free */
-        __atomic_compare_exchange_n(&b->h.recycling, &held, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        /* its recycling turn, if it holds it, is free (one another
+         * worker took over from it is that worker's) */
+        uint64_t held = __atomic_load_n(&b->h.recycling, __ATOMIC_ACQUIRE);
+        if (held && NW_TURN_PID(held) == s->pid)
+            __atomic_compare_exchange_n(&b->h.recycling, &held, 0, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST);
         nw_score_end *e = &b->h.ends[b->h.ends_next++ % NW_SCOREBOARD_ENDS];
         e->pid = s->pid;
         e->parked_released = s->parked_released;
@@ -319,14 +323,18 @@ static int on_board(const nw_scoreboard *b, int32_t pid)
     return 0;
 }
 
-int nw_scoreboard_take_recycle_turn(nw_scoreboard *b, int32_t pid)
+int nw_scoreboard_take_recycle_turn(nw_scoreboard *b, int32_t pid, nw_msec now, nw_msec max_ms)
 {
-    int32_t holder = __atomic_load_n(&b->h.recycling, __ATOMIC_ACQUIRE);
-    if (holder == pid)
+    uint64_t held = __atomic_load_n(&b->h.recycling, __ATOMIC_ACQUIRE);
+    int32_t holder = held ? NW_TURN_PID(held) : 0;
+    if (holder == pid && pid)
         return 1;
-    if (holder && on_board(b, holder))
+    /* (its age modulo 2^32 ms: right for any hold under 49 days) */
+    uint32_t age = (uint32_t)now - NW_TURN_MS(held);
+    if (holder && on_board(b, holder) && age < max_ms)
         return 0;
-    return __atomic_compare_exchange_n(&b->h.recycling, &holder, pid, 0, __ATOMIC_SEQ_CST,
+    uint64_t mine = (uint64_t)(uint32_t)pid << 32 | (uint32_t)now;
+    return __atomic_compare_exchange_n(&b->h.recycling, &held, mine, 0, __ATOMIC_SEQ_CST,
                                        __ATOMIC_SEQ_CST);
 }
 

@@ -165,10 +165,11 @@ typedef struct {
     char     version[24];               /* Narwhal's version, NUL-terminated (the master's
                                          * $Narwhal::VERSION: narwhal_build_info) */
     char     perl_version[24];          /* the perl it runs on */
-    volatile int32_t recycling;         /* the worker recycled now (it asked for its
-                                         * replacement and is not reaped yet): workers
-                                         * take it (compare-and-swap), the fold frees it;
-                                         * 0: none */
+    volatile uint64_t recycling;        /* the recycling turn: the worker recycled now (it
+                                         * asked for its replacement and is not reaped
+                                         * yet), NW_TURN_PID, and when it took the turn,
+                                         * NW_TURN_MS (one word: one compare-and-swap);
+                                         * workers take it, the fold frees it; 0: none */
     volatile uint32_t ends_next;        /* where the next nw_score_end goes (mod the ring) */
     nw_score_end ends[NW_SCOREBOARD_ENDS];
 } nw_score_header;
@@ -255,13 +256,20 @@ void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all
  * it was). The least loaded worker always does. */
 int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked);
 
+/* The recycling turn's holder, and the low 32 bits of the monotonic ms it
+ * took the turn at. */
+#define NW_TURN_PID(v) ((int32_t)(uint32_t)((uint64_t)(v) >> 32))
+#define NW_TURN_MS(v)  ((uint32_t)(v))
+
 /* Recycling in turn ("Retirement" in docs/DESIGN.md): workers started
  * together reach their counts together, and a worker asks the master for
  * its replacement only with the turn, the header's `recycling`. Takes it
- * for pid (compare-and-swap) when it is free or its holder is no longer
- * on the board; returns 1 when pid holds it. The master's fold of the
- * holder's slot frees it. */
-int nw_scoreboard_take_recycle_turn(nw_scoreboard *b, int32_t pid);
+ * for pid at now (compare-and-swap) when it is free, its holder is no
+ * longer on the board, or its holder took it max_ms or more ago (a holder
+ * stuck on a request that does not end, or stopped, must not keep every
+ * other worker from being recycled); returns 1 when pid holds it. The
+ * master's fold of the holder's slot frees it. */
+int nw_scoreboard_take_recycle_turn(nw_scoreboard *b, int32_t pid, nw_msec now, nw_msec max_ms);
 
 /* Whether a worker of `generation` forked at or after `since` (monotonic
  * ms) is ready to take connections (idle or busy): a recycled worker's

@@ -118,6 +118,55 @@ my $in_turn = sub {
     $s->stop;
 };
 
-in_parallel($successor, $in_turn);
+# (c) A holder of the turn stuck on a request that does not end (here
+# until the test lets it go) holds it NW_RECYCLE_TURN_MAX_MS at most (1 s
+# here): then the other worker takes it and is recycled. Held until the
+# holder's fold, the other worker served thousands of requests over its
+# count of 40 for as long as the request lasted.
+my $stuck_holder = sub {
+    my $stuck = File::Spec->catfile($TMP, 'stuck-holder');
+    my $release = File::Spec->catfile($TMP, 'stuck-release');
+    my $app = write_app(<<"APP");
+use Fcntl ();
+use Time::HiRes ();
+my \$n = 0;
+sub {
+    # the first worker to serve its 39th request (it holds the turn: it
+    # asked after its 38th) stays on it until the test is done
+    if (++\$n == 39 && sysopen(my \$fh, '$stuck', Fcntl::O_CREAT() | Fcntl::O_EXCL() | Fcntl::O_WRONLY())) {
+        print \$fh "\$\$\\n";
+        close \$fh;
+        my \$t0 = Time::HiRes::time();
+        Time::HiRes::sleep(0.05) while !-e '$release' && Time::HiRes::time() - \$t0 < 60;
+    }
+    [200, ['Content-Type' => 'text/plain'], ["pid=\$\$\\n"]];
+};
+APP
+    my $s = spawn_server(app => $app, args => [ '--min-worker-lifetime', 0, '--max-reqs-per-child', 40,
+                                                '--max-workers', 2 ],
+                         env => { NARWHAL_TEST_RECYCLE_TURN_MS => 1000 });
+    my $port = $s->port;
+    my @orig = @{ wait_until(sub { my @w = worker_pids($s->pid); @w == 2 ? \@w : undef }, 10) || [] };
+    is(scalar @orig, 2, 'two workers');
+    require HTTP::Tiny;
+    my $http = HTTP::Tiny->new(timeout => 1, keep_alive => 0);
+    my $get = sub { $http->get("http://127.0.0.1:$port/") };
+    my $holder = wait_until(sub {
+        $get->();
+        open(my $fh, '<', $stuck) or return;
+        return (<$fh> // '') =~ /(\d+)/ ? $1 : undef;
+    }, 10);
+    ok($holder && grep({ $_ == $holder } @orig), 'a worker holding the turn is stuck on a request');
+    my ($other) = grep { !$holder || $_ != $holder } @orig;
+    my $t0 = time;
+    my $recycled = wait_until(sub { $get->(); !pid_alive($other) }, 8, 0.001);
+    ok($recycled, sprintf('the other worker was recycled all the same (%.1f s later)', time - $t0))
+        or diag $s->log_text;
+    ok(pid_alive($holder), '... while the holder is still on its request');
+    touch($release);
+    $s->stop;
+};
+
+in_parallel($successor, $in_turn, $stuck_holder);
 
 done_testing;

@@ -46,6 +46,8 @@ typedef struct {
     IV limit_step;      /* --max-reqs-per-child as drawn: what a young worker is given again */
     nw_msec min_lifetime_ms;    /* --min-worker-lifetime; 0: none */
     nw_msec asked_ms;   /* when it asked for its replacement (0: it has not) */
+    nw_msec recycle_turn_ms;    /* a recycling turn held this long is free to take
+                                 * (NW_RECYCLE_TURN_MAX_MS) */
     nw_msec born_ms;    /* when serve_setup was called */
     int keepalive, managed, quantum;
     double rss_limit_mb;

@@ -310,7 +310,8 @@ static void extend_if_young(nw_serve_setup *s)
 /* Workers started together reach their counts together. One at the
  * request after which it would ask for its replacement asks only with
  * the board's recycling turn; while another worker holds it, it serves
- * its last twentieth again (replace_ahead requests) and tries again then.
+ * its last twentieth again (replace_ahead requests) and tries again then
+ * (a turn held NW_RECYCLE_TURN_MAX_MS is free: its holder is stuck).
  * Recycled one after the other, each leaving worker's connections go to
  * its own replacement, idle and ready, instead of four workers' at once
  * to whoever is there. */
@@ -318,7 +319,8 @@ static void wait_turn_if_other_recycling(nw_serve_setup *s)
 {
     if ((IV)s->life->served != s->replace_at || !nw_xs_score_slot || !nw_xs_scoreboard)
         return;
-    if (nw_scoreboard_take_recycle_turn(nw_xs_scoreboard, nw_xs_score_slot->pid))
+    if (nw_scoreboard_take_recycle_turn(nw_xs_scoreboard, nw_xs_score_slot->pid, nw_now_ms(),
+                                        s->recycle_turn_ms))
         return;
     s->limit += s->replace_ahead;
     s->replace_at += s->replace_ahead;

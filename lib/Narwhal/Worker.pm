@@ -21,6 +21,9 @@ use constant WAIT          => Narwhal::for_tests(WORKER_WAIT => 1.0);
 use constant STOP_SERVE_MS => Narwhal::for_tests(STOP_SERVE_MS => undef);
                                       # a stopping worker's drain (undef: the C side's
                                       # NW_STOP_SERVE_MS)
+use constant RECYCLE_TURN_MS => Narwhal::for_tests(RECYCLE_TURN_MS => undef);
+                                      # a recycling turn held this long is free (undef:
+                                      # the C side's NW_RECYCLE_TURN_MAX_MS)
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
 use constant GROUP_STOP_WAIT => 0.5;  # seconds a worker stopped from outside gives the
                                       # master to begin its own stop (_server_stops_too)
@@ -103,6 +106,7 @@ sub run {
         managed => $managed ? 1 : 0, quantum => $self->{options}{worker_quantum},
         rss_limit_mb => $self->{options}{max_worker_rss} || 0, idle_wait => WAIT,
         min_lifetime => $self->{options}{min_worker_lifetime} || 0,
+        recycle_turn_ms => RECYCLE_TURN_MS,
         wake_master_fd => $self->{wake_master} ? fileno($self->{wake_master}) : -1 });
     # serve (xs/serve.c, "One request in C" in docs/DESIGN.md) serves
     # requests one after the other: the current connection's next one,

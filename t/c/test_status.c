@@ -241,26 +241,55 @@ static void test_mean_parked(void)
 static void test_recycling_turn(void)
 {
     int fd = -1;
+    const nw_msec max = NW_RECYCLE_TURN_MAX_MS;
     nw_scoreboard *b = nw_scoreboard_create(4, &fd);
     for (int i = 0; i < 3; i++) {
         b->slot[i].pid = 200 + i;
         b->slot[i].state = NW_WORKER_BUSY;
         b->slot[i].generation = 1;
     }
-    ok(nw_scoreboard_take_recycle_turn(b, 200), "a free turn is taken");
-    ok(nw_scoreboard_take_recycle_turn(b, 200), "... and held by its holder");
-    ok(!nw_scoreboard_take_recycle_turn(b, 201), "another worker waits");
+    ok(nw_scoreboard_take_recycle_turn(b, 200, 5000, max), "a free turn is taken");
+    ok(nw_scoreboard_take_recycle_turn(b, 200, 5001, max), "... and held by its holder");
+    ok(!nw_scoreboard_take_recycle_turn(b, 201, 5002, max), "another worker waits");
     b->slot[0].state = NW_WORKER_STOPPING;
-    ok(!nw_scoreboard_take_recycle_turn(b, 201), "... while the holder leaves");
+    ok(!nw_scoreboard_take_recycle_turn(b, 201, 5003, max), "... while the holder leaves");
     nw_scoreboard_fold(b, &b->slot[1]);
-    ok(!nw_scoreboard_take_recycle_turn(b, 202), "another worker's fold does not free it");
+    ok(!nw_scoreboard_take_recycle_turn(b, 202, 5004, max), "another worker's fold does not free it");
     nw_scoreboard_fold(b, &b->slot[0]);
-    is((int)b->h.recycling, 0, "the holder's fold frees it");
-    ok(nw_scoreboard_take_recycle_turn(b, 202), "... and the next worker takes it");
+    is(b->h.recycling, 0, "the holder's fold frees it");
+    ok(nw_scoreboard_take_recycle_turn(b, 202, 5005, max), "... and the next worker takes it");
     b->slot[2].pid = 0;
     b->slot[2].state = NW_WORKER_FREE;   /* (gone without a fold: not on the board) */
-    ok(nw_scoreboard_take_recycle_turn(b, 203), "a holder no longer on the board holds nothing");
-    /* slots 0 and 1 are free now; slot 3: 203's replacement, asked at 1000 */
+    ok(nw_scoreboard_take_recycle_turn(b, 203, 5006, max), "a holder no longer on the board holds nothing");
+    /* A holder on the board, stuck (a request that does not end): its turn
+     * is free once it has held it max ms. */
+    b->slot[1].pid = 203;
+    b->slot[1].state = NW_WORKER_BUSY;
+    b->slot[1].generation = 1;
+    b->slot[2].pid = 205;
+    b->slot[2].state = NW_WORKER_IDLE;
+    b->slot[2].generation = 1;
+    ok(!nw_scoreboard_take_recycle_turn(b, 205, 5006 + max - 1, max), "a holder stuck for less than max holds it");
+    ok(nw_scoreboard_take_recycle_turn(b, 205, 5006 + max, max), "... and for max, not any more");
+    nw_scoreboard_fold(b, &b->slot[1]);
+    is(NW_TURN_PID(b->h.recycling), 205, "the stuck holder's fold leaves it to the one that took it over");
+    nw_scoreboard_fold(b, &b->slot[2]);
+    is(b->h.recycling, 0, "... whose own fold frees it");
+    /* (the ms the turn was taken at, modulo 2^32: a clock past 49 days) */
+    b->slot[0].pid = 206;
+    b->slot[0].state = NW_WORKER_BUSY;
+    b->slot[0].generation = 1;
+    nw_msec late = ((nw_msec)1 << 32) - 10;
+    ok(nw_scoreboard_take_recycle_turn(b, 206, late, max), "a turn taken just before the ms wrap");
+    ok(!nw_scoreboard_take_recycle_turn(b, 207, late + 20, max), "... is held just after it");
+    ok(nw_scoreboard_take_recycle_turn(b, 207, late + max, max), "... for max");
+    b->slot[0].pid = 0;
+    b->slot[0].state = NW_WORKER_FREE;
+    b->slot[1].pid = 0;
+    b->slot[1].state = NW_WORKER_FREE;
+    b->slot[2].pid = 0;
+    b->slot[2].state = NW_WORKER_FREE;
+    /* slots 0 to 2 are free now; slot 3: 203's replacement, asked at 1000 */
     ok(!nw_scoreboard_ready_since(b, 1, 1000), "no worker forked since the ask");
     nw_scoreboard_claim(&b->slot[3], 0, 1, 1000);
     ok(!nw_scoreboard_ready_since(b, 1, 1000), "the replacement starting (no pid yet): not ready");
