@@ -16,6 +16,7 @@
 #include "src/nw_accesslog.h"
 #include "src/nw_signal.h"
 #include "src/nw_log.h"
+#include "src/nw_sched.h"
 #include <strings.h>
 
 static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
@@ -107,6 +108,8 @@ new(class, listeners, config, serve_queue = -1, handoff_queue = -1, io_maker = &
         SV **e = av_fetch(listeners, i, 0);
         acceptor_add_listener(aTHX_ RETVAL, e ? *e : &PL_sv_undef, io_maker);
     }
+    if (cfg.worker_slice > 0)   /* (before the park watcher starts: it inherits it) */
+        (void)nw_sched_set_slice((uint64_t)(cfg.worker_slice * 1e9));
     nw_worker_start(RETVAL->w);
   OUTPUT:
     RETVAL

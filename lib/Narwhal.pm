@@ -248,6 +248,17 @@ leave together. Counted in
 C<narwhal_worker_restarts_total{reason="lifetime"}>. 0 (the default): no
 limit. Default: C<0>. At most C<2000000>.
 
+=item --worker-slice SECS
+
+The CPU time slice a worker asks Linux's scheduler for (a custom slice: Linux
+6.12 and later; older kernels ignore it). When more processes are runnable
+than there are cores, a worker with a shorter slice than the kernel's default
+(1.4 ms on two cores, more on more) runs sooner when a request wakes it and
+hands the CPU on sooner, which shortens the wait of the connections it holds.
+The kernel keeps it between 0.1 and 100 ms; 0 leaves the kernel's default.
+See "Worker time slices" in F<docs/DESIGN.md>. Default: C<0.0003>. At most
+C<0.1>.
+
 =item --spawn-interval SECS
 
 Space out replacement and added workers. Default: C<0>.

@@ -2,8 +2,9 @@
 # The C unit tests of the HTTP parser (t/c/test_http.c), of the signal
 # handlers in front of Perl's (t/c/test_signal.c), of the error-log lines
 # and their limiter (t/c/test_log.c) and of the access log (its escaping:
-# t/c/test_accesslog.c; its lines and flushes: t/c/test_accesslog_lines.c)
-# and of the manager's index of connections in custody (t/c/test_custody.c),
+# t/c/test_accesslog.c; its lines and flushes: t/c/test_accesslog_lines.c),
+# of the manager's index of connections in custody (t/c/test_custody.c)
+# and of the worker's time slice (t/c/test_sched.c),
 # under AddressSanitizer and UndefinedBehaviorSanitizer,
 # passed through as tests here. What each links with comes from its
 # includes (inc/NarwhalLink.pm).
@@ -14,7 +15,8 @@ use lib 't/lib';
 use NarwhalTest::CBuild qw(build run_programs relay_tap);
 
 # (built one after the other, then run all at once)
-my @units = qw(test_http test_signal test_log test_accesslog test_accesslog_lines test_custody);
+my @units = qw(test_http test_signal test_log test_accesslog test_accesslog_lines test_custody
+               test_sched);
 my @exes = map { build($_, ["t/c/$_.c"]) } @units;
 relay_tap(@$_) for run_programs(map { [$_] } @exes);
 done_testing();

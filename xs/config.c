@@ -28,6 +28,7 @@ static const struct {
     { "keepalive_timeout",  F_SECONDS, offsetof(nw_worker_config, conn.keepalive_timeout) },
     { "max_keepalive_reqs", F_SECONDS, offsetof(nw_worker_config, conn.max_keepalive_reqs) },
     { "keepalive_wait",     F_SECONDS, offsetof(nw_worker_config, keepalive_wait) },
+    { "worker_slice",       F_SECONDS, offsetof(nw_worker_config, worker_slice) },
     { "proxy_protocol",     F_BOOL,    offsetof(nw_worker_config, conn.proxy_protocol) },
     { "custody",            F_BOOL,    offsetof(nw_worker_config, conn.custody) },
     { "max_offload_bytes",  F_U64,     offsetof(nw_worker_config, conn.max_offload_bytes) },

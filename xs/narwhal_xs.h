@@ -163,6 +163,7 @@ void nw_serve_setup_clear(pTHX_ nw_serve_setup *s);
 typedef struct {
     nw_conn_config conn;
     double keepalive_wait;
+    double worker_slice;    /* seconds; 0: the kernel's default */
 } nw_worker_config;
 
 /* The option names the configuration is filled from, in order

@@ -132,6 +132,16 @@ my @TABLE = (
            . 'Each worker\'s limit is drawn once between SECS and SECS + 10%, and one worker is '
            . 'replaced at a time, so workers started together do not leave together. Counted in '
            . 'C<narwhal_worker_restarts_total{reason="lifetime"}>. 0 (the default): no limit.' },
+    { name => 'worker_slice', type => 'seconds', default => 0.0003, max => 0.1, c => 1,
+      group => 'Workers', arg => 'SECS',
+      help => 'CPU time slice a worker asks the kernel for (0: the kernel\'s default)',
+      pod => 'The CPU time slice a worker asks Linux\'s scheduler for (a custom slice: Linux 6.12 '
+           . 'and later; older kernels ignore it). When more processes are runnable than there '
+           . 'are cores, a worker with a shorter slice than the kernel\'s default (1.4 ms on two '
+           . 'cores, more on more) '
+           . 'runs sooner when a request wakes it and hands the CPU on sooner, which shortens '
+           . 'the wait of the connections it holds. The kernel keeps it between 0.1 and 100 ms; '
+           . '0 leaves the kernel\'s default. See "Worker time slices" in F<docs/DESIGN.md>.' },
     { name => 'spawn_interval', type => 'seconds', default => 0, group => 'Workers', arg => 'SECS',
       help => 'space out replacement and added workers' },
     { name => 'preload_app', type => 'bool', default => 1, group => 'Workers',
