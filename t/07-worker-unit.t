@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # A worker's scheduling (src/nw_worker.c: taking connections, parking,
-# hand-offs, release, the park watcher) and its C test
-# (t/c/test_worker.c), and a worker process's signal handlers
+# hand-offs, release, the park watcher; src/nw_adopt.c: adoption) and
+# its C test (t/c/test_worker.c), and a worker process's signal handlers
 # (src/nw_worker_signals.c: crash, watchdog, stop sender, memory limit)
 # and theirs (t/c/test_worker_signals.c), under ASan/UBSan, with real
 # sockets.

@@ -1,0 +1,402 @@
+/* Adoption (see nw_adopt.h and "Retirement" in docs/DESIGN.md): a
+ * leaving worker's parked connections handed to the other workers through
+ * the adopt queue, and who takes them and when. */
+#include "nw_adopt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "nw_frame.h"
+#include "nw_scoreboard.h"
+#include "nw_worker_internal.h"
+
+/* What the record says is the connection's own, back on the connection:
+ * its request count, its keep-alive deadline, its PROXY header's state. */
+static void adoptee_restore(nw_conn *c, const nw_frame_adoptee *a, nw_msec now)
+{
+    c->requests = a->requests;
+    c->idle_deadline = now + (a->deadline_ms > 0 ? (nw_msec)a->deadline_ms : 0);
+    c->proxy_pending = (a->flags & NW_ADOPT_F_PROXY_PENDING) != 0;
+    if (!(a->flags & NW_ADOPT_F_PROXY))
+        return;
+    c->proxy.local = (a->flags & NW_ADOPT_F_PROXY_LOCAL) != 0;
+    if (c->proxy.local)
+        return;
+    if (a->peer_len <= sizeof a->peer) {
+        memcpy(&c->proxy.src, &a->peer, a->peer_len);
+        c->proxy.src_len = a->peer_len;
+    }
+    if (a->local_len <= sizeof a->local) {
+        memcpy(&c->proxy.dst, &a->local, a->local_len);
+        c->proxy.dst_len = a->local_len;
+    }
+}
+
+/* Park a connection another worker left, as if this one had just served
+ * it: the ADD that registers it reports a request that is there already.
+ * What does not fit goes to the manager. */
+static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = a->peer_len;
+    if (a->listener >= w->count) {
+        close(fd);
+        return;
+    }
+    if (plen > 0 && plen <= sizeof a->peer)
+        memcpy(&peer, &a->peer, plen);
+    else if (plen = sizeof peer, getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
+        plen = 0;
+    nw_wconn *wc = nw_wconn_new(w, a->listener, fd, &peer, plen);
+    if (!wc)
+        return;
+    if (w->counts)
+        w->counts->adopted++;
+    adoptee_restore(wc->c, a, nw_now_ms());
+    wc->c->drained = 0;
+    if (nw_worker_park(w, wc) == 0)
+        return;
+    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
+        nw_conn_close_gently(wc->c);
+    nw_wconn_free(wc);
+}
+
+/* Whether a whole batch of descriptors can be installed here now (with
+ * the limit nw_worker_adopt_queue asks for, always: a frame must never
+ * wait for a worker with room). What does not fit in the parked set goes
+ * on to the manager. */
+static int adopt_room(const nw_worker *w)
+{
+    return w->park.count + NW_ADOPT_BATCH <= w->adopt_fd_limit;
+}
+
+/* Take one ADOPT frame, if one is waiting and there is room. Returns 1
+ * when it took one. */
+static int take_adopted(nw_worker *w)
+{
+    nw_frame f;
+    int fds[NW_ADOPT_BATCH], nfds;
+    w->adopt_seen = 0;
+    if (!w->adopt_ready || !adopt_room(w))
+        return 0;
+    int r = nw_frame_recv_many(w->adopt_in, &f, w->frame_data, NW_FRAME_MAX_DATA,
+                               fds, NW_ADOPT_BATCH, &nfds);
+    if (r <= 0) {
+        w->adopt_ready = 0;     /* nothing waiting, another worker took it, or a bad frame */
+        return 0;
+    }
+    const nw_frame_adoptee *a = (const nw_frame_adoptee *)w->frame_data;
+    int records = f.type == NW_FRAME_ADOPT ? (int)(f.data_len / sizeof *a) : 0;
+    for (int i = 0; i < nfds; i++) {
+        if (i < records)
+            adopt_one(w, &a[i], fds[i]);
+        else
+            close(fds[i]);
+    }
+    return 1;
+}
+
+/* Who adopts a waiting batch. A worker that holds no more parked
+ * connections than the pool's workers do on average (the least loaded one
+ * always does): at once when it is idle or new, or once the batch has
+ * waited NW_ADOPT_BUSY_WAIT_MS when it is busy (its clients must not wait
+ * for an idle moment that may not come). So a retiree's replacement, idle
+ * and holding nothing, takes back what its predecessor held, and the
+ * others keep their share; letting whoever looked first take them left
+ * the pool lopsided for good (docs/PERFORMANCE.md, thirteenth round). One
+ * over the mean takes it after NW_ADOPT_OVER_MEAN_WAIT_MS, in case the
+ * others are held up by the app. */
+static int adopt_may_take(nw_worker *w, nw_msec now, nw_msec waited)
+{
+    if (!w->taken_any || waited >= NW_ADOPT_OVER_MEAN_WAIT_MS || !w->board)
+        return 1;
+    return nw_worker_within_share(w, now);
+}
+
+static nw_msec adopt_waited(nw_worker *w, nw_msec now)
+{
+    if (!w->adopt_seen)
+        w->adopt_seen = now ? now : 1;
+    return now - w->adopt_seen;
+}
+
+/* After a batch taken within its share, the batches waiting behind it
+ * too, while this worker still holds no more than the mean (looked at
+ * afresh each time): a leaving worker's replacement takes back all its
+ * predecessor held in one look. One batch a look left most of them to
+ * the busy workers over the mean: on two cores a look comes once a time
+ * slice, 15 to 20 ms apart, and after 50 ms those take what waits. */
+static void take_within_share(nw_worker *w)
+{
+    for (int i = 1; i < NW_PASS_ON_MAX && w->board && w->adopt_ready
+                    && nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count); i++) {
+        if (!take_adopted(w))
+            return;
+    }
+}
+
+/* Take a batch that adopt_may_take allowed. One taken because the
+ * batches have waited NW_ADOPT_OVER_MEAN_WAIT_MS leaves the wait as it
+ * was: the batches behind it have waited as long (a leaving worker sends
+ * about NW_ADOPT_FRAMES at once), and are taken at the next looks until
+ * the queue is empty, not 50 ms later each. */
+static int adopt_take(nw_worker *w, nw_msec waited)
+{
+    nw_msec seen = w->adopt_seen;
+    if (!take_adopted(w))
+        return 0;
+    if (waited >= NW_ADOPT_OVER_MEAN_WAIT_MS)
+        w->adopt_seen = seen;
+    else
+        take_within_share(w);
+    return 1;
+}
+
+/* New: see nw_adopt.h, and next_conn in nw_worker.c for why. */
+int nw_adopt_when_new(nw_worker *w)
+{
+    if (!take_adopted(w))
+        return 0;
+    take_within_share(w);
+    return 1;
+}
+
+/* Busy. Returns 1 when it took a batch. */
+int nw_adopt_when_busy(nw_worker *w, nw_msec now)
+{
+    nw_msec waited = adopt_waited(w, now);
+    return waited >= NW_ADOPT_BUSY_WAIT_MS && adopt_may_take(w, now, waited)
+           && adopt_take(w, waited);
+}
+
+/* Idle. One that may not take the batch steps aside: the adopt queue
+ * leaves its epoll set until the batch has waited the longer wait (the
+ * queue, level-triggered, would wake it again at once), and it sends the
+ * waiting frames to the back of the queue, which wakes the next worker
+ * waiting in epoll_wait: EPOLLEXCLUSIVE wakes the first one, in the order
+ * they registered (oldest first), so without that the wake-up would stop
+ * here and a new worker asleep would never hear of it. Returns 1 when it
+ * took a batch. */
+int nw_adopt_when_idle(nw_worker *w, nw_msec now)
+{
+    nw_msec waited = adopt_waited(w, now);
+    if (adopt_may_take(w, now, waited))
+        return adopt_take(w, waited);
+    if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->adopt_in, NULL) == 0) {
+        w->adopt_ready = 0;
+        w->adopt_aside_until = w->adopt_seen + NW_ADOPT_OVER_MEAN_WAIT_MS;
+        nw_adopt_pass_on(w, 0);  /* (a full queue: adopted here at once) */
+    }
+    return 0;
+}
+
+/* Back in the adopt queue's wake-ups after stepping aside; a batch still
+ * waiting is taken at the next look. */
+void nw_adopt_step_back(nw_worker *w)
+{
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ADOPT_QUEUE_EVENT };
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->adopt_in, &ev) < 0 && errno != EEXIST)
+        return;                 /* (tried again at the next look) */
+    w->adopt_aside_until = 0;
+    w->adopt_ready = 1;
+}
+
+/* The record that carries a connection to another worker. Returns 0, or
+ * -1 when what is its own does not fit one (a PROXY header's unix-socket
+ * addresses): it goes to the manager instead, whose hand-off carries any. */
+static int adoptee_record(const nw_wconn *wc, nw_frame_adoptee *a, nw_msec now)
+{
+    const nw_conn *c = wc->c;
+    memset(a, 0, sizeof *a);
+    a->listener = (uint16_t)c->listener;
+    a->requests = c->requests;
+    a->deadline_ms = c->idle_deadline > now ? (int32_t)(c->idle_deadline - now) : 0;
+    /* the address $env shows: a PROXY header's, else the socket's (a unix
+     * socket's does not fit and is asked for again) */
+    const void *peer = &wc->peer;
+    size_t plen = wc->peer_len;
+    if (c->cfg.proxy_protocol && c->proxy_pending) {
+        a->flags = NW_ADOPT_F_PROXY_PENDING;
+    } else if (c->cfg.proxy_protocol) {
+        a->flags = NW_ADOPT_F_PROXY | (c->proxy.local ? NW_ADOPT_F_PROXY_LOCAL : 0);
+        if (!c->proxy.local && c->proxy.src_len) {
+            if (c->proxy.src_len > sizeof a->peer || c->proxy.dst_len > sizeof a->local)
+                return -1;
+            peer = &c->proxy.src;
+            plen = c->proxy.src_len;
+            memcpy(&a->local, &c->proxy.dst, c->proxy.dst_len);
+            a->local_len = (uint16_t)c->proxy.dst_len;
+        }
+    }
+    if (plen <= sizeof a->peer) {
+        memcpy(&a->peer, peer, plen);
+        a->peer_len = (uint16_t)plen;
+    }
+    return 0;
+}
+
+/* Send n records and their sockets as one ADOPT frame. Returns 0 (the
+ * other workers have them; ours are still open), or -1. */
+static int send_adopt_batch(nw_worker *w, const nw_frame_adoptee *a, const int *fds, int n,
+                            int patience_ms)
+{
+    nw_frame f;
+    nw_frame_init(&f, NW_FRAME_ADOPT);
+    f.data_len = (uint32_t)(n * sizeof a[0]);
+    /* A full queue (the others have not read the batches before yet) is
+     * waited for patience_ms, as a hand-off to the manager would be. */
+    nw_msec until = nw_now_ms() + (nw_msec)patience_ms;
+    while (nw_frame_send_fds(w->adopt_out, &f, NULL, 0, a, fds, n) < 0) {
+        if ((errno != EAGAIN && errno != EWOULDBLOCK) || nw_now_ms() >= until)
+            return -1;
+        nw_io_wait(w->adopt_out, POLLOUT, until);
+    }
+    return 0;
+}
+
+/* One connection to the manager (closed gently when it cannot take it);
+ * crashing: nothing is closed or freed (see nw_adopt_give_away). */
+static void give_to_manager(nw_worker *w, nw_wconn *wc, int crashing)
+{
+    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing)
+        nw_conn_close_gently(wc->c);
+    if (!crashing)
+        nw_worker_drop_owner(w, wc);
+}
+
+/* A leaving worker's parked connections: to the other workers, a batch a
+ * frame; a batch the adopt queue refuses goes to the manager, one by one.
+ * crashing: called from the crash handler, so only async-signal-safe
+ * calls (sendmsg, poll, clock_gettime): nothing is freed or closed, the
+ * process dies right after. */
+void nw_adopt_give_away(nw_worker *w, int crashing)
+{
+    nw_wconn *batch[NW_ADOPT_BATCH], *wc;
+    nw_frame_adoptee records[NW_ADOPT_BATCH];
+    int fds[NW_ADOPT_BATCH];
+    int n = 0, adopting = w->adopt_out >= 0;
+    nw_msec now = nw_now_ms();
+    /* about NW_ADOPT_FRAMES batches, so that several workers share them;
+     * never more than the queue holds without waiting (about ten) */
+    int size = (w->park.count + NW_ADOPT_FRAMES - 1) / NW_ADOPT_FRAMES;
+    if (size > NW_ADOPT_BATCH)
+        size = NW_ADOPT_BATCH;
+    for (;;) {
+        wc = nw_park_take_expired(&w->park, 0, 1);
+        if (wc) {
+            wc->watch.registered = 0;   /* (taken out of epoll) */
+            if (wc->c->fd >= 0 && adopting && adoptee_record(wc, &records[n], now) == 0) {
+                fds[n] = wc->c->fd;
+                batch[n++] = wc;
+            } else if (wc->c->fd >= 0) {
+                give_to_manager(w, wc, crashing);   /* its record would not say it all */
+            } else if (!crashing) {
+                nw_worker_drop_owner(w, wc);
+            }
+        }
+        if (n == 0 && !wc)
+            return;
+        if (wc && n < size)
+            continue;
+        if (adopting && send_adopt_batch(w, records, fds, n, NW_HANDOFF_PATIENCE_MS) == 0) {
+            for (int i = 0; !crashing && i < n; i++) {
+                close(batch[i]->c->fd);  /* our copy; the socket lives on elsewhere */
+                batch[i]->c->fd = -1;
+                nw_worker_drop_owner(w, batch[i]);
+            }
+        } else {
+            adopting = 0;               /* the rest go to the manager too */
+            for (int i = 0; i < n; i++)
+                give_to_manager(w, batch[i], crashing);
+        }
+        n = 0;
+    }
+}
+
+/* The frames waiting in the adopt queue as a worker leaves go to the back
+ * of the queue again, each once (the bytes queued when it began): each
+ * send wakes a worker. The queue is in every worker's epoll with
+ * EPOLLEXCLUSIVE, so a frame wakes the first worker waiting in epoll_wait
+ * and no other: the kernel puts the queue on that epoll's ready list
+ * only, and level-triggering does not tell the others later. A worker
+ * that leaves after such a wake-up (its stop signal came in the same
+ * epoll_wait, as with HUP under load) would leave the frame there, its
+ * clients' requests unanswered, until another frame woke someone. A frame
+ * the queue refuses now (after patience_ms) is adopted here, and given
+ * away with the parked set (to the manager, then). A worker that steps
+ * aside (nw_adopt_when_idle) does not wait: a queue full enough to refuse
+ * says it has room only when three quarters of it are free, and it would
+ * sit idle NW_HANDOFF_PATIENCE_MS a frame with those clients unanswered. */
+void nw_adopt_pass_on(nw_worker *w, int patience_ms)
+{
+    int waiting = 0;
+    if (w->adopt_in < 0 || w->adopt_out < 0 || ioctl(w->adopt_in, FIONREAD, &waiting) < 0)
+        return;
+    for (int i = 0; waiting > 0 && i < NW_PASS_ON_MAX && adopt_room(w); i++) {
+        nw_frame f;
+        int fds[NW_ADOPT_BATCH], nfds;
+        if (nw_frame_recv_many(w->adopt_in, &f, w->frame_data, NW_FRAME_MAX_DATA,
+                               fds, NW_ADOPT_BATCH, &nfds) <= 0)
+            return;     /* nothing waiting any more (another worker took it), or a bad frame */
+        waiting -= (int)(sizeof f + f.data_len);
+        const nw_frame_adoptee *a = (const nw_frame_adoptee *)w->frame_data;
+        int records = f.type == NW_FRAME_ADOPT ? (int)(f.data_len / sizeof *a) : 0;
+        int n = nfds < records ? nfds : records;
+        for (int k = n; k < nfds; k++)
+            close(fds[k]);      /* (as take_adopted does) */
+        if (n > 0 && send_adopt_batch(w, a, fds, n, patience_ms) == 0) {
+            for (int k = 0; k < n; k++)
+                close(fds[k]);  /* our copies: the sockets are in the queue again */
+        } else {
+            for (int k = 0; k < n; k++)
+                adopt_one(w, &a[k], fds[k]);
+        }
+    }
+}
+
+int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
+{
+    struct rlimit rl;
+    if (w->serve_queue < 0 || w->handoff_queue < 0 || in_fd < 0 || out_fd < 0)
+        return 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return -1;
+    /* Raise the soft limit as far as adoption needs, when the hard one
+     * allows (never lower it): a soft limit of 1,024 would cap the parked
+     * set at about a thousand anyway. */
+    rlim_t want = (rlim_t)NW_MAX_PARKED + NW_ADOPT_BATCH + NW_ADOPT_FD_RESERVE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    long limit = rl.rlim_cur == RLIM_INFINITY ? (long)NW_MAX_PARKED + NW_ADOPT_FD_RESERVE
+                                              : (long)rl.rlim_cur;
+    /* Every worker must be able to take a batch whatever it holds, or a
+     * frame could wait for ever: below that, the manager it is. */
+    if (limit - NW_ADOPT_FD_RESERVE < NW_MAX_PARKED + NW_ADOPT_BATCH)
+        return 0;
+    w->adopt_in = fcntl(in_fd, F_DUPFD_CLOEXEC, 3);
+    w->adopt_out = fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ADOPT_QUEUE_EVENT };
+    if (w->adopt_in < 0 || w->adopt_out < 0
+        || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->adopt_in, &ev) < 0) {
+        int e = errno;
+        if (w->adopt_in >= 0)
+            close(w->adopt_in);
+        if (w->adopt_out >= 0)
+            close(w->adopt_out);
+        w->adopt_in = w->adopt_out = -1;
+        errno = e;
+        return -1;
+    }
+    w->adopt_fd_limit = limit - NW_ADOPT_FD_RESERVE;
+    w->adopt_ready = 1;
+    return 0;
+}
