@@ -3,7 +3,7 @@ use warnings;
 use Test::More;
 use lib 't/lib';
 use POSIX ();
-use NarwhalTest qw(spawn_servers worker_pids run_cmd narwhal_cmd root);
+use NarwhalTest qw(spawn_servers worker_pids run_cmd narwhal_cmd root wait_until);
 
 # --worker-slice (DESIGN.md, "Worker time slices"): each worker asks the
 # kernel for that time slice (Linux 6.12's custom slices), which
@@ -13,7 +13,7 @@ use NarwhalTest qw(spawn_servers worker_pids run_cmd narwhal_cmd root);
 sub slice_of {
     my ($pid) = @_;
     open(my $fh, '<', "/proc/$pid/sched") or return;
-    while (<$fh>) { return $1 if /^se\.slice\s*:\s*(\d+)/ }
+    while (my $line = <$fh>) { return $1 if $line =~ /^se\.slice\s*:\s*(\d+)/ }
     return;
 }
 
@@ -32,8 +32,11 @@ my ($default, $two_ms, $off) = spawn_servers(
 for my $case ([ $default, 300_000, 'the default, 0.3 ms' ], [ $two_ms, 2_000_000, '0.002' ],
               [ $off, $kernel_default, "0: the kernel's default" ]) {
     my ($s, $want, $name) = @$case;
-    my @w = worker_pids($s->pid);
-    ok(@w, "--worker-slice $name: workers");
+    # (a worker asks as it sets up, after its fork: under load, a moment
+    # after the server answers)
+    my @w;
+    wait_until(sub { @w = worker_pids($s->pid); @w == 4 && !grep { (slice_of($_) // -1) != $want } @w }, 10);
+    is(scalar @w, 4, "--worker-slice $name: four workers");
     is_deeply([ map { slice_of($_) } @w ], [ ($want) x @w ], "... each asked for $want ns");
     is(slice_of($s->pid), $kernel_default, '... the master keeps the default');
     $s->stop;
