@@ -122,29 +122,26 @@ my $part_failures = sub {
 my $part_options = sub {
     # --opt=value and --opt value both work, and the values take effect.
     {
-        my $port = free_port();
-        my $s = spawn_server(app => $OK_APP, port => $port, no_listen => 1,
-                             args => [ @NM, "--listen=127.0.0.1:$port", '--max-workers=1',
-                                       '--max-reqs-per-child=100', '--graceful-timeout=5' ]);
-        my $res = http_get($port, '/');
-        is($res->{status}, 200, '--opt=value: 200');
-        ok(wait_until(sub { worker_pids($s->pid) == 1 }, 5), '--max-workers=1: one worker')
-            or diag 'children: ' . join(' ', worker_pids($s->pid));
-        is($s->stop, 0, '--opt=value server stops with status 0');
-
-        $port = free_port();
-        $s = spawn_server(app => $OK_APP, port => $port, no_listen => 1,
-                          args => [ @NM, '--listen', "127.0.0.1:$port", '--max-workers', '3',
-                                    '--max-reqs-per-child', '100' ]);
-        $res = http_get($port, '/');
-        is($res->{status}, 200, '--opt value: 200');
-        ok(wait_until(sub { worker_pids($s->pid) == 3 }, 5), '--max-workers 3: three workers')
-            or diag 'children: ' . join(' ', worker_pids($s->pid));
-        is($s->stop, 0, '--opt value server stops with status 0');
+        # --opt=value and --opt value: [ form, workers, their name, args given the port ]
+        for my $case ([ '--opt=value', 1, '--max-workers=1: one worker',
+                        sub { ("--listen=127.0.0.1:$_[0]", '--max-workers=1', '--max-reqs-per-child=100',
+                               '--graceful-timeout=5') } ],
+                      [ '--opt value', 3, '--max-workers 3: three workers',
+                        sub { ('--listen', "127.0.0.1:$_[0]", '--max-workers', '3',
+                               '--max-reqs-per-child', '100') } ]) {
+            my ($form, $n, $name, $args) = @$case;
+            my $port = free_port();
+            my $s = spawn_server(app => $OK_APP, port => $port, no_listen => 1,
+                                 args => [ @NM, $args->($port) ]);
+            is(http_get($port, '/')->{status}, 200, "$form: 200");
+            ok(wait_until(sub { worker_pids($s->pid) == $n }, 5), $name)
+                or diag 'children: ' . join(' ', worker_pids($s->pid));
+            is($s->stop, 0, "$form server stops with status 0");
+        }
 
         # Short aliases: -o HOST -p PORT, --workers.
-        $port = free_port();
-        $s = spawn_server(app => $OK_APP, port => $port, no_listen => 1,
+        my $port = free_port();
+        my $s = spawn_server(app => $OK_APP, port => $port, no_listen => 1,
                           args => [ @NM, '-o', '127.0.0.1', '-p', $port, '--workers', '2' ]);
         is(http_get($port, '/')->{status}, 200, '-o/-p: 200');
         ok(wait_until(sub { worker_pids($s->pid) == 2 }, 5), '--workers 2: two workers');
