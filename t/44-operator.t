@@ -504,7 +504,8 @@ my $sec_drain_twice = sub {
     wait_until(sub { worker_pids($s2->pid) >= 1 }, 10);
     my $t0 = time;
     kill TERM => $s2->pid;
-    ok(wait_until(sub { $s2->log_text =~ /draining for 30 s/ }, 5), 'a drain of 30 s begins');
+    ok(wait_until(sub { $s2->log_text =~ /draining for 30 s/ }, 5), 'a drain of 30 s begins')
+        or diag $s2->log_text;
     kill TERM => $s2->pid;
     is($s2->wait_exit(10), 0, 'a second TERM during the drain stops at once');
     ok(time - $t0 < 3, sprintf('... (%.1f s, not 30)', time - $t0));

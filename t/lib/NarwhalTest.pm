@@ -145,6 +145,7 @@ sub spawn_servers {
     return map { $_->[0] } @started;
 }
 
+my $SERVERS = 0;
 sub _start_server {
     my (%a) = @_;
     my $app = $a{app} // "sub { [200, ['Content-Type' => 'text/plain'], ['ok']] }";
@@ -155,7 +156,8 @@ sub _start_server {
     my @cmd = $a{command}
         ? @{ $a{command} }
         : (perl_cmd(), "$ROOT/bin/narwhal", @listen, extra_args(), @{ $a{args} || [] }, $app);
-    my $stderr = $a{stderr} // File::Spec->catfile(tmpdir(), "server-$port.log");
+    # (a log of its own: two servers may draw the same port, see _wait_started)
+    my $stderr = $a{stderr} // File::Spec->catfile(tmpdir(), "server-$port-$$-" . ++$SERVERS . ".log");
     my $pid = fork // die "fork: $!";
     if (!$pid) {
         my %env = (TEST_TIMING, %{ $a{env} || {} });
@@ -171,19 +173,56 @@ sub _start_server {
     return [ $guard, \%a ];
 }
 
+# A server that exits while it starts is not waited for: its log says why.
+# Two servers may draw the same port from free_port (the suite starts
+# hundreds, several at once): the one that binds second exits, and a
+# connect to the port reaches the other. So the port counts as ours once
+# our process holds the listener there, and one that lost the race is
+# started again on a new port, the guard kept.
 sub _wait_started {
-    my ($guard, $a) = @_;
+    my ($guard, $a, $tries) = @_;
     my ($pid, $port) = ($guard->{pid}, $guard->{port});
+    my $exit;
     my $up = wait_until(sub {
-        return 0 if waitpid($pid, POSIX::WNOHANG()) == $pid && ($guard->{pid} = 0, 1);
+        return 1 if waitpid($pid, POSIX::WNOHANG()) == $pid && defined($exit = $?);
         return $a->{ready}->($guard) if $a->{ready};    # when a connect would not prove it
         # (every listener given: the master opens them one after the other)
         return 0 if $a->{unix} && !IO::Socket::UNIX->new(Peer => $a->{unix});
         return 1 if $a->{unix} && $a->{no_listen};
-        return IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) ? 1 : 0;
-    }, SPAWN_TIMEOUT, 0.01);
+        return 0 unless IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port);
+        return $a->{command} || _holds_listener($pid, $port);    # (a command's listener may be
+    }, SPAWN_TIMEOUT, 0.01);                                      # another process's)
+    if (defined $exit) {
+        $guard->{pid} = 0;
+        my $log = $guard->log_text;
+        my $tried = $tries // 0;
+        if (!defined $a->{port} && !$a->{command} && $tried < 3
+            && $log =~ /cannot listen on 127\.0\.0\.1:\Q$port\E\b.*Address already in use/) {
+            my ($again) = _start_server(%$a);
+            @$guard{qw(pid port log)} = @{ $again->[0] }{qw(pid port log)};
+            $again->[0]{pid} = 0;
+            return _wait_started($guard, $a, $tried + 1);
+        }
+        die "server exited as it started (wait status $exit): $log";
+    }
     die "server did not start: " . $guard->log_text unless $up;
     return $guard;
+}
+
+# Whether process $pid holds the socket that listens on 127.0.0.1:$port
+# (/proc/net/tcp names the socket's inode, /proc/PID/fd the process's).
+sub _holds_listener {
+    my ($pid, $port) = @_;
+    my $local = sprintf('0100007F:%04X', $port);
+    open(my $tcp, '<', '/proc/net/tcp') or return 1;    # (no /proc: the connect has to do)
+    my %inode;
+    while (my $line = <$tcp>) {
+        my @f = split ' ', $line;
+        $inode{ $f[9] } = 1 if ($f[1] // '') eq $local && $f[3] eq '0A';    # (LISTEN)
+    }
+    opendir(my $fds, "/proc/$pid/fd") or return 0;
+    return scalar grep { (readlink("/proc/$pid/fd/$_") // '') =~ /^socket:\[(\d+)\]$/ && $inode{$1} }
+                  readdir $fds;
 }
 
 # stop_servers(@guards): TERM to all of them at once, then each is waited
