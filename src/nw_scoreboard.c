@@ -283,6 +283,14 @@ int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t m
     return stuck && busy;
 }
 
+int nw_scoreboard_other_idle(const nw_scoreboard *b, const nw_score_slot *self)
+{
+    for (uint32_t i = 0; i < b->h.nslots; i++)
+        if (&b->slot[i] != self && b->slot[i].state == NW_WORKER_IDLE)
+            return 1;
+    return 0;
+}
+
 void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all, uint64_t *over)
 {
     nw_score_counts t;

@@ -244,6 +244,10 @@ void nw_scoreboard_unmap_offload(volatile int64_t *counter);
 int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
                              int *any_busy);
 
+/* Whether a worker other than the one in slot self (may be NULL) is idle:
+ * one that a connection handed to the manager would wake. */
+int nw_scoreboard_other_idle(const nw_scoreboard *b, const nw_score_slot *self);
+
 /* Queue waits recorded so far, by every worker alive or gone: *all of
  * them, and how many of those were longer than over_us (counted by whole
  * buckets: the ones above the bucket over_us falls in). */

@@ -147,6 +147,41 @@ static int accept_deferred(nw_worker *w)
     return now - w->accept_deferred_since < NW_ACCEPT_OVER_MEAN_WAIT_MS;
 }
 
+/* A client from listener idx, or NULL (errno: EAGAIN when it has none).
+ * One that --proxy-from does not allow to send a PROXY header is closed
+ * and the next one taken. */
+static nw_wconn *accept_on(nw_worker *w, int idx)
+{
+    nw_worker_listener *l = &w->listener[idx];
+    for (;;) {
+        struct sockaddr_storage peer;
+        unsigned plen = sizeof peer;
+        int fd = nw_io_accept(l->fd, l->is_tcp, (struct sockaddr *)&peer, &plen);
+        if (fd < 0)
+            return NULL;
+        if (w->proxy_from_n
+            && !nw_proxy_cidr_match(w->proxy_from, w->proxy_from_n, (struct sockaddr *)&peer)) {
+            close(fd);      /* --proxy-from: not a peer that may send a PROXY header */
+            nw_scoreboard_proxy_rejected(w->slot, NW_PROXY_REJECT_NOT_ALLOWED,
+                                         (struct sockaddr *)&peer, plen, nw_now_ms());
+            continue;
+        }
+        return nw_wconn_new(w, idx, fd, &peer, plen);
+    }
+}
+
+/* Listener idx has no client now: it is not tried again until epoll
+ * reports it readable. */
+static void listener_empty(nw_worker *w, int idx)
+{
+    nw_worker_listener *l = &w->listener[idx];
+    w->listener_ready &= ~((uint64_t)1 << idx);
+    if (errno == EMFILE || errno == ENFILE)
+        fd_limit_reached(w, l);
+    if (!l->is_tcp && nw_io_listener_shut(l->fd))
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->fd, NULL);    /* (it would read ready forever) */
+}
+
 /* Try each listener that may have a client once, starting after the last
  * one that gave a client. A listener that has none is not tried again
  * until epoll reports it readable: an accept4 that fails costs as much as
@@ -159,28 +194,15 @@ static nw_wconn *accept_ready(nw_worker *w)
         int idx = (w->next + i) % w->count;
         if (!(w->listener_ready & ((uint64_t)1 << idx)))
             continue;
-        nw_worker_listener *l = &w->listener[idx];
-        struct sockaddr_storage peer;
-        unsigned plen = sizeof peer;
-        int fd = nw_io_accept(l->fd, l->is_tcp, (struct sockaddr *)&peer, &plen);
-        if (fd >= 0 && w->proxy_from_n
-            && !nw_proxy_cidr_match(w->proxy_from, w->proxy_from_n, (struct sockaddr *)&peer)) {
-            close(fd);      /* --proxy-from: not a peer that may send a PROXY header */
-            nw_scoreboard_proxy_rejected(w->slot, NW_PROXY_REJECT_NOT_ALLOWED,
-                                         (struct sockaddr *)&peer, plen, nw_now_ms());
-            i--;
-            continue;
-        }
-        if (fd >= 0) {
+        nw_wconn *wc = accept_on(w, idx);
+        if (wc) {
             w->next = idx + 1;
             w->accept_deferred_since = 0;
-            return nw_wconn_new(w, idx, fd, &peer, plen);
+            return wc;
         }
-        w->listener_ready &= ~((uint64_t)1 << idx);
-        if (errno == EMFILE || errno == ENFILE)
-            fd_limit_reached(w, l);
-        if (!l->is_tcp && nw_io_listener_shut(l->fd))
-            epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->fd, NULL);    /* (it would read ready forever) */
+        if (errno == ENOMEM)
+            return NULL;    /* (accepted, and closed: no memory for it) */
+        listener_empty(w, idx);
     }
     return NULL;
 }
@@ -811,27 +833,94 @@ static void watcher_sleep(nw_worker *w, nw_msec until)
     pthread_cond_timedwait(&w->wake, &w->lock, &ts);
 }
 
+/* A wake-up this worker took and left: epoll reported a listener or the
+ * serve queue, and the worker went out to serve something else before it
+ * read them to EAGAIN. They are EPOLLEXCLUSIVE, so no other worker heard
+ * of it (DESIGN.md, "Parking": "A wake-up taken and left"). */
+static int wakeup_left(const nw_worker *w)
+{
+    return w->listener_ready || (w->serve_queue >= 0 && w->serve_queue_ready);
+}
+
+/* One that the watcher passes on goes to the manager; if the manager's
+ * queue stays full, a new one is parked here instead (nothing read from
+ * it), a queued request closed, as a leaving worker does. Returns 0 once
+ * one could not be handed off: the rest are not tried. */
+static int pass_on_one(nw_worker *w, nw_wconn *wc)
+{
+    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0) {
+        nw_wconn_free(wc);
+        return 1;
+    }
+    if (wc->c->in.len > 0 || wc->c->fd < 0
+        || nw_park_add(&w->park, wc->c->fd, wc, nw_now_ms() + w->park_ms, 0, &wc->watch) < 0) {
+        nw_conn_close_gently(wc->c);
+        nw_wconn_free(wc);
+    }
+    return 0;
+}
+
+/* In the watcher, the main thread out for NW_PARK_SLOW_REQUEST_MS: what
+ * waits in the serve queue and on the listeners that epoll reported goes
+ * to the manager, which queues it with a wake-up of its own, when another
+ * worker is idle to take it. (With none idle, the first one free sees the
+ * wake-up too, and the manager takes a stuck pool's listeners itself.) */
+static void pass_on_left(nw_worker *w)
+{
+    nw_wconn *wc;
+    if (!w->board || !nw_scoreboard_other_idle(w->board, w->slot) || nw_conn_server_closing())
+        return;
+    for (int i = 0; i < NW_PASS_ON_MAX && (wc = take_served(w)); i++)
+        if (!pass_on_one(w, wc))
+            return;
+    for (int idx = 0; idx < w->count; idx++) {
+        for (int i = 0; i < NW_PASS_ON_MAX && (w->listener_ready & ((uint64_t)1 << idx)); i++) {
+            if (!(wc = accept_on(w, idx))) {
+                if (errno != ENOMEM)
+                    listener_empty(w, idx);
+                break;
+            }
+            if (!pass_on_one(w, wc))
+                return;
+        }
+    }
+}
+
+/* The main thread has been out for NW_PARK_SLOW_REQUEST_MS: the parked
+ * connections go to the manager, and what a wake-up left. */
+static void watcher_act(nw_worker *w, nw_msec now)
+{
+    enum evict_result r = w->park.count ? evict_parked(w) : EVICTED;
+    if (r == EVICT_MANAGER_GONE) {
+        w->evict_gave_up = w->out_since;
+        return;
+    }
+    if (wakeup_left(w))
+        pass_on_left(w);
+    if (r == EVICT_QUEUE_FULL)
+        watcher_sleep(w, now + NW_PARK_EVICT_RETRY_MS);
+    else if (wakeup_left(w))
+        watcher_sleep(w, now + NW_PARK_SLOW_REQUEST_MS);    /* (no worker idle: look again) */
+}
+
 static void *park_watcher(void *arg)
 {
     nw_worker *w = arg;
     pthread_mutex_lock(&w->lock);
     while (!w->watcher_quit) {
-        if (w->park.count == 0) {
+        if (w->park.count == 0 && !wakeup_left(w)) {
             w->watcher_idle = 1;
             pthread_cond_wait(&w->wake, &w->lock);
             w->watcher_idle = 0;
             continue;
         }
         nw_msec now = nw_now_ms();
-        enum evict_result r;
         if (!w->out_since || w->out_since == w->evict_gave_up)
             watcher_sleep(w, now + NW_PARK_SLOW_REQUEST_MS);
         else if (now - w->out_since < NW_PARK_SLOW_REQUEST_MS)
             watcher_sleep(w, w->out_since + NW_PARK_SLOW_REQUEST_MS);
-        else if ((r = evict_parked(w)) == EVICT_QUEUE_FULL)
-            watcher_sleep(w, now + NW_PARK_EVICT_RETRY_MS);
-        else if (r == EVICT_MANAGER_GONE)
-            w->evict_gave_up = w->out_since;
+        else
+            watcher_act(w, now);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -911,7 +1000,7 @@ void nw_worker_start(nw_worker *w)
         atfork_done = 1;
     process_worker = w;
     process_pid = w->pid = getpid();
-    if (w->handoff_queue >= 0 && w->park_ms > 0 && !w->has_watcher) {
+    if (w->handoff_queue >= 0 && !w->has_watcher) {
         watcher_start(w);
         nw_worker_leave(w);
     }
@@ -1004,7 +1093,7 @@ void nw_worker_leave(nw_worker *w)
     if (!w->has_watcher || !w->main_holds)
         return;
     w->out_since = nw_now_ms();
-    if (w->watcher_idle && w->park.count)
+    if (w->watcher_idle && (w->park.count || wakeup_left(w)))
         pthread_cond_signal(&w->wake);
     w->main_holds = 0;
     pthread_mutex_unlock(&w->lock);

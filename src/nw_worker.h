@@ -146,7 +146,7 @@ typedef struct nw_worker {
     pthread_t watcher;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    int watcher_idle;           /* waiting for the first parked connection */
+    int watcher_idle;           /* waiting for a parked connection or a wake-up left */
     int main_holds;             /* the main thread holds lock */
     int fork_locked;            /* the fork handler took lock */
     int watcher_quit;           /* set to make the watcher return */
@@ -198,8 +198,8 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
  * (EMFILE past NW_MAX_LISTENERS). */
 int nw_worker_listen(nw_worker *w, int fd, int is_tcp);
 
-/* Start the park watcher when there is something for it to do (a manager
- * and parking). Call once, after the listeners, before serving. */
+/* Start the park watcher when there is something for it to do (a
+ * manager). Call once, after the listeners, before serving. */
 void nw_worker_start(nw_worker *w);
 
 /* The main thread is inside (nw_worker_enter) or out serving a request

@@ -112,7 +112,7 @@ my $part_no_limit = sub {
     wait_until(sub { worker_pids($s->pid) == 2 }, 5);
     my $busy_from = time;
     @busy = occupy($s->port);
-    manager_accepting();
+    ok(manager_accepting(), q{no limit: both workers stuck, the manager takes new connections});
     $m0 = metrics();
     @new = map { raw_connect($s->port) } 1 .. 10;
     @r = ask_all('/', 8, @new);
@@ -142,9 +142,10 @@ my $part_unix_proxy = sub {
                                 '--status-listen', "127.0.0.1:$sport" ]);
     wait_until(sub { worker_pids($s->pid) == 2 }, 5);
     @busy = map { raw_connect($path) } 1 .. 2;
-    syswrite($_, "PROXY TCP4 192.0.2.7 192.0.2.1 4000 80\r\nGET /sleep/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    syswrite($_, "PROXY TCP4 192.0.2.7 192.0.2.1 4000 80\r\nGET /sleep/2 HTTP/1.1\r\nHost: x\r\n\r\n")
         for @busy;
-    manager_accepting();
+    ok(manager_accepting(), q{unix socket: both workers stuck, the manager takes new connections})
+        or do { my $m = metrics(); diag explain { map { $_ => $m->{$_} } grep { /workers|connections/ } keys %$m } };
     $m0 = metrics();
     @new = map { raw_connect($path) } 1 .. 4;
     syswrite($new[$_], "PROXY TCP4 198.51.100.$_ 192.0.2.1 5000 80\r\n") for 0 .. 3;

@@ -201,6 +201,25 @@ static void test_pool_stuck(void)
     close(fd);
 }
 
+/* Whether a wake-up a worker left is worth passing on: another worker
+ * is idle to take it. */
+static void test_other_idle(void)
+{
+    int fd = -1;
+    nw_scoreboard *b = nw_scoreboard_create(3, &fd);
+    ok(!nw_scoreboard_other_idle(b, &b->slot[0]), "no other worker: none idle");
+    b->slot[0].state = NW_WORKER_IDLE;
+    ok(!nw_scoreboard_other_idle(b, &b->slot[0]), "the asking worker itself does not count");
+    ok(nw_scoreboard_other_idle(b, NULL), "... and without a slot of its own, it does");
+    b->slot[1].state = NW_WORKER_BUSY;
+    b->slot[2].state = NW_WORKER_STARTING;
+    ok(!nw_scoreboard_other_idle(b, &b->slot[0]), "busy or starting: not idle");
+    b->slot[2].state = NW_WORKER_IDLE;
+    ok(nw_scoreboard_other_idle(b, &b->slot[0]), "another idle: yes");
+    nw_scoreboard_destroy(b);
+    close(fd);
+}
+
 /* Who may adopt a busy worker's share of a leaving one's connections:
  * one holding no more than the serving workers' mean. */
 static void test_mean_parked(void)
@@ -446,6 +465,7 @@ int main(void)
     test_buckets();
     test_routes();
     test_board();
+    test_other_idle();
     test_pool_stuck();
     test_mean_parked();
     test_recycling_turn();
