@@ -20,6 +20,7 @@ use NarwhalTest qw(free_port spawn_server write_app tmpdir wait_until perl_cmd
 my $ROOT = root();
 my $TMP  = tmpdir();
 my @NM = manager_fallback();    # --no-manager until the manager program is built
+my $MANAGED = NarwhalTest::managed();    # (and not turned off by NARWHAL_TEST_ARGS)
 diag 'narwhal-manager is not built: servers run with --no-manager' if @NM;
 my @XARGS = NarwhalTest::extra_args();    # NARWHAL_TEST_ARGS (spawn_server adds them itself)
 
@@ -346,7 +347,7 @@ my $metric = sub {      # narwhal_worker_restarts_total{reason=...}
     return $res->{content} =~ /^narwhal_worker_restarts_total\{reason="\Q$reason\E"\} (\d+)/m ? $1 : -1;
 };
 my $sec_e2_recycle = sub { SKIP: {
-    skip 'early replacement needs the connection manager', 5 if @NM;
+    skip 'early replacement needs the connection manager', 5 unless $MANAGED;
     my $sport = free_port();
     my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
                             '--min-worker-lifetime', 0, '--status-listen', "127.0.0.1:$sport" ]);
@@ -374,7 +375,7 @@ my $sec_e2_recycle = sub { SKIP: {
 }};
 
 my $sec_e2_linger = sub { SKIP: {
-    skip 'early replacement needs the connection manager', 8 if @NM;
+    skip 'early replacement needs the connection manager', 8 unless $MANAGED;
     my $sport = free_port();
     my $s = server(%linger, args => [ '--max-workers', '1', '--max-reqs-per-child', '40',
                                    '--min-worker-lifetime', 0,
@@ -405,7 +406,7 @@ my $sec_e2_linger = sub { SKIP: {
 }};
 
 my $sec_e2_two = sub { SKIP: {
-    skip 'early replacement needs the connection manager', 1 if @NM;
+    skip 'early replacement needs the connection manager', 1 unless $MANAGED;
 
     # Two workers asking at once: one is replaced early, the other only as
     # it exits (one worker more than --max-workers, not two). A limit of
@@ -441,7 +442,7 @@ my $sec_e2_two = sub { SKIP: {
 }};
 
 my $sec_e2_broken = sub { SKIP: {
-    skip 'early replacement needs the connection manager', 4 if @NM;
+    skip 'early replacement needs the connection manager', 4 unless $MANAGED;
 
     # The replacement cannot start (--no-preload-app, code now broken):
     # the old worker is not retired after REPLACE_LINGER, it goes on serving.
