@@ -522,6 +522,20 @@ static void pass_on_waiting(nw_worker *w)
     }
 }
 
+/* A connection the watcher kept for the main thread (pass_on_one), when
+ * the worker leaves without having taken it: to the manager, as
+ * pass_on_waiting does, or closed gently. */
+static void kept_let_go(nw_worker *w)
+{
+    nw_wconn *wc = w->kept;
+    if (!wc)
+        return;
+    w->kept = NULL;
+    if (nw_conn_server_closing() || nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
+        nw_conn_close_gently(wc->c);
+    nw_wconn_free(wc);
+}
+
 /* ---- the public verbs ---------------------------------------------- */
 
 /* Whether a deferred signal is pending: reported by epoll, or, for a
@@ -554,6 +568,12 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
     } else if (signal_pending(w, now)) {
         errno = EINTR;
         return NULL;
+    }
+    if (w->kept) {
+        /* (the watcher took it for the manager, which refused it) */
+        wc = w->kept;
+        w->kept = NULL;
+        return wc;
     }
     /* A new worker, until it has taken its first connection, takes one
      * waiting batch at each look before it accepts or reads the serve
@@ -746,6 +766,7 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 {
     parked_released(w);
     custody_drop_waiting(w);
+    kept_let_go(w);
     if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing()) {
         /* (a wake-up for a frame may have been ours) */
         nw_adopt_pass_on(w, NW_HANDOFF_PATIENCE_MS);
@@ -842,22 +863,27 @@ static int wakeup_left(const nw_worker *w)
     return w->listener_ready || (w->serve_queue >= 0 && w->serve_queue_ready);
 }
 
-/* One that the watcher passes on goes to the manager; if the manager's
- * queue stays full, a new one is parked here instead (nothing read from
- * it), a queued request closed, as a leaving worker does. Returns 0 once
- * one could not be handed off: the rest are not tried. */
+/* One that the watcher passes on goes to the manager, without waiting
+ * for room in its queue (the watcher holds the lock). One the manager
+ * does not take is kept for the main thread, which takes it next, as it
+ * would have without the watcher: it is not closed (a queued request
+ * has its client waiting for an answer) nor parked (with --keepalive-wait
+ * 0 it would expire at once). Returns 0 then: the rest are not tried. */
 static int pass_on_one(nw_worker *w, nw_wconn *wc)
 {
-    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0) {
+    if (nw_worker_hand_off(w, wc, 0) == 0) {
         nw_wconn_free(wc);
         return 1;
     }
-    if (wc->c->in.len > 0 || wc->c->fd < 0
-        || nw_park_add(&w->park, wc->c->fd, wc, nw_now_ms() + w->park_ms, 0, &wc->watch) < 0) {
-        nw_conn_close_gently(wc->c);
-        nw_wconn_free(wc);
-    }
+    w->kept = wc;
     return 0;
+}
+
+/* Whether the manager's queue has room for a frame now. */
+static int hand_off_room(const nw_worker *w)
+{
+    struct pollfd p = { .fd = w->handoff_queue, .events = POLLOUT };
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) && !(p.revents & (POLLERR | POLLHUP));
 }
 
 /* In the watcher, the main thread out for NW_PARK_SLOW_REQUEST_MS: what
@@ -868,8 +894,9 @@ static int pass_on_one(nw_worker *w, nw_wconn *wc)
 static void pass_on_left(nw_worker *w)
 {
     nw_wconn *wc;
-    if (!w->board || !nw_scoreboard_other_idle(w->board, w->slot) || nw_conn_server_closing())
-        return;
+    if (w->kept || !w->board || !nw_scoreboard_other_idle(w->board, w->slot)
+        || nw_conn_server_closing() || !hand_off_room(w))
+        return;     /* (a full queue: the watcher looks again) */
     for (int i = 0; i < NW_PASS_ON_MAX && (wc = take_served(w)); i++)
         if (!pass_on_one(w, wc))
             return;
@@ -1017,6 +1044,7 @@ void nw_worker_leave_process(nw_worker *w)
         return;
     nw_worker_enter(w);
     nw_worker_stop_watcher(w);
+    kept_let_go(w);
     if (!nw_conn_server_closing()) {
         /* (an app's exit too may end a worker after a wake-up) */
         nw_adopt_pass_on(w, NW_HANDOFF_PATIENCE_MS);
@@ -1273,6 +1301,8 @@ void nw_worker_free(nw_worker *w)
     }
     while (w->nevicted > 0)
         nw_worker_drop_owner(w, w->evicted[--w->nevicted]);
+    nw_wconn_free(w->kept);
+    w->kept = NULL;
     nw_wconn *wc;
     while ((wc = nw_park_take_expired(&w->park, 0, 1))) {
         wc->watch.registered = 0;

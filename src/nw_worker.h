@@ -154,6 +154,8 @@ typedef struct nw_worker {
     nw_msec out_since;          /* the main thread went out to serve then; 0: inside */
     nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to let go */
     int nevicted;
+    nw_wconn *kept;             /* taken by the watcher from a wake-up left, refused by the
+                                 * manager: the main thread's next connection */
 
     /* Deferred signals (nw_worker_defer_signals): blocked while the app
      * runs, seen through a signalfd while the worker waits, delivered

@@ -1235,6 +1235,108 @@ static void test_watcher_passes_on_a_wakeup_left(void)
     pool_close(&p);
 }
 
+/* "v: s", for a test name (good until the next call but three). */
+static const char *nm(const char *v, const char *s)
+{
+    static char buf[4][160];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s: %s", v, s);
+    return buf[k];
+}
+
+/* Whether nothing came on s (no byte, no end-of-stream) so far. */
+static int still_open(int s)
+{
+    struct pollfd p = { .fd = s, .events = POLLIN };
+    return poll(&p, 1, 0) == 0;
+}
+
+/* The watcher passes on a wake-up left, and the manager does not take it:
+ * its queue is full (a busy manager), it is gone, or it refuses the
+ * frame (EMSGSIZE here, the queue having room). What the watcher
+ * took must then wait for this worker, as it did before the watcher took
+ * it: not be closed (a queued request's client got a FIN and no answer),
+ * nor parked until it expires (--keepalive-wait 0: at once, then closed
+ * after NW_HANDOFF_PATIENCE_MS more), and the watcher must not keep the
+ * main thread out meanwhile (it held the lock for the hand-off's patience
+ * and a lingering close: ~650 ms). */
+static void test_watcher_pass_on_refused(void)
+{
+    static const char *const what[] = { "full, a queued request", "full, keepalive-wait 0, a new client",
+                                        "manager gone, a queued request",
+                                        "a frame too big for the queue, a queued request" };
+    static char big[8192];
+    snprintf(big, sizeof big, "GET /q HTTP/1.1\r\nHost: x\r\nX-Big: %06000d\r\n\r\n", 0);
+    for (int v = 0; v < 4; v++) {
+        const char *head = v == 3 ? big : "GET /q HTTP/1.1\r\nHost: x\r\n\r\n";
+        pool p;
+        rig r;
+        nw_frame sf;
+        pool_open(&p);
+        rig_open(&r, v == 1 ? 0 : 5, 1);
+        pool_slot(&p, 0, NW_WORKER_BUSY, &r);
+        pool_slot(&p, 1, NW_WORKER_IDLE, NULL);
+        nw_frame_init(&sf, NW_FRAME_SERVE);
+        sf.data_len = (uint32_t)strlen(head);
+        int leave_queued = v != 1;
+        if (leave_queued) {
+            /* one served from the queue first: the listener's turn is next */
+            int c0 = client(), fd0 = accept4(g_listener, NULL, NULL, SOCK_NONBLOCK);
+            if (!ok(fd0 >= 0 && nw_frame_send(r.serve[0], &sf, head, fd0) == 0, nm(what[v], "a first one")))
+                return;
+            close(fd0);
+            ok(served_and_closed(&r, owned(nw_worker_next(r.w, 50))), nm(what[v], "served from the queue"));
+            close(c0);
+        }
+        if (v == 2) {
+            close(r.handoff[0]);    /* the manager is gone */
+            r.handoff[0] = -1;
+        } else if (v == 3) {
+            /* room in the queue, but not for this request's bytes
+             * (EMSGSIZE): the watcher takes it, and the hand-off fails */
+            int one = 1;
+            setsockopt(r.handoff[1], SOL_SOCKET, SO_SNDBUF, &one, sizeof one);
+        } else {
+            static char filler[16 * 1024];
+            nw_frame f;
+            nw_frame_init(&f, NW_FRAME_CUSTODY);
+            f.data_len = sizeof filler;
+            int fillers = 0;
+            while (fillers < 1000 && nw_frame_send(r.handoff[1], &f, filler, -1) == 0)
+                fillers++;
+            ok(fillers < 1000 && (errno == EAGAIN || errno == EWOULDBLOCK), nm(what[v], "the manager's queue is full"));
+        }
+        int queued = client(), fresh = client();
+        int fd = accept4(g_listener, NULL, NULL, SOCK_NONBLOCK);  /* (as the manager's are) */
+        if (!ok(fd >= 0 && nw_frame_send(r.serve[0], &sf, head, fd) == 0, nm(what[v], "a request in the serve queue")))
+            return;
+        close(fd);
+        say(fresh, "GET /new HTTP/1.1\r\nHost: x\r\n\r\n");
+        usleep(20000);          /* (both have arrived) */
+        int left = leave_queued ? queued : fresh;
+        nw_wconn *first = owned(nw_worker_next(r.w, 50));
+        ok(is_client(first, leave_queued ? fresh : queued), nm(what[v], "the worker takes the other one"));
+        nw_worker_leave(r.w);   /* out serving it, slowly */
+        usleep(2 * NW_PARK_SLOW_REQUEST_MS * 1000);     /* (the watcher has looked) */
+        nw_msec t0 = nw_now_ms();
+        nw_worker_enter(r.w);
+        nw_msec took = nw_now_ms() - t0;
+        if (!ok(took < NW_PARK_SLOW_REQUEST_MS, nm(what[v], "the watcher does not keep the main thread out")))
+            diag("%s: waited %d ms for the lock", what[v], (int)took);
+        ok(still_open(left), nm(what[v], "the one left is not closed"));
+        ok(served_and_closed(&r, first), nm(what[v], "the one taken is served"));
+        nw_wconn *second = owned(nw_worker_next(r.w, 50));
+        ok(is_client(second, left) && served_and_closed(&r, second),
+           nm(what[v], "the one left is served when the worker is back"));
+        close(queued);
+        close(fresh);
+        rig_close(&r);
+        pool_close(&p);
+    }
+    is(g_live, 0, "refused: every connection was freed, once");
+}
+
 /* The tests in groups that share nothing but the listener's address:
  * t/07 runs each group in a process of its own, all at once (most of
  * their time is spent waiting: for a park to expire, a SYN not to be
@@ -1268,6 +1370,7 @@ static void group_adoption(void)
     test_adoption_aside_full_queue();
     test_leaving_passes_on_waiting();
     test_watcher_passes_on_a_wakeup_left();
+    test_watcher_pass_on_refused();
 }
 
 /* No argument: every group; "--only GROUP": that one; "--groups": their
