@@ -781,11 +781,16 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 
 void nw_worker_drain(nw_worker *w, int serve_ms)
 {
+    int enter = w->has_watcher && !w->main_holds;   /* (the watcher reads the flags) */
+    if (enter)
+        nw_worker_enter(w);
     w->draining = 1;
     w->drain_until = nw_now_ms() + serve_ms;
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     w->serve_queue_ready = 1;
     w->adopt_ready = w->adopt_in >= 0;
+    if (enter)
+        nw_worker_leave(w);
 }
 
 void nw_worker_lend_socket(nw_wconn *wc)
@@ -1294,11 +1299,11 @@ void nw_worker_free(nw_worker *w)
     if (!w)
         return;
     custody_drop_waiting(w);
-    free(w->proxy_from);
     if (w->has_watcher) {
         nw_worker_enter(w);
         nw_worker_stop_watcher(w);
     }
+    free(w->proxy_from);    /* (after the watcher: its accepts read it) */
     while (w->nevicted > 0)
         nw_worker_drop_owner(w, w->evicted[--w->nevicted]);
     nw_wconn_free(w->kept);
