@@ -218,6 +218,20 @@ static int handed_to_manager(rig *r, int wait_ms)
     return got;
 }
 
+/* Fill a queue's socket with frames of the type (16 KB of data each,
+ * no socket): whether it filled (EAGAIN) within 1000 of them. */
+static int fill_queue(int fd, int type)
+{
+    static char filler[16 * 1024];
+    nw_frame f;
+    nw_frame_init(&f, type);
+    f.data_len = sizeof filler;
+    for (int i = 0; i < 1000; i++)
+        if (nw_frame_send(fd, &f, filler, -1) < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- tests */
 
 static void test_accept_and_close(void)
@@ -1026,14 +1040,7 @@ static void test_adoption_aside_full_queue(void)
         nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);   /* two frames of one */
         /* the rest of the queue: frames of records without sockets (adopted
          * as nothing), as many as it takes */
-        static char filler[16 * 1024];
-        nw_frame f;
-        nw_frame_init(&f, NW_FRAME_ADOPT);
-        f.data_len = sizeof filler;
-        int fillers = 0;
-        while (fillers < 1000 && nw_frame_send(p.q[0], &f, filler, -1) == 0)
-            fillers++;
-        ok(fillers < 1000 && (errno == EAGAIN || errno == EWOULDBLOCK), "full: the queue is full");
+        ok(fill_queue(p.q[0], NW_FRAME_ADOPT), "full: the queue is full");
         nw_msec start = nw_now_ms(), took = 0;
         int served = 0;
         while (served < 2 && nw_now_ms() - start < 3000) {
@@ -1298,14 +1305,7 @@ static void test_watcher_pass_on_refused(void)
             int one = 1;
             setsockopt(r.handoff[1], SOL_SOCKET, SO_SNDBUF, &one, sizeof one);
         } else {
-            static char filler[16 * 1024];
-            nw_frame f;
-            nw_frame_init(&f, NW_FRAME_CUSTODY);
-            f.data_len = sizeof filler;
-            int fillers = 0;
-            while (fillers < 1000 && nw_frame_send(r.handoff[1], &f, filler, -1) == 0)
-                fillers++;
-            ok(fillers < 1000 && (errno == EAGAIN || errno == EWOULDBLOCK), nm(what[v], "the manager's queue is full"));
+            ok(fill_queue(r.handoff[1], NW_FRAME_CUSTODY), nm(what[v], "the manager's queue is full"));
         }
         int queued = client(), fresh = client();
         int fd = accept4(g_listener, NULL, NULL, SOCK_NONBLOCK);  /* (as the manager's are) */
