@@ -62,9 +62,7 @@ static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
     wc->c->drained = 0;
     if (nw_worker_park(w, wc) == 0)
         return;
-    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
-        nw_conn_close_gently(wc->c);
-    nw_wconn_free(wc);
+    nw_worker_let_go(w, wc);
 }
 
 /* Whether a whole batch of descriptors can be installed here now (with

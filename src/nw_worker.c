@@ -394,6 +394,16 @@ int nw_worker_hand_off(nw_worker *w, nw_wconn *wc, int wait_ms)
     return nw_conn_handoff_patiently(wc->c, w->handoff_queue, wait_ms);
 }
 
+/* A connection this worker lets go of for good: to the manager, waiting
+ * NW_HANDOFF_PATIENCE_MS for room, or closed gently when it cannot take
+ * it; freed either way. */
+void nw_worker_let_go(nw_worker *w, nw_wconn *wc)
+{
+    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
+        nw_conn_close_gently(wc->c);
+    nw_wconn_free(wc);
+}
+
 /* Park a connection. Returns 0, or -1 when it should be handed off
  * instead (parking paused or full, or bytes of its next request read
  * already). A request that took NW_PARK_SLOW_REQUEST_MS or more pauses
@@ -510,16 +520,11 @@ static void pass_on_waiting(nw_worker *w)
         w->serve_queue_ready = 1;
         if (!(wc = take_served(w)))
             break;
-        if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
-            nw_conn_close_gently(wc->c);
-        nw_wconn_free(wc);
+        nw_worker_let_go(w, wc);
     }
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
-    for (int i = 0; i < NW_PASS_ON_MAX * w->count && (wc = accept_ready(w)); i++) {
-        if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
-            nw_conn_close_gently(wc->c);
-        nw_wconn_free(wc);
-    }
+    for (int i = 0; i < NW_PASS_ON_MAX * w->count && (wc = accept_ready(w)); i++)
+        nw_worker_let_go(w, wc);
 }
 
 /* A connection the watcher kept for the main thread (pass_on_one), when
@@ -531,9 +536,12 @@ static void kept_let_go(nw_worker *w)
     if (!wc)
         return;
     w->kept = NULL;
-    if (nw_conn_server_closing() || nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
+    if (nw_conn_server_closing()) {
         nw_conn_close_gently(wc->c);
-    nw_wconn_free(wc);
+        nw_wconn_free(wc);
+    } else {
+        nw_worker_let_go(w, wc);
+    }
 }
 
 /* ---- the public verbs ---------------------------------------------- */

@@ -18,6 +18,7 @@ nw_wconn *nw_wconn_new(nw_worker *w, int index, int fd,
 void nw_worker_drop_owner(nw_worker *w, nw_wconn *wc);
 int nw_worker_within_share(nw_worker *w, nw_msec now);
 int nw_worker_hand_off(nw_worker *w, nw_wconn *wc, int wait_ms);
+void nw_worker_let_go(nw_worker *w, nw_wconn *wc);     /* hand off patiently or close; freed */
 int nw_worker_park(nw_worker *w, nw_wconn *wc);
 
 #endif
