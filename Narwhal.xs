@@ -278,6 +278,14 @@ count_in_scoreboard(self)
     nw_worker_count_in(self->w, nw_xs_scoreboard, nw_xs_score_slot);
 
 void
+standby(self)
+    nw_xs_acceptor *self
+  CODE:
+    /* --accepting-workers: this worker leaves new clients to the others */
+    if (nw_worker_standby(self->w) < 0)
+        croak("standby: %s", strerror(errno));
+
+void
 hand_off_on_crash(self)
     nw_xs_acceptor *self
   CODE:
@@ -545,13 +553,14 @@ slots(self)
     RETVAL
 
 void
-claim(self, index, pid, generation = 0)
+claim(self, index, pid, generation = 0, standby = 0)
     SV *self
     unsigned index
     int pid
     int generation
+    int standby
   CODE:
-    nw_scoreboard_claim(slot_of(aTHX_ self, index), pid, generation, nw_now_ms());
+    nw_scoreboard_claim(slot_of(aTHX_ self, index), pid, generation, standby, nw_now_ms());
 
 void
 attach(self, index)
@@ -586,8 +595,8 @@ slot(self, index)
     unsigned index
   CODE:
     /* What the master knows of a worker: {pid, state, started, served,
-     * request (its current or last "METHOD target"), running_ms,
-     * exit_reason, since_us}. */
+     * standby, request (its current or last "METHOD target"),
+     * running_ms, exit_reason, since_us}. */
     const nw_score_slot *s = slot_of(aTHX_ self, index);
     static const char *const state_name[] = { "free", "starting", "idle", "busy", "stopping" };
     static const char *const reason_name[] = { "", "max-requests", "memory", "watchdog", "retired",
@@ -600,6 +609,7 @@ slot(self, index)
                                          ? state_name[state] : "free", 0));
     (void)hv_stores(hv, "started", newSVuv(s->started));
     (void)hv_stores(hv, "served", newSVuv(s->counts.served));
+    (void)hv_stores(hv, "standby", newSViv(s->standby));
     (void)hv_stores(hv, "request", newSVpvn(s->request, len));
     (void)hv_stores(hv, "since_us", newSVnv((NV)s->since_us));
     (void)hv_stores(hv, "running_ms", newSViv(state == NW_WORKER_BUSY
@@ -627,7 +637,7 @@ pool_stuck(self, ms)
     SV *self
     unsigned ms
   CODE:
-    RETVAL = nw_scoreboard_pool_stuck(board_of(aTHX_ self), nw_now_us(), (uint64_t)ms * 1000, NULL);
+    RETVAL = nw_scoreboard_pool_stuck(board_of(aTHX_ self), nw_now_us(), (uint64_t)ms * 1000, 0, NULL);
   OUTPUT:
     RETVAL
 
@@ -925,6 +935,14 @@ wake_on_signals(fd, ...)
     for (int i = 1; i < items; i++)
         if (nw_signal_wake((int)SvIV(ST(i)), fd) < 0)
             RETVAL = 0;
+  OUTPUT:
+    RETVAL
+
+int
+cpu_count()
+  CODE:
+    /* The CPUs the master may run on: --accepting-workers' default. */
+    RETVAL = nw_sched_cpus();
   OUTPUT:
     RETVAL
 

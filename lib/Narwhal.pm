@@ -182,6 +182,22 @@ and logged as a bad header is.
 
 Worker processes (with --min-workers: at most). Default: C<4>. At least C<1>.
 
+=item --accepting-workers N
+
+How many workers take new clients from the listeners. The others, standby
+workers, serve what the connection manager gives them: new clients it takes
+when every accepting worker has been on its request for 20 ms, and kept-alive
+ones whose worker is held up. So a CPU-bound app keeps as many workers
+runnable as there are CPUs (fewer context switches and a lower tail latency
+than every worker contending), and a blocking app still gets every worker. By
+default the number of CPUs the server may run on (its affinity mask:
+C<taskset> and cpusets count, a CPU quota does not), never more than the
+pool; 0: every worker accepts. Without the connection manager every worker
+accepts. A replacement of an accepting worker accepts; the elastic pool's
+added workers are standby, and standby workers are the first to go when it
+shrinks or on TTOU. See "Accepting workers" in F<docs/DESIGN.md>. At least
+C<0>.
+
 =item --min-workers N
 
 An elastic pool: start this many workers; add one when requests have waited

@@ -112,6 +112,8 @@ static int take_adopted(nw_worker *w)
  * others are held up by the app. */
 static int adopt_may_take(nw_worker *w, nw_msec now, nw_msec waited)
 {
+    if (w->standby)     /* (as one over the mean: the accepting workers first) */
+        return waited >= NW_ADOPT_OVER_MEAN_WAIT_MS;
     if (!w->taken_any || waited >= NW_ADOPT_OVER_MEAN_WAIT_MS || !w->board)
         return 1;
     return nw_worker_within_share(w, now);
@@ -132,7 +134,7 @@ static nw_msec adopt_waited(nw_worker *w, nw_msec now)
  * slice, 15 to 20 ms apart, and after 50 ms those take what waits. */
 static void take_within_share(nw_worker *w)
 {
-    for (int i = 1; i < NW_PASS_ON_MAX && w->board && w->adopt_ready
+    for (int i = 1; i < NW_PASS_ON_MAX && w->board && w->adopt_ready && !w->standby
                     && nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count); i++) {
         if (!take_adopted(w))
             return;

@@ -1178,7 +1178,7 @@ static void nw_manager_look_at_pool(nw_manager *m)
         return;
     int busy = 0;
     int stuck = nw_scoreboard_pool_stuck(m->board, nw_now_us(),
-                                            (uint64_t)NW_POOL_STUCK_MS * 1000, &busy);
+                                            (uint64_t)NW_POOL_STUCK_MS * 1000, 1, &busy);
     m->next_look = m->now + (busy ? NW_POOL_LOOK_MS : NW_POOL_LOOK_IDLE_MS);
     if (stuck != m->accepting)
         nw_manager_take_listeners(m, stuck);

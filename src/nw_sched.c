@@ -56,3 +56,12 @@ uint64_t nw_sched_slice(void)
         return 0;
     return a.sched_runtime;
 }
+
+int nw_sched_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}

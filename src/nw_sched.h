@@ -22,4 +22,8 @@ int nw_sched_set_slice(uint64_t ns);
  * it reports none: a kernel before custom slices, or another policy). */
 uint64_t nw_sched_slice(void);
 
+/* The CPUs the calling thread may run on (its affinity mask: a cpuset or
+ * taskset counts, a CPU quota does not); at least 1. */
+int nw_sched_cpus(void);
+
 #endif

@@ -125,10 +125,11 @@ void nw_scoreboard_unmap(const nw_scoreboard *b)
         munmap((void *)b, nw_scoreboard_bytes(b->h.nslots));
 }
 
-void nw_scoreboard_claim(nw_score_slot *s, int pid, int generation, nw_msec now)
+void nw_scoreboard_claim(nw_score_slot *s, int pid, int generation, int standby, nw_msec now)
 {
     memset((void *)s, 0, sizeof *s);
     s->generation = generation;
+    s->standby = standby ? 1 : 0;
     s->born = now;
     s->state = NW_WORKER_STARTING;
     s->pid = pid;
@@ -260,11 +261,13 @@ void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t me
 }
 
 int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
-                             int *any_busy)
+                             int accepting_only, int *any_busy)
 {
     int busy = 0, stuck = 1;
     for (uint32_t i = 0; i < b->h.nslots; i++) {
         const nw_score_slot *s = &b->slot[i];
+        if (accepting_only && s->standby)
+            continue;
         int state = s->state;
         if (state == NW_WORKER_IDLE) {
             stuck = 0;
@@ -314,7 +317,7 @@ int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked)
          * from its crash handler or an app's exit too, where the slot
          * still says busy or idle) */
         if (s->pid && state >= NW_WORKER_STARTING && state <= NW_WORKER_BUSY
-            && !s->parked_released) {
+            && !s->parked_released && !s->standby) {
             sum += s->parked;
             n++;
         }

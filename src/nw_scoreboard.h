@@ -133,6 +133,9 @@ typedef struct {
     volatile uint32_t parked_released;  /* 1: it gave its parked connections away or
                                          * closed them (a copy the manager holds is no
                                          * longer one to take over) */
+    volatile int32_t standby;           /* 1: the listeners are not in its epoll: it serves
+                                         * what the serve queue brings (DESIGN.md,
+                                         * "Accepting workers"); set by the master */
 } nw_score_slot;
 
 /* A slot's custody fields, kept when the master folds the slot (the manager
@@ -191,8 +194,9 @@ const nw_scoreboard *nw_scoreboard_map(int fd);
 void nw_scoreboard_destroy(nw_scoreboard *b);
 void nw_scoreboard_unmap(const nw_scoreboard *b);
 
-/* The master: the slot of worker pid, about to start. */
-void nw_scoreboard_claim(nw_score_slot *s, int pid, int generation, nw_msec now);
+/* The master: the slot of worker pid, about to start; standby: it will
+ * not accept (--accepting-workers). */
+void nw_scoreboard_claim(nw_score_slot *s, int pid, int generation, int standby, nw_msec now);
 /* The master: a reaped worker's counts go into the header's, and its slot
  * is freed, under the sequence counter. */
 void nw_scoreboard_fold(nw_scoreboard *b, nw_score_slot *s);
@@ -240,9 +244,12 @@ void nw_scoreboard_unmap_offload(volatile int64_t *counter);
 /* Whether the pool is stuck, so that new connections would wait unseen in
  * the listen queue: some worker is busy, none is idle or starting, and
  * every busy one has been on its current request for at least min_us.
- * *any_busy (may be NULL) says whether any worker is busy or starting. */
+ * With accepting_only, standby workers are left out: it is the workers
+ * that accept that are stuck (the manager's look: standby workers serve
+ * only what it queues). *any_busy (may be NULL) says whether any worker
+ * looked at is busy or starting. */
 int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
-                             int *any_busy);
+                             int accepting_only, int *any_busy);
 
 /* Whether a worker other than the one in slot self (may be NULL) is idle:
  * one that a connection handed to the manager would wake. */
@@ -254,10 +261,11 @@ int nw_scoreboard_other_idle(const nw_scoreboard *b, const nw_score_slot *self);
 void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all, uint64_t *over);
 
 /* Whether a worker holding `parked` connections holds no more than the
- * workers serving now do on average (slots of workers starting, idle or
- * busy; not of ones leaving, nor of ones that have let their parked
- * connections go: a crash handler's or an app's exit leave the state as
- * it was). The least loaded worker always does. */
+ * accepting workers serving now do on average (slots of workers starting,
+ * idle or busy; not of ones leaving, nor of ones that have let their
+ * parked connections go: a crash handler's or an app's exit leave the
+ * state as it was; nor standby ones, which hold few and are not where the
+ * load should go). The least loaded worker always does. */
 int nw_scoreboard_at_most_mean_parked(const nw_scoreboard *b, uint32_t parked);
 
 /* The recycling turn's holder, and the low 32 bits of the monotonic ms it

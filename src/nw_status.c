@@ -20,7 +20,7 @@ static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
 
 /* One worker as the pages show it. */
 typedef struct {
-    int pid, state, generation, slot;
+    int pid, state, generation, slot, accepts;
     uint64_t served, rss, parked, bytes, duration_us, last_end_us;
     double running_s, age_s;
     double cpu_s;                       /* -1: /proc could not say */
@@ -161,6 +161,7 @@ static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
     if (!w->pid || w->state <= NW_WORKER_FREE || w->state > NW_WORKER_STOPPING)
         return 0;
     w->generation = s->generation;
+    w->accepts = !s->standby;
     w->served = s->counts.served;
     w->parked = s->parked;
     uint32_t len = s->request_len < NW_SCOREBOARD_REQUEST ? s->request_len : NW_SCOREBOARD_REQUEST;
@@ -355,12 +356,18 @@ static int metrics_requests(nw_buf *o, const nw_score_counts *t)
 
 static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *rows, size_t n)
 {
-    uint64_t by_state[5];
+    uint64_t by_state[5], accepting = 0;
     count_states(rows, n, by_state);
+    for (size_t i = 0; i < n; i++)
+        accepting += rows[i].accepts && rows[i].state != NW_WORKER_STOPPING;
     int r = metric_head(o, "narwhal_workers", "gauge", "Worker processes, by state.");
     for (int s = NW_WORKER_STARTING; s <= NW_WORKER_STOPPING; s++)
         r |= put(o, "narwhal_workers{state=\"%s\"} %llu\n", state_names[s],
                  (unsigned long long)by_state[s]);
+    r |= metric_head(o, "narwhal_workers_accepting", "gauge",
+                     "Workers taking new clients from the listeners (--accepting-workers); "
+                     "the others serve what the connection manager gives them.");
+    r |= put(o, "narwhal_workers_accepting %llu\n", (unsigned long long)accepting);
     r |= metric_head(o, "narwhal_workers_wanted", "gauge", "Workers the master keeps running.");
     r |= put(o, "narwhal_workers_wanted %d\n", b->h.workers_wanted);
     r |= metric_head(o, "narwhal_workers_min", "gauge",
@@ -435,7 +442,7 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
                      "worker was stuck on a request (they wait in its queue, measured).");
     r |= put(o, "narwhal_manager_accepted_total %llu\n", (unsigned long long)m->accepted);
     r |= metric_head(o, "narwhal_manager_accepting", "gauge",
-                     "1 while the manager takes new connections: every worker is stuck.");
+                     "1 while the manager takes new connections: every accepting worker is stuck.");
     r |= put(o, "narwhal_manager_accepting %d\n", m->accepting);
     r |= metric_head(o, "narwhal_custody_connections", "gauge",
                      "Connections parked in workers of which the manager holds a copy, so "
@@ -661,12 +668,13 @@ static int json_workers(nw_buf *o, const worker_row *rows, size_t n)
     int r = put(o, "\"workers\":[");
     for (size_t i = 0; i < n; i++) {
         const worker_row *w = &rows[i];
-        r |= put(o, "%s{\"pid\":%d,\"slot\":%d,\"state\":\"%s\",\"generation\":%d,\"served\":%llu,"
-                 "\"rss_bytes\":%llu,\"age_seconds\":%.3f,\"running_seconds\":%.3f,"
+        r |= put(o, "%s{\"pid\":%d,\"slot\":%d,\"state\":\"%s\",\"generation\":%d,\"accepts\":%s,"
+                 "\"served\":%llu,\"rss_bytes\":%llu,\"age_seconds\":%.3f,\"running_seconds\":%.3f,"
                  "\"requests_per_second\":%.3f,\"bytes_sent\":%llu",
                  i ? "," : "", w->pid, w->slot, state_names[w->state], w->generation,
-                 (unsigned long long)w->served, (unsigned long long)w->rss, w->age_s,
-                 w->running_s, w->rps, (unsigned long long)w->bytes);
+                 w->accepts ? "true" : "false", (unsigned long long)w->served,
+                 (unsigned long long)w->rss, w->age_s, w->running_s, w->rps,
+                 (unsigned long long)w->bytes);
         r |= json_seconds(o, "mean_seconds", w->mean_s);
         r |= json_seconds(o, "last_seconds", w->last_s);
         r |= json_seconds(o, "cpu_seconds", w->cpu_s);

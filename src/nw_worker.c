@@ -118,6 +118,8 @@ static void fd_limit_reached(nw_worker *w, const nw_worker_listener *l)
  * soonest: a busy worker may ask before every request. */
 int nw_worker_within_share(nw_worker *w, nw_msec now)
 {
+    if (w->standby)
+        return 0;       /* (the load belongs to the accepting workers) */
     if (!w->share_at || now - w->share_at >= NW_SHARE_LOOK_MS) {
         w->share_at = now ? now : 1;
         w->within_share = nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count);
@@ -522,6 +524,8 @@ static void pass_on_waiting(nw_worker *w)
             break;
         nw_worker_let_go(w, wc);
     }
+    if (w->standby)
+        return;         /* (it took no listener's wake-up) */
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     for (int i = 0; i < NW_PASS_ON_MAX * w->count && (wc = accept_ready(w)); i++)
         nw_worker_let_go(w, wc);
@@ -589,7 +593,7 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
      * that came meanwhile, is older than what waits to be accepted, and a
      * worker that dies young (a URL that crashes every worker) would
      * otherwise never take it. */
-    if (w->adopt_ready && !w->taken_any && nw_adopt_when_new(w))
+    if (w->adopt_ready && !w->taken_any && !w->standby && nw_adopt_when_new(w))
         poll_events(w, 0);
     if (w->adopt_aside_until && now >= w->adopt_aside_until)
         nw_adopt_step_back(w);
@@ -1291,6 +1295,20 @@ int nw_worker_listen(nw_worker *w, int fd, int is_tcp)
     w->listener[i].is_tcp = is_tcp;
     w->listener_ready |= (uint64_t)1 << i;     /* not tried yet */
     w->count++;
+    return 0;
+}
+
+int nw_worker_standby(nw_worker *w)
+{
+    if (w->serve_queue < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (int i = 0; i < w->count; i++)
+        if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listener[i].fd, NULL) < 0 && errno != ENOENT)
+            return -1;
+    w->listener_ready = 0;
+    w->standby = 1;
     return 0;
 }
 

@@ -120,6 +120,7 @@ typedef struct nw_worker {
     nw_msec park_ms;            /* how long a connection may stay parked (--keepalive-wait) */
     nw_msec no_park_until;      /* parking paused after a slow request */
     uint64_t listener_ready;    /* bit i: listener i may have a client */
+    int standby;                /* the listeners are not in its epoll (nw_worker_standby) */
     int serve_queue_ready;      /* the serve queue may hold a connection */
     int adopt_in, adopt_out;    /* the adopt queue's ends; -1: no adoption */
     int adopt_ready;            /* the adopt queue may hold a frame */
@@ -199,6 +200,15 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
 /* Add a listening socket (made non-blocking). Returns 0, or -1 with errno
  * (EMFILE past NW_MAX_LISTENERS). */
 int nw_worker_listen(nw_worker *w, int fd, int is_tcp);
+
+/* A standby worker (DESIGN.md, "Accepting workers"): the listeners leave
+ * its epoll, and it serves what the serve queue brings (the manager's,
+ * when the accepting workers are stuck), what adoption brings after the
+ * accepting workers had their chance, and its parked connections; it
+ * still drains the listeners when the server stops. Needs a manager
+ * (EINVAL without a serve queue). Call after the listeners, before
+ * serving. Returns 0, or -1 with errno. */
+int nw_worker_standby(nw_worker *w);
 
 /* Start the park watcher when there is something for it to do (a
  * manager). Call once, after the listeners, before serving. */

@@ -72,6 +72,7 @@ sub run {
     $self->{status_listener} = _open_status_listener($o) if defined $o->{status_listen};
     $self->_create_access_log;
     $self->{pool} = $o->{min_workers};     # (undef: a fixed pool of --max-workers)
+    $self->{accepting} = _accepting_count($o);
     $self->_open_scoreboard;
     $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
     $self->_prepare_app;
@@ -84,6 +85,15 @@ sub run {
     $self->_manage;
     $self->_cleanup;
     return 0;
+}
+
+# --accepting-workers (DESIGN.md, "Accepting workers"): how many workers
+# take new clients; 0: every worker. Standby workers need the manager,
+# which gives them what the accepting ones cannot take.
+sub _accepting_count {
+    my ($o) = @_;
+    return 0 unless _wants_manager($o);
+    return $o->{accepting_workers} // Narwhal::Master::cpu_count();
 }
 
 sub _wants_manager {
@@ -386,7 +396,9 @@ sub _announce {
     my $o = $self->{options};
     my $pool = defined $o->{min_workers} ? " (an elastic pool of $o->{min_workers} to $o->{max_workers})"
                                          : '';
-    Narwhal::log_line(info => "listening on @where with " . $self->_wanted . " workers$pool")
+    my $n = $self->{accepting};
+    my $accepting = $n && $n < $o->{max_workers} ? ", $n of them accepting new clients" : '';
+    Narwhal::log_line(info => "listening on @where with " . $self->_wanted . " workers$pool$accepting")
         unless $self->{quiet};
     my $ready = $self->{server_ready} or return;
     $ready->({
@@ -746,10 +758,11 @@ sub _shrink {
         $o->{min_workers} = $o->{max_workers} if $o->{min_workers} > $o->{max_workers};
         $self->{pool} = $o->{max_workers} if $self->{pool} > $o->{max_workers};
     }
-    my @current = sort { $self->{workers}{$b}{started} <=> $self->{workers}{$a}{started} }
-                  grep { $self->{workers}{$_}{generation} == $self->{generation}
-                         && !$self->{workers}{$_}{leaving} && !$self->{workers}{$_}{replaced} }
-                  keys %{ $self->{workers} };
+    my $w = $self->{workers};   # (standby workers first, then the newest)
+    my @current = sort { ($w->{$b}{standby} // 0) <=> ($w->{$a}{standby} // 0)
+                         || $w->{$b}{started} <=> $w->{$a}{started} }
+                  grep { $w->{$_}{generation} == $self->{generation}
+                         && !$w->{$_}{leaving} && !$w->{$_}{replaced} } keys %$w;
     my $excess = @current - $self->_wanted;
     $self->_retire(@current[0 .. $excess - 1]) if $excess > 0;
 }
@@ -798,10 +811,14 @@ sub _tend_pool {
     }
     return if $self->{pool} <= $o->{min_workers} || $now < ($self->{next_shrink} // 0);
     my ($idlest, $idle_ms) = (undef, $o->{worker_idle_timeout} * 1000);
-    for my $pid (keys %{ $self->{workers} }) {
+    my @staying = grep { my $w = $self->{workers}{$_};
+                         !$w->{leaving} && !$w->{replaced} && $w->{generation} == $self->{generation}
+                         && defined $w->{slot} } keys %{ $self->{workers} };
+    # (standby workers go first: an accepting one only when none is left)
+    my $standby_left = grep { $self->{workers}{$_}{standby} } @staying;
+    for my $pid (@staying) {
         my $w = $self->{workers}{$pid};
-        next if $w->{leaving} || $w->{replaced} || $w->{generation} != $self->{generation}
-                || !defined $w->{slot};
+        next if $standby_left && !$w->{standby};
         my $ms = $board->slot($w->{slot})->{idle_ms};
         ($idlest, $idle_ms) = ($pid, $ms) if $ms >= $idle_ms;
     }
@@ -936,10 +953,23 @@ sub _open_scoreboard {
     $self->{free_slots} = [ 0 .. Narwhal::Limits::SCOREBOARD_SLOTS() - 1 ];
 }
 
+# A new worker accepts while fewer than --accepting-workers of the current
+# generation that are staying do: so the replacement of an accepting
+# worker accepts, and the workers added beyond them stand by.
+sub _next_is_standby {
+    my $self = shift;
+    my $n = $self->{accepting} or return 0;
+    my $g = $self->{generation};
+    my $accepting = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && !$_->{standby} }
+                    values %{ $self->{workers} };
+    return $accepting >= $n ? 1 : 0;
+}
+
 sub _spawn {
     my $self = shift;
     my $slot = shift @{ $self->{free_slots} || [] };
-    $self->{scoreboard}->claim($slot, 0, $self->{generation}) if defined $slot;
+    my $standby = $self->_next_is_standby;
+    $self->{scoreboard}->claim($slot, 0, $self->{generation}, $standby) if defined $slot;
     my $block = POSIX::SigSet->new(map { POSIX->can("SIG$_")->() } @FORK_BLOCKED);
     my $saved = POSIX::SigSet->new;
     POSIX::sigprocmask(POSIX::SIG_BLOCK(), $block, $saved);
@@ -952,16 +982,16 @@ sub _spawn {
         return;
     }
     if ($pid) {
-        $self->{workers}{$pid} = { generation => $self->{generation},
+        $self->{workers}{$pid} = { generation => $self->{generation}, standby => $standby,
                                    started => Time::HiRes::time(), slot => $slot };
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         return;
     }
-    $self->_become_worker($saved, $slot);
+    $self->_become_worker($saved, $slot, $standby);
 }
 
 sub _become_worker {
-    my ($self, $saved_mask, $slot) = @_;
+    my ($self, $saved_mask, $slot, $standby) = @_;
     $0 = "narwhal worker";
     Narwhal::log_role('worker');
     # A stop or retire sent before the worker has its own handlers (while
@@ -988,6 +1018,7 @@ sub _become_worker {
             wake_master   => $self->{wake_w},
             scoreboard    => $self->{scoreboard},
             score_slot    => $slot,
+            standby       => $standby,
             serve_queue   => $s->{serve_worker} ? fileno($s->{serve_worker}) : -1,
             handoff_queue => $s->{handoff_worker} ? fileno($s->{handoff_worker}) : -1,
             adopt_queue   => $s->{adopt_in} ? [ fileno($s->{adopt_in}), fileno($s->{adopt_out}) ] : undef,

@@ -69,6 +69,10 @@ sub run {
     # Leaving, its parked connections go to the other workers (and theirs
     # come here): DESIGN.md, "Retirement".
     $acceptor->adopt_queue(@{ $self->{adopt_queue} }) if $self->{adopt_queue};
+    # --accepting-workers: a standby worker leaves new clients to the
+    # accepting ones and serves what the manager gives it (DESIGN.md,
+    # "Accepting workers").
+    $acceptor->standby if $self->{standby};
     $acceptor->proxy_from($_) for @{ $self->{options}{proxy_from} || [] };
     my $board = $self->{scoreboard};
     $board = undef unless $board && defined $self->{score_slot};

@@ -1,7 +1,11 @@
 /* The worker's time slice (src/nw_sched.c): asked for, reported back, and
  * its nice value kept. On a kernel that reports no slice (before Linux
  * 6.12's custom slices) only the calls' success is checked. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE     /* (sched_getcpu, CPU_SET) */
+#endif
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -37,8 +41,28 @@ static void test_nice_kept(void)
     is(getpriority(PRIO_PROCESS, 0), nice_before + 3, "... the nice value is kept");
 }
 
+/* The CPUs it may run on: the affinity mask, which a child narrowed to
+ * one CPU sees as 1. */
+static void test_cpus(void)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = nw_sched_cpus();
+    ok(n >= 1 && n <= online, "between 1 and the CPUs online");
+    pid_t pid = fork();
+    if (pid == 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu(), &one);
+        _exit(sched_setaffinity(0, sizeof one, &one) == 0 && nw_sched_cpus() == 1 ? 0 : 1);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "narrowed to one CPU: 1");
+}
+
 int main(void)
 {
+    test_cpus();
     test_slice();
     test_nice_kept();
     done_testing();

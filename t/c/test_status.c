@@ -70,8 +70,8 @@ static void test_operator_fields(void)
     b->h.started_unix = 1700000000 - 10;
     strcpy(b->h.version, "9.87");
     strcpy(b->h.perl_version, "5.36.0");
-    nw_scoreboard_claim(&b->slot[0], 1001, 1, (nw_msec)(t0 / 1000) - 10000);
-    nw_scoreboard_claim(&b->slot[2], 1003, 1, (nw_msec)(t0 / 1000) - 10000);
+    nw_scoreboard_claim(&b->slot[0], 1001, 1, 0, (nw_msec)(t0 / 1000) - 10000);
+    nw_scoreboard_claim(&b->slot[2], 1003, 1, 1, (nw_msec)(t0 / 1000) - 10000);
     b->slot[0].state = b->slot[2].state = NW_WORKER_IDLE;
     struct sockaddr_in c4 = { .sin_family = AF_INET, .sin_port = htons(4567) };
     inet_pton(AF_INET, "10.1.2.3", &c4.sin_addr);
@@ -95,6 +95,10 @@ static void test_operator_fields(void)
     has(j, "\"requests_per_second\":2.000,\"bytes_sent\":2000,\"mean_seconds\":0.002000,"
         "\"last_seconds\":0.002000", "... and the same for the worker (10 s old)");
     has(j, "\"client\":\"10.1.2.3:4567\"", "... the worker's client");
+    has(j, "\"pid\":1001,\"slot\":0,\"state\":\"idle\",\"generation\":1,\"accepts\":true,",
+        "... the first worker accepts new clients");
+    has(j, "\"pid\":1003,\"slot\":2,\"state\":\"idle\",\"generation\":1,\"accepts\":false,",
+        "... the other stands by (--accepting-workers)");
     has(j, "\"connections\":{\"total\":10,\"idle\":3,\"reading\":1,\"queued\":2,\"writing\":4",
         "... connections by state");
     free(j);
@@ -181,22 +185,33 @@ static void test_pool_stuck(void)
     int fd = -1, busy = -1;
     nw_scoreboard *b = nw_scoreboard_create(4, &fd);
     uint64_t now = 10000000, min = 20000;
-    ok(!nw_scoreboard_pool_stuck(b, now, min, &busy), "no worker at all: not stuck (none busy)");
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 0, &busy), "no worker at all: not stuck (none busy)");
     is(busy, 0, "... and none busy");
     b->slot[0].state = NW_WORKER_BUSY;
     b->slot[0].since_us = now - 30000;
     b->slot[1].state = NW_WORKER_IDLE;
-    ok(!nw_scoreboard_pool_stuck(b, now, min, &busy), "one idle worker: not stuck");
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 0, &busy), "one idle worker: not stuck");
     is(busy, 1, "... one busy");
     b->slot[1].state = NW_WORKER_BUSY;
     b->slot[1].since_us = now - 5000;
-    ok(!nw_scoreboard_pool_stuck(b, now, min, NULL), "a request that began 5 ms ago: not stuck");
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 0, NULL), "a request that began 5 ms ago: not stuck");
     b->slot[1].since_us = now - 20000;
-    ok(nw_scoreboard_pool_stuck(b, now, min, NULL), "both busy for 20 ms and more: stuck");
+    ok(nw_scoreboard_pool_stuck(b, now, min, 0, NULL), "both busy for 20 ms and more: stuck");
     b->slot[2].state = NW_WORKER_STARTING;
-    ok(!nw_scoreboard_pool_stuck(b, now, min, NULL), "a worker starting: not stuck");
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 0, NULL), "a worker starting: not stuck");
     b->slot[2].state = NW_WORKER_STOPPING;
-    ok(nw_scoreboard_pool_stuck(b, now, min, NULL), "a worker stopping does not count");
+    ok(nw_scoreboard_pool_stuck(b, now, min, 0, NULL), "a worker stopping does not count");
+    /* --accepting-workers: slot 3 is a standby worker, idle */
+    b->slot[3].state = NW_WORKER_IDLE;
+    b->slot[3].standby = 1;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 0, NULL), "a standby worker idle: the pool is not");
+    ok(nw_scoreboard_pool_stuck(b, now, min, 1, &busy), "... but every accepting one is stuck");
+    is(busy, 1, "... busy");
+    b->slot[1].since_us = now - 5000;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 1, NULL), "an accepting one began 5 ms ago: not");
+    b->slot[0].standby = b->slot[1].standby = 1;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 1, &busy), "no accepting worker: not stuck");
+    is(busy, 0, "... and none of them busy");
     nw_scoreboard_destroy(b);
     close(fd);
 }
@@ -250,6 +265,14 @@ static void test_mean_parked(void)
     b->slot[2].parked = 0;
     b->slot[2].parked_released = 1;
     ok(nw_scoreboard_at_most_mean_parked(b, 300), "one that let its parked set go does not count");
+    /* serving now: 300 (busy) and 300 (idle); a standby worker holding 0
+     * must not pull the mean down to 200 */
+    b->slot[3].pid = 103;
+    b->slot[3].state = NW_WORKER_IDLE;
+    b->slot[3].parked = 0;
+    ok(!nw_scoreboard_at_most_mean_parked(b, 300), "a worker at 0 counts in the mean");
+    b->slot[3].standby = 1;
+    ok(nw_scoreboard_at_most_mean_parked(b, 300), "... a standby one does not");
     nw_scoreboard_destroy(b);
     close(fd);
 }
@@ -310,7 +333,7 @@ static void test_recycling_turn(void)
     b->slot[2].state = NW_WORKER_FREE;
     /* slots 0 to 2 are free now; slot 3: 203's replacement, asked at 1000 */
     ok(!nw_scoreboard_ready_since(b, 1, 1000), "no worker forked since the ask");
-    nw_scoreboard_claim(&b->slot[3], 0, 1, 1000);
+    nw_scoreboard_claim(&b->slot[3], 0, 1, 0, 1000);
     ok(!nw_scoreboard_ready_since(b, 1, 1000), "the replacement starting (no pid yet): not ready");
     b->slot[3].pid = 204;
     b->slot[3].state = NW_WORKER_IDLE;
@@ -337,8 +360,8 @@ static void test_board(void)
     close(junk);
     b->h.master_pid = 77;
     b->h.workers_wanted = 2;
-    nw_scoreboard_claim(&b->slot[0], 1001, 1, nw_now_ms());
-    nw_scoreboard_claim(&b->slot[1], 1002, 1, nw_now_ms());
+    nw_scoreboard_claim(&b->slot[0], 1001, 1, 0, nw_now_ms());
+    nw_scoreboard_claim(&b->slot[1], 1002, 1, 0, nw_now_ms());
     b->slot[0].state = b->slot[1].state = NW_WORKER_IDLE;
     uint64_t t0 = nw_now_us();
     nw_scoreboard_request_begin(&b->slot[0], "GET", 3, "/a", 2, t0, NULL, 0);
@@ -379,6 +402,7 @@ static void test_board(void)
     ok(strstr(metrics, "\nnarwhal_request_duration_seconds_bucket{le=\"2.5\"} 3\n"), "... cumulative buckets");
     ok(strstr(metrics, "\nnarwhal_request_duration_seconds_bucket{le=\"1\"} 2\n"), "... le=1 has two");
     ok(strstr(metrics, "\nnarwhal_workers{state=\"busy\"} 1\n"), "... one busy worker");
+    ok(strstr(metrics, "\nnarwhal_workers_accepting 1\n"), "... the one left accepts");
     ok(strstr(metrics, "\nnarwhal_connections{state=\"idle\"} 5\n"), "... the manager's idle connections");
     ok(strstr(metrics, "\nnarwhal_shed_total 2\n"), "... shed");
     ok(strstr(metrics, "\nnarwhal_listen_queue_length{listener=\"127.0.0.1:5000\"} 3\n"), "... the listen queue");
@@ -426,7 +450,7 @@ static void *folder(void *arg)
     (void)arg;
     for (int round = 0; round < 20000; round++) {
         nw_score_slot *s = &race_board->slot[round % 2];
-        nw_scoreboard_claim(s, 100 + round, 1, 0);
+        nw_scoreboard_claim(s, 100 + round, 1, 0, 0);
         s->counts.served = 1;
         nw_scoreboard_fold(race_board, s);
     }

@@ -119,7 +119,7 @@ static void test_pages(void)
     nw_scoreboard *b = nw_scoreboard_create(2, &fd);
     if (!b)
         die("scoreboard");
-    nw_scoreboard_claim(&b->slot[0], 4242, 1, nw_now_ms());
+    nw_scoreboard_claim(&b->slot[0], 4242, 1, 0, nw_now_ms());
     b->slot[0].state = NW_WORKER_IDLE;
     uint64_t held = 7;
     int ep = epoll_create1(EPOLL_CLOEXEC), l = listener();

@@ -1337,6 +1337,52 @@ static void test_watcher_pass_on_refused(void)
     is(g_live, 0, "refused: every connection was freed, once");
 }
 
+/* A standby worker (--accepting-workers): new clients are not its own;
+ * what the serve queue brings is; a stop drains the listener anyway. */
+static void test_standby(void)
+{
+    rig r;
+    rig_open(&r, 0, 0);
+    errno = 0;
+    ok(nw_worker_standby(r.w) < 0 && errno == EINVAL, "standby: not without a manager");
+    rig_close(&r);
+    rig_open(&r, 0, 1);
+    ok(nw_worker_standby(r.w) == 0, "standby with a manager");
+    int s = client();
+    ok(nw_worker_next(r.w, 100) == NULL, "a new client is left to the accepting workers");
+    int fd = accept(g_listener, NULL, NULL);
+    nw_frame sf;
+    nw_frame_init(&sf, NW_FRAME_SERVE);
+    sf.data_len = 5;
+    ok(fd >= 0 && nw_frame_send(r.serve[0], &sf, "GET /", fd) == 0, "the manager took it and serves it");
+    if (fd >= 0)
+        close(fd);
+    nw_wconn *wc = next_conn(r.w);
+    ok(wc && wc->c->in.len == 5, "... the standby worker takes it from the serve queue");
+    if (wc) {
+        is(nw_worker_release(r.w, wc, NW_RELEASE_RETIRE), NW_RELEASE_HANDED_OFF,
+           "... and lets it go as any worker would");
+        caller_drop(wc);
+        nw_frame f;
+        char buf[256];
+        fd = take_handoff(&r, &f, buf, sizeof buf);
+        ok(fd >= 0, "... to the manager");
+        if (fd >= 0)
+            close(fd);
+    }
+    close(s);
+    s = client();
+    nw_worker_drain(r.w, 100);
+    wc = next_conn(r.w);
+    ok(wc != NULL, "a stop: the standby worker drains the listener too");
+    if (wc) {
+        nw_worker_release(r.w, wc, NW_RELEASE_CLOSE);
+        caller_drop(wc);
+    }
+    close(s);
+    rig_close(&r);
+}
+
 /* The tests in groups that share nothing but the listener's address:
  * t/07 runs each group in a process of its own, all at once (most of
  * their time is spent waiting: for a park to expire, a SYN not to be
@@ -1347,6 +1393,7 @@ static void group_parking(void)
     test_park_and_come_back();
     test_keepalive_with_bytes_is_kept();
     test_expiry_hands_off();
+    test_standby();
     test_watcher_evicts_behind_a_slow_request();
     test_custody();
 }
