@@ -263,24 +263,35 @@ void nw_scoreboard_request_begin(nw_score_slot *s, const char *method, size_t me
 int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
                              int accepting_only, int *any_busy)
 {
-    int busy = 0, stuck = 1;
+    int busy = 0, stuck = 1, able = 0, spare = 0;
     for (uint32_t i = 0; i < b->h.nslots; i++) {
         const nw_score_slot *s = &b->slot[i];
-        if (accepting_only && s->standby)
-            continue;
         int state = s->state;
+        if (accepting_only && s->standby) {
+            spare |= state == NW_WORKER_IDLE;   /* (it takes what the manager queues) */
+            continue;
+        }
         if (state == NW_WORKER_IDLE) {
             stuck = 0;
+            able = 1;
         } else if (state == NW_WORKER_STARTING) {
             busy = 1;
             stuck = 0;          /* (one is coming: at a start, or after a crash) */
         } else if (state == NW_WORKER_BUSY) {
             busy = 1;
             uint64_t since = s->since_us;
-            if (since + min_us > now_us)
+            if (since + min_us > now_us) {
                 stuck = 0;      /* (a request that began a moment ago) */
+                able = 1;
+            }
         }
     }
+    /* No accepting worker can take a new client now (none idle, none on a
+     * fresh request: they are starting, leaving, stuck or gone, as after
+     * a crash, a failed start or a reload's standby worker ready first)
+     * while a standby one is idle: new clients would wait for it unseen. */
+    if (accepting_only && spare && !able)
+        stuck = busy = 1;
     if (any_busy)
         *any_busy = busy;
     return stuck && busy;

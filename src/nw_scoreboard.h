@@ -246,8 +246,11 @@ void nw_scoreboard_unmap_offload(volatile int64_t *counter);
  * every busy one has been on its current request for at least min_us.
  * With accepting_only, standby workers are left out: it is the workers
  * that accept that are stuck (the manager's look: standby workers serve
- * only what it queues). *any_busy (may be NULL) says whether any worker
- * looked at is busy or starting. */
+ * only what it queues); and the pool is stuck too when a standby worker
+ * is idle and no accepting one can take a client now (none idle, none on
+ * a request younger than min_us: starting, leaving, stuck or none at
+ * all). *any_busy (may be NULL) says whether any worker looked at is busy
+ * or starting (or the pool is stuck). */
 int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
                              int accepting_only, int *any_busy);
 

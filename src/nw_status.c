@@ -442,7 +442,7 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
                      "worker was stuck on a request (they wait in its queue, measured).");
     r |= put(o, "narwhal_manager_accepted_total %llu\n", (unsigned long long)m->accepted);
     r |= metric_head(o, "narwhal_manager_accepting", "gauge",
-                     "1 while the manager takes new connections: every accepting worker is stuck.");
+                     "1 while the manager takes new connections: no accepting worker can take one.");
     r |= put(o, "narwhal_manager_accepting %d\n", m->accepting);
     r |= metric_head(o, "narwhal_custody_connections", "gauge",
                      "Connections parked in workers of which the manager holds a copy, so "

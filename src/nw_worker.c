@@ -566,8 +566,28 @@ static int signal_pending(nw_worker *w, nw_msec now)
     return w->signal_ready;
 }
 
+/* A standby worker back among the accepting ones, when the server drains
+ * (--drain-delay) or stops: the manager takes no new client then, so
+ * nothing would bring them here, and the accepting workers alone would
+ * serve the listen queue (a blocking app's clients one after another).
+ * The listeners are back in its epoll, and tried at once. A listener
+ * that cannot be added is tried again at the next look. */
+static void standby_end(nw_worker *w)
+{
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE };
+    for (int i = 0; i < w->count; i++) {
+        ev.data.u64 = (uint64_t)i;
+        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->listener[i].fd, &ev) < 0 && errno != EEXIST)
+            return;
+        w->listener_ready |= (uint64_t)1 << i;
+    }
+    w->standby = 0;
+}
+
 static nw_wconn *next_conn(nw_worker *w, int wait_ms)
 {
+    if (w->standby && nw_conn_server_closing())
+        standby_end(w);
     nw_msec now = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
     nw_wconn *wc;
     if (w->draining) {
@@ -633,10 +653,17 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
         }
         if (w->ncustody_wait && now >= w->custody_due)
             custody_flush(w);
+        if (w->standby && nw_conn_server_closing()) {
+            standby_end(w);
+            if (!w->standby)
+                continue;       /* (the listeners, at once) */
+        }
         if (now >= until)
             return NULL;
         nw_msec nearest = w->draining ? 0 : nw_park_nearest(&w->park);
         nw_msec wake = nearest && nearest < until ? nearest : until;
+        if (w->standby && wake > now + NW_STANDBY_LOOK_MS)
+            wake = now + NW_STANDBY_LOOK_MS;    /* (whether the server drains: standby_end) */
         if (w->ncustody_wait && w->custody_due < wake)
             wake = w->custody_due;  /* (custody: the copies are due then) */
         if (w->adopt_aside_until && w->adopt_aside_until < wake)
@@ -797,6 +824,8 @@ void nw_worker_drain(nw_worker *w, int serve_ms)
     if (enter)
         nw_worker_enter(w);
     w->draining = 1;
+    if (w->standby)
+        standby_end(w);    /* (the listeners are watched until drain_until) */
     w->drain_until = nw_now_ms() + serve_ms;
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     w->serve_queue_ready = 1;
@@ -1307,8 +1336,14 @@ int nw_worker_standby(nw_worker *w)
     for (int i = 0; i < w->count; i++)
         if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listener[i].fd, NULL) < 0 && errno != ENOENT)
             return -1;
+    /* (the park watcher runs already, and reads listener_ready: with its lock) */
+    int enter = w->has_watcher && !w->main_holds;
+    if (enter)
+        nw_worker_enter(w);
     w->listener_ready = 0;
     w->standby = 1;
+    if (enter)
+        nw_worker_leave(w);
     return 0;
 }
 

@@ -183,6 +183,50 @@ my $part_no_manager = sub {
     like($r->{err}, qr/^narwhal: --accepting-workers wants a whole number, not '-1'\n\z/, '... with a one-line error');
 };
 
-in_parallel($part_default, $part_cpu_bound, $part_blocking, $part_kept, $part_no_manager);
+# 6. No accepting worker able to take a client while standby ones are
+# idle: the manager takes the clients for them. The accepting worker is
+# killed and its replacement cannot start (the app no longer loads: a
+# failed start backs off); new clients are answered by standby workers
+# all the same, not left in the listen queue.
+my $part_no_accepting = sub {
+    local $sport = free_port();
+    my $flag = NarwhalTest::tmpdir() . "/no-load";
+    my $app = NarwhalTest::write_app(<<"APP");
+die "cannot load now\n" if -e '$flag';
+sub { [200, ['Content-Type' => 'text/plain'], ["pid \$\$\n"]] }
+APP
+    my $s = spawn_server(app => $app, args => [ '--status-listen', "127.0.0.1:$sport", '--max-workers', 3,
+                                                '--accepting-workers', 1, '--no-preload-app' ]);
+    ok(wait_until(sub { serving() == 3 }, 10), 'three workers, one accepting');
+    my ($victim) = map { $_->{pid} } grep { $_->{accepts} } serving();
+    open(my $fh, '>', $flag) or die "$flag: $!";
+    close $fh;
+    kill KILL => $victim;
+    ok(wait_until(sub { !grep { $_->{pid} == $victim } serving() }, 5), 'the accepting worker is gone');
+    my @r = ask_at_once($s->port, '/', 2, 5);
+    is(scalar(grep { defined $_->[0] } @r), 2, '... its replacement cannot start: two new clients answered');
+    my ($slowest) = sort { $b <=> $a } map { $_->[0] // 99 } @r;
+    cmp_ok($slowest, '<', 1, sprintf('... soon (%.2f s), by standby workers', $slowest));
+    unlink $flag;
+};
+
+# 7. --drain-delay: the manager takes no new client while the server
+# drains, so the standby workers take the listeners back; four clients of
+# a blocking app are served side by side, not one after another.
+my $part_drain = sub {
+    local $sport = free_port();
+    my $s = start('--max-workers', 4, '--accepting-workers', 1, '--drain-delay', 5);
+    ok(wait_until(sub { serving() == 4 }, 10), 'four workers, one accepting');
+    kill TERM => $s->pid;
+    ok(wait_until(sub { (http_get($sport, '/health')->{status} // 0) == 503 }, 5), 'draining');
+    sleep 0.3;
+    my @r = ask_at_once($s->port, '/sleep/0.5', 4, 5);
+    is(scalar(grep { defined $_->[0] } @r), 4, 'four clients of a blocking app while it drains: four answers');
+    my ($slowest) = sort { $b <=> $a } map { $_->[0] // 99 } @r;
+    cmp_ok($slowest, '<', 1, sprintf('... side by side (the last after %.2f s)', $slowest));
+};
+
+in_parallel($part_default, $part_cpu_bound, $part_blocking, $part_kept, $part_no_manager,
+            $part_no_accepting, $part_drain);
 
 done_testing;

@@ -209,8 +209,31 @@ static void test_pool_stuck(void)
     is(busy, 1, "... busy");
     b->slot[1].since_us = now - 5000;
     ok(!nw_scoreboard_pool_stuck(b, now, min, 1, NULL), "an accepting one began 5 ms ago: not");
+    /* No accepting worker can take a client now, and a standby one is
+     * idle: stuck (the manager takes the clients for it), whether the
+     * accepting ones are starting (a crash's replacement loading the app,
+     * a reload's), leaving, or gone (a failed start backing off). */
+    b->slot[1].since_us = now - 20000;
+    b->slot[1].state = NW_WORKER_STARTING;
+    ok(nw_scoreboard_pool_stuck(b, now, min, 1, &busy), "one accepting stuck, one starting, a standby idle: stuck");
+    b->slot[1].state = NW_WORKER_STOPPING;
+    b->slot[0].state = NW_WORKER_STARTING;
+    ok(nw_scoreboard_pool_stuck(b, now, min, 1, &busy), "the accepting ones starting and leaving, a standby idle: stuck");
+    is(busy, 1, "... busy");
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 0, NULL), "... (the whole pool is not)");
+    b->slot[3].state = NW_WORKER_BUSY;
+    b->slot[3].since_us = now - 30000;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 1, NULL), "... no standby idle either: not stuck (one is coming)");
+    b->slot[3].state = NW_WORKER_IDLE;
+    b->slot[0].state = NW_WORKER_IDLE;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 1, NULL), "an accepting one idle: not stuck");
+    b->slot[0].state = NW_WORKER_BUSY;
+    b->slot[1].state = NW_WORKER_BUSY;
     b->slot[0].standby = b->slot[1].standby = 1;
-    ok(!nw_scoreboard_pool_stuck(b, now, min, 1, &busy), "no accepting worker: not stuck");
+    ok(nw_scoreboard_pool_stuck(b, now, min, 1, &busy), "no accepting worker at all, a standby one idle: stuck");
+    is(busy, 1, "... (and looked at often)");
+    b->slot[3].state = NW_WORKER_STOPPING;
+    ok(!nw_scoreboard_pool_stuck(b, now, min, 1, &busy), "no accepting worker, no standby one idle: not stuck");
     is(busy, 0, "... and none of them busy");
     nw_scoreboard_destroy(b);
     close(fd);
