@@ -69,10 +69,6 @@
  * is stuck (NW_POOL_STUCK_MS). */
 #define NW_POOL_GROW_WAIT_MS          10
 #define NW_POOL_GROW_SHARE            1
-/* A standby worker (--accepting-workers) waiting for work looks this often
- * whether the server has begun to drain or stop (--drain-delay), when it
- * takes the listeners back: the manager takes no new client then. */
-#define NW_STANDBY_LOOK_MS            100
 
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */

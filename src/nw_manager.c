@@ -1169,7 +1169,10 @@ static void nw_manager_look_at_pool(nw_manager *m)
 {
     if (!m->board || !m->nlisteners)
         return;
-    if (m->serve_until || m->board->h.stopping) {   /* a stop: the workers drain the queue */
+    /* A stop: the workers drain the queue. (Not a drain delay, where the
+     * board says stopping already: the standby workers still need what
+     * the look gives them.) */
+    if (m->serve_until) {
         if (m->accepting)
             nw_manager_take_listeners(m, 0);
         return;

@@ -566,12 +566,11 @@ static int signal_pending(nw_worker *w, nw_msec now)
     return w->signal_ready;
 }
 
-/* A standby worker back among the accepting ones, when the server drains
- * (--drain-delay) or stops: the manager takes no new client then, so
- * nothing would bring them here, and the accepting workers alone would
- * serve the listen queue (a blocking app's clients one after another).
- * The listeners are back in its epoll, and tried at once. A listener
- * that cannot be added is tried again at the next look. */
+/* A standby worker back among the accepting ones when the server stops
+ * (nw_worker_drain): the manager stops first and takes no new client
+ * then, so nothing would bring them here, and the accepting workers alone
+ * would serve the listen queue (a blocking app's clients one after
+ * another). The listeners are back in its epoll, and tried at once. */
 static void standby_end(nw_worker *w)
 {
     struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE };
@@ -586,8 +585,6 @@ static void standby_end(nw_worker *w)
 
 static nw_wconn *next_conn(nw_worker *w, int wait_ms)
 {
-    if (w->standby && nw_conn_server_closing())
-        standby_end(w);
     nw_msec now = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
     nw_wconn *wc;
     if (w->draining) {
@@ -653,17 +650,10 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
         }
         if (w->ncustody_wait && now >= w->custody_due)
             custody_flush(w);
-        if (w->standby && nw_conn_server_closing()) {
-            standby_end(w);
-            if (!w->standby)
-                continue;       /* (the listeners, at once) */
-        }
         if (now >= until)
             return NULL;
         nw_msec nearest = w->draining ? 0 : nw_park_nearest(&w->park);
         nw_msec wake = nearest && nearest < until ? nearest : until;
-        if (w->standby && wake > now + NW_STANDBY_LOOK_MS)
-            wake = now + NW_STANDBY_LOOK_MS;    /* (whether the server drains: standby_end) */
         if (w->ncustody_wait && w->custody_due < wake)
             wake = w->custody_due;  /* (custody: the copies are due then) */
         if (w->adopt_aside_until && w->adopt_aside_until < wake)
@@ -825,7 +815,7 @@ void nw_worker_drain(nw_worker *w, int serve_ms)
         nw_worker_enter(w);
     w->draining = 1;
     if (w->standby)
-        standby_end(w);    /* (the listeners are watched until drain_until) */
+        standby_end(w);     /* (the listeners are watched until drain_until) */
     w->drain_until = nw_now_ms() + serve_ms;
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     w->serve_queue_ready = 1;

@@ -205,8 +205,8 @@ int nw_worker_listen(nw_worker *w, int fd, int is_tcp);
  * its epoll, and it serves what the serve queue brings (the manager's,
  * when the accepting workers are stuck), what adoption brings after the
  * accepting workers had their chance, and its parked connections; it
- * takes the listeners back when the server drains or stops (the manager
- * takes no new client then: standby_end in nw_worker.c). Needs a manager
+ * takes the listeners back when the server stops (nw_worker_drain: the
+ * manager, stopped first, takes no new client then). Needs a manager
  * (EINVAL without a serve queue). Call after the listeners, before
  * serving. Returns 0, or -1 with errno. */
 int nw_worker_standby(nw_worker *w);

@@ -226,7 +226,37 @@ my $part_drain = sub {
     cmp_ok($slowest, '<', 1, sprintf('... side by side (the last after %.2f s)', $slowest));
 };
 
+# 8. An elastic pool does not grow for the manager's look: a client that
+# reaches a standby worker has waited 20 to 30 ms for it, over the 10 ms
+# the pool grows on, while a standby worker sat idle. Three clients of a
+# 0.2 s request, one after another each: at most four workers (it went
+# to eight).
+my $part_elastic = sub {
+    local $sport = free_port();
+    my $s = start('--min-workers', 2, '--max-workers', 8, '--accepting-workers', 1);
+    ok(wait_until(sub { serving() == 2 }, 10), 'an elastic pool of two, one accepting');
+    my @kids;
+    for (1 .. 3) {
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            require HTTP::Tiny;
+            my $http = HTTP::Tiny->new(timeout => 10, keep_alive => 0);
+            my $end = time + 2;
+            my $ok = 1;
+            while (time < $end) {
+                $ok &&= $http->get('http://127.0.0.1:' . $s->port . '/sleep/0.2')->{status} == 200;
+                sleep 0.05;
+            }
+            POSIX::_exit($ok ? 0 : 1);
+        }
+        push @kids, $pid;
+    }
+    my $failed = grep { waitpid($_, 0); $? != 0 } @kids;
+    is($failed, 0, 'three clients of a blocking app, every request answered');
+    cmp_ok(metrics()->{narwhal_workers_wanted}, '<=', 4, 'the pool grew to four workers at most');
+};
+
 in_parallel($part_default, $part_cpu_bound, $part_blocking, $part_kept, $part_no_manager,
-            $part_no_accepting, $part_drain);
+            $part_no_accepting, $part_drain, $part_elastic);
 
 done_testing;

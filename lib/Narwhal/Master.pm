@@ -797,7 +797,10 @@ sub _tend_pool {
     if ($self->{pool} < $o->{max_workers} && $now >= ($self->{next_grow} // 0)
         && $self->_ready_count >= $self->{pool}) {   # (the last ones added serve already)
         my ($began, $waited) = ($all - $all0, $over - $over0);
-        if ($waited > 0 && $waited * 100 >= $began * Narwhal::Limits::POOL_GROW_SHARE()) {
+        # (a standby worker idle: the waits were the manager's look, 20 to
+        # 30 ms before it hands new clients to them, not a pool too small)
+        if ($waited > 0 && $waited * 100 >= $began * Narwhal::Limits::POOL_GROW_SHARE()
+            && !$self->_standby_idle) {
             # as many more as the share that waited: all of them, twice the pool
             my $by = int($self->{pool} * $waited / ($began || 1) + 0.5) || 1;
             return $self->_resize_pool($by, 0, sprintf('%d of %d requests waited over %d ms',
@@ -825,6 +828,15 @@ sub _tend_pool {
     return unless defined $idlest;
     $self->_resize_pool(-1, 2, sprintf('worker %d was idle for %.1f s', $idlest, $idle_ms / 1000));
     $self->_retire($idlest);
+}
+
+# A standby worker (--accepting-workers) of the current generation is idle.
+sub _standby_idle {
+    my $self = shift;
+    my $board = $self->{scoreboard};
+    return scalar grep { $_->{standby} && !$_->{leaving} && $_->{generation} == $self->{generation}
+                         && defined $_->{slot} && $board->slot($_->{slot})->{state} eq 'idle' }
+                  values %{ $self->{workers} };
 }
 
 # Every worker is stuck on a request, and new clients wait for one: in a
