@@ -69,6 +69,11 @@
  * is stuck (NW_POOL_STUCK_MS). */
 #define NW_POOL_GROW_WAIT_MS          10
 #define NW_POOL_GROW_SHARE            1
+/* ... and, while some workers stand by (--accepting-workers), waits longer
+ * than this: a client that reaches a standby worker has waited for the
+ * manager's look (NW_POOL_STUCK_MS, then up to NW_POOL_LOOK_MS), which is
+ * not a pool too small. A bound of the scoreboard's wait buckets. */
+#define NW_POOL_GROW_STANDBY_WAIT_MS  50
 
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */

@@ -782,17 +782,22 @@ sub _publish_pool {
 
 # The elastic pool (--min-workers; docs/DESIGN.md, "The elastic pool"): one
 # worker more when, since the last look, requests waited longer than
-# POOL_GROW_WAIT_MS for a worker (at least one, and POOL_GROW_SHARE percent
-# of those that began) or every worker is stuck on a request; one less when
-# a worker has been idle for --worker-idle-timeout.
+# POOL_GROW_WAIT_MS for a worker (POOL_GROW_STANDBY_WAIT_MS while some
+# stand by; at least one, and POOL_GROW_SHARE percent of those that began)
+# and no standby worker is idle, or every worker is stuck on a request;
+# one less when a worker has been idle for --worker-idle-timeout.
 sub _tend_pool {
     my $self = shift;
     my $o = $self->{options};
     return unless defined $self->{pool};
     my $board = $self->{scoreboard};
-    my ($all, $over) = $board->waits(Narwhal::Limits::POOL_GROW_WAIT_MS());
-    my ($all0, $over0) = @{ $self->{pool_waits} || [ $all, $over ] };
-    $self->{pool_waits} = [ $all, $over ];
+    my $over_ms = $self->_standby_count ? Narwhal::Limits::POOL_GROW_STANDBY_WAIT_MS()
+                                        : Narwhal::Limits::POOL_GROW_WAIT_MS();
+    my ($all, $over) = $board->waits($over_ms);
+    # (a new threshold: counts from here on)
+    my ($all0, $over0, $ms0) = @{ $self->{pool_waits} || [] };
+    ($all0, $over0) = ($all, $over) unless defined $ms0 && $ms0 == $over_ms;
+    $self->{pool_waits} = [ $all, $over, $over_ms ];
     my $now = Time::HiRes::time();
     if ($self->{pool} < $o->{max_workers} && $now >= ($self->{next_grow} // 0)
         && $self->_ready_count >= $self->{pool}) {   # (the last ones added serve already)
@@ -804,7 +809,7 @@ sub _tend_pool {
             # as many more as the share that waited: all of them, twice the pool
             my $by = int($self->{pool} * $waited / ($began || 1) + 0.5) || 1;
             return $self->_resize_pool($by, 0, sprintf('%d of %d requests waited over %d ms',
-                                                      $waited, $began, Narwhal::Limits::POOL_GROW_WAIT_MS()));
+                                                      $waited, $began, $over_ms));
         }
         if ($self->_clients_wait_unseen) {
             return $self->_resize_pool(1, 1, sprintf('every worker has been on its request for '
@@ -830,13 +835,18 @@ sub _tend_pool {
     $self->_retire($idlest);
 }
 
-# A standby worker (--accepting-workers) of the current generation is idle.
+# Standby workers (--accepting-workers) of the current generation; those
+# of them idle.
+sub _standby {
+    my $self = shift;
+    return grep { $_->{standby} && !$_->{leaving} && $_->{generation} == $self->{generation}
+                  && defined $_->{slot} } values %{ $self->{workers} };
+}
+sub _standby_count { return scalar $_[0]->_standby }
 sub _standby_idle {
     my $self = shift;
     my $board = $self->{scoreboard};
-    return scalar grep { $_->{standby} && !$_->{leaving} && $_->{generation} == $self->{generation}
-                         && defined $_->{slot} && $board->slot($_->{slot})->{state} eq 'idle' }
-                  values %{ $self->{workers} };
+    return scalar grep { $board->slot($_->{slot})->{state} eq 'idle' } $self->_standby;
 }
 
 # Every worker is stuck on a request, and new clients wait for one: in a

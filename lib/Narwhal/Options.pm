@@ -90,7 +90,8 @@ my @TABLE = (
     { name => 'min_workers', type => 'count', min => 1, group => 'Workers', arg => 'N',
       help => 'an elastic pool: start N, add workers when requests wait, up to --max-workers',
       pod => 'An elastic pool: start this many workers; add one when requests have waited '
-           . 'longer than ' . _c('POOL_GROW_WAIT_MS') . ' ms for a worker (at least '
+           . 'longer than ' . _c('POOL_GROW_WAIT_MS') . ' ms for a worker (' . _c('POOL_GROW_STANDBY_WAIT_MS')
+           . ' ms while some workers stand by and none of them is idle: C<--accepting-workers>; at least '
            . _c('POOL_GROW_SHARE') . '% of those that began since the last look, measured as '
            . 'C<narwhal_request_queue_seconds> is: in the manager\'s queue, parked in a busy worker '
            . 'or in the listen queue) or when every worker has been on its request for '
