@@ -397,7 +397,7 @@ sub _announce {
     my $pool = defined $o->{min_workers} ? " (an elastic pool of $o->{min_workers} to $o->{max_workers})"
                                          : '';
     my $n = $self->{accepting};
-    my $accepting = $n && $n < $o->{max_workers} ? ", $n of them accepting new clients" : '';
+    my $accepting = $n && $n < $o->{max_workers} ? ", $n accepting new clients (the rest stand by)" : '';
     Narwhal::log_line(info => "listening on @where with " . $self->_wanted . " workers$pool$accepting")
         unless $self->{quiet};
     my $ready = $self->{server_ready} or return;
