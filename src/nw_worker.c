@@ -566,20 +566,24 @@ static int signal_pending(nw_worker *w, nw_msec now)
     return w->signal_ready;
 }
 
+/* Listener i in this worker's epoll (op ADD) or out of it (DEL):
+ * EPOLLEXCLUSIVE, as every worker watches it. */
+static int watch_listener(nw_worker *w, int i, int op)
+{
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)i };
+    return epoll_ctl(w->epfd, op, w->listener[i].fd, &ev);
+}
+
 /* A standby worker back among the accepting ones when the server stops
  * (nw_worker_drain): the manager stops first and takes no new client
  * then, so nothing would bring them here, and the accepting workers alone
  * would serve the listen queue (a blocking app's clients one after
- * another). The listeners are back in its epoll, and tried at once. */
+ * another). The listeners are back in its epoll (the drain tries them). */
 static void standby_end(nw_worker *w)
 {
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE };
-    for (int i = 0; i < w->count; i++) {
-        ev.data.u64 = (uint64_t)i;
-        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->listener[i].fd, &ev) < 0 && errno != EEXIST)
+    for (int i = 0; i < w->count; i++)
+        if (watch_listener(w, i, EPOLL_CTL_ADD) < 0 && errno != EEXIST)
             return;
-        w->listener_ready |= (uint64_t)1 << i;
-    }
     w->standby = 0;
 }
 
@@ -1307,10 +1311,9 @@ int nw_worker_listen(nw_worker *w, int fd, int is_tcp)
     }
     int i = w->count;
     nw_io_set_nonblocking(fd);
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)i };
-    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-        return -1;
     w->listener[i].fd = fd;
+    if (watch_listener(w, i, EPOLL_CTL_ADD) < 0)
+        return -1;
     w->listener[i].is_tcp = is_tcp;
     w->listener_ready |= (uint64_t)1 << i;     /* not tried yet */
     w->count++;
@@ -1324,7 +1327,7 @@ int nw_worker_standby(nw_worker *w)
         return -1;
     }
     for (int i = 0; i < w->count; i++)
-        if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listener[i].fd, NULL) < 0 && errno != ENOENT)
+        if (watch_listener(w, i, EPOLL_CTL_DEL) < 0 && errno != ENOENT)
             return -1;
     /* (the park watcher runs already, and reads listener_ready: with its lock) */
     int enter = w->has_watcher && !w->main_holds;

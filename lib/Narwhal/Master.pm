@@ -435,9 +435,7 @@ sub _notify {
 sub _tend_ready {
     my $self = shift;
     return if $self->{reload};
-    my $g = $self->{generation};
-    my @current = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} }
-                  values %{ $self->{workers} };
+    my @current = $self->_staying;
     my $ready = grep { $self->_ready($_) } @current;
     my $state = $ready >= $self->_wanted ? 'ready' : 'starting';
     return if ($self->{notified} // '') eq $state || $state ne 'ready';
@@ -760,9 +758,7 @@ sub _shrink {
     }
     my $w = $self->{workers};   # (standby workers first, then the newest)
     my @current = sort { ($w->{$b}{standby} // 0) <=> ($w->{$a}{standby} // 0)
-                         || $w->{$b}{started} <=> $w->{$a}{started} }
-                  grep { $w->{$_}{generation} == $self->{generation}
-                         && !$w->{$_}{leaving} && !$w->{$_}{replaced} } keys %$w;
+                         || $w->{$b}{started} <=> $w->{$a}{started} } $self->_staying_pids;
     my $excess = @current - $self->_wanted;
     $self->_retire(@current[0 .. $excess - 1]) if $excess > 0;
 }
@@ -819,9 +815,7 @@ sub _tend_pool {
     }
     return if $self->{pool} <= $o->{min_workers} || $now < ($self->{next_shrink} // 0);
     my ($idlest, $idle_ms) = (undef, $o->{worker_idle_timeout} * 1000);
-    my @staying = grep { my $w = $self->{workers}{$_};
-                         !$w->{leaving} && !$w->{replaced} && $w->{generation} == $self->{generation}
-                         && defined $w->{slot} } keys %{ $self->{workers} };
+    my @staying = grep { defined $self->{workers}{$_}{slot} } $self->_staying_pids;
     # (standby workers go first: an accepting one only when none is left)
     my $standby_left = grep { $self->{workers}{$_}{standby} } @staying;
     for my $pid (@staying) {
@@ -839,10 +833,9 @@ sub _tend_pool {
 # of them idle.
 sub _standby {
     my $self = shift;
-    return grep { $_->{standby} && !$_->{leaving} && $_->{generation} == $self->{generation}
-                  && defined $_->{slot} } values %{ $self->{workers} };
+    return grep { $_->{standby} && defined $_->{slot} } $self->_staying;
 }
-sub _standby_count { return scalar $_[0]->_standby }
+sub _standby_count { my @standby = $_[0]->_standby; return scalar @standby }
 sub _standby_idle {
     my $self = shift;
     my $board = $self->{scoreboard};
@@ -883,17 +876,20 @@ sub _resize_pool {
 # again up to --max-workers.
 sub _ready_count {
     my $self = shift;
-    my $g = $self->{generation};
-    return scalar grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && $self->_ready($_) }
-                  values %{ $self->{workers} };
+    return scalar grep { $self->_ready($_) } $self->_staying;
 }
 
-sub _current_count {
+sub _current_count { my @staying = $_[0]->_staying_pids; return scalar @staying }
+
+# The workers of the current generation that stay (not leaving, not being
+# replaced): their pids, or the workers themselves.
+sub _staying_pids {
     my $self = shift;
-    my $g = $self->{generation};
-    return scalar grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} }
-                  values %{ $self->{workers} };
+    my $w = $self->{workers};
+    return grep { $w->{$_}{generation} == $self->{generation} && !$w->{$_}{leaving}
+                  && !$w->{$_}{replaced} } keys %$w;
 }
+sub _staying { my $self = shift; my @w = @{ $self->{workers} }{ $self->_staying_pids }; return @w }
 
 # A worker near its --max-reqs-per-child says so in its slot (and wakes
 # this loop): it is replaced now, before it leaves, so that its successor
@@ -935,10 +931,7 @@ sub _tend_replacements {
                                           $self->{options}{max_worker_lifetime}));
     }
     return unless @lingering;
-    my $g = $self->{generation};
-    my $ready = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && $self->_ready($_) }
-                values %{ $self->{workers} };
-    $self->_retire(@lingering) if $ready >= $self->_wanted;
+    $self->_retire(@lingering) if $self->_ready_count >= $self->_wanted;
 }
 
 # --max-worker-lifetime: a worker older than the limit (plus up to 10%,
@@ -981,9 +974,7 @@ sub _open_scoreboard {
 sub _next_is_standby {
     my $self = shift;
     my $n = $self->{accepting} or return 0;
-    my $g = $self->{generation};
-    my $accepting = grep { $_->{generation} == $g && !$_->{leaving} && !$_->{replaced} && !$_->{standby} }
-                    values %{ $self->{workers} };
+    my $accepting = grep { !$_->{standby} } $self->_staying;
     return $accepting >= $n ? 1 : 0;
 }
 
