@@ -148,8 +148,21 @@ Length of the listen queue: connections the kernel completes and holds until
 a worker accepts them. By default the kernel's C<net.core.somaxconn> (which
 also caps any larger value), and at least 1024: a burst of new connections
 beyond it is answered with SYN cookies or, when the queue of completed
-connections overflows, dropped (the client retries after a second). See
-"Bursts of new connections" in F<docs/PERFORMANCE.md>. At least C<1>.
+connections overflows, dropped (the client retries after a second). Each of
+an address's C<--listen-queues> sockets has a queue this long. See "Bursts of
+new connections" in F<docs/PERFORMANCE.md>. At least C<1>.
+
+=item --listen-queues N
+
+How many sockets each TCP address Narwhal binds gets, on the same port with
+C<SO_REUSEPORT>: the kernel spreads new connections over them and each has
+its own queue of C<--backlog>, so a burst of new clients has that many times
+the room before the kernel drops any. Every accepting worker watches every
+one of them. By default the number of accepting workers (the whole pool when
+every worker accepts), at most 4; 1: one socket per address. Without
+C<--reuse-port> the port is still refused when something else listens on it.
+Sockets from Server::Starter or systemd and unix sockets keep one queue each.
+See "Listen queues" in F<docs/DESIGN.md>. At least C<1>. At most C<63>.
 
 =item --proxy-protocol
 

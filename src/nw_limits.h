@@ -53,6 +53,9 @@
 /* Listeners a server can have: each worker watches them all (epoll data
  * 0..62; 63 is its signalfd), and the manager gets a copy of each. */
 #define NW_MAX_LISTENERS              63
+/* --listen-queues' default is the accepting workers, at most this many
+ * sockets (accept queues) per TCP address (DESIGN.md, "Listen queues"). */
+#define NW_LISTEN_QUEUES_DEFAULT_MAX  4
 
 /* A stuck pool (DESIGN.md, "When every worker is busy"): when no worker is
  * free and each has been on its request this long, the manager takes new

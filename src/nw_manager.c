@@ -1258,24 +1258,43 @@ static void nw_manager_accept(nw_manager *m, int i)
 
 /* ------------------------------------------------------------ status numbers */
 
+/* One listening socket's address, accept queue and its limit. */
+static void nw_manager_one_listener(int fd, nw_status_listener *l)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    memset(l, 0, sizeof *l);
+    l->queues = 1;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return;
+    nw_format_address((struct sockaddr *)&ss, len, l->address, sizeof l->address);
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    if (ss.ss_family != AF_UNIX && getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0) {
+        l->known = 1;
+        l->queue = ti.tcpi_unacked;    /* on a listener: its accept queue */
+        l->backlog = ti.tcpi_sacked;   /* ... and that queue's limit */
+    }
+}
+
+/* An address with several sockets (--listen-queues) is one row: their
+ * queues and limits summed. */
 static void nw_manager_listener_info(const nw_manager *m, nw_status_manager *sm)
 {
     sm->nlisteners = 0;
-    for (int i = 0; i < m->nlisteners && i < NW_STATUS_MAX_LISTENERS; i++) {
-        nw_status_listener *l = &sm->listener[sm->nlisteners++];
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof ss;
-        memset(l, 0, sizeof *l);
-        if (getsockname(m->listeners[i], (struct sockaddr *)&ss, &len) != 0)
-            continue;
-        nw_format_address((struct sockaddr *)&ss, len, l->address, sizeof l->address);
-        struct tcp_info ti;
-        socklen_t tl = sizeof ti;
-        if (ss.ss_family != AF_UNIX
-            && getsockopt(m->listeners[i], IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0) {
-            l->known = 1;
-            l->queue = ti.tcpi_unacked;    /* on a listener: its accept queue */
-            l->backlog = ti.tcpi_sacked;   /* ... and that queue's limit */
+    for (int i = 0; i < m->nlisteners; i++) {
+        nw_status_listener l;
+        nw_manager_one_listener(m->listeners[i], &l);
+        int j = 0;
+        while (j < sm->nlisteners && !(l.address[0] && l.known
+                                       && strcmp(sm->listener[j].address, l.address) == 0))
+            j++;
+        if (j < sm->nlisteners) {
+            sm->listener[j].queue += l.queue;
+            sm->listener[j].backlog += l.backlog;
+            sm->listener[j].queues++;
+        } else if (sm->nlisteners < NW_STATUS_MAX_LISTENERS) {
+            sm->listener[sm->nlisteners++] = l;
         }
     }
 }

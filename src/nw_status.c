@@ -456,12 +456,13 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
                      "Connections closed because their worker died serving their request.");
     r |= put(o, "narwhal_custody_lost_total %llu\n", (unsigned long long)m->custody_lost);
     r |= metric_head(o, "narwhal_listen_queue_length", "gauge",
-                     "Connections in a listener's accept queue (TCP listeners).");
+                     "Connections in a listener's accept queue (TCP listeners; the sum of "
+                     "an address's queues, --listen-queues).");
     for (int i = 0; i < m->nlisteners; i++)
         if (m->listener[i].known)
             r |= put(o, "narwhal_listen_queue_length{listener=\"%s\"} %u\n",
                      m->listener[i].address, m->listener[i].queue);
-    r |= metric_head(o, "narwhal_listen_queue_limit", "gauge", "A listener's backlog.");
+    r |= metric_head(o, "narwhal_listen_queue_limit", "gauge", "A listener's backlog (the sum of an address's queues' backlogs).");
     for (int i = 0; i < m->nlisteners; i++)
         if (m->listener[i].known)
             r |= put(o, "narwhal_listen_queue_limit{listener=\"%s\"} %u\n",
@@ -727,6 +728,7 @@ static int json_manager(nw_buf *o, const page_view *v)
         if (m->listener[i].known)
             r |= put(o, ",\"queue\":%u,\"backlog\":%u", m->listener[i].queue,
                      m->listener[i].backlog);
+        r |= put(o, ",\"queues\":%u", m->listener[i].queues ? m->listener[i].queues : 1);
         r |= put(o, "}");
     }
     return r | put(o, "]");
@@ -920,6 +922,8 @@ static int render_html(nw_buf *o, const page_view *v, const worker_row *rows, si
         r |= m->listener[i].known ? put(o, "</code> %u/%u", m->listener[i].queue,
                                         m->listener[i].backlog)
                                   : put(o, "</code> -");
+        if (m->listener[i].queues > 1)
+            r |= put(o, " (%u queues)", m->listener[i].queues);
     }
     r |= put(o, " &middot; handoffs to the manager %llu, to workers %llu &middot; "
              "<a href=/status.json>json</a> <a href=/metrics>metrics</a></p></body></html>\n",

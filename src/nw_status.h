@@ -30,6 +30,7 @@ typedef struct {
     int      known;         /* queue and backlog could be read (TCP) */
     uint32_t queue;         /* connections waiting to be accepted */
     uint32_t backlog;       /* the queue's limit */
+    uint32_t queues;        /* sockets on the address (--listen-queues): both are their sums */
 } nw_status_listener;
 
 /* What only the manager knows. */

@@ -123,7 +123,8 @@ my $sec_pages = sub { SKIP: {
     my $sport = free_port();
     # (the stop at the end looks at /health while the manager serves its
     # stop window: the real one, NW_STOP_SERVE_MS, not the suite's 20 ms)
-    my $s = server(args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$sport" ],
+    my $s = server(args => [ '--max-workers', 2, '--listen-queues', 2,
+                             '--status-listen', "127.0.0.1:$sport" ],
                    spawn => { env => { NARWHAL_TEST_STOP_SERVE_MS => undef } });
     my $port = $s->port;
     wait_until(sub { worker_pids($s->pid) == 2 }, 10);
@@ -160,7 +161,7 @@ my $sec_pages = sub { SKIP: {
     ok(defined $v->{"narwhal_listen_queue_length{listener=\"127.0.0.1:$port\"}"},
        'the listener\'s queue length is reported');
     is($v->{"narwhal_listen_queue_limit{listener=\"127.0.0.1:$port\"}"},
-       Narwhal::Listener::default_backlog(), '... with its backlog');
+       2 * Narwhal::Listener::default_backlog(), '... with its two queues\' backlogs, summed');
     is($v->{narwhal_shed_total}, 0, 'nothing shed');
     is($v->{narwhal_up}, 1, 'up');
 
@@ -183,6 +184,9 @@ my $sec_pages = sub { SKIP: {
         for @{ $d->{workers} };
     is($d->{master_pid}, $s->pid, 'the master\'s pid');
     is($d->{requests}{by_class}{'2xx'}, 5, 'the same counts as /metrics');
+    is_deeply([ map { [ @$_{qw(address queues backlog)} ] } @{ $d->{listeners} } ],
+              [ [ "127.0.0.1:$port", 2, 2 * Narwhal::Listener::default_backlog() ] ],
+              'one listener, its two queues counted and their backlogs summed');
     my $html = get_raw($sport, '/status');
     like($html->{headers}{'content-type'}, qr{^text/html}, '/status is HTML');
     like($html->{body}, qr{\Q$_\E}, "it shows worker $_") for @w;

@@ -12,7 +12,8 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until n
 # Listening as deployments need it: unix sockets with a mode and group set
 # before anyone can connect (and the README's nginx recipe, with Debian's
 # nginx running its workers as www-data), one listener however it is
-# spelled (plackup passes a path twice), and --reuse-port. The six parts
+# spelled (plackup passes a path twice), --reuse-port, and a TCP address
+# as several sockets (--listen-queues). The eight parts
 # below, each with servers of its own, run at once.
 
 my @NM = manager_fallback();
@@ -84,12 +85,12 @@ my $part_spellings = sub {
 # 4. --reuse-port: a second instance on the same port starts; without it, not.
 my $part_reuse_port = sub {
     my $port = free_port();
-    my $a = spawn_server(app => $APP, port => $port, args => [ @NM, '--reuse-port' ]);
-    my $b = spawn_server(app => $APP, port => $port, args => [ @NM, '--reuse-port' ]);
+    my @one = ('--reuse-port', '--listen-queues', 1);
+    my $a = spawn_server(app => $APP, port => $port, args => [ @NM, @one ]);
+    my $b = spawn_server(app => $APP, port => $port, args => [ @NM, @one ]);
     # (a connect proves nothing here: the first answers it) two listening sockets on the port
     SKIP: {
-        missing('ss (iproute2) is not installed', 1)
-            unless grep { -x "$_/ss" } split(/:/, $ENV{PATH}), '/usr/sbin', '/sbin';
+        missing('ss (iproute2) is not installed', 1) unless have_ss();
         ok(wait_until(sub { 2 == grep { /:$port\b/ } `ss -Hltn 2>/dev/null` }, 10),
            'two instances with --reuse-port listen on one port');
     }
@@ -101,7 +102,10 @@ my $part_reuse_port = sub {
         $r0 = read_response($c, 5);
     }, 5);
     is($r0 && $r0->{status}, 200, 'the second serves when the first has gone');
-    my $r = run_cmd([ narwhal_cmd(), '--listen', "127.0.0.1:$port", $APP ], timeout => 10);
+    # (the second instance's sockets have SO_REUSEPORT: one that would
+    # open several queues must still be refused, not join them)
+    my $r = run_cmd([ narwhal_cmd(), '--listen', "127.0.0.1:$port", '--listen-queues', 2, $APP ],
+                    timeout => 10);
     isnt($r->{code}, 0, 'without --reuse-port a second instance is refused');
     like($r->{err}, qr/cannot listen on 127\.0\.0\.1:$port/, '... saying so');
 };
@@ -190,5 +194,88 @@ my $part_backlog = sub {
     }
 };
 
-in_parallel($part_mode, $part_refusals, $part_spellings, $part_reuse_port, $part_nginx, $part_backlog);
+# 7. --listen-queues: a TCP address is several sockets, each with a queue
+# of --backlog. With the workers stopped, 30 clients that have sent their
+# requests wait in the kernel: four queues of 16 hold them all, one holds
+# 17 at most (the rest are dropped, and come back when the clients
+# retransmit); woken, the workers answer every one. (Without the manager,
+# which would take the clients itself when the workers take none.)
+sub queued_on {    # per listening socket on the port: its accept queue
+    my ($port) = @_;
+    return map { (split ' ')[1] } grep { /127\.0\.0\.1:$port\s/ } `ss -Hltn 2>/dev/null`;
+}
+my $part_queues = sub {
+    SKIP: {
+        missing('ss (iproute2) is not installed', 11) unless have_ss();
+        for my $queues (4, 1) {
+            my $port = free_port();
+            my $s = spawn_server(app => $APP, port => $port,
+                                 args => [ '--no-manager', '--max-workers', 2, '--backlog', 16,
+                                           '--listen-queues', $queues ]);
+            is(scalar(() = queued_on($port)), $queues, "--listen-queues $queues: as many sockets on the port");
+            my @w;
+            wait_until(sub { (@w = NarwhalTest::worker_pids($s->pid)) == 2 }, 10);
+            is(kill(STOP => @w), 2, 'both workers stopped');
+            my @c = map { raw_connect($port) } 1 .. 30;
+            syswrite($_, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") for grep { $_ } @c;
+            my $held = 0;
+            wait_until(sub { $held = 0; $held += $_ for queued_on($port); $held >= 30 }, 1);
+            if ($queues > 1) {
+                cmp_ok($held, '>=', 30, 'four queues of 16 hold 30 waiting clients');
+            } else {
+                cmp_ok($held, '<=', 17, 'one queue of 16 holds 17 at most');
+            }
+            kill CONT => @w;
+            my $ok = grep { my $r = $_ && read_response($_, 10); $r && $r->{status} == 200 } @c;
+            is($ok, 30, "--listen-queues $queues: all 30 answered once the workers run");
+            $s->stop;
+        }
+        my $r = run_cmd([ narwhal_cmd(), '--listen-queues', 32, map({ ('--listen', "127.0.0.1:$_") }
+                          2 .. 3), $APP ], timeout => 10);
+        isnt($r->{code}, 0, '--listen-queues past the listeners a worker watches is refused');
+        like($r->{err}, qr/^narwhal: --listen-queues 32: 2 TCP addresses with 32 sockets each .* more than the 63 listeners/,
+             '... in one line');
+        my $port = free_port();
+        my $s = spawn_server(app => $APP, port => $port, args => [ @NM, '--accepting-workers', 3 ]);
+        my $want = NarwhalTest::managed() ? 3 : 4;   # (without the manager all four accept)
+        is(scalar(() = queued_on($port)), $want, "by default, one socket per accepting worker ($want)");
+        like($s->log_text, qr/listening on 127\.0\.0\.1:$port with/, 'the start line names the address once');
+        $s->stop;
+    }
+};
+# 8. Twelve listeners (six addresses, two queues each): a client the
+# manager takes from the last one, every worker being stuck, reaches the
+# app with that listener's SERVER_PORT (the manager once numbered its
+# listeners "0, 1, 10, 11, 2, ...", and sent this one as the third).
+my $part_many = sub {
+    SKIP: {
+        skip 'the manager takes clients only when it runs', 2 unless NarwhalTest::managed();
+        my $app = write_app(<<'APP');
+sub {
+    my $env = shift;
+    select(undef, undef, undef, 0.5) if $env->{PATH_INFO} eq '/hold';
+    [200, ['Content-Type' => 'text/plain'], ["port $env->{SERVER_PORT}\n"]];
+}
+APP
+        my ($sport, @ports) = map { free_port() } 1 .. 6;
+        my $s = spawn_server(app => $app, args => [ '--max-workers', 1, '--listen-queues', 2,
+                                                    '--status-listen', "127.0.0.1:$sport",
+                                                    map { ('--listen', "127.0.0.1:$_") } @ports ]);
+        my $last = $ports[-1];
+        my $hold = raw_connect($s->port);
+        syswrite($hold, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+        sleep 0.1;      # (the worker is on /hold: the manager takes the next client)
+        my $c = raw_connect($last);
+        syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        my $r = read_response($c, 10);
+        is($r && $r->{body}, "port $last\n", 'the twelfth listener\'s client gets its SERVER_PORT');
+        cmp_ok(NarwhalTest::metrics_of($sport)->{narwhal_manager_accepted_total} // 0, '>=', 1,
+               '... taken by the manager');
+        $s->stop;
+    }
+};
+sub have_ss { grep { -x "$_/ss" } split(/:/, $ENV{PATH}), '/usr/sbin', '/sbin' }
+
+in_parallel($part_mode, $part_refusals, $part_spellings, $part_reuse_port, $part_nginx, $part_backlog,
+            $part_queues, $part_many);
 done_testing();

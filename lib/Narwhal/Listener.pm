@@ -4,6 +4,7 @@ use warnings;
 use Carp ();
 use IO::Socket::IP;
 use IO::Socket::UNIX;
+use Narwhal ();
 use Socket qw(IPPROTO_TCP TCP_NODELAY SOL_SOCKET SOCK_STREAM AF_INET AF_INET6
               AF_UNIX SO_TYPE sockaddr_family unpack_sockaddr_in
               unpack_sockaddr_in6 unpack_sockaddr_un inet_ntop);
@@ -18,7 +19,8 @@ use constant DEFER_ACCEPT_SECONDS => 1;
 use constant MIN_DEFAULT_BACKLOG => 1024;
 use constant SOMAXCONN_FILE => '/proc/sys/net/core/somaxconn';
 
-# A listener is a hash: { fd, is_tcp, host, port, path, handle, spec }.
+# A listener is a hash: { fd, is_tcp, host, port, path, handle, spec },
+# and sibling => 1 on a TCP address's second and later sockets.
 # The master opens them (or inherits them from Server::Starter or systemd)
 # before forking; workers only see the fds.
 
@@ -45,15 +47,70 @@ sub _port {
     return $port + 0;
 }
 
-# All listeners for the options: inherited ones win over --listen.
+# All listeners for the options: inherited ones win over --listen. A TCP
+# address this server binds is $queues sockets (default 1): listen_queues.
 sub open_all {
-    my ($opts) = @_;
+    my ($opts, $queues) = @_;
     my @inherited = inherited();
     return @inherited if @inherited;
     my @specs = @{ $opts->{listen} || [] };
     @specs = (($opts->{host} // DEFAULT_HOST) . ':' . ($opts->{port} // DEFAULT_PORT))
         unless @specs;
-    return map { open_one(parse_spec($_), $opts) } @specs;
+    my @parsed = map { parse_spec($_) } @specs;
+    $queues = listen_queues(\@parsed, $queues // 1, defined $opts->{listen_queues});
+    return map { open_address($_, $opts, $queues) } @parsed;
+}
+
+# Sockets per TCP address: the count asked for, fewer by default when the
+# addresses would pass what a worker can watch (NW_MAX_LISTENERS); asked
+# for explicitly, that is a one-line error.
+sub listen_queues {
+    my ($parsed, $queues, $explicit) = @_;
+    my $max = Narwhal::Limits::MAX_LISTENERS();
+    my $tcp = grep { !$_->{path} } @$parsed;
+    my $unix = @$parsed - $tcp;
+    my $room = $tcp ? int(($max - $unix) / $tcp) : $queues;
+    die "--listen: " . @$parsed . " addresses are more than the $max listeners a worker watches\n"
+        if $unix + $tcp > $max;
+    die "--listen-queues $queues: $tcp TCP addresses with $queues sockets each and $unix unix "
+        . "sockets are more than the $max listeners a worker watches\n"
+        if $explicit && $queues > $room;
+    return $queues < $room ? $queues : $room;
+}
+
+# One address: a unix socket, or a TCP address as $queues sockets on one
+# port with SO_REUSEPORT, each with its own accept queue (DESIGN.md, "Listen
+# queues"); all but the first are marked as its siblings. Unless
+# --reuse-port asks to share the port, it is bound once without
+# SO_REUSEPORT first, so that a port something listens on is refused.
+sub open_address {
+    my ($spec, $opts, $queues) = @_;
+    return open_one($spec, $opts) if $spec->{path} || $queues <= 1;
+    my $port = $opts->{reuse_port} ? $spec->{port} : _probe_port($spec);
+    my $shared = { %$opts, reuse_port => 1 };
+    my $first = open_one({ %$spec, port => $port }, $shared);
+    my @siblings = map { open_one({ %$spec, port => $first->{port} }, $shared) } 2 .. $queues;
+    $_->{sibling} = 1 for @siblings;
+    return ($first, @siblings);
+}
+
+# The port a bind without SO_REUSEPORT gets (the one asked for, or the
+# kernel's pick for port 0); dies as open_one does when it is taken.
+sub _probe_port {
+    my ($spec) = @_;
+    my $probe = IO::Socket::IP->new(
+        LocalHost => $spec->{host}, LocalPort => $spec->{port}, ReuseAddr => 1, Proto => 'tcp',
+        ($spec->{host} =~ /:/ ? (V6Only => 1) : ()),
+    ) or die "cannot listen on $spec->{host}:$spec->{port}: $@\n";
+    my $port = $probe->sockport;
+    close $probe;
+    return $port;
+}
+
+# The addresses, once each (a TCP address's sibling queues are not named).
+sub addresses {
+    my (@listeners) = @_;
+    return map { describe($_) } grep { !$_->{sibling} } @listeners;
 }
 
 # The listen queue length when --backlog is not given.

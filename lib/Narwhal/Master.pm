@@ -68,16 +68,16 @@ sub run {
     $self->_signals;
     Narwhal::open_error_log($o);
     $self->{ids} = _user_ids($o);
-    $self->{listeners} ||= [ Narwhal::Listener::open_all($o) ];
+    $self->{accepting} = _accepting_count($o);
+    $self->{listeners} ||= [ Narwhal::Listener::open_all($o, $self->_listen_queues) ];
     $self->{status_listener} = _open_status_listener($o) if defined $o->{status_listen};
     $self->_create_access_log;
     $self->{pool} = $o->{min_workers};     # (undef: a fixed pool of --max-workers)
-    $self->{accepting} = _accepting_count($o);
     $self->_open_scoreboard;
     $self->_start_manager if _wants_manager($o);    # before the app: it must not carry it
     $self->_prepare_app;
     $self->_write_pid;
-    $0 = "narwhal master " . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} });
+    $0 = "narwhal master " . join(' ', Narwhal::Listener::addresses(@{ $self->{listeners} }));
     $self->_announce;
     $self->_warn_open_proxy;
     $self->_warn_blind_pool;
@@ -94,6 +94,17 @@ sub _accepting_count {
     my ($o) = @_;
     return 0 unless _wants_manager($o);
     return $o->{accepting_workers} // Narwhal::Master::cpu_count();
+}
+
+# Sockets per TCP address (DESIGN.md, "Listen queues"): one for each
+# accepting worker, at most LISTEN_QUEUES_DEFAULT_MAX, unless said.
+sub _listen_queues {
+    my $self = shift;
+    my $o = $self->{options};
+    return $o->{listen_queues} if defined $o->{listen_queues};
+    my $accepting = $self->{accepting} || $o->{max_workers};
+    my $max = Narwhal::Limits::LISTEN_QUEUES_DEFAULT_MAX();
+    return $accepting < $max ? $accepting : $max;
 }
 
 sub _wants_manager {
@@ -223,7 +234,8 @@ sub _place_manager_descriptors {
 
 sub _manager_descriptor_args {
     my ($self, $to) = @_;
-    my @listeners = map { $to->{$_}[1] } sort grep { /^listener/ } keys %$to;
+    my @listeners = map { $to->{"listener$_"}[1] }
+                    sort { $a <=> $b } map { /^listener(\d+)$/ ? $1 : () } keys %$to;
     return ('--scoreboard-fd', $to->{scoreboard}[1], '--serve-reader-fd', $to->{reader}[1],
             ($to->{status} ? ('--status-fd', $to->{status}[1]) : ()),
             (@listeners ? ('--listener-fds', join ',', @listeners) : ()));
@@ -392,7 +404,7 @@ sub _sleep {
 sub _announce {
     my $self = shift;
     my $first = $self->{listeners}[0];
-    my @where = map { Narwhal::Listener::describe($_) } @{ $self->{listeners} };
+    my @where = Narwhal::Listener::addresses(@{ $self->{listeners} });
     my $o = $self->{options};
     my $pool = defined $o->{min_workers} ? " (an elastic pool of $o->{min_workers} to $o->{max_workers})"
                                          : '';
@@ -441,7 +453,7 @@ sub _tend_ready {
     return if ($self->{notified} // '') eq $state || $state ne 'ready';
     $self->{notified} = $state;
     $self->_notify(READY => 1, STATUS => "$ready worker(s) serving on "
-                   . join(' ', map { Narwhal::Listener::describe($_) } @{ $self->{listeners} })
+                   . join(' ', Narwhal::Listener::addresses(@{ $self->{listeners} }))
                    . ($self->{manager} ? ', with the connection manager' : ''));
 }
 
@@ -451,7 +463,7 @@ sub _warn_open_proxy {
     my $self = shift;
     my $o = $self->{options};
     return unless $o->{proxy_protocol} && !@{ $o->{proxy_from} || [] };
-    my @tcp = map { Narwhal::Listener::describe($_) } grep { !defined $_->{path} } @{ $self->{listeners} };
+    my @tcp = Narwhal::Listener::addresses(grep { !defined $_->{path} } @{ $self->{listeners} });
     return unless @tcp;
     Narwhal::log_line(warn => "--proxy-protocol without --proxy-from: any client that can reach @tcp "
         . "can send its own PROXY header and so choose the REMOTE_ADDR the app sees; give the "

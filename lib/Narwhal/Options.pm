@@ -68,7 +68,21 @@ my @TABLE = (
            . 'caps any larger value), and at least ' . Narwhal::Listener::MIN_DEFAULT_BACKLOG()
            . ': a burst of new connections beyond it is answered with SYN cookies or, when the '
            . 'queue of completed connections overflows, dropped (the client retries after a '
-           . 'second). See "Bursts of new connections" in F<docs/PERFORMANCE.md>.' },
+           . 'second). Each of an address\'s C<--listen-queues> sockets has a queue this long. See '
+           . '"Bursts of new connections" in F<docs/PERFORMANCE.md>.' },
+    { name => 'listen_queues', type => 'count', min => 1, max => _c('MAX_LISTENERS'),
+      group => 'Listening', arg => 'N',
+      help => 'sockets (accept queues) per TCP address (default: the accepting workers, at most '
+          . _c('LISTEN_QUEUES_DEFAULT_MAX') . ')',
+      pod => 'How many sockets each TCP address Narwhal binds gets, on the same port with '
+           . 'C<SO_REUSEPORT>: the kernel spreads new connections over them and each has its own '
+           . 'queue of C<--backlog>, so a burst of new clients has that many times the room '
+           . 'before the kernel drops any. Every accepting worker watches every one of them. By '
+           . 'default the number of accepting workers (the whole pool when every worker '
+           . 'accepts), at most ' . _c('LISTEN_QUEUES_DEFAULT_MAX') . '; 1: one socket per '
+           . 'address. Without C<--reuse-port> the port is still refused when something else '
+           . 'listens on it. Sockets from Server::Starter or systemd and unix sockets keep one '
+           . 'queue each. See "Listen queues" in F<docs/DESIGN.md>.' },
 
     { name => 'max_workers', alias => ['workers'], type => 'count', default => 4, min => 1,
       group => 'Workers', arg => 'N', help => 'worker processes (with --min-workers: at most)' },
