@@ -145,6 +145,7 @@ static void *take_slot(nw_park *p, int i, int unwatch)
     p->pending[i] = 0;
     p->hangup[i] = 0;
     p->item[i] = NULL;
+    memset(p->warm[i], 0, sizeof p->warm[i]);
     p->fd[i] = -1;
     p->free_pos[i] = p->nfree;
     p->free_slot[p->nfree++] = i;
@@ -154,6 +155,18 @@ static void *take_slot(nw_park *p, int i, int unwatch)
     return item;
 }
 
+/* The first ready slot at or after from (wrapping), or -1. */
+static int ready_from(const nw_park *p, int from)
+{
+    int end = p->used_slots;
+    if (from >= end)
+        from = 0;
+    const unsigned char *r = memchr(p->ready + from, 1, (size_t)(end - from));
+    if (!r)
+        r = memchr(p->ready, 1, (size_t)from);
+    return r ? (int)(r - p->ready) : -1;
+}
+
 void *nw_park_take_ready(nw_park *p, int *hangup)
 {
     *hangup = 0;
@@ -161,16 +174,22 @@ void *nw_park_take_ready(nw_park *p, int *hangup)
         return NULL;
     /* only as far as a slot was ever used: the free ones are taken from
      * the bottom, so a worker with a few connections scans a few bytes */
-    int end = p->used_slots, from = p->cursor < end ? p->cursor : 0;
-    const unsigned char *r = memchr(p->ready + from, 1, (size_t)(end - from));
-    if (!r)
-        r = memchr(p->ready, 1, (size_t)from);
-    if (!r)
+    int i = ready_from(p, p->cursor);
+    if (i < 0)
         return NULL;
-    int i = (int)(r - p->ready);
     p->cursor = i + 1;
     *hangup = p->hangup[i];
     return take_slot(p, i, 0);
+}
+
+void *nw_park_peek_ready(const nw_park *p, const void *const **warm)
+{
+    *warm = NULL;
+    int i = p->ready_count ? ready_from(p, p->cursor) : -1;
+    if (i < 0)
+        return NULL;
+    *warm = p->warm[i];
+    return p->item[i];
 }
 
 void *nw_park_take_expired(nw_park *p, nw_msec now, int everything)

@@ -24,6 +24,9 @@ typedef struct {
     uint32_t gen;
 } nw_park_watch;
 
+/* Pointers a slot keeps besides its item (nw_park_peek_ready). */
+#define NW_PARK_WARM 3
+
 typedef struct {
     int epfd;                           /* the worker's epoll set (not owned) */
     uint32_t event_base;                /* epoll data for slot i: event_base + i, gen[i] above */
@@ -42,6 +45,8 @@ typedef struct {
     int free_pos[NW_MAX_PARKED];        /* where a free slot is in that stack */
     uint32_t gen[NW_MAX_PARKED];        /* bumped when a slot gets a new registration */
     unsigned char ready[NW_MAX_PARKED]; /* 1: readable (its next request is arriving) */
+    const void *warm[NW_MAX_PARKED][NW_PARK_WARM]; /* the caller's: more of an item's
+                                         * memory, which nw_park_peek_ready names */
     unsigned char pending[NW_MAX_PARKED]; /* free slot: its last connection got an event */
     unsigned char hangup[NW_MAX_PARKED];  /* the peer's FIN (or an error) was among the
                                            * events since the connection was taken */
@@ -73,6 +78,12 @@ int nw_park_event(nw_park *p, uint64_t data, uint32_t events);
  * no edge of its own, so the caller must not count that connection as
  * drained after reading them. Returns its item, or NULL. */
 void *nw_park_take_ready(nw_park *p, int *hangup);
+
+/* The item nw_park_take_ready would take next, without taking it (NULL
+ * when none is ready), and its NW_PARK_WARM warm pointers (*warm NULL
+ * when none is ready; the slot's own, cleared when it is taken): for
+ * asking for their memory early. */
+void *nw_park_peek_ready(const nw_park *p, const void *const **warm);
 
 /* Take the oldest connection whose deadline has passed and that is not
  * readable, or any connection at all with everything. Its fd leaves the

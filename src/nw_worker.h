@@ -50,6 +50,7 @@ typedef struct {
     int socket_lent;                /* the app got a dup of the socket (psgix.io): it may
                                      * have read from it behind our back */
     void *owner;                    /* the caller's object for it (NULL: none yet) */
+    void *owner_mem;                /* ... and the memory it owns (only ever prefetched) */
     int handed_off;                 /* the manager has it (with the rest of a response) */
 } nw_wconn;
 

@@ -520,6 +520,7 @@ SV *nw_serve_conn_object(pTHX_ nw_xs_acceptor *a, nw_wconn *wc)
     SV *rv = newSV(0);
     sv_setref_pv(rv, "Narwhal::Conn", (void *)xc);
     wc->owner = SvRV(rv);
+    wc->owner_mem = xc;
     return rv;
 }
 

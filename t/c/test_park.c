@@ -426,9 +426,16 @@ static void test_round_robin(void)
     is(g_park.ready_count, 4, "rr: ready_count 4");
     is(nw_park_nearest(&g_park), g_c_until, "rr: nearest is #3's (the only one not ready)");
 
-    int seen[4] = { 0, 0, 0, 0 }, nulls = 0, strays = 0;
+    for (int k = 0; k < 4; k++)     /* (what the worker sets: its nw_conn) */
+        g_park.warm[slot_of(want[k]->fd)][0] = &want[k]->fd;
+    int seen[4] = { 0, 0, 0, 0 }, nulls = 0, strays = 0, peeked_right = 0, warm_right = 0;
     for (int k = 0; k < 4; k++) {
+        const void *const *warm;
+        void *next = nw_park_peek_ready(&g_park, &warm);
+        const void *warm0 = warm ? warm[0] : NULL;     /* (the take clears the slot's) */
         conn *got = take_ready();
+        peeked_right += next == got;
+        warm_right += got && warm0 == &got->fd;
         int hit = 0;
         for (int j = 0; j < 4; j++)
             if (got == want[j]) {
@@ -437,6 +444,13 @@ static void test_round_robin(void)
             }
         nulls += got == NULL;
         strays += got != NULL && !hit;
+    }
+    is(peeked_right, 4, "rr: peek_ready names the one taken next, each time");
+    is(warm_right, 4, "rr: ... with its warm pointer");
+    {
+        const void *const *warm = g_park.warm[0];
+        ok(nw_park_peek_ready(&g_park, &warm) == NULL && warm == NULL,
+           "rr: with none ready, peek_ready gives NULL, and no warm pointer");
     }
     is(nulls, 0, "rr: no NULL before all four are taken");
     is(strays, 0, "rr: only readable ones taken");
