@@ -236,6 +236,16 @@ my $sec_refusals = sub { SKIP: {
                     qr/--max-queue-wait needs the connection manager/ ],
                   [ "--status-listen on the app's listener",
                     [ '--listen', "127.0.0.1:$port", '--status-listen', "127.0.0.1:$port" ],
+                    qr/must not be one of the app's listeners/ ],
+                  # (the app's sockets have SO_REUSEPORT with --listen-queues:
+                  # the kernel no longer refuses a status listener that would
+                  # join them, and take the app's clients; nor with --reuse-port)
+                  [ "--status-listen on the app's --port, with two queues",
+                    [ '--port', $port, '--listen-queues', 2, '--status-listen', "127.0.0.1:$port" ],
+                    qr/must not be one of the app's listeners/ ],
+                  [ "--status-listen within the app's 0.0.0.0, with --reuse-port",
+                    [ '--listen', "0.0.0.0:$port", '--listen-queues', 1, '--reuse-port',
+                      '--status-listen', "127.0.0.1:$port" ],
                     qr/must not be one of the app's listeners/ ]) {
         my ($name, $args, $want) = @$case;
         my $r = run_cmd([ narwhal_cmd(), @$args, $APP ], timeout => 10);

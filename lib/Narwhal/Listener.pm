@@ -270,6 +270,18 @@ sub refuse_new {
     return $how >= 0;
 }
 
+# Whether two TCP listeners (or parsed specs) take the same clients: one
+# port, and one address, or one of them is its family's any-address
+# (0.0.0.0, ::) and the other of that family.
+sub overlaps {
+    my ($x, $y) = @_;
+    return 0 if $x->{path} || $y->{path} || !$x->{port} || $x->{port} != ($y->{port} // 0);
+    my ($hx, $hy) = map { lc $_->{host} } $x, $y;
+    return 1 if $hx eq $hy;
+    return 0 if ($hx =~ /:/) != ($hy =~ /:/);
+    return scalar grep { $_ eq '0.0.0.0' || $_ eq '::' } $hx, $hy;
+}
+
 # The part of the PSGI $env that is the same for every request on it.
 sub env_template {
     my ($l) = @_;

@@ -70,7 +70,8 @@ sub run {
     $self->{ids} = _user_ids($o);
     $self->{accepting} = _accepting_count($o);
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o, $self->_listen_queues) ];
-    $self->{status_listener} = _open_status_listener($o) if defined $o->{status_listen};
+    $self->{status_listener} = _open_status_listener($o, $self->{listeners})
+        if defined $o->{status_listen};
     $self->_create_access_log;
     $self->{pool} = $o->{min_workers};     # (undef: a fixed pool of --max-workers)
     $self->_open_scoreboard;
@@ -113,17 +114,31 @@ sub _wants_manager {
                              || defined $o->{status_listen} || $o->{max_queue_wait});
 }
 
-# The status pages' listener (--status-listen): opened here, with the app's,
-# and answered by the manager (DESIGN.md, "The operator layer").
+# The status pages' listener (--status-listen): opened here, after the
+# app's, and answered by the manager (DESIGN.md, "The operator layer").
+# Never one the app's clients could reach: the same address as an app
+# listener, or one within its 0.0.0.0 or [::], however spelled (--port
+# too). The kernel does not refuse it, as both have SO_REUSEPORT (the app's
+# with --listen-queues or --reuse-port): the status listener would join the
+# app's group, or take the clients of the address it names.
 sub _open_status_listener {
-    my ($o) = @_;
+    my ($o, $listeners) = @_;
     my $spec = Narwhal::Listener::parse_spec($o->{status_listen});
-    my $same = grep { Narwhal::Listener::describe($_) eq Narwhal::Listener::describe($spec) }
-               map { Narwhal::Listener::parse_spec($_) } @{ $o->{listen} || [] };
-    die "--status-listen must not be one of the app's listeners\n" if $same;
+    my $same = sub {
+        my ($l) = @_;
+        return 1 if grep { Narwhal::Listener::describe($_) eq Narwhal::Listener::describe($l) }
+                    map { Narwhal::Listener::parse_spec($_) } @{ $o->{listen} || [] };
+        return grep { Narwhal::Listener::overlaps($l, $_) } @$listeners;
+    };
+    die "--status-listen must not be one of the app's listeners\n" if $same->($spec);
     # SO_REUSEPORT: during a hand-over (Server::Starter, --reuse-port) the
     # new instance opens the same status address while the old one serves.
-    return Narwhal::Listener::open_one($spec, { backlog => STATUS_BACKLOG, reuse_port => 1 });
+    my $l = Narwhal::Listener::open_one($spec, { backlog => STATUS_BACKLOG, reuse_port => 1 });
+    if ($same->($l)) {     # (a name, "localhost", is known by its address once bound)
+        close $l->{handle};
+        die "--status-listen must not be one of the app's listeners\n";
+    }
+    return $l;
 }
 
 # The connection manager is a C program, exec'd so that it holds nothing of
