@@ -13,7 +13,7 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until n
 # before anyone can connect (and the README's nginx recipe, with Debian's
 # nginx running its workers as www-data), one listener however it is
 # spelled (plackup passes a path twice), --reuse-port, and a TCP address
-# as several sockets (--listen-queues). The eight parts
+# as several sockets (--listen-queues). The nine parts
 # below, each with servers of its own, run at once.
 
 my @NM = manager_fallback();
@@ -274,8 +274,39 @@ APP
         $s->stop;
     }
 };
+# 9. Two servers opening one port in the same instant (each with two
+# queues, neither with --reuse-port): the second is refused, rather than
+# joining the first's group. The first used to bind the port alone, close
+# it, then bind its group with SO_REUSEPORT: a second server that did the
+# same in between found the port free, and both shared it. (In this
+# process: the second starts while the first opens its second socket.)
+my $part_same_instant = sub {
+    require Narwhal::Listener;
+    require IO::Socket::IP;
+    my $spec = Narwhal::Listener::parse_spec('127.0.0.1:' . free_port());
+    my $opts = { backlog => 16 };
+    my ($calls, $second, $refused) = (0);
+    my $new = \&IO::Socket::IP::new;
+    no warnings 'redefine';
+    local *IO::Socket::IP::new = sub {
+        if (++$calls == 2) {
+            $second = eval { [ Narwhal::Listener::open_address({ %$spec }, $opts, 2) ] };
+            $refused = $@;
+        }
+        goto &$new;
+    };
+    my @first = eval { Narwhal::Listener::open_address({ %$spec }, $opts, 2) };
+    is(scalar @first, 2, 'the first server opens its two sockets');
+    ok(!$second, 'a second server starting in the same instant does not join them');
+    like($refused // '', qr/^cannot listen on 127\.0\.0\.1:$spec->{port}/, '... it is refused');
+    my $port0 = eval { [ Narwhal::Listener::open_address(Narwhal::Listener::parse_spec('127.0.0.1:0'),
+                                                         $opts, 3) ] } || [];
+    is(scalar(grep { $_->{port} && $_->{port} == $port0->[0]{port} } @$port0), 3,
+       'port 0: three sockets on the port the kernel picked');
+};
+
 sub have_ss { grep { -x "$_/ss" } split(/:/, $ENV{PATH}), '/usr/sbin', '/sbin' }
 
 in_parallel($part_mode, $part_refusals, $part_spellings, $part_reuse_port, $part_nginx, $part_backlog,
-            $part_queues, $part_many);
+            $part_queues, $part_many, $part_same_instant);
 done_testing();

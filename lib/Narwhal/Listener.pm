@@ -81,30 +81,19 @@ sub listen_queues {
 # One address: a unix socket, or a TCP address as $queues sockets on one
 # port with SO_REUSEPORT, each with its own accept queue (DESIGN.md, "Listen
 # queues"); all but the first are marked as its siblings. Unless
-# --reuse-port asks to share the port, it is bound once without
-# SO_REUSEPORT first, so that a port something listens on is refused.
+# --reuse-port asks to share the port, the first is bound without
+# SO_REUSEPORT, so that a port something listens on is refused, and gets it
+# only then, for its siblings: in one bind, which a second server starting
+# at the same instant cannot slip between (a probe bound and closed first
+# could be, and both would share the port).
 sub open_address {
     my ($spec, $opts, $queues) = @_;
     return open_one($spec, $opts) if $spec->{path} || $queues <= 1;
-    my $port = $opts->{reuse_port} ? $spec->{port} : _probe_port($spec);
+    my $first = open_one($spec, { %$opts, reuse_port => $opts->{reuse_port} ? 1 : 'after_bind' });
     my $shared = { %$opts, reuse_port => 1 };
-    my $first = open_one({ %$spec, port => $port }, $shared);
     my @siblings = map { open_one({ %$spec, port => $first->{port} }, $shared) } 2 .. $queues;
     $_->{sibling} = 1 for @siblings;
     return ($first, @siblings);
-}
-
-# The port a bind without SO_REUSEPORT gets (the one asked for, or the
-# kernel's pick for port 0); dies as open_one does when it is taken.
-sub _probe_port {
-    my ($spec) = @_;
-    my $probe = IO::Socket::IP->new(
-        LocalHost => $spec->{host}, LocalPort => $spec->{port}, ReuseAddr => 1, Proto => 'tcp',
-        ($spec->{host} =~ /:/ ? (V6Only => 1) : ()),
-    ) or die "cannot listen on $spec->{host}:$spec->{port}: $@\n";
-    my $port = $probe->sockport;
-    close $probe;
-    return $port;
 }
 
 # The addresses, once each (a TCP address's sibling queues are not named).
@@ -131,16 +120,24 @@ sub canonical {
     return $spec->{path} ? "unix:$spec->{path}" : lc($spec->{host}) . ":$spec->{port}";
 }
 
+# reuse_port in $opts: SO_REUSEPORT before the bind (1: join whoever
+# listens on the port with it), or 'after_bind' (bound alone, then open to
+# this server's further sockets: open_address).
 sub open_one {
     my ($spec, $opts) = @_;
     my $backlog = $opts->{backlog} // default_backlog();
     return _open_unix($spec, $backlog, $opts) if $spec->{path};
+    my $late = ($opts->{reuse_port} // '') eq 'after_bind';
     my $sock = IO::Socket::IP->new(
         LocalHost => $spec->{host}, LocalPort => $spec->{port},
-        Listen => $backlog, ReuseAddr => 1, Proto => 'tcp',
-        ($opts->{reuse_port} ? (ReusePort => 1) : ()),
+        ($late ? (Type => SOCK_STREAM) : (Listen => $backlog)), ReuseAddr => 1, Proto => 'tcp',
+        ($opts->{reuse_port} && !$late ? (ReusePort => 1) : ()),
         ($spec->{host} =~ /:/ ? (V6Only => 1) : ()),
     ) or die "cannot listen on $spec->{host}:$spec->{port}: $@\n";
+    if ($late) {
+        setsockopt($sock, SOL_SOCKET, Socket::SO_REUSEPORT(), 1) && listen($sock, $backlog)
+            or die "cannot listen on $spec->{host}:$spec->{port}: $!\n";
+    }
     return _tcp_listener($sock, "$spec->{host}:$spec->{port}");
 }
 
