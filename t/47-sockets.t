@@ -206,7 +206,7 @@ sub queued_on {    # per listening socket on the port: its accept queue
 }
 my $part_queues = sub {
     SKIP: {
-        missing('ss (iproute2) is not installed', 11) unless have_ss();
+        missing('ss (iproute2) is not installed', 12) unless have_ss();
         for my $queues (4, 1) {
             my $port = free_port();
             my $s = spawn_server(app => $APP, port => $port,
@@ -253,7 +253,7 @@ my $part_many = sub {
         my $app = write_app(<<'APP');
 sub {
     my $env = shift;
-    select(undef, undef, undef, 0.5) if $env->{PATH_INFO} eq '/hold';
+    select(undef, undef, undef, 1.5) if $env->{PATH_INFO} eq '/hold';
     [200, ['Content-Type' => 'text/plain'], ["port $env->{SERVER_PORT}\n"]];
 }
 APP
@@ -264,7 +264,9 @@ APP
         my $last = $ports[-1];
         my $hold = raw_connect($s->port);
         syswrite($hold, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
-        sleep 0.1;      # (the worker is on /hold: the manager takes the next client)
+        # (the worker is on /hold: the manager takes the next client; a
+        # fixed wait let the worker take it, on a busy machine, after /hold)
+        wait_until(sub { (NarwhalTest::metrics_of($sport)->{narwhal_manager_accepting} // 0) == 1 }, 5);
         my $c = raw_connect($last);
         syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         my $r = read_response($c, 10);
