@@ -82,6 +82,7 @@ sub run {
     $self->_announce;
     $self->_warn_open_proxy;
     $self->_warn_blind_pool;
+    $self->_warn_unmanaged_queues;
     $self->_wake_on_signals;    # (again: the app's loading may have touched %SIG)
     $self->_manage;
     $self->_cleanup;
@@ -98,11 +99,15 @@ sub _accepting_count {
 }
 
 # Sockets per TCP address (DESIGN.md, "Listen queues"): one for each
-# accepting worker, at most LISTEN_QUEUES_DEFAULT_MAX, unless said.
+# accepting worker, at most LISTEN_QUEUES_DEFAULT_MAX, unless said. One
+# without the manager: a wake-up a worker takes and leaves (two queues
+# reported, one served) has nobody to pass it on, and its client waits
+# for that worker's request while another worker is idle.
 sub _listen_queues {
     my $self = shift;
     my $o = $self->{options};
     return $o->{listen_queues} if defined $o->{listen_queues};
+    return 1 unless _wants_manager($o);
     my $accepting = $self->{accepting} || $o->{max_workers};
     my $max = Narwhal::Limits::LISTEN_QUEUES_DEFAULT_MAX();
     return $accepting < $max ? $accepting : $max;
@@ -494,6 +499,15 @@ sub _warn_blind_pool {
                   && !grep { $_->{is_tcp} } @{ $self->{listeners} };
     Narwhal::log_line(warn => "--min-workers with --no-manager on unix sockets only: no waiting "
         . "request can be seen, so the pool stays at $self->{pool} workers");
+}
+
+# --listen-queues asked for without the manager (see _listen_queues).
+sub _warn_unmanaged_queues {
+    my $self = shift;
+    return if $self->{manager} || !grep { $_->{sibling} } @{ $self->{listeners} };
+    Narwhal::log_line(warn => "--listen-queues $self->{options}{listen_queues} without the connection "
+        . "manager: a client on one queue may wait for a busy worker that epoll told of it while "
+        . "another worker is idle (nothing passes it on); 1 is the default here");
 }
 
 # Connections the workers refused under --proxy-protocol (a bad header, a
