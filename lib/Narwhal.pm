@@ -159,14 +159,15 @@ C<SO_REUSEPORT>: the kernel spreads new connections over them and each has
 its own queue of C<--backlog>, so a burst of new clients has that many times
 the room before the kernel drops any. Every accepting worker watches every
 one of them. By default the number of accepting workers (the whole pool when
-every worker accepts), at most 4, and 1 when the connection manager does not
-run (C<--no-manager>, or C<--disable-keepalive> without C<--status-listen> or
-C<--max-queue-wait>): a worker that epoll tells of two queues serves one
-client, and only the manager passes on the other, which would otherwise wait
-for that worker while another is idle. 1: one socket per address. Without
-C<--reuse-port> the port is still refused when something else listens on it.
-Sockets from Server::Starter or systemd and unix sockets keep one queue each.
-See "Listen queues" in F<docs/DESIGN.md>. At least C<1>. At most C<63>.
+every worker accepts; never more than C<--max-workers>), at most 4, and 1
+when the connection manager does not run (C<--no-manager>, or
+C<--disable-keepalive> without C<--status-listen> or C<--max-queue-wait>): a
+worker that epoll tells of two queues serves one client, and only the manager
+passes on the other, which would otherwise wait for that worker while another
+is idle. 1: one socket per address. Without C<--reuse-port> the port is still
+refused when something else listens on it. Sockets from Server::Starter or
+systemd and unix sockets keep one queue each. See "Listen queues" in
+F<docs/DESIGN.md>. At least C<1>. At most C<63>.
 
 =item --proxy-protocol
 

@@ -206,7 +206,7 @@ sub queued_on {    # per listening socket on the port: its accept queue
 }
 my $part_queues = sub {
     SKIP: {
-        missing('ss (iproute2) is not installed', 16) unless have_ss();
+        missing('ss (iproute2) is not installed', 17) unless have_ss();
         for my $queues (4, 1) {
             my $port = free_port();
             my $s = spawn_server(app => $APP, port => $port,
@@ -242,6 +242,12 @@ my $part_queues = sub {
         my $want = NarwhalTest::managed() ? 3 : 1;   # (without the manager: one, below)
         is(scalar(() = queued_on($port)), $want, "by default, one socket per accepting worker ($want)");
         like($s->log_text, qr/listening on 127\.0\.0\.1:$port with/, 'the start line names the address once');
+        $s->stop;
+        # (--accepting-workers defaults to the CPUs: never more queues than workers)
+        $port = free_port();
+        $s = spawn_server(app => $APP, port => $port, args => [ @NM, '--max-workers', 1,
+                                                                '--accepting-workers', 3 ]);
+        is(scalar(() = queued_on($port)), 1, 'one worker, three accepting asked for: one socket');
         $s->stop;
         # Without the connection manager (--no-manager, or none needed:
         # --disable-keepalive) a wake-up a worker took and left (two

@@ -108,7 +108,10 @@ sub _listen_queues {
     my $o = $self->{options};
     return $o->{listen_queues} if defined $o->{listen_queues};
     return 1 unless _wants_manager($o);
+    # (--accepting-workers defaults to the CPUs, which may be more than
+    # the pool: a queue no worker stands for only loses the arrival order)
     my $accepting = $self->{accepting} || $o->{max_workers};
+    $accepting = $o->{max_workers} if $accepting > $o->{max_workers};
     my $max = Narwhal::Limits::LISTEN_QUEUES_DEFAULT_MAX();
     return $accepting < $max ? $accepting : $max;
 }

@@ -79,7 +79,7 @@ my @TABLE = (
            . 'queue of C<--backlog>, so a burst of new clients has that many times the room '
            . 'before the kernel drops any. Every accepting worker watches every one of them. By '
            . 'default the number of accepting workers (the whole pool when every worker '
-           . 'accepts), at most ' . _c('LISTEN_QUEUES_DEFAULT_MAX') . ', and 1 when the '
+           . 'accepts; never more than C<--max-workers>), at most ' . _c('LISTEN_QUEUES_DEFAULT_MAX') . ', and 1 when the '
            . 'connection manager does not run (C<--no-manager>, or C<--disable-keepalive> without '
            . 'C<--status-listen> or C<--max-queue-wait>): a worker that epoll tells of two queues '
            . 'serves one client, and only the manager passes on the other, which would otherwise '
