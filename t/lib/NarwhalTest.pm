@@ -51,7 +51,12 @@ sub tmpdir { $TMP ||= File::Temp::tempdir('narwhal-test-XXXXXX', TMPDIR => 1, CL
 # thousands of local ports a second, and one of them could hold it before
 # the server binds it (the server then fails, and a start-up probe would
 # reach somebody else's listener).
+# Never one this process drew before: a server's --status-listen port and
+# the port spawn_server draws for it are both free until the server binds
+# them, and were sometimes the same ("--status-listen must not be one of
+# the app's listeners"). (A forked part keeps its parent's.)
 my $SEEDED_IN = 0;
+my %DRAWN;
 sub free_port {
     # (forked parts of a test would otherwise draw the same numbers)
     ($SEEDED_IN, undef) = ($$, srand()) if $SEEDED_IN != $$;
@@ -59,6 +64,7 @@ sub free_port {
     my $top = ($low && $low > 20000 ? $low : 32768) - 1;
     for (1 .. 200) {
         my $port = 10000 + int(rand($top - 10000 + 1));
+        next if $DRAWN{$port}++;
         my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port,
                                       Listen => 1, ReuseAddr => 1) or next;
         close $s;
