@@ -204,6 +204,11 @@ sub queued_on {    # per listening socket on the port: its accept queue
     my ($port) = @_;
     return map { (split ' ')[1] } grep { /127\.0\.0\.1:$port\s/ } `ss -Hltn 2>/dev/null`;
 }
+sub sockets_on {   # how many listen on server $s's port, once it has a worker
+    my ($s, $port) = @_;    # (a connect answers once the first socket listens,
+    wait_until(sub { NarwhalTest::worker_pids($s->pid) }, 10);  # a moment before the
+    return scalar(() = queued_on($port));                        # others are opened)
+}
 my $part_queues = sub {
     SKIP: {
         missing('ss (iproute2) is not installed', 17) unless have_ss();
@@ -212,7 +217,7 @@ my $part_queues = sub {
             my $s = spawn_server(app => $APP, port => $port,
                                  args => [ '--no-manager', '--max-workers', 2, '--backlog', 16,
                                            '--listen-queues', $queues ]);
-            is(scalar(() = queued_on($port)), $queues, "--listen-queues $queues: as many sockets on the port");
+            is(sockets_on($s, $port), $queues, "--listen-queues $queues: as many sockets on the port");
             my @w;
             wait_until(sub { (@w = NarwhalTest::worker_pids($s->pid)) == 2 }, 10);
             is(scalar(() = $s->log_text =~ /warn: --listen-queues \d+ without the connection manager/g),
@@ -240,14 +245,14 @@ my $part_queues = sub {
         my $port = free_port();
         my $s = spawn_server(app => $APP, port => $port, args => [ @NM, '--accepting-workers', 3 ]);
         my $want = NarwhalTest::managed() ? 3 : 1;   # (without the manager: one, below)
-        is(scalar(() = queued_on($port)), $want, "by default, one socket per accepting worker ($want)");
+        is(sockets_on($s, $port), $want, "by default, one socket per accepting worker ($want)");
         like($s->log_text, qr/listening on 127\.0\.0\.1:$port with/, 'the start line names the address once');
         $s->stop;
         # (--accepting-workers defaults to the CPUs: never more queues than workers)
         $port = free_port();
         $s = spawn_server(app => $APP, port => $port, args => [ @NM, '--max-workers', 1,
                                                                 '--accepting-workers', 3 ]);
-        is(scalar(() = queued_on($port)), 1, 'one worker, three accepting asked for: one socket');
+        is(sockets_on($s, $port), 1, 'one worker, three accepting asked for: one socket');
         $s->stop;
         # Without the connection manager (--no-manager, or none needed:
         # --disable-keepalive) a wake-up a worker took and left (two
@@ -257,7 +262,7 @@ my $part_queues = sub {
         for my $no ([ '--no-manager' ], [ '--disable-keepalive' ]) {
             my $p = free_port();
             my $n = spawn_server(app => $APP, port => $p, args => [ @$no, '--max-workers', 3 ]);
-            is(scalar(() = queued_on($p)), 1, "@$no: by default one socket per address");
+            is(sockets_on($n, $p), 1, "@$no: by default one socket per address");
             $n->stop;
         }
     }
