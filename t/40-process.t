@@ -587,7 +587,7 @@ my $sec_i = sub { {
     my $lsock = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
                                       Listen => 128, ReuseAddr => 1) or die "listen: $!";
     my $port = $lsock->sockport;
-    my $s = server(port => $port, no_listen => 1, args => [ '--max-workers', '2' ],
+    my $s = server(port => $port, no_listen => 1, args => [ '--max-workers', '2', '--listen-queues', 2 ],
                    env => { LISTEN_FDS => 1 },
                    # Raw descriptors only: whatever fd 3 was in this process (an
                    # inherited lock, the listener itself) becomes a copy of the
@@ -609,6 +609,8 @@ my $sec_i = sub { {
     is($res->{status}, 200, 'socket activation: requests on the passed socket work');
     like($res->{content}, qr/fds=none/, 'LISTEN_FDS is not passed on to the app');
     like($s->log_text, qr/listening on 127\.0\.0\.1:$port/, 'the master uses the passed socket');
+    like($s->log_text, qr/warn: --listen-queues does not apply to sockets from Server::Starter or systemd/,
+         '... and says that --listen-queues does not apply to it');
     ok(wait_workers($s, 2), 'with its workers');
     is($s->stop, 0, 'socket activation: stops with status 0');
 }};

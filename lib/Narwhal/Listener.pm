@@ -52,7 +52,12 @@ sub _port {
 sub open_all {
     my ($opts, $queues) = @_;
     my @inherited = inherited();
-    return @inherited if @inherited;
+    if (@inherited) {
+        Narwhal::log_line(warn => "--listen-queues does not apply to sockets from Server::Starter "
+                                  . "or systemd: each stays one queue")
+            if defined $opts->{listen_queues};
+        return @inherited;
+    }
     my @specs = @{ $opts->{listen} || [] };
     @specs = (($opts->{host} // DEFAULT_HOST) . ':' . ($opts->{port} // DEFAULT_PORT))
         unless @specs;
