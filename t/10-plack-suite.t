@@ -3,7 +3,7 @@ use warnings;
 use Test::More;
 use Test2::IPC;    # (the shapes run in processes of their own)
 use lib 't/lib';
-use NarwhalTest qw(raw_connect read_response tmpdir in_parallel);
+use NarwhalTest qw(raw_connect read_response tmpdir in_parallel free_port);
 # The servers here start in this process's children, not through
 # spawn_server: the short stop timings spawn_server gives its servers
 # (NarwhalTest's TEST_TIMING) are set here, before Narwhal's modules read
@@ -34,6 +34,11 @@ sub run_suite {
     my ($c) = @_;
     my $sock = $c->{unix} ? tmpdir() . "/suite-$$-" . int(rand 1e6) . ".sock" : undef;
     no warnings 'redefine';
+    # Test::TCP takes the kernel's pick of a free port, from the range the
+    # suite's clients take their local ports from by the thousand: one of
+    # them held it once before the server bound it ("cannot listen ...
+    # Address already in use"). free_port draws below that range.
+    local *Test::TCP::empty_port = sub { free_port() };
     local *Plack::LWPish::request = sub { raw_client($c, $sock, $_[1]) }
         if $c->{unix} || $c->{version};
     Plack::Test::Suite->run_server_tests(sub {
