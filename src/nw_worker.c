@@ -376,11 +376,12 @@ static void custody_drop_waiting(nw_worker *w)
 
 /* ---- parking ------------------------------------------------------- */
 
-/* A readable parked connection, or NULL. */
+#define CACHE_LINE 64    /* bytes (x86-64, and most of the rest) */
+
 /* Ask the CPU for n bytes at p, a cache line at a time. */
 static void prefetch_bytes(const void *p, size_t n)
 {
-    for (size_t off = 0; off < n; off += 64)
+    for (size_t off = 0; off < n; off += CACHE_LINE)
         __builtin_prefetch((const char *)p + off);
 }
 
@@ -402,8 +403,8 @@ static void prefetch_ready(nw_worker *w)
     __builtin_prefetch(warm[2]);
 }
 
-/* The pointers prefetch_ready asks for (a NULL one is not asked for:
- * prefetching it is harmless, but pointless). */
+/* The pointers prefetch_ready asks for. The owner's are NULL until the
+ * connection is first served (an adopted one): a prefetch never faults. */
 static void keep_warm(nw_worker *w, nw_wconn *wc)
 {
     const void **warm = w->park.warm[wc->watch.slot];
@@ -412,6 +413,7 @@ static void keep_warm(nw_worker *w, nw_wconn *wc)
     warm[2] = wc->owner_mem;
 }
 
+/* A readable parked connection, or NULL. */
 static nw_wconn *take_parked(nw_worker *w)
 {
     int hangup;
