@@ -310,6 +310,9 @@ Narwhal::Listener - opening and inheriting listening sockets
 Parses C<--listen> values, opens TCP (IPv4, IPv6) and unix-domain listeners,
 and picks up sockets passed by Server::Starter (C<SERVER_STARTER_PORT>) or
 systemd socket activation (C<LISTEN_FDS>, C<LISTEN_PID>). TCP listeners get
-C<TCP_NODELAY> and, on Linux, C<TCP_DEFER_ACCEPT>.
+C<TCP_NODELAY> and, on Linux, C<TCP_DEFER_ACCEPT>. A TCP address this
+server binds itself is C<--listen-queues> sockets on one port with
+C<SO_REUSEPORT>, the first bound alone so that a port in use is refused
+(F<docs/DESIGN.md>, "Listen queues"); C<addresses> names each address once.
 
 =cut
