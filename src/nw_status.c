@@ -462,7 +462,8 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
         if (m->listener[i].known)
             r |= put(o, "narwhal_listen_queue_length{listener=\"%s\"} %u\n",
                      m->listener[i].address, m->listener[i].queue);
-    r |= metric_head(o, "narwhal_listen_queue_limit", "gauge", "A listener's backlog (the sum of an address's queues' backlogs).");
+    r |= metric_head(o, "narwhal_listen_queue_limit", "gauge",
+                     "A listener's backlog (the sum of an address's queues' backlogs).");
     for (int i = 0; i < m->nlisteners; i++)
         if (m->listener[i].known)
             r |= put(o, "narwhal_listen_queue_limit{listener=\"%s\"} %u\n",
