@@ -439,7 +439,7 @@ int nw_conn_read_body(nw_conn *c)
     return r;
 }
 
-void nw_conn_finish_request(nw_conn *c)
+void nw_conn_finish_request(nw_conn *c, nw_msec now)
 {
     nw_conn_reclaim(c);
     nw_buf_consume(&c->in, c->consumed);
@@ -455,7 +455,7 @@ void nw_conn_finish_request(nw_conn *c)
     c->request_id_len = 0;
     memset(&c->req, 0, sizeof c->req);  /* its pointers were into bytes now consumed */
     c->out_framing = 0;
-    c->idle_deadline = nw_deadline_in(c->cfg.keepalive_timeout);
+    c->idle_deadline = nw_deadline_at(now, c->cfg.keepalive_timeout);
 }
 
 int nw_conn_send_raw(nw_conn *c, const char *p, size_t len)

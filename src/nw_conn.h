@@ -168,8 +168,9 @@ int nw_conn_finish_rest(nw_conn *c);
 /* Read the whole body (answering 100-continue first when asked). */
 int nw_conn_read_body(nw_conn *c);
 
-/* Forget the current request, keep pipelined bytes, arm the idle deadline. */
-void nw_conn_finish_request(nw_conn *c);
+/* Forget the current request, keep pipelined bytes, arm the idle deadline
+ * (from now: the caller's reading of nw_now_ms as the request ended). */
+void nw_conn_finish_request(nw_conn *c, nw_msec now);
 
 /* FIN first, drain briefly, then close: a request crossing our close meets
  * end-of-stream (which clients retry) rather than a reset. */

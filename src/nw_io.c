@@ -34,6 +34,22 @@ uint64_t nw_now_us(void)
     return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+nw_msec nw_coarse_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (nw_msec)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+nw_msec nw_coarse_tick_ms(void)
+{
+    struct timespec res;
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) < 0)
+        return 10;      /* (the coarsest tick Linux has: HZ=100) */
+    nw_msec ms = (nw_msec)res.tv_sec * 1000 + (res.tv_nsec + 999999) / 1000000;
+    return ms > 0 ? ms : 1;
+}
+
 int64_t nw_wall_clock_ns(void)
 {
     struct timespec ts;
@@ -41,9 +57,14 @@ int64_t nw_wall_clock_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+nw_msec nw_deadline_at(nw_msec now, double seconds)
+{
+    return now + (nw_msec)(seconds * 1000.0 + 0.5);
+}
+
 nw_msec nw_deadline_in(double seconds)
 {
-    return nw_now_ms() + (nw_msec)(seconds * 1000.0 + 0.5);
+    return nw_deadline_at(nw_now_ms(), seconds);
 }
 
 int nw_io_wait(int fd, short events, nw_msec deadline)

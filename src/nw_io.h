@@ -22,6 +22,12 @@ typedef int64_t nw_msec;
 nw_msec nw_now_ms(void);
 /* The same clock in microseconds. */
 uint64_t nw_now_us(void);
+/* The same clock as of the kernel's last tick (CLOCK_MONOTONIC_COARSE):
+ * never ahead of nw_now_ms, up to nw_coarse_tick_ms (1 to 10 ms) behind,
+ * at a fifth of the cost of a precise reading. For a stamp that only a
+ * threshold of tens of milliseconds reads. */
+nw_msec nw_coarse_ms(void);
+nw_msec nw_coarse_tick_ms(void);    /* its resolution, rounded up (at least 1) */
 
 /* CLOCK_REALTIME in nanoseconds: the clock of the kernel's receive times. */
 int64_t nw_wall_clock_ns(void);
@@ -34,6 +40,7 @@ int64_t nw_wall_clock_ns(void);
 nw_msec nw_head_deadline(nw_msec started, size_t bytes, double base, double max,
                          double min_rate);
 nw_msec nw_deadline_in(double seconds);     /* now + seconds */
+nw_msec nw_deadline_at(nw_msec now, double seconds);    /* the same, from a reading taken */
 
 /* Wait until fd is ready for events (POLLIN/POLLOUT) or deadline.
  * Returns NW_IO_OK, NW_IO_TIMEOUT or NW_IO_INTERRUPTED. */

@@ -42,6 +42,7 @@ typedef struct {
     socklen_t peer_len;             /* 0 when unknown */
     nw_msec started;                /* the current request's head was complete then; 0 between requests */
     uint64_t started_us;            /* the same, in microseconds (its duration's start) */
+    nw_msec ended;                  /* the last request ended then; 0 once parked */
     uint32_t ready_ms;              /* from the manager (SERVE): its head was complete then
                                      * (monotonic ms mod 2^32), valid while queued is set */
     int queued;                     /* its next request waited in the manager's queue */
@@ -136,6 +137,8 @@ typedef struct nw_worker {
     nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
     const nw_scoreboard *board; /* the board it is in (the pool's parked counts), or NULL */
     nw_msec last_poll;          /* when epoll was last asked */
+    nw_msec looked;             /* when the main thread last looked for a connection
+                                 * (nw_worker_next), or polled since */
     int pid;                    /* this worker's process (custody frames name it) */
     nw_wconn *custody_wait[NW_CUSTODY_WAIT_MAX]; /* parked, their copies not sent yet */
     int ncustody_wait;
@@ -153,7 +156,9 @@ typedef struct nw_worker {
     int fork_locked;            /* the fork handler took lock */
     int watcher_quit;           /* set to make the watcher return */
     nw_msec evict_gave_up;      /* out_since of a round the watcher gave up on */
-    nw_msec out_since;          /* the main thread went out to serve then; 0: inside */
+    nw_msec out_since;          /* the main thread went out to serve then (or up to a
+                                 * coarse tick later: never earlier); 0: inside */
+    nw_msec coarse_tick;        /* nw_coarse_tick_ms */
     nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to let go */
     int nevicted;
     nw_wconn *kept;             /* taken by the watcher from a wake-up left, refused by the
@@ -287,6 +292,10 @@ void nw_worker_life_stop(nw_worker_life *life, int closing, int reason);
 /* A request's head and body are in: note the time (a slow request pauses
  * parking). */
 void nw_worker_request_started(nw_wconn *wc);
+
+/* Its response is written: now_us is the caller's reading of nw_now_us
+ * then, which parking it next uses rather than reading the clock again. */
+void nw_worker_request_ended(nw_wconn *wc, uint64_t now_us);
 
 /* The app took the socket (psgix.io): the manager lets go of its copy, so
  * that the app's close ends the connection as it would without custody. */

@@ -212,15 +212,14 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
 
 void nw_serve_end(pTHX_ nw_xs_conn *xc, SV *env_rv, int finish_conn)
 {
-    if (nw_xs_score_slot || nw_xs_access_log) {
-        uint64_t now = nw_now_us();
-        if (nw_xs_score_slot)
-            nw_scoreboard_request_end(nw_xs_score_slot, xc->c->status, xc->c->body_sent, now);
-        if (nw_xs_access_log)
-            nw_serve_log_request(aTHX_ xc, 1, now);
-    }
+    uint64_t now = nw_now_us();     /* (the one reading: the next deadlines use it too) */
+    nw_worker_request_ended(xc->wc, now);
+    if (nw_xs_score_slot)
+        nw_scoreboard_request_end(nw_xs_score_slot, xc->c->status, xc->c->body_sent, now);
+    if (nw_xs_access_log)
+        nw_serve_log_request(aTHX_ xc, 1, now);
     if (finish_conn)
-        nw_conn_finish_request(xc->c);
+        nw_conn_finish_request(xc->c, (nw_msec)(now / 1000));
     if (env_rv && SvROK(env_rv) && SvTYPE(SvRV(env_rv)) == SVt_PVHV)
         nw_env_recycle(aTHX_ xc->env, (HV *)SvRV(env_rv));
 }

@@ -277,12 +277,12 @@ static void test_park_and_come_back(void)
     nw_wconn *back = next_conn(r.w);
     ok(back == wc && back->owner == o, "readable: the same connection comes back, with its owner");
     is(nw_conn_read_head(back->c, 0, 1), NW_REQ_READY, "its request is read");
-    nw_conn_finish_request(back->c);
+    nw_conn_finish_request(back->c, nw_now_ms());
     say(s, "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n");
     struct pollfd p = { .fd = back->c->fd, .events = POLLIN };
     poll(&p, 1, WAIT_MS);
     is(nw_conn_read_head(back->c, 0, 1), NW_REQ_READY, "a second request");
-    nw_conn_finish_request(back->c);
+    nw_conn_finish_request(back->c, nw_now_ms());
     is(nw_worker_release(r.w, back, NW_RELEASE_QUANTUM), NW_RELEASE_KEPT,
        "quantum with nobody else waiting: kept");
     int s2 = client();
@@ -317,13 +317,62 @@ static void test_keepalive_with_bytes_is_kept(void)
     if (!ok(wc != NULL, "pipelined: a client"))
         return;
     is(nw_conn_read_head(wc->c, 1, 0), NW_REQ_READY, "first request read");
-    nw_conn_finish_request(wc->c);
+    nw_conn_finish_request(wc->c, nw_now_ms());
     ok(wc->c->in.len > 0, "the second is buffered");
     is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_KEPT,
        "keep-alive with the next request buffered: kept");
     close(s);                   /* (first: the stop's lingering close then ends at once) */
     nw_worker_release(r.w, wc, NW_RELEASE_STOP);
     caller_drop(wc);
+    rig_close(&r);
+}
+
+/* The clocks a request's path reads: the coarse one is never ahead of
+ * the precise one and at most a tick behind. */
+static void test_clocks(void)
+{
+    nw_msec tick = nw_coarse_tick_ms();
+    ok(tick >= 1 && tick <= 10, "the coarse clock's tick is 1 to 10 ms");
+    int behind_ok = 1;
+    for (int i = 0; i < 1000; i++) {
+        nw_msec coarse = nw_coarse_ms(), precise = nw_now_ms();
+        if (coarse > precise || precise - coarse > tick + 1)
+            behind_ok = 0;
+    }
+    ok(behind_ok, "the coarse clock is never ahead, at most a tick behind");
+    is((int)(nw_deadline_at(1000, 2.5) - 1000), 2500, "a deadline from a reading taken");
+}
+
+/* A request that took NW_PARK_SLOW_REQUEST_MS or more pauses parking:
+ * its duration counts (from its start to nw_worker_request_ended), not
+ * the time until the caller releases it. */
+static void test_slow_request_pauses_parking(void)
+{
+    rig r;
+    rig_open(&r, 5, 1);
+    int s = client();
+    nw_wconn *wc = next_conn(r.w);
+    if (!ok(wc != NULL, "slow request: a client"))
+        return;
+    nw_worker_request_started(wc);
+    nw_worker_request_ended(wc, nw_now_us());
+    usleep((NW_PARK_SLOW_REQUEST_MS + 20) * 1000);    /* (the caller is slow to release it) */
+    is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED,
+       "a quick request released late: parked");
+    caller_drop(wc);
+    say(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    wc = next_conn(r.w);
+    if (!ok(wc != NULL, "it comes back with a request"))
+        return;
+    is(nw_conn_read_head(wc->c, 0, 1), NW_REQ_READY, "its request is read");
+    nw_worker_request_started(wc);
+    usleep((NW_PARK_SLOW_REQUEST_MS + 20) * 1000);    /* (the app is slow) */
+    nw_worker_request_ended(wc, nw_now_us());
+    nw_conn_finish_request(wc->c, wc->ended);
+    is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_HANDED_OFF,
+       "a slow request: not parked, handed to the manager");
+    caller_drop(wc);
+    close(s);
     rig_close(&r);
 }
 
@@ -482,7 +531,7 @@ static void test_adoption(void)
         if (!wc)
             continue;
         if (wc->c->in.len > 0 || nw_conn_read_head(wc->c, 0, 0) == NW_REQ_READY) {
-            nw_conn_finish_request(wc->c);
+            nw_conn_finish_request(wc->c, nw_now_ms());
             served++;
         }
         parked += nw_worker_release(a.w, wc, NW_RELEASE_KEEPALIVE) == NW_RELEASE_PARKED;
@@ -502,7 +551,7 @@ static void test_adoption(void)
         ok(wc->peer_len > 0 && peer->sin_port == me.sin_port, "with its client's address");
         is(wc->c->requests, 1, "and its request count");
         is(nw_conn_read_head(wc->c, 0, 1), NW_REQ_READY, "the request that came meanwhile is read");
-        nw_conn_finish_request(wc->c);
+        nw_conn_finish_request(wc->c, nw_now_ms());
         say(s2, "GET /3 HTTP/1.1\r\nHost: x\r\n\r\n");
         is(nw_worker_release(b.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED, "parked in B now");
         caller_drop(wc);
@@ -703,7 +752,7 @@ static void test_adoption_wakeup_passed_on(void)
         }
         if (got) {
             is(nw_conn_read_head(got->c, 0, 1), NW_REQ_READY, "wake-up: N reads its request");
-            nw_conn_finish_request(got->c);
+            nw_conn_finish_request(got->c, nw_now_ms());
             nw_worker_release(n.w, got, NW_RELEASE_CLOSE);
             caller_drop(got);
         }
@@ -739,7 +788,7 @@ static int served_and_closed(rig *r, nw_wconn *wc)
     if (!wc)
         return 0;
     int ready = nw_conn_read_head(wc->c, 0, 1) == NW_REQ_READY;
-    nw_conn_finish_request(wc->c);
+    nw_conn_finish_request(wc->c, nw_now_ms());
     nw_worker_release(r->w, wc, NW_RELEASE_CLOSE);
     caller_drop(wc);
     return ready;
@@ -1392,6 +1441,8 @@ static void group_parking(void)
     test_accept_and_close();
     test_park_and_come_back();
     test_keepalive_with_bytes_is_kept();
+    test_clocks();
+    test_slow_request_pauses_parking();
     test_expiry_hands_off();
     test_standby();
     test_watcher_evicts_behind_a_slow_request();
