@@ -68,13 +68,7 @@ nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
     nw_conn *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    c->headers = calloc(cfg->parse.max_headers ? cfg->parse.max_headers : 1,
-                        sizeof *c->headers);
-    if (!c->headers) {
-        free(c);
-        return NULL;
-    }
-    c->fd = fd;
+    c->fd = fd;                 /* (bare: its buffers come with its first read) */
     c->is_tcp = is_tcp;
     c->cfg = *cfg;
     c->body_fd = -1;
@@ -105,6 +99,75 @@ static void rest_drop(nw_conn *c)
     c->rest_is_memfd = 0;
     c->rest_off = 0;
     c->rest_len = c->rest_counted = 0;
+}
+
+/* ---- buffers of idle connections (DESIGN.md) ---------------------------- */
+
+typedef struct {
+    nw_buf in, out;
+    nw_header *headers;
+    size_t headers_cap;         /* its entries */
+} buffer_set;
+
+static buffer_set spares[NW_SPARE_BUFFER_SETS];
+static int nspares;
+
+static size_t headers_wanted(const nw_conn *c)
+{
+    return c->cfg.parse.max_headers ? c->cfg.parse.max_headers : 1;
+}
+
+static void set_free(buffer_set *s)
+{
+    nw_buf_free(&s->in);
+    nw_buf_free(&s->out);
+    free(s->headers);
+}
+
+/* A buffer of the set for the connection's, unless it has its own
+ * (bytes that came with it from the manager). */
+static void take_buffer(nw_buf *mine, nw_buf *spare)
+{
+    if (mine->data)
+        nw_buf_free(spare);
+    else
+        *mine = *spare;
+}
+
+/* Before a bare connection's head is read: the set given back last, or a
+ * fresh header table (the buffers then grow as they are written). -1:
+ * out of memory. */
+static int furnish(nw_conn *c)
+{
+    while (nspares > 0) {
+        buffer_set s = spares[--nspares];
+        if (s.headers_cap >= headers_wanted(c)) {
+            take_buffer(&c->in, &s.in);
+            take_buffer(&c->out, &s.out);
+            c->headers = s.headers;
+            c->headers_cap = s.headers_cap;
+            return 0;
+        }
+        set_free(&s);   /* (another --max-headers: not for this process's connections) */
+    }
+    c->headers = calloc(headers_wanted(c), sizeof *c->headers);
+    c->headers_cap = headers_wanted(c);
+    return c->headers ? 0 : -1;
+}
+
+void nw_conn_idle_buffers(nw_conn *c)
+{
+    if (!c->headers || c->in.len > 0 || c->out.len > 0)
+        return;
+    buffer_set s = { c->in, c->out, c->headers, c->headers_cap };
+    if (nspares < NW_SPARE_BUFFER_SETS)
+        spares[nspares++] = s;
+    else
+        set_free(&s);
+    memset(&c->in, 0, sizeof c->in);
+    memset(&c->out, 0, sizeof c->out);
+    c->headers = NULL;
+    c->headers_cap = 0;
 }
 
 void nw_conn_destroy(nw_conn *c)
@@ -197,6 +260,8 @@ static int drop_empty_lines(nw_conn *c)
 
 int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
 {
+    if (!c->headers && furnish(c) < 0)
+        return head_error(c, 500);
     for (;;) {
         if (c->in.len > 0 && c->proxy_pending) {
             int r = read_proxy_header(c);

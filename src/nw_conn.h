@@ -69,7 +69,8 @@ typedef struct {
                                  * (CLOCK_REALTIME ns, SO_TIMESTAMPNS; 0: unknown) */
 
     nw_request req;
-    nw_header *headers;         /* cfg.parse.max_headers entries */
+    nw_header *headers;         /* cfg.parse.max_headers entries; NULL while bare (idle) */
+    size_t headers_cap;         /* its entries (at least cfg.parse.max_headers) */
     size_t head_len;
     nw_framing framing;
     int is_head_method;
@@ -171,6 +172,13 @@ int nw_conn_read_body(nw_conn *c);
 /* Forget the current request, keep pipelined bytes, arm the idle deadline
  * (from now: the caller's reading of nw_now_ms as the request ended). */
 void nw_conn_finish_request(nw_conn *c, nw_msec now);
+
+/* The connection waits for its next request with nothing buffered either
+ * way: its input buffer, response-head buffer and header table go to the
+ * process's spares (or are freed), and it is bare until its next read
+ * takes a set back (DESIGN.md, "Buffers of idle connections"). Nothing
+ * happens when bytes are buffered. The serving thread's only. */
+void nw_conn_idle_buffers(nw_conn *c);
 
 /* FIN first, drain briefly, then close: a request crossing our close meets
  * end-of-stream (which clients retry) rather than a reset. */

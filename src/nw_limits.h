@@ -31,6 +31,7 @@
 #define NW_READ_CHUNK                 16384   /* bytes asked of each read(2) */
 #define NW_WRITE_BUFFER_INITIAL       4096    /* status line + headers are built here */
 #define NW_IOV_BATCH                  64      /* iovecs per writev(2); well under IOV_MAX */
+#define NW_SPARE_BUFFER_SETS          8       /* idle connections' buffers kept for the next reads */
 
 /* Timeouts, in seconds (fractions allowed). All are deadlines. */
 #define NW_DEFAULT_TIMEOUT            300     /* one read or write making no progress */

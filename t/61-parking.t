@@ -389,6 +389,32 @@ push @parts, sub { subtest 'a recycled worker gives its connections to the other
     }
 } };
 
+push @parts, sub { subtest 'a parked connection holds no buffers' => sub {
+    # As it parks, a connection gives its input buffer (16 KiB, a page of
+    # it touched), response-head buffer and header table (3.2 KiB, zeroed)
+    # to the worker's spares (DESIGN.md, "Buffers of idle connections").
+    # Keeping them, 600 parked connections grew the worker by 9 KB each.
+    my ($srv, $metric) = server_with_status('--keepalive-wait' => 30);
+    my ($worker) = NarwhalTest::worker_pids($srv->pid);
+    my $rss = sub {
+        open(my $fh, '<', "/proc/$worker/status") or return 0;
+        local $/;
+        return (<$fh> =~ /^VmRSS:\s+(\d+)/m)[0];
+    };
+    my @warm = map { raw_connect($srv->port) } 1 .. 8;     # (first-use allocations)
+    request_on($_, '/warm') for @warm;
+    my $before = $rss->();
+    my @parked = map { raw_connect($srv->port) or die "connect: $!" } 1 .. 600;
+    my $answered = grep { my $r = request_on($_, '/p'); $r && $r->{status} == 200 } @parked;
+    is($answered, 600, '600 keep-alive clients answered');
+    ok(wait_until(sub { $metric->('narwhal_connections{state="parked"}') >= 600 }, 5),
+       'all of them parked in the worker');
+    my $per = ($rss->() - $before) / 600;
+    cmp_ok($per, '<', 4, sprintf('the worker grew %.1f KB a parked connection', $per));
+    my $r = request_on($parked[-1], '/again');
+    like($r && $r->{body}, qr{path=/again}, 'a parked one is served again, with buffers');
+} };
+
 push @parts, sub { subtest 'HUP: parked connections go to the new workers, not away' => sub {
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);

@@ -376,6 +376,67 @@ static void test_slow_request_pauses_parking(void)
     rig_close(&r);
 }
 
+/* Buffers of idle connections (DESIGN.md): a parked connection is bare,
+ * the next read takes the set given back last; bytes buffered keep theirs. */
+static void test_idle_buffers(void)
+{
+    rig r;
+    rig_open(&r, 5, 1);
+    int a = client();
+    nw_wconn *wa = next_conn(r.w);
+    if (!ok(wa != NULL, "idle buffers: a client"))
+        return;
+    say(a, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+    usleep(20000);
+    is(nw_conn_read_head(wa->c, 1, 0), NW_REQ_READY, "its request is read");
+    ok(wa->c->headers != NULL && wa->c->in.data != NULL, "reading furnished it");
+    const char *its_in = wa->c->in.data;
+    const nw_header *its_headers = wa->c->headers;
+    nw_conn_finish_request(wa->c, nw_now_ms());
+    is(nw_worker_release(r.w, wa, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED, "parked");
+    ok(wa->c->headers == NULL && wa->c->in.data == NULL && wa->c->out.data == NULL,
+       "parked: bare");
+    caller_drop(wa);
+
+    int b = client();
+    say(b, "GET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n");
+    usleep(20000);
+    nw_wconn *wb = next_conn(r.w);
+    if (!ok(wb != NULL && wb != wa, "another client"))
+        return;
+    is(nw_conn_read_head(wb->c, 1, 0), NW_REQ_READY, "its request is read");
+    ok(wb->c->in.data == its_in && wb->c->headers == its_headers,
+       "with the set the parked one gave back");
+    nw_conn_finish_request(wb->c, nw_now_ms());
+    nw_conn_idle_buffers(wb->c);
+    ok(wb->c->headers == its_headers && wb->c->in.len > 0, "a request buffered: it keeps its set");
+    is(nw_conn_read_head(wb->c, 1, 0), NW_REQ_READY, "... and reads it");
+    nw_worker_release(r.w, wb, NW_RELEASE_CLOSE);
+    caller_drop(wb);
+
+    /* bytes that came with a bare connection (from the manager) stay its own */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) < 0)
+        die("socketpair");
+    nw_conn_config cfg = test_worker_config();
+    nw_conn *given = nw_conn_new(sv[0], 0, &cfg), *bare = nw_conn_new(sv[1], 0, &cfg);
+    const char *req = "GET /d HTTP/1.1\r\nHost: x\r\n\r\n";
+    nw_buf_append(&bare->in, "x", 1);       /* (a furnished one to give back) */
+    bare->in.len = 0;
+    bare->headers = calloc(cfg.parse.max_headers, sizeof *bare->headers);
+    bare->headers_cap = cfg.parse.max_headers;
+    nw_conn_idle_buffers(bare);
+    nw_buf_append(&given->in, req, strlen(req));
+    const char *own = given->in.data;
+    is(nw_conn_read_head(given, 0, 1), NW_REQ_READY, "bytes it came with: read");
+    ok(given->in.data == own && given->headers != NULL, "in its own buffer, with a table");
+    nw_conn_destroy(given);
+    nw_conn_destroy(bare);
+    close(a);
+    close(b);
+    rig_close(&r);
+}
+
 static void test_expiry_hands_off(void)
 {
     rig r;
@@ -1443,6 +1504,7 @@ static void group_parking(void)
     test_keepalive_with_bytes_is_kept();
     test_clocks();
     test_slow_request_pauses_parking();
+    test_idle_buffers();
     test_expiry_hands_off();
     test_standby();
     test_watcher_evicts_behind_a_slow_request();
