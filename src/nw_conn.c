@@ -155,8 +155,13 @@ static int furnish(nw_conn *c)
     return c->headers ? 0 : -1;
 }
 
-void nw_conn_idle_buffers(nw_conn *c)
+void nw_conn_shed_buffers(nw_conn *c)
 {
+    if (c->fd < 0) {            /* closed: what is buffered is for nobody */
+        c->in.len = c->out.len = 0;
+        c->consumed = 0;
+        memset(&c->req, 0, sizeof c->req);  /* (its pointers were into c->in) */
+    }
     if (!c->headers || c->in.len > 0 || c->out.len > 0)
         return;
     buffer_set s = { c->in, c->out, c->headers, c->headers_cap };

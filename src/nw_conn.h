@@ -173,12 +173,14 @@ int nw_conn_read_body(nw_conn *c);
  * (from now: the caller's reading of nw_now_ms as the request ended). */
 void nw_conn_finish_request(nw_conn *c, nw_msec now);
 
-/* The connection waits for its next request with nothing buffered either
- * way: its input buffer, response-head buffer and header table go to the
- * process's spares (or are freed), and it is bare until its next read
- * takes a set back (DESIGN.md, "Buffers of idle connections"). Nothing
- * happens when bytes are buffered. The serving thread's only. */
-void nw_conn_idle_buffers(nw_conn *c);
+/* The connection needs no buffers for now (it waits for its next request
+ * with nothing buffered either way, or it is closed): its input buffer,
+ * response-head buffer and header table go to the process's spares (or
+ * are freed), and it is bare until its next read takes a set back
+ * (DESIGN.md, "Buffers of idle connections"). Nothing happens when bytes
+ * are buffered on an open connection; a closed one's are dropped. The
+ * serving thread's only. */
+void nw_conn_shed_buffers(nw_conn *c);
 
 /* FIN first, drain briefly, then close: a request crossing our close meets
  * end-of-stream (which clients retry) rather than a reset. */

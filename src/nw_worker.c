@@ -466,7 +466,7 @@ int nw_worker_park(nw_worker *w, nw_wconn *wc)
     if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, drained, &wc->watch) < 0)
         return -1;
     keep_warm(w, wc);
-    nw_conn_idle_buffers(wc->c);    /* (none is buffered: see above) */
+    nw_conn_shed_buffers(wc->c);    /* (none is buffered: see above) */
     if (w->ops.hold && wc->owner)   /* (an adopted one has none until it is served) */
         w->ops.hold(wc->owner);
     /* custody: the manager will hold a copy, so that this process's
@@ -816,6 +816,7 @@ static nw_release_result release(nw_worker *w, nw_wconn *wc, nw_release_reason w
             return close_gently(w, wc);   /* (an idle timeout has nothing unread) */
         unwatch(w, wc);
         nw_conn_close_fd(c);
+        nw_conn_shed_buffers(c);    /* (for the next connection) */
         return NW_RELEASE_CLOSED;
     }
     return NW_RELEASE_KEPT;

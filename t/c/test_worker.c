@@ -408,10 +408,12 @@ static void test_idle_buffers(void)
     ok(wb->c->in.data == its_in && wb->c->headers == its_headers,
        "with the set the parked one gave back");
     nw_conn_finish_request(wb->c, nw_now_ms());
-    nw_conn_idle_buffers(wb->c);
+    nw_conn_shed_buffers(wb->c);
     ok(wb->c->headers == its_headers && wb->c->in.len > 0, "a request buffered: it keeps its set");
     is(nw_conn_read_head(wb->c, 1, 0), NW_REQ_READY, "... and reads it");
-    nw_worker_release(r.w, wb, NW_RELEASE_CLOSE);
+    is(nw_worker_release(r.w, wb, NW_RELEASE_CLOSE), NW_RELEASE_CLOSED, "closed");
+    ok(wb->c->headers == NULL && wb->c->in.data == NULL && wb->c->req.method == NULL,
+       "closed: bare, its request forgotten");
     caller_drop(wb);
 
     /* bytes that came with a bare connection (from the manager) stay its own */
@@ -425,7 +427,7 @@ static void test_idle_buffers(void)
     bare->in.len = 0;
     bare->headers = calloc(cfg.parse.max_headers, sizeof *bare->headers);
     bare->headers_cap = cfg.parse.max_headers;
-    nw_conn_idle_buffers(bare);
+    nw_conn_shed_buffers(bare);
     nw_buf_append(&given->in, req, strlen(req));
     const char *own = given->in.data;
     is(nw_conn_read_head(given, 0, 1), NW_REQ_READY, "bytes it came with: read");
