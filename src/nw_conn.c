@@ -103,14 +103,7 @@ static void rest_drop(nw_conn *c)
 
 /* ---- buffers of idle connections (DESIGN.md) ---------------------------- */
 
-typedef struct {
-    nw_buf in, out;
-    nw_header *headers;
-    size_t headers_cap;         /* its entries */
-} buffer_set;
-
-static buffer_set spares[NW_SPARE_BUFFER_SETS];
-static int nspares;
+typedef struct nw_conn_buffer_set buffer_set;
 
 static size_t headers_wanted(const nw_conn *c)
 {
@@ -122,6 +115,12 @@ static void set_free(buffer_set *s)
     nw_buf_free(&s->in);
     nw_buf_free(&s->out);
     free(s->headers);
+}
+
+void nw_conn_spares_free(nw_conn_spares *s)
+{
+    while (s->count > 0)
+        set_free(&s->set[--s->count]);
 }
 
 /* A buffer of the set for the connection's, unless it has its own
@@ -139,8 +138,9 @@ static void take_buffer(nw_buf *mine, nw_buf *spare)
  * out of memory. */
 static int furnish(nw_conn *c)
 {
-    while (nspares > 0) {
-        buffer_set s = spares[--nspares];
+    nw_conn_spares *sp = c->spares;
+    while (sp && sp->count > 0) {
+        buffer_set s = sp->set[--sp->count];
         if (s.headers_cap >= headers_wanted(c)) {
             take_buffer(&c->in, &s.in);
             take_buffer(&c->out, &s.out);
@@ -148,7 +148,7 @@ static int furnish(nw_conn *c)
             c->headers_cap = s.headers_cap;
             return 0;
         }
-        set_free(&s);   /* (another --max-headers: not for this process's connections) */
+        set_free(&s);   /* (another --max-headers: not for this connection) */
     }
     c->headers = calloc(headers_wanted(c), sizeof *c->headers);
     c->headers_cap = headers_wanted(c);
@@ -165,8 +165,8 @@ void nw_conn_shed_buffers(nw_conn *c)
     if (!c->headers || c->in.len > 0 || c->out.len > 0)
         return;
     buffer_set s = { c->in, c->out, c->headers, c->headers_cap };
-    if (nspares < NW_SPARE_BUFFER_SETS)
-        spares[nspares++] = s;
+    if (c->spares && c->spares->count < NW_SPARE_BUFFER_SETS)
+        c->spares->set[c->spares->count++] = s;
     else
         set_free(&s);
     memset(&c->in, 0, sizeof c->in);

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include "nw_buf.h"
+#include "nw_limits.h"
 #include "nw_http.h"
 #include "nw_io.h"
 #include "nw_response.h"
@@ -52,6 +53,21 @@ void nw_conn_watch_offload(volatile int64_t *counter);
 #define NW_REQ_TIMEOUT (-22)  /* idle too long between requests: close quietly */
 #define NW_REQ_ERROR   (-23)  /* answer c->error_status and close */
 
+/* Buffers of idle connections (DESIGN.md): the sets that connections
+ * which needed none for now gave back, for the next ones to read into.
+ * Its owner's (a worker's): used by the thread that serves. */
+typedef struct {
+    int count;
+    struct nw_conn_buffer_set {
+        nw_buf in, out;
+        nw_header *headers;
+        size_t headers_cap;     /* its entries */
+    } set[NW_SPARE_BUFFER_SETS];
+} nw_conn_spares;
+
+/* Free the sets it holds. */
+void nw_conn_spares_free(nw_conn_spares *s);
+
 typedef struct {
     int fd;
     int is_tcp;
@@ -71,6 +87,8 @@ typedef struct {
     nw_request req;
     nw_header *headers;         /* cfg.parse.max_headers entries; NULL while bare (idle) */
     size_t headers_cap;         /* its entries (at least cfg.parse.max_headers) */
+    nw_conn_spares *spares;     /* where its buffers go while it needs none, and come
+                                 * from (NULL: freed, and allocated) */
     size_t head_len;
     nw_framing framing;
     int is_head_method;
@@ -175,11 +193,10 @@ void nw_conn_finish_request(nw_conn *c, nw_msec now);
 
 /* The connection needs no buffers for now (it waits for its next request
  * with nothing buffered either way, or it is closed): its input buffer,
- * response-head buffer and header table go to the process's spares (or
- * are freed), and it is bare until its next read takes a set back
+ * response-head buffer and header table go to c->spares (or are freed),
+ * and it is bare until its next read takes a set back
  * (DESIGN.md, "Buffers of idle connections"). Nothing happens when bytes
- * are buffered on an open connection; a closed one's are dropped. The
- * serving thread's only. */
+ * are buffered on an open connection; a closed one's are dropped. */
 void nw_conn_shed_buffers(nw_conn *c);
 
 /* FIN first, drain briefly, then close: a request crossing our close meets

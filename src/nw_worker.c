@@ -40,6 +40,7 @@ nw_wconn *nw_wconn_new(nw_worker *w, int index, int fd,
         return NULL;
     }
     c->listener = index;
+    c->spares = &w->spares;
     wc->c = c;
     wc->worker = w;
     if (plen > 0 && plen <= sizeof wc->peer) {
@@ -1428,6 +1429,7 @@ void nw_worker_free(nw_worker *w)
     if (w->adopt_out >= 0)
         close(w->adopt_out);
     close(w->epfd);
+    nw_conn_spares_free(&w->spares);
     free(w->frame_data);
     free(w);
 }

@@ -159,6 +159,7 @@ typedef struct nw_worker {
     nw_msec out_since;          /* the main thread went out to serve then (or up to a
                                  * coarse tick later: never earlier); 0: inside */
     nw_msec coarse_tick;        /* nw_coarse_tick_ms */
+    nw_conn_spares spares;      /* its connections' buffers while they need none */
     nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to let go */
     int nevicted;
     nw_wconn *kept;             /* taken by the watcher from a wake-up left, refused by the

@@ -421,19 +421,26 @@ static void test_idle_buffers(void)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) < 0)
         die("socketpair");
     nw_conn_config cfg = test_worker_config();
-    nw_conn *given = nw_conn_new(sv[0], 0, &cfg), *bare = nw_conn_new(sv[1], 0, &cfg);
+    nw_conn_spares spares = { 0 };
+    nw_conn *given = nw_conn_new(sv[0], 0, &cfg), *other = nw_conn_new(sv[1], 0, &cfg);
+    given->spares = other->spares = &spares;
     const char *req = "GET /d HTTP/1.1\r\nHost: x\r\n\r\n";
-    nw_buf_append(&bare->in, "x", 1);       /* (a furnished one to give back) */
-    bare->in.len = 0;
-    bare->headers = calloc(cfg.parse.max_headers, sizeof *bare->headers);
-    bare->headers_cap = cfg.parse.max_headers;
-    nw_conn_shed_buffers(bare);
+    nw_buf_append(&other->in, "x", 1);      /* (a furnished one to give back) */
+    other->in.len = 0;
+    other->headers = calloc(cfg.parse.max_headers, sizeof *other->headers);
+    other->headers_cap = cfg.parse.max_headers;
+    const nw_header *its_table = other->headers;
+    nw_conn_shed_buffers(other);
+    is(spares.count, 1, "a set in the spares");
     nw_buf_append(&given->in, req, strlen(req));
     const char *own = given->in.data;
     is(nw_conn_read_head(given, 0, 1), NW_REQ_READY, "bytes it came with: read");
-    ok(given->in.data == own && given->headers != NULL, "in its own buffer, with a table");
+    ok(given->in.data == own && given->headers == its_table,
+       "in its own buffer, with the spare table (the spare input buffer freed)");
+    is(spares.count, 0, "the set was taken");
     nw_conn_destroy(given);
-    nw_conn_destroy(bare);
+    nw_conn_destroy(other);
+    nw_conn_spares_free(&spares);
     close(a);
     close(b);
     rig_close(&r);
