@@ -126,16 +126,52 @@ static nw_msec adopt_waited(nw_worker *w, nw_msec now)
     return now - w->adopt_seen;
 }
 
+/* Whether frames wait in the adopt queue. */
+static int frames_waiting(const nw_worker *w)
+{
+    int waiting = 0;
+    return w->adopt_in >= 0 && ioctl(w->adopt_in, FIONREAD, &waiting) == 0 && waiting > 0;
+}
+
+/* This worker may not take the waiting batches yet: the adopt queue
+ * leaves its epoll set for a while (the queue, level-triggered, would
+ * wake it again at once), and it sends the waiting frames to the back of
+ * the queue, which tells the next worker: EPOLLEXCLUSIVE tells the
+ * workers in the order they registered (oldest first) up to the first
+ * one asleep in epoll_wait, so one that does not take a batch would keep
+ * the others from hearing of it. A standby worker stays aside until the
+ * batches have waited the longer wait (then it may take them); one over
+ * the mean looks again after NW_ADOPT_LOOK_AGAIN_MS, since the mean moves
+ * as the others take (a replacement that took its share leaves the rest
+ * to it: docs/PERFORMANCE.md, nineteenth round). */
+static void step_aside(nw_worker *w, nw_msec now)
+{
+    if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->adopt_in, NULL) == 0) {
+        nw_msec longer = (w->adopt_seen ? w->adopt_seen : now) + NW_ADOPT_OVER_MEAN_WAIT_MS;
+        nw_msec again = now + NW_ADOPT_LOOK_AGAIN_MS;
+        w->adopt_ready = 0;
+        w->adopt_aside_until = w->standby || longer < again ? longer : again;
+        nw_adopt_pass_on(w, 0);  /* (a full queue: adopted here at once) */
+    }
+}
+
 /* After a batch taken within its share, the batches waiting behind it
  * too, while this worker still holds no more than the mean (looked at
  * afresh each time): a leaving worker's replacement takes back all its
  * predecessor held in one look. One batch a look left most of them to
  * the busy workers over the mean: on two cores a look comes once a time
- * slice, 15 to 20 ms apart, and after 50 ms those take what waits. */
-static void take_within_share(nw_worker *w)
+ * slice, 15 to 20 ms apart, and after 50 ms those take what waits. Over
+ * the mean with batches left, it steps aside: they are the others'
+ * (docs/PERFORMANCE.md, nineteenth round: left here, they waited for
+ * NW_ADOPT_OVER_MEAN_WAIT_MS). */
+static void take_within_share(nw_worker *w, nw_msec now)
 {
-    for (int i = 1; i < NW_PASS_ON_MAX && w->board && w->adopt_ready && !w->standby
-                    && nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count); i++) {
+    for (int i = 1; i < NW_PASS_ON_MAX && w->board && w->adopt_ready && !w->standby; i++) {
+        if (!nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count)) {
+            if (frames_waiting(w))
+                step_aside(w, now);
+            return;
+        }
         if (!take_adopted(w))
             return;
     }
@@ -146,7 +182,7 @@ static void take_within_share(nw_worker *w)
  * was: the batches behind it have waited as long (a leaving worker sends
  * about NW_ADOPT_FRAMES at once), and are taken at the next looks until
  * the queue is empty, not 50 ms later each. */
-static int adopt_take(nw_worker *w, nw_msec waited)
+static int adopt_take(nw_worker *w, nw_msec now, nw_msec waited)
 {
     nw_msec seen = w->adopt_seen;
     if (!take_adopted(w))
@@ -154,25 +190,30 @@ static int adopt_take(nw_worker *w, nw_msec waited)
     if (waited >= NW_ADOPT_OVER_MEAN_WAIT_MS)
         w->adopt_seen = seen;
     else
-        take_within_share(w);
+        take_within_share(w, now);
     return 1;
 }
 
 /* New: see nw_adopt.h, and next_conn in nw_worker.c for why. */
-int nw_adopt_when_new(nw_worker *w)
+int nw_adopt_when_new(nw_worker *w, nw_msec now)
 {
     if (!take_adopted(w))
         return 0;
-    take_within_share(w);
+    take_within_share(w, now);
     return 1;
 }
 
-/* Busy. Returns 1 when it took a batch. */
+/* Busy. One that may not take the batch steps aside, as an idle one
+ * does. Returns 1 when it took a batch. */
 int nw_adopt_when_busy(nw_worker *w, nw_msec now)
 {
     nw_msec waited = adopt_waited(w, now);
-    return waited >= NW_ADOPT_BUSY_WAIT_MS && adopt_may_take(w, now, waited)
-           && adopt_take(w, waited);
+    if (waited < NW_ADOPT_BUSY_WAIT_MS)
+        return 0;
+    if (adopt_may_take(w, now, waited))
+        return adopt_take(w, now, waited);
+    step_aside(w, now);
+    return 0;
 }
 
 /* Idle. One that may not take the batch steps aside: the adopt queue
@@ -187,12 +228,8 @@ int nw_adopt_when_idle(nw_worker *w, nw_msec now)
 {
     nw_msec waited = adopt_waited(w, now);
     if (adopt_may_take(w, now, waited))
-        return adopt_take(w, waited);
-    if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->adopt_in, NULL) == 0) {
-        w->adopt_ready = 0;
-        w->adopt_aside_until = w->adopt_seen + NW_ADOPT_OVER_MEAN_WAIT_MS;
-        nw_adopt_pass_on(w, 0);  /* (a full queue: adopted here at once) */
-    }
+        return adopt_take(w, now, waited);
+    step_aside(w, now);
     return 0;
 }
 

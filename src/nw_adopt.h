@@ -10,12 +10,12 @@
 #include "nw_worker.h"
 
 /* A worker that has not taken a connection yet: a waiting batch, and the
- * ones behind it while it stays within its share. Returns 1 when it took
- * one. */
-int nw_adopt_when_new(nw_worker *w);
+ * ones behind it while it stays within its share (then it steps aside
+ * from the rest). Returns 1 when it took one. */
+int nw_adopt_when_new(nw_worker *w, nw_msec now);
 
-/* A busy worker's look at the queue, and an idle one's (which may step
- * aside). Return 1 when they took a batch. */
+/* A busy worker's look at the queue, and an idle one's (either steps
+ * aside when it may not take the batch). Return 1 when they took one. */
 int nw_adopt_when_busy(nw_worker *w, nw_msec now);
 int nw_adopt_when_idle(nw_worker *w, nw_msec now);
 

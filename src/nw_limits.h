@@ -107,6 +107,8 @@
 #define NW_ADOPT_BUSY_WAIT_MS         2       /* a busy worker adopts a waiting batch after this */
 #define NW_ADOPT_OVER_MEAN_WAIT_MS    200     /* ... or after this, when it holds more parked
                                                * connections than the pool's mean */
+#define NW_ADOPT_LOOK_AGAIN_MS        10      /* ... one over the mean looks again after this
+                                               * (the mean moves as the others take) */
 #define NW_SHARE_LOOK_MS              2       /* the pool's parked counts are compared again
                                                * after this, at the soonest */
 #define NW_ACCEPT_OVER_MEAN_WAIT_MS   5       /* a busy worker over the pool's mean leaves

@@ -657,7 +657,7 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
      * that came meanwhile, is older than what waits to be accepted, and a
      * worker that dies young (a URL that crashes every worker) would
      * otherwise never take it. */
-    if (w->adopt_ready && !w->taken_any && !w->standby && nw_adopt_when_new(w))
+    if (w->adopt_ready && !w->taken_any && !w->standby && nw_adopt_when_new(w, now))
         poll_events(w, 0);
     if (w->adopt_aside_until && now >= w->adopt_aside_until)
         nw_adopt_step_back(w);

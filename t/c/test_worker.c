@@ -1082,6 +1082,85 @@ static void test_adoption_over_mean_waits_once(void)
     is(g_live, 0, "once: every connection was freed, once");
 }
 
+/* Whether wc has a whole request to read; then it is parked again (a
+ * keep-alive client that has no next request yet). */
+static int served_and_kept(rig *r, nw_wconn *wc)
+{
+    if (!wc)
+        return 0;
+    int ready = nw_conn_read_head(wc->c, 0, 1) == NW_REQ_READY;
+    nw_conn_finish_request(wc->c, nw_now_ms());
+    nw_worker_release(r->w, wc, NW_RELEASE_KEEPALIVE);
+    caller_drop(wc);
+    return ready;
+}
+
+/* A worker over the mean steps aside from a waiting batch, but the mean
+ * moves as the others take: it must look again soon, not only after
+ * NW_ADOPT_OVER_MEAN_WAIT_MS. B (two parked keep-alive clients) and N
+ * (new, none) share a pool; A leaves with five parked clients (five
+ * frames of one), each with its request sent. B looks first: over the
+ * mean (2 against 1), it steps aside. N then takes three (within its
+ * share while it holds no more than the mean) and steps aside from the
+ * last two, and now B is within its share. Before, B looked again only
+ * after 200 ms, and so did N: under wrk -c16 a recycle now and then held
+ * two clients that long (docs/PERFORMANCE.md, nineteenth round). */
+static void test_adoption_looks_again(void)
+{
+    rig a, b, n;
+    pool p;
+    enum { LEAVING = 5 };
+    g_holds = g_drops = 0;
+    pool_open(&p);
+    rig_open(&a, 5, 1);
+    rig_open(&b, 5, 1);
+    rig_open(&n, 5, 1);
+    nw_worker_adopt_queue(b.w, p.q[1], p.q[0]);
+    nw_worker_adopt_queue(n.w, p.q[1], p.q[0]);
+    nw_worker_adopt_queue(a.w, p.q[1], p.q[0]);
+    rig *rigs[] = { &b, &n, &a };
+    for (int i = 0; i < 3; i++)
+        pool_slot(&p, i, NW_WORKER_IDLE, rigs[i]);
+    if (n.w->adopt_out < 0 || b.w->adopt_out < 0 || a.w->adopt_out < 0) {
+        printf("# adoption is off: the open-file limit is too low\n");
+    } else {
+        int bc[2], ac[LEAVING];
+        int parked = park_clients(&b, bc, 2) + park_clients(&a, ac, LEAVING);
+        is(parked, 2 + LEAVING, "again: B parks two clients, A five");
+        for (int i = 0; i < LEAVING; i++)
+            say(ac[i], "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+        usleep(20000);
+        p.board->slot[2].state = NW_WORKER_STOPPING;
+        nw_msec start = nw_now_ms(), last = 0;
+        nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
+        ok(nw_worker_next(b.w, 0) == NULL && b.w->adopt_aside_until != 0,
+           "again: B, over the mean, steps aside");
+        int served = 0, by_b = 0;
+        while (served < LEAVING && nw_now_ms() - start < 1000) {
+            nw_wconn *wc = nw_worker_next(n.w, 0);
+            if (wc && served_and_kept(&n, owned(wc)))
+                served++, last = nw_now_ms() - start;
+            wc = nw_worker_next(b.w, 0);
+            if (wc && served_and_kept(&b, owned(wc)))
+                served++, by_b++, last = nw_now_ms() - start;
+            usleep(1000);
+        }
+        is(served, LEAVING, "again: all five of A's clients answered");
+        diag("again: the last after %llu ms, %d by B", (unsigned long long)last, by_b);
+        ok(last < NW_ADOPT_OVER_MEAN_WAIT_MS / 2, "again: the last well before the longer wait");
+        ok(by_b > 0, "again: B, within its share by then, took what N left");
+        for (int i = 0; i < 2; i++)
+            close(bc[i]);
+        for (int i = 0; i < LEAVING; i++)
+            close(ac[i]);
+    }
+    rig_close(&a);
+    rig_close(&b);
+    rig_close(&n);
+    is(g_live, 0, "again: every connection was freed, once");
+    pool_close(&p);
+}
+
 /* A worker that gives its parked set away from the crash handler, or as
  * the app's exit ends it, never says it is leaving: its slot stays busy
  * (the master charges the route it crashed on by that), its parked count
@@ -1535,6 +1614,7 @@ static void group_adoption(void)
     test_adoption_goes_below_the_mean();
     test_accept_goes_below_the_mean();
     test_adoption_over_mean_waits_once();
+    test_adoption_looks_again();
     test_adoption_crash_not_in_the_mean();
     test_adoption_aside_full_queue();
     test_leaving_passes_on_waiting();
