@@ -727,11 +727,13 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
 }
 
 /* FIN, a brief drain, close: a request crossing our close meets
- * end-of-stream rather than a reset. */
+ * end-of-stream rather than a reset. Its buffers then go to the spares,
+ * as a plain close's do (the main thread's: only release calls this). */
 static nw_release_result close_gently(nw_worker *w, nw_wconn *wc)
 {
     unwatch(w, wc);
     nw_conn_close_gently(wc->c);
+    nw_conn_shed_buffers(wc->c);
     return NW_RELEASE_CLOSED;
 }
 

@@ -446,6 +446,47 @@ static void test_idle_buffers(void)
     rig_close(&r);
 }
 
+/* A connection closed with a request still unread (pipelined past the
+ * response that closes it) closes lingering, and gives its set back too:
+ * the next connection's read takes it. */
+static void test_lingering_close_gives_buffers_back(void)
+{
+    rig r;
+    rig_open(&r, 5, 1);
+    int s = client();
+    say(s, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+    usleep(20000);
+    nw_wconn *wc = next_conn(r.w);
+    if (!ok(wc != NULL, "lingering close: a client"))
+        return;
+    is(nw_conn_read_head(wc->c, 1, 0), NW_REQ_READY, "its first request is read");
+    ok(wc->c->in.len > wc->c->consumed, "the second is buffered, unread");
+    const char *its_in = wc->c->in.data;
+    const nw_header *its_headers = wc->c->headers;
+    closer cl;
+    closer_start(&cl, s);
+    is(nw_worker_release(r.w, wc, NW_RELEASE_CLOSE), NW_RELEASE_CLOSED, "closed");
+    ok(closer_join(&cl), "lingering: the client saw the end");
+    ok(wc->c->headers == NULL && wc->c->in.data == NULL && wc->c->req.method == NULL,
+       "closed lingering: bare, its request forgotten");
+    caller_drop(wc);
+
+    int s2 = client();
+    say(s2, "GET /c HTTP/1.1\r\nHost: x\r\n\r\n");
+    usleep(20000);
+    nw_wconn *next = next_conn(r.w);
+    if (!ok(next != NULL, "another client"))
+        return;
+    is(nw_conn_read_head(next->c, 1, 0), NW_REQ_READY, "its request is read");
+    ok(next->c->in.data == its_in && next->c->headers == its_headers,
+       "with the set the lingering one gave back");
+    nw_worker_release(r.w, next, NW_RELEASE_CLOSE);
+    caller_drop(next);
+    close(s);
+    close(s2);
+    rig_close(&r);
+}
+
 static void test_expiry_hands_off(void)
 {
     rig r;
@@ -1593,6 +1634,7 @@ static void group_parking(void)
     test_clocks();
     test_slow_request_pauses_parking();
     test_idle_buffers();
+    test_lingering_close_gives_buffers_back();
     test_expiry_hands_off();
     test_standby();
     test_watcher_evicts_behind_a_slow_request();
