@@ -32,6 +32,8 @@ static inline int nw_buf_reserve(nw_buf *b, size_t extra)
 
 static inline int nw_buf_append(nw_buf *b, const char *s, size_t n)
 {
+    if (n == 0)
+        return 0;       /* (an empty buffer has no data to copy to) */
     if (nw_buf_reserve(b, n) < 0)
         return -1;
     memcpy(b->data + b->len, s, n);
