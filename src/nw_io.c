@@ -20,11 +20,16 @@
 #include <time.h>
 #include <unistd.h>
 
-nw_msec nw_now_ms(void)
+static nw_msec ms_on(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (nw_msec)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+nw_msec nw_now_ms(void)
+{
+    return ms_on(CLOCK_MONOTONIC);
 }
 
 uint64_t nw_now_us(void)
@@ -36,9 +41,7 @@ uint64_t nw_now_us(void)
 
 nw_msec nw_coarse_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (nw_msec)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return ms_on(CLOCK_MONOTONIC_COARSE);
 }
 
 nw_msec nw_coarse_tick_ms(void)

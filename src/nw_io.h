@@ -23,7 +23,8 @@ nw_msec nw_now_ms(void);
 /* The same clock in microseconds. */
 uint64_t nw_now_us(void);
 /* The same clock as of the kernel's last tick (CLOCK_MONOTONIC_COARSE):
- * never ahead of nw_now_ms, up to nw_coarse_tick_ms (1 to 10 ms) behind,
+ * never ahead of nw_now_ms, up to nw_coarse_tick_ms (1 to 10 ms) and a
+ * millisecond of rounding behind,
  * at a fifth of the cost of a precise reading. For a stamp that only a
  * threshold of tens of milliseconds reads. */
 nw_msec nw_coarse_ms(void);

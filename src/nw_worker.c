@@ -1212,7 +1212,7 @@ void nw_worker_leave(nw_worker *w)
 {
     if (!w->has_watcher || !w->main_holds)
         return;
-    w->out_since = nw_coarse_ms() + w->coarse_tick;   /* (a fifth of a precise reading's cost) */
+    w->out_since = nw_coarse_ms() + w->coarse_lag;    /* (a fifth of a precise reading's cost) */
     if (w->watcher_idle && (w->park.count || wakeup_left(w)))
         pthread_cond_signal(&w->wake);
     w->main_holds = 0;
@@ -1340,7 +1340,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     if (cfg->keepalive_timeout > 0 && park_seconds > cfg->keepalive_timeout)
         park_seconds = cfg->keepalive_timeout;
     w->park_ms = park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
-    w->coarse_tick = nw_coarse_tick_ms();
+    w->coarse_lag = nw_coarse_tick_ms() + 1;
     nw_park_init(&w->park, w->epfd, PARKED_EVENT);
     if (serve_queue >= 0) {
         struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,

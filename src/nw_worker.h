@@ -158,7 +158,7 @@ typedef struct nw_worker {
     nw_msec evict_gave_up;      /* out_since of a round the watcher gave up on */
     nw_msec out_since;          /* the main thread went out to serve then (or up to a
                                  * coarse tick later: never earlier); 0: inside */
-    nw_msec coarse_tick;        /* nw_coarse_tick_ms */
+    nw_msec coarse_lag;         /* how far nw_coarse_ms may be behind: a tick and 1 ms */
     nw_conn_spares spares;      /* its connections' buffers while they need none */
     nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to let go */
     int nevicted;
