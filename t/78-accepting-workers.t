@@ -257,6 +257,10 @@ my $part_elastic = sub {
 };
 
 in_parallel($part_default, $part_cpu_bound, $part_blocking, $part_kept, $part_no_manager,
-            $part_no_accepting, $part_drain, $part_elastic);
+            $part_no_accepting, $part_drain);
+# The elastic part alone: its pool grows, as it should, on waits that
+# seven other servers' CPU adds (it grew to 6 in about one suite run in
+# four with them; its point is the manager's look, not their load).
+$part_elastic->();
 
 done_testing;
