@@ -939,12 +939,27 @@ wake_on_signals(fd, ...)
     RETVAL
 
 int
-cpu_count()
+cpu_count(quota = 0)
+    double quota
   CODE:
-    /* The CPUs the master may run on: --accepting-workers' default. */
-    RETVAL = nw_sched_cpus();
+    /* The CPUs the master may run on, within a CPU quota (cpu_quota):
+     * --accepting-workers' default. */
+    RETVAL = nw_sched_cpus_within(quota);
   OUTPUT:
     RETVAL
+
+void
+cpu_quota()
+  PREINIT:
+    double cpus = 0;
+    char bad[4200] = "";
+  PPCODE:
+    /* (the cgroup's CPU quota or undef, and the file that could not be
+     * parsed or undef) */
+    int r = nw_sched_cpu_quota("/sys/fs/cgroup", "/proc/self/cgroup", &cpus, bad, sizeof bad);
+    EXTEND(SP, 2);
+    PUSHs(r > 0 ? sv_2mortal(newSVnv(cpus)) : &PL_sv_undef);
+    PUSHs(r < 0 ? sv_2mortal(newSVpv(bad, 0)) : &PL_sv_undef);
 
 MODULE = Narwhal    PACKAGE = Narwhal::Log
 

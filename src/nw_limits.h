@@ -84,6 +84,14 @@
 #define NW_MAX_PARKED 4096
 #define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer pauses parking */
 #define NW_PARK_PAUSE_MS              5000    /* for this long */
+/* Requests that block (DESIGN.md, "Requests that block"): a worker whose
+ * requests spend most of their time asleep (a database, a sleep) hands its
+ * kept-alive clients to the manager instead of parking them, and a standby
+ * one accepts, so that the whole pool serves. */
+#define NW_BLOCK_MEASURE_US           500     /* a request this long is measured, and arms the next */
+#define NW_BLOCK_SHARE_ON             50      /* % of a request's time asleep, on average: blocking */
+#define NW_BLOCK_SHARE_OFF            25      /* ... and under this: not any more */
+#define NW_BLOCK_HOLD_MS              1000    /* not blocking this long after the last that did */
 #define NW_PARK_EVICT_RETRY_MS        10      /* the park watcher met a full manager queue: retry then */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
 /* Custody (DESIGN.md): a parked connection's copy goes to the manager this

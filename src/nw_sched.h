@@ -8,6 +8,7 @@
 #ifndef NW_SCHED_H
 #define NW_SCHED_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Ask for a slice of ns nanoseconds for the calling thread (threads it
@@ -25,5 +26,21 @@ uint64_t nw_sched_slice(void);
 /* The CPUs the calling thread may run on (its affinity mask: a cpuset or
  * taskset counts, a CPU quota does not); at least 1. */
 int nw_sched_cpus(void);
+
+/* The CPU quota of the cgroup this process is in, in CPUs (0.5: half a
+ * CPU), the lowest along its path up to the root: cgroup v2's cpu.max
+ * ("QUOTA PERIOD", or "max": none), v1's cpu.cfs_quota_us (-1: none) over
+ * cpu.cfs_period_us. The cgroup is read from cgroup_file (a
+ * /proc/self/cgroup), its files under root (/sys/fs/cgroup: v2 there or
+ * in its unified/, v1 in its cpu/ or cpu,cpuacct/). Returns 1 with *cpus
+ * set, 0 when no quota applies (or no cgroup file can be found), -1 when
+ * a file says something it cannot parse: its path is then in bad (up to
+ * bad_len bytes). See "CPU quotas" in docs/DESIGN.md. */
+int nw_sched_cpu_quota(const char *root, const char *cgroup_file, double *cpus,
+                       char *bad, size_t bad_len);
+
+/* The CPUs the defaults count: the affinity mask's (nw_sched_cpus), or
+ * the quota rounded up when that is fewer. */
+int nw_sched_cpus_within(double quota);
 
 #endif

@@ -460,6 +460,10 @@ int nw_worker_park(nw_worker *w, nw_wconn *wc)
     wc->ended = 0;
     if (w->park_ms <= 0 || now < w->no_park_until || wc->c->in.len > 0 || wc->c->fd < 0)
         return -1;
+    /* Its requests block: the next one goes through the serve queue, where
+     * any free worker takes it (DESIGN.md, "Requests that block"). */
+    if (w->handoff_queue >= 0 && nw_block_meter_blocking(&w->meter, now))
+        return -1;
     /* Not drained if the app may have read from the socket behind our
      * back, or if a FIN came with the last bytes (it raised no edge of its
      * own): then the watch is re-armed, which reports it. */
@@ -630,10 +634,41 @@ static void standby_end(nw_worker *w)
     w->standby = 0;
 }
 
+/* A standby worker out of its epoll's listeners (nw_worker_standby). */
+static int standby_begin(nw_worker *w)
+{
+    for (int i = 0; i < w->count; i++)
+        if (watch_listener(w, i, EPOLL_CTL_DEL) < 0 && errno != ENOENT)
+            return -1;
+    w->listener_ready = 0;
+    w->standby = 1;
+    return 0;
+}
+
+/* A standby worker accepts while its requests block, and stands by again
+ * once they do not (DESIGN.md, "Requests that block"); its slot says
+ * which, for the manager's look and the status pages. */
+static void standby_follow(nw_worker *w, nw_msec now)
+{
+    int accepts = nw_block_meter_blocking(&w->meter, now);
+    if (accepts == !w->standby)
+        return;
+    if (accepts) {
+        standby_end(w);
+        w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
+    } else {
+        standby_begin(w);
+    }
+    if (w->slot)
+        w->slot->standby = w->standby;
+}
+
 static nw_wconn *next_conn(nw_worker *w, int wait_ms)
 {
     nw_msec now = w->looked = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
     nw_wconn *wc;
+    if (w->standby_chosen && !w->draining)
+        standby_follow(w, now);
     if (w->draining) {
         /* The listeners too are watched until then: a handshake that
          * completed as the stop began may bring its request a little
@@ -890,6 +925,8 @@ void nw_worker_lend_socket(nw_wconn *wc)
 void nw_worker_request_started(nw_wconn *wc)
 {
     serving = wc;
+    if (wc->worker)
+        nw_block_meter_start(&wc->worker->meter);
     wc->started_us = nw_now_us();
     wc->started = (nw_msec)(wc->started_us / 1000);
     wc->ended = 0;
@@ -898,6 +935,9 @@ void nw_worker_request_started(nw_wconn *wc)
 void nw_worker_request_ended(nw_wconn *wc, uint64_t now_us)
 {
     wc->ended = (nw_msec)(now_us / 1000);
+    if (wc->worker && wc->started_us)
+        nw_block_meter_end(&wc->worker->meter, now_us > wc->started_us ? now_us - wc->started_us : 0,
+                           wc->ended);
 }
 
 int nw_worker_has_manager(const nw_worker *w)
@@ -1325,6 +1365,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     w->cfg = *cfg;
     w->cfg.offload = handoff_queue >= 0;    /* a manager can finish responses */
     w->sigfd = -1;
+    nw_block_meter_init(&w->meter);
     if (ops)
         w->ops = *ops;
     /* Copies of our own: the caller's handles on the queues may be closed
@@ -1379,18 +1420,15 @@ int nw_worker_standby(nw_worker *w)
         errno = EINVAL;
         return -1;
     }
-    for (int i = 0; i < w->count; i++)
-        if (watch_listener(w, i, EPOLL_CTL_DEL) < 0 && errno != ENOENT)
-            return -1;
     /* (the park watcher runs already, and reads listener_ready: with its lock) */
     int enter = w->has_watcher && !w->main_holds;
     if (enter)
         nw_worker_enter(w);
-    w->listener_ready = 0;
-    w->standby = 1;
+    int r = standby_begin(w);
+    w->standby_chosen = r == 0;
     if (enter)
         nw_worker_leave(w);
-    return 0;
+    return r;
 }
 
 void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot *slot)
@@ -1431,6 +1469,7 @@ void nw_worker_free(nw_worker *w)
     if (w->adopt_out >= 0)
         close(w->adopt_out);
     close(w->epfd);
+    nw_block_meter_close(&w->meter);
     nw_conn_spares_free(&w->spares);
     free(w->frame_data);
     free(w);

@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include "nw_block_meter.h"
 #include "nw_conn.h"
 #include "nw_limits.h"
 #include "nw_park.h"
@@ -123,6 +124,9 @@ typedef struct nw_worker {
     nw_msec no_park_until;      /* parking paused after a slow request */
     uint64_t listener_ready;    /* bit i: listener i may have a client */
     int standby;                /* the listeners are not in its epoll (nw_worker_standby) */
+    int standby_chosen;         /* the master made it a standby worker; it accepts while
+                                 * its requests block (DESIGN.md, "Requests that block") */
+    nw_block_meter meter;       /* whether its requests block */
     int serve_queue_ready;      /* the serve queue may hold a connection */
     int adopt_in, adopt_out;    /* the adopt queue's ends; -1: no adoption */
     int adopt_ready;            /* the adopt queue may hold a frame */

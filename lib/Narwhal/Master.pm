@@ -68,7 +68,8 @@ sub run {
     $self->_signals;
     Narwhal::open_error_log($o);
     $self->{ids} = _user_ids($o);
-    $self->{accepting} = _accepting_count($o);
+    $self->{cpus} = _cpus();
+    $self->{accepting} = _accepting_count($o, $self->{cpus}{count});
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o, $self->_listen_queues) ];
     $self->{status_listener} = _open_status_listener($o, $self->{listeners})
         if defined $o->{status_listen};
@@ -93,9 +94,26 @@ sub run {
 # take new clients; 0: every worker. Standby workers need the manager,
 # which gives them what the accepting ones cannot take.
 sub _accepting_count {
-    my ($o) = @_;
+    my ($o, $cpus) = @_;
     return 0 unless _wants_manager($o);
-    return $o->{accepting_workers} // Narwhal::Master::cpu_count();
+    return $o->{accepting_workers} // $cpus;
+}
+
+# The CPUs the defaults count (DESIGN.md, "CPU quotas"): the affinity
+# mask's, or the cgroup's CPU quota rounded up when that is fewer. A quota
+# file that cannot be parsed is said, and the affinity count used.
+sub _cpus {
+    my ($quota, $bad) = Narwhal::Master::cpu_quota();
+    Narwhal::log_line(warn => "cannot parse the CPU quota in $bad: counting the CPUs this "
+                              . "process may run on instead") if defined $bad;
+    return { count => Narwhal::Master::cpu_count($quota // 0), quota => $quota };
+}
+
+# "2 CPUs", "1 CPU (cgroup quota 0.50)": what the defaults counted.
+sub _cpus_said {
+    my $c = shift;
+    my $q = defined $c->{quota} ? sprintf(' (cgroup CPU quota %.2f)', $c->{quota}) : '';
+    return "$c->{count} CPU" . ($c->{count} == 1 ? '' : 's') . $q;
 }
 
 # Sockets per TCP address (DESIGN.md, "Listen queues"): one for each
@@ -433,7 +451,8 @@ sub _announce {
                                          : '';
     my $n = $self->{accepting};
     my $accepting = $n && $n < $o->{max_workers} ? ", $n accepting new clients (the rest stand by)" : '';
-    Narwhal::log_line(info => "listening on @where with " . $self->_wanted . " workers$pool$accepting")
+    Narwhal::log_line(info => "listening on @where with " . $self->_wanted . " workers$pool$accepting"
+                              . " on " . _cpus_said($self->{cpus}))
         unless $self->{quiet};
     my $ready = $self->{server_ready} or return;
     $ready->({

@@ -7,7 +7,10 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "tap.h"
@@ -60,9 +63,97 @@ static void test_cpus(void)
     ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "narrowed to one CPU: 1");
 }
 
+/* Fixture cgroup trees: files written under a temporary root, and the
+ * quota read as a process in them would. */
+static char root[256];
+
+static void put(const char *rel, const char *text)
+{
+    char path[512], dir[512];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + strlen(root) + 1; (p = strchr(p, '/')); p++) {
+        *p = 0;
+        mkdir(dir, 0755);
+        *p = '/';
+    }
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static int quota(const char *cgroup_file_text, double *cpus, char *bad)
+{
+    put("proc-cgroup", cgroup_file_text);
+    char cgroup_file[512];
+    snprintf(cgroup_file, sizeof cgroup_file, "%s/proc-cgroup", root);
+    *cpus = 0;
+    bad[0] = 0;
+    return nw_sched_cpu_quota(root, cgroup_file, cpus, bad, 512);
+}
+
+static void test_quota(void)
+{
+    double cpus;
+    char bad[512];
+    snprintf(root, sizeof root, "/tmp/nw-cgroup-XXXXXX");
+    if (!mkdtemp(root)) {
+        ok(0, "a temporary directory");
+        return;
+    }
+    /* cgroup v2, one hierarchy */
+    put("cgroup.controllers", "cpu memory\n");
+    put("cpu.max", "max 100000\n");
+    put("app.slice/cpu.max", "50000 100000\n");
+    put("app.slice/web.service/cpu.max", "max 100000\n");
+    is(quota("0::/app.slice/web.service\n", &cpus, bad), 1, "v2: a quota in a parent applies");
+    ok(cpus > 0.49 && cpus < 0.51, "... half a CPU");
+    put("app.slice/web.service/cpu.max", "150000 100000\n");
+    is(quota("0::/app.slice/web.service\n", &cpus, bad), 1, "v2: the lowest on the path");
+    ok(cpus > 0.49 && cpus < 0.51, "... still the parent's half");
+    put("app.slice/cpu.max", "max 100000\n");
+    quota("0::/app.slice/web.service\n", &cpus, bad);
+    ok(cpus > 1.49 && cpus < 1.51, "... the service's own 1.5 once the parent has none");
+    is(quota("0::/\n", &cpus, bad), 0, "v2 at the root: no quota");
+    put("app.slice/web.service/cpu.max", "lots 100000\n");
+    is(quota("0::/app.slice/web.service\n", &cpus, bad), -1, "v2: a quota that is no number");
+    ok(strstr(bad, "web.service/cpu.max") != NULL, "... names its file");
+    put("app.slice/web.service/cpu.max", "50000\n");
+    is(quota("0::/app.slice/web.service\n", &cpus, bad), -1, "v2: a quota without a period");
+    put("app.slice/web.service/cpu.max", "max\n");
+    is(quota("0::/app.slice/web.service\n", &cpus, bad), 0, "v2: \"max\" alone: none");
+    /* cgroup v1 (hybrid: v2 in unified/, which has no cpu.max) */
+    remove(strcat(strcpy(bad, root), "/cgroup.controllers"));
+    put("cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "25000\n");
+    put("cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+    put("cpu,cpuacct/docker/cpu.cfs_quota_us", "-1\n");
+    put("cpu,cpuacct/docker/cpu.cfs_period_us", "100000\n");
+    put("unified/cgroup.controllers", "\n");
+    is(quota("12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/docker/abc\n", &cpus, bad), 1,
+       "v1: cpu.cfs_quota_us over cpu.cfs_period_us");
+    ok(cpus > 0.24 && cpus < 0.26, "... a quarter CPU");
+    put("cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
+    is(quota("4:cpu,cpuacct:/docker/abc\n0::/docker/abc\n", &cpus, bad), 0, "v1: -1 all the way up: none");
+    put("cpu,cpuacct/docker/abc/cpu.cfs_period_us", "0\n");
+    put("cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "1000\n");
+    is(quota("4:cpu,cpuacct:/docker/abc\n", &cpus, bad), -1, "v1: a period of 0");
+    ok(strstr(bad, "cpu.cfs_period_us") != NULL, "... names that file");
+    is(quota("3:cpuset:/x\n1:name=systemd:/x\n", &cpus, bad), 0, "no cpu controller: no quota");
+    is(nw_sched_cpu_quota(root, "/nonexistent/cgroup", &cpus, bad, sizeof bad), 0,
+       "no cgroup file: no quota");
+    is(nw_sched_cpus_within(0.25), 1, "a quarter CPU counts as 1");
+    is(nw_sched_cpus_within(0), nw_sched_cpus(), "no quota: the affinity mask's count");
+    is(nw_sched_cpus_within(1000), nw_sched_cpus(), "a quota over the CPUs: the CPUs");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        diag("could not remove %s", root);
+}
+
 int main(void)
 {
     test_cpus();
+    test_quota();
     test_slice();
     test_nice_kept();
     done_testing();

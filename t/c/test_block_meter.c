@@ -1,0 +1,100 @@
+/* Whether a worker's requests block (src/nw_block_meter.c): made-up
+ * requests through nw_block_meter_note, then real ones measured from the
+ * kernel's schedstat: a sleep blocks, a busy loop does not. */
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#include "tap.h"
+#include "nw_block_meter.h"
+#include "nw_limits.h"
+
+/* n requests of wall_us each, awake_us of it on a CPU, ending at *now. */
+static void requests(nw_block_meter *m, int n, uint64_t wall_us, uint64_t awake_us, nw_msec *now)
+{
+    for (int i = 0; i < n; i++) {
+        *now += (nw_msec)(wall_us / 1000) + 1;
+        nw_block_meter_note(m, wall_us, awake_us, 0, *now);
+    }
+}
+
+static void test_made_up(void)
+{
+    nw_block_meter m;
+    nw_msec now = 1000;
+    nw_block_meter_init(&m);
+    ok(!nw_block_meter_blocking(&m, now), "a new meter: not blocking");
+    requests(&m, 20, 100, 5, &now);
+    ok(!nw_block_meter_blocking(&m, now), "requests under 0.5 ms, asleep: too short to say");
+    requests(&m, 20, 5000, 4900, &now);
+    ok(!nw_block_meter_blocking(&m, now), "5 ms requests on a CPU: not blocking");
+    requests(&m, 1, 5000, 50, &now);
+    ok(!nw_block_meter_blocking(&m, now), "one 5 ms request asleep: not yet");
+    requests(&m, 3, 5000, 50, &now);
+    ok(nw_block_meter_blocking(&m, now), "four of them: blocking");
+    requests(&m, 1, 5000, 4900, &now);
+    ok(nw_block_meter_blocking(&m, now), "one on a CPU among them: still blocking (hysteresis)");
+    requests(&m, 8, 5000, 4900, &now);
+    ok(!nw_block_meter_blocking(&m, now), "eight on a CPU: not blocking any more");
+    requests(&m, 6, 20000, 100, &now);
+    ok(nw_block_meter_blocking(&m, now), "20 ms waits: blocking again");
+    ok(nw_block_meter_blocking(&m, now + NW_BLOCK_HOLD_MS - 1), "... until a second after the last");
+    ok(!nw_block_meter_blocking(&m, now + NW_BLOCK_HOLD_MS), "... then not");
+    nw_block_meter_note(&m, 5000, 100, 4800, now);
+    nw_block_meter_note(&m, 5000, 100, 4800, now);
+    nw_block_meter_note(&m, 5000, 100, 4800, now);
+    nw_block_meter_note(&m, 5000, 100, 4800, now);
+    ok(!nw_block_meter_blocking(&m, now), "waiting for a CPU (runnable) is not blocking");
+    nw_block_meter_close(&m);
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* n real requests: asleep (usleep) or on a CPU (a busy loop), 2 ms each. */
+static void real_requests(nw_block_meter *m, int n, int asleep)
+{
+    for (int i = 0; i < n; i++) {
+        nw_block_meter_start(m);
+        uint64_t t0 = now_us();
+        if (asleep)
+            usleep(2000);
+        else
+            while (now_us() - t0 < 2000)
+                ;
+        uint64_t t1 = now_us();
+        nw_block_meter_end(m, t1 - t0, (nw_msec)(t1 / 1000));
+    }
+}
+
+static void test_real(void)
+{
+    nw_block_meter m;
+    nw_block_meter_init(&m);
+    real_requests(&m, 8, 1);
+    ok(nw_block_meter_blocking(&m, (nw_msec)(now_us() / 1000)), "real 2 ms sleeps: blocking");
+    is((long long)m.measured, 7, "... the first was not measured (nothing armed it), the rest were");
+    ok(m.fd >= 0 || m.fd == -2, "... schedstat opened, or the CPU clock used");
+    real_requests(&m, 12, 0);
+    ok(!nw_block_meter_blocking(&m, (nw_msec)(now_us() / 1000)), "real 2 ms busy loops: not blocking");
+    nw_block_meter m2;
+    nw_block_meter_init(&m2);
+    for (int i = 0; i < 100; i++) {
+        nw_block_meter_start(&m2);
+        nw_block_meter_end(&m2, 10, (nw_msec)(now_us() / 1000));
+    }
+    is((long long)m2.measured, 0, "requests of 10 us are never measured");
+    is(m2.fd, -1, "... nor is schedstat opened for them");
+    nw_block_meter_close(&m);
+    nw_block_meter_close(&m2);
+}
+
+int main(void)
+{
+    test_made_up();
+    test_real();
+    return done_testing();
+}
