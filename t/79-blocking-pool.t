@@ -1,0 +1,155 @@
+use strict;
+use warnings;
+use Test::More;
+use Test2::IPC;    # (the clients run in processes of their own)
+use lib 't/lib';
+use JSON::PP ();
+use POSIX ();
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server wait_until free_port http_get write_app);
+
+# Requests that block (docs/DESIGN.md, "Requests that block"): a worker
+# whose requests sleep (a database wait) sends its kept-alive clients
+# through the manager's serve queue, and a standby worker accepts, so the
+# whole pool serves; a worker whose requests run on a CPU parks and stands
+# by as before. And the CPU quota of a cgroup bounds the CPUs the defaults
+# count (docs/DESIGN.md, "CPU quotas").
+
+plan skip_all => 'standby workers need the connection manager' if !NarwhalTest::managed();
+
+# /sleep/SECONDS sleeps, /burn/SECONDS runs on a CPU that long; every
+# answer names the worker.
+my $APP = write_app(<<'APP');
+use Time::HiRes ();
+sub {
+    my $env = shift;
+    if ($env->{PATH_INFO} =~ m{^/sleep/([\d.]+)}) {
+        Time::HiRes::sleep($1);
+    } elsif ($env->{PATH_INFO} =~ m{^/burn/([\d.]+)}) {
+        my $clock = Time::HiRes::CLOCK_THREAD_CPUTIME_ID();
+        my $until = Time::HiRes::clock_gettime($clock) + $1;
+        1 while Time::HiRes::clock_gettime($clock) < $until;
+    }
+    [200, ['Content-Type' => 'text/plain'], ["pid $$\n"]];
+}
+APP
+
+our $sport;
+sub status {
+    my $r = http_get($sport, '/status.json');
+    return $r->{success} ? eval { JSON::PP::decode_json($r->{content}) } : undef;
+}
+sub serving { grep { $_->{state} =~ /^(?:idle|busy)$/ } @{ (status() || {})->{workers} || [] } }
+sub accepting { scalar grep { $_->{accepts} } serving() }
+
+# $n keep-alive clients (HTTP::Tiny, no retries) asking for $path for
+# $seconds; the requests answered and failed, and the most workers seen
+# accepting meanwhile.
+sub load {
+    my ($port, $path, $n, $seconds) = @_;
+    pipe(my $r, my $w) or die "pipe: $!";
+    my @kids;
+    for (1 .. $n) {
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            close $r;
+            require HTTP::Tiny;
+            my $http = HTTP::Tiny->new(timeout => 10, keep_alive => 1, max_redirect => 0);
+            my ($ok, $bad) = (0, 0);
+            my $until = time + $seconds;
+            while (time < $until) {
+                $http->get("http://127.0.0.1:$port$path")->{status} == 200 ? $ok++ : $bad++;
+            }
+            syswrite($w, "$ok $bad\n");
+            POSIX::_exit(0);
+        }
+        push @kids, $pid;
+    }
+    close $w;
+    my $most = 0;
+    my $until = time + $seconds - 0.3;
+    while (time < $until) {
+        my $a = accepting();
+        $most = $a if $a > $most;
+        sleep 0.2;
+    }
+    waitpid($_, 0) for @kids;
+    my ($ok, $bad) = (0, 0);
+    while (my $line = <$r>) {
+        my ($o, $b) = split ' ', $line;
+        $ok += $o;
+        $bad += $b;
+    }
+    return ($ok, $bad, $most);
+}
+
+my $port_of = sub { $_[0]->port };
+
+# 1. A blocking app: 8 kept-alive clients of a 10 ms request, 4 workers of
+# which 1 accepts. One worker alone serves 100 a second at most; the pool,
+# 400. Every worker serves, the standby ones accept while the requests
+# block, and stand by again once the load is gone.
+{
+    local $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--status-listen', "127.0.0.1:$sport",
+                                                '--max-workers', 4, '--accepting-workers', 1 ]);
+    ok(wait_until(sub { serving() == 4 }, 10), 'four workers, one accepting');
+    is(accepting(), 1, 'one accepts before any load');
+    my $t0 = time;
+    my ($ok, $bad, $most) = load($s->port, '/sleep/0.01', 8, 3);
+    my $rate = $ok / (time - $t0);
+    is($bad, 0, "every request answered ($ok)");
+    cmp_ok($rate, '>', 220, sprintf('%.0f requests a second: more than one worker (100) or two could serve', $rate));
+    is($most, 4, 'all four workers accepted while the requests blocked');
+    my @served = map { $_->{served} } serving();
+    is(scalar(grep { $_ > 20 } @served), 4, "every worker served (@served)");
+    ok(wait_until(sub { accepting() == 1 }, 6), 'once the load is gone, one accepts again');
+    $s->stop;
+}
+
+# 2. A CPU-bound app of 2 ms requests: they do not block, so the standby
+# workers stay out of it (accepting stays 1) and the accepting worker
+# serves nearly all: no more workers compete for the CPUs than accept.
+{
+    local $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--status-listen', "127.0.0.1:$sport",
+                                                '--max-workers', 4, '--accepting-workers', 1 ]);
+    ok(wait_until(sub { serving() == 4 }, 10), 'four workers, one accepting (CPU-bound)');
+    my ($ok, $bad, $most) = load($s->port, '/burn/0.002', 3, 2);
+    is($bad, 0, "every request answered ($ok)");
+    is($most, 1, 'one worker accepted throughout');
+    my ($by_accepting, $all) = (0, 0);
+    for (serving()) {
+        $all += $_->{served};
+        $by_accepting += $_->{served} if $_->{accepts};
+    }
+    cmp_ok($by_accepting, '>=', 0.8 * $all,
+           "the accepting worker served most ($by_accepting of $all)");
+    $s->stop;
+}
+
+# 3. A CPU quota: a real cgroup (v1's cpu controller, where this machine
+# lets root make one) of half a CPU. The start line says it, and one
+# worker accepts (the CPUs the defaults count: 1).
+SKIP: {
+    my $base = '/sys/fs/cgroup/cpu';
+    skip 'needs root and a writable cgroup v1 cpu controller', 3
+        unless $> == 0 && -w $base && -e "$base/cpu.cfs_quota_us";
+    my $cg = "$base/narwhal-test-$$";
+    mkdir $cg or skip "cannot make a cgroup: $!", 3;
+    my $put = sub { open(my $fh, '>', "$cg/$_[0]") or return 0; print $fh "$_[1]\n"; close $fh };
+    $put->('cpu.cfs_period_us', 100000) && $put->('cpu.cfs_quota_us', 50000)
+        or skip "cannot set the quota: $!", 3;
+    local $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--status-listen', "127.0.0.1:$sport", '--max-workers', 4 ],
+                         child_setup => sub { $put->('tasks', $$) });
+    ok(wait_until(sub { serving() == 4 }, 20), 'four workers in a cgroup of half a CPU');
+    like($s->log_text, qr/with 4 workers, 1 accepting new clients \(the rest stand by\) on 1 CPU \(cgroup CPU quota 0\.50\)/,
+         'the start line says the quota, and one accepts');
+    is(accepting(), 1, '... and one does');
+    $s->stop;
+    # (the server's processes have left it: it can go)
+    wait_until(sub { rmdir $cg }, 5) or diag("could not remove $cg: $!");
+}
+
+done_testing();
