@@ -128,7 +128,29 @@ my $port_of = sub { $_[0]->port };
     $s->stop;
 }
 
-# 3. A CPU quota: a real cgroup (v1's cpu controller, where this machine
+# 4. An elastic pool (--min-workers 1 --max-workers 8) under 16 kept-alive
+# clients of a 20 ms request: it grows on the waits, the workers it adds
+# serve (their requests block, so the clients come through the serve
+# queue), and none is retired as idle while the clients wait.
+{
+    local $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--status-listen', "127.0.0.1:$sport", '--min-workers', 1,
+                                                '--max-workers', 8, '--worker-idle-timeout', 1 ]);
+    ok(wait_until(sub { serving() == 1 }, 10), 'an elastic pool of one worker');
+    my $t0 = time;
+    my ($ok, $bad) = load($s->port, '/sleep/0.02', 16, 4);
+    my $rate = $ok / (time - $t0);
+    is($bad, 0, "every request answered ($ok)");
+    my $log = $s->log_text;
+    my @sizes = $log =~ /pool: \d+ -> (\d+) workers: \d+ of \d+ requests waited/g;
+    my $most = (sort { $b <=> $a } @sizes)[0] // 1;
+    cmp_ok($most, '>=', 6, "it grew on the waits (to $most workers)");
+    unlike($log, qr/was idle for/, 'no worker was retired as idle while the clients waited');
+    cmp_ok($rate, '>', 150, sprintf('%.0f requests a second (one worker: 50; eight: 400)', $rate));
+    $s->stop;
+}
+
+# 5. A CPU quota: a real cgroup (v1's cpu controller, where this machine
 # lets root make one) of half a CPU. The start line says it, and one
 # worker accepts (the CPUs the defaults count: 1).
 SKIP: {

@@ -858,9 +858,9 @@ sub _tend_pool {
     ($all0, $over0) = ($all, $over) unless defined $ms0 && $ms0 == $over_ms;
     $self->{pool_waits} = [ $all, $over, $over_ms ];
     my $now = Time::HiRes::time();
+    my ($began, $waited) = ($all - $all0, $over - $over0);
     if ($self->{pool} < $o->{max_workers} && $now >= ($self->{next_grow} // 0)
         && $self->_ready_count >= $self->{pool}) {   # (the last ones added serve already)
-        my ($began, $waited) = ($all - $all0, $over - $over0);
         # (a standby worker idle: the waits were the manager's look, 20 to
         # 30 ms before it hands new clients to them, not a pool too small)
         if ($waited > 0 && $waited * 100 >= $began * Narwhal::Limits::POOL_GROW_SHARE()
@@ -877,6 +877,9 @@ sub _tend_pool {
         }
     }
     return if $self->{pool} <= $o->{min_workers} || $now < ($self->{next_shrink} // 0);
+    # (never while requests wait: a worker idle then only had none handed
+    # to it yet, and the others' clients would wait longer without it)
+    return if $waited > 0;
     my ($idlest, $idle_ms) = (undef, $o->{worker_idle_timeout} * 1000);
     my @staying = grep { defined $self->{workers}{$_}{slot} } $self->_staying_pids;
     # (standby workers go first: an accepting one only when none is left)
@@ -892,11 +895,14 @@ sub _tend_pool {
     $self->_retire($idlest);
 }
 
-# Standby workers (--accepting-workers) of the current generation; those
+# Standby workers (--accepting-workers) of the current generation that
+# stand by now (one whose requests block accepts: its slot says so); those
 # of them idle.
 sub _standby {
     my $self = shift;
-    return grep { $_->{standby} && defined $_->{slot} } $self->_staying;
+    my $board = $self->{scoreboard};
+    return grep { $_->{standby} && defined $_->{slot} && $board->slot($_->{slot})->{standby} }
+                $self->_staying;
 }
 sub _standby_count { my @standby = $_[0]->_standby; return scalar @standby }
 sub _standby_idle {
