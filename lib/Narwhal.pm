@@ -202,18 +202,23 @@ Worker processes (with --min-workers: at most). Default: C<4>. At least C<1>.
 
 =item --accepting-workers N
 
-How many workers take new clients from the listeners. The others, standby
-workers, serve what the connection manager gives them: new clients it takes
-when every accepting worker has been on its request for 20 ms, and kept-alive
-ones whose worker is held up. So a CPU-bound app keeps as many workers
-runnable as there are CPUs (fewer context switches and a lower tail latency
-than every worker contending), and a blocking app still gets every worker. By
-default the number of CPUs the server may run on (its affinity mask:
-C<taskset> and cpusets count, a CPU quota does not), never more than the
-pool; 0: every worker accepts. Without the connection manager every worker
-accepts. A replacement of an accepting worker accepts; the elastic pool's
-added workers are standby, and standby workers are the first to go when it
-shrinks or on TTOU. See "Accepting workers" in F<docs/DESIGN.md>. At least
+How many workers always take new clients from the listeners. The others,
+standby workers, serve what the connection manager gives them (new clients it
+takes when every accepting worker has been on its request for 20 ms, and
+kept-alive ones whose worker is held up) and take new clients themselves
+while their requests block. A worker whose requests spend most of their time
+asleep (a database, a sleep: measured per worker from the kernel's accounting
+of its thread) also sends its kept-alive clients through the manager, where
+any free worker takes their next request. So a CPU-bound app keeps as many
+workers runnable as there are CPUs (fewer context switches and a lower tail
+latency than every worker contending), and a blocking app gets every worker.
+By default the number of CPUs the server may run on (its affinity mask:
+C<taskset> and cpusets count; and the CPU quota of its cgroup, rounded up,
+when that is fewer), never more than the pool; 0: every worker accepts.
+Without the connection manager every worker accepts. A replacement of an
+accepting worker accepts; the elastic pool's added workers are standby, and
+standby workers are the first to go when it shrinks or on TTOU. See
+"Accepting workers" and "Requests that block" in F<docs/DESIGN.md>. At least
 C<0>.
 
 =item --min-workers N

@@ -91,20 +91,24 @@ my @TABLE = (
     { name => 'max_workers', alias => ['workers'], type => 'count', default => 4, min => 1,
       group => 'Workers', arg => 'N', help => 'worker processes (with --min-workers: at most)' },
     { name => 'accepting_workers', type => 'count', min => 0, group => 'Workers', arg => 'N',
-      help => 'workers that take new clients; the rest wake when those are stuck (default: '
-          . 'the CPUs; 0: all)',
-      pod => 'How many workers take new clients from the listeners. The others, standby '
-           . 'workers, serve what the connection manager gives them: new clients it takes when '
+      help => 'workers that always take new clients; the rest join in while requests block or '
+          . 'those are stuck (default: the CPUs or the CPU quota; 0: all)',
+      pod => 'How many workers always take new clients from the listeners. The others, standby '
+           . 'workers, serve what the connection manager gives them (new clients it takes when '
            . 'every accepting worker has been on its request for ' . _c('POOL_STUCK_MS')
-           . ' ms, and kept-alive ones whose worker is held up. So a CPU-bound app keeps as many '
-           . 'workers runnable as there are CPUs (fewer context switches and a lower tail '
-           . 'latency than every worker contending), and a blocking app still gets every '
-           . 'worker. By default the number of CPUs the server may run on (its affinity mask: '
-           . 'C<taskset> and cpusets count, a CPU quota does not), never more than the pool; 0: '
-           . 'every worker accepts. Without the connection manager every worker accepts. A '
-           . 'replacement of an accepting worker accepts; the elastic pool\'s added workers are '
-           . 'standby, and standby workers are the first to go when it shrinks or on TTOU. See '
-           . '"Accepting workers" in F<docs/DESIGN.md>.' },
+           . ' ms, and kept-alive ones whose worker is held up) and take new clients themselves '
+           . 'while their requests block. A worker whose requests spend most of their time asleep '
+           . '(a database, a sleep: measured per worker from the kernel\'s accounting of its thread) '
+           . 'also sends its kept-alive clients through the manager, where any free worker takes '
+           . 'their next request. So a CPU-bound app keeps as many workers runnable as there are '
+           . 'CPUs (fewer context switches and a lower tail latency than every worker contending), '
+           . 'and a blocking app gets every worker. By default the number of CPUs the server may '
+           . 'run on (its affinity mask: C<taskset> and cpusets count; and the CPU quota of its '
+           . 'cgroup, rounded up, when that is fewer), never more than the pool; 0: every worker '
+           . 'accepts. Without the connection manager every worker accepts. A replacement of an '
+           . 'accepting worker accepts; the elastic pool\'s added workers are standby, and standby '
+           . 'workers are the first to go when it shrinks or on TTOU. See "Accepting workers" and '
+           . '"Requests that block" in F<docs/DESIGN.md>.' },
     { name => 'min_workers', type => 'count', min => 1, group => 'Workers', arg => 'N',
       help => 'an elastic pool: start N, add workers when requests wait, up to --max-workers',
       pod => 'An elastic pool: start this many workers; add one when requests have waited '
