@@ -610,6 +610,7 @@ slot(self, index)
     (void)hv_stores(hv, "started", newSVuv(s->started));
     (void)hv_stores(hv, "served", newSVuv(s->counts.served));
     (void)hv_stores(hv, "standby", newSViv(s->standby));
+    (void)hv_stores(hv, "blocking", newSViv(s->blocking));
     (void)hv_stores(hv, "request", newSVpvn(s->request, len));
     (void)hv_stores(hv, "since_us", newSVnv((NV)s->since_us));
     (void)hv_stores(hv, "running_ms", newSViv(state == NW_WORKER_BUSY

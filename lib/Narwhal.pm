@@ -225,15 +225,17 @@ C<0>.
 
 An elastic pool: start this many workers; add one when requests have waited
 longer than 10 ms for a worker (50 ms while some workers stand by and none of
-them is idle: C<--accepting-workers>; at least 1% of those that began since
-the last look, measured as C<narwhal_request_queue_seconds> is: in the
+them is idle: C<--accepting-workers>; 1 ms while the workers' requests block,
+when another worker costs the CPUs nothing; at least 1% of those that began
+since the last look, measured as C<narwhal_request_queue_seconds> is: in the
 manager's queue, parked in a busy worker or in the listen queue) or when
 every worker has been on its request for 20 ms, up to C<--max-workers>, at
 most one per C<--spawn-interval> (0.1 s when that is 0); retire a worker idle
 for C<--worker-idle-timeout>, down to this many, handing its kept-alive
-connections to the others as a recycled worker does. Counted in
-C<narwhal_pool_changes_total{reason}>. Without it the pool is fixed at
-C<--max-workers>. TTIN and TTOU move C<--max-workers>. At least C<1>.
+connections to the others as a recycled worker does, but never while requests
+wait. Counted in C<narwhal_pool_changes_total{reason}>. Without it the pool
+is fixed at C<--max-workers>. TTIN and TTOU move C<--max-workers>. At least
+C<1>.
 
 =item --worker-idle-timeout SECS
 

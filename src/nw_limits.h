@@ -78,6 +78,11 @@
  * manager's look (NW_POOL_STUCK_MS, then up to NW_POOL_LOOK_MS), which is
  * not a pool too small. A bound of the scoreboard's wait buckets. */
 #define NW_POOL_GROW_STANDBY_WAIT_MS  50
+/* ... and, while the workers' requests block (nw_block_meter.h), waits
+ * longer than this: a worker more then serves at no cost to the CPUs, and
+ * a wait of a 1 ms request's length doubles what its client feels. A
+ * bound of the scoreboard's wait buckets. */
+#define NW_POOL_GROW_BLOCKING_WAIT_MS 1
 
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */

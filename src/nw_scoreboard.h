@@ -135,7 +135,10 @@ typedef struct {
                                          * longer one to take over) */
     volatile int32_t standby;           /* 1: the listeners are not in its epoll: it serves
                                          * what the serve queue brings (DESIGN.md,
-                                         * "Accepting workers"); set by the master */
+                                         * "Accepting workers"); set by the master, and
+                                         * by the worker as its requests block or not */
+    volatile int32_t blocking;          /* 1: its requests block (DESIGN.md, "Requests that
+                                         * block"); set by the worker */
 } nw_score_slot;
 
 /* A slot's custody fields, kept when the master folds the slot (the manager

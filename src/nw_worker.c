@@ -651,6 +651,8 @@ static int standby_begin(nw_worker *w)
 static void standby_follow(nw_worker *w, nw_msec now)
 {
     int accepts = nw_block_meter_blocking(&w->meter, now);
+    if (w->slot && w->slot->blocking != accepts)
+        w->slot->blocking = accepts;
     if (accepts == !w->standby)
         return;
     if (accepts) {
@@ -935,9 +937,12 @@ void nw_worker_request_started(nw_wconn *wc)
 void nw_worker_request_ended(nw_wconn *wc, uint64_t now_us)
 {
     wc->ended = (nw_msec)(now_us / 1000);
-    if (wc->worker && wc->started_us)
-        nw_block_meter_end(&wc->worker->meter, now_us > wc->started_us ? now_us - wc->started_us : 0,
-                           wc->ended);
+    nw_worker *w = wc->worker;
+    if (!w || !wc->started_us)
+        return;
+    nw_block_meter_end(&w->meter, now_us > wc->started_us ? now_us - wc->started_us : 0, wc->ended);
+    if (w->slot && w->slot->blocking != w->meter.blocking)
+        w->slot->blocking = w->meter.blocking;  /* (the elastic pool reads it) */
 }
 
 int nw_worker_has_manager(const nw_worker *w)

@@ -150,6 +150,26 @@ my $port_of = sub { $_[0]->port };
     $s->stop;
 }
 
+# 4b. Short waits on a short blocking request: 8 kept-alive clients of a
+# 2 ms request, an elastic pool of 2 to 16. Each request waits about
+# three times its length with 2 workers, which is under the 10 ms a
+# CPU-bound pool grows on; while requests block the pool grows on waits
+# over 1 ms, and stops once a worker is idle at a look: about one worker
+# a client, not 16.
+{
+    local $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--status-listen', "127.0.0.1:$sport", '--min-workers', 2,
+                                                '--max-workers', 16 ]);
+    ok(wait_until(sub { serving() == 2 }, 10), 'an elastic pool of two workers');
+    my ($ok, $bad) = load($s->port, '/sleep/0.002', 8, 4);
+    is($bad, 0, "every request answered ($ok)");
+    my @sizes = $s->log_text =~ /pool: \d+ -> (\d+) workers: \d+ of \d+ requests waited over 1 ms/g;
+    my $most = (sort { $b <=> $a } @sizes)[0] // 2;
+    cmp_ok($most, '>=', 5, "it grew on waits over 1 ms (to $most workers)");
+    cmp_ok($most, '<=', 11, '... and not far past one worker a client');
+    $s->stop;
+}
+
 # 5. A CPU quota: a real cgroup (v1's cpu controller, where this machine
 # lets root make one) of half a CPU. The start line says it, and one
 # worker accepts (the CPUs the defaults count: 1).

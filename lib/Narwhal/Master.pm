@@ -841,8 +841,9 @@ sub _publish_pool {
 
 # The elastic pool (--min-workers; docs/DESIGN.md, "The elastic pool"): one
 # worker more when, since the last look, requests waited longer than
-# POOL_GROW_WAIT_MS for a worker (POOL_GROW_STANDBY_WAIT_MS while some
-# stand by; at least one, and POOL_GROW_SHARE percent of those that began)
+# POOL_GROW_WAIT_MS for a worker (POOL_GROW_BLOCKING_WAIT_MS while requests
+# block, POOL_GROW_STANDBY_WAIT_MS while some stand by; at least one, and
+# POOL_GROW_SHARE percent of those that began)
 # and no standby worker is idle, or every worker is stuck on a request;
 # one less when a worker has been idle for --worker-idle-timeout.
 sub _tend_pool {
@@ -850,8 +851,10 @@ sub _tend_pool {
     my $o = $self->{options};
     return unless defined $self->{pool};
     my $board = $self->{scoreboard};
-    my $over_ms = $self->_standby_count ? Narwhal::Limits::POOL_GROW_STANDBY_WAIT_MS()
-                                        : Narwhal::Limits::POOL_GROW_WAIT_MS();
+    my $blocks = $self->_requests_block;
+    my $over_ms = $blocks               ? Narwhal::Limits::POOL_GROW_BLOCKING_WAIT_MS()
+                : $self->_standby_count ? Narwhal::Limits::POOL_GROW_STANDBY_WAIT_MS()
+                :                         Narwhal::Limits::POOL_GROW_WAIT_MS();
     my ($all, $over) = $board->waits($over_ms);
     # (a new threshold: counts from here on)
     my ($all0, $over0, $ms0) = @{ $self->{pool_waits} || [] };
@@ -862,9 +865,11 @@ sub _tend_pool {
     if ($self->{pool} < $o->{max_workers} && $now >= ($self->{next_grow} // 0)
         && $self->_ready_count >= $self->{pool}) {   # (the last ones added serve already)
         # (a standby worker idle: the waits were the manager's look, 20 to
-        # 30 ms before it hands new clients to them, not a pool too small)
+        # 30 ms before it hands new clients to them, not a pool too small;
+        # while requests block, any worker idle: the pool has more than its
+        # clients keep busy, and a 1 ms wait was a moment's bad luck)
         if ($waited > 0 && $waited * 100 >= $began * Narwhal::Limits::POOL_GROW_SHARE()
-            && !$self->_standby_idle) {
+            && !($blocks ? $self->_idle_count : $self->_standby_idle)) {
             # as many more as the share that waited: all of them, twice the pool
             my $by = int($self->{pool} * $waited / ($began || 1) + 0.5) || 1;
             return $self->_resize_pool($by, 0, sprintf('%d of %d requests waited over %d ms',
@@ -895,6 +900,15 @@ sub _tend_pool {
     $self->_retire($idlest);
 }
 
+# Whether the requests of a worker of the current generation block (its
+# slot says so: DESIGN.md, "Requests that block"): another worker then
+# costs the CPUs nothing.
+sub _requests_block {
+    my $self = shift;
+    my $board = $self->{scoreboard};
+    return scalar grep { defined $_->{slot} && $board->slot($_->{slot})->{blocking} } $self->_staying;
+}
+
 # Standby workers (--accepting-workers) of the current generation that
 # stand by now (one whose requests block accepts: its slot says so); those
 # of them idle.
@@ -905,6 +919,12 @@ sub _standby {
                 $self->_staying;
 }
 sub _standby_count { my @standby = $_[0]->_standby; return scalar @standby }
+sub _idle_count {
+    my $self = shift;
+    my $board = $self->{scoreboard};
+    return scalar grep { defined $_->{slot} && $board->slot($_->{slot})->{state} eq 'idle' }
+                       $self->_staying;
+}
 sub _standby_idle {
     my $self = shift;
     my $board = $self->{scoreboard};

@@ -113,14 +113,16 @@ my @TABLE = (
       help => 'an elastic pool: start N, add workers when requests wait, up to --max-workers',
       pod => 'An elastic pool: start this many workers; add one when requests have waited '
            . 'longer than ' . _c('POOL_GROW_WAIT_MS') . ' ms for a worker (' . _c('POOL_GROW_STANDBY_WAIT_MS')
-           . ' ms while some workers stand by and none of them is idle: C<--accepting-workers>; at least '
+           . ' ms while some workers stand by and none of them is idle: C<--accepting-workers>; '
+           . _c('POOL_GROW_BLOCKING_WAIT_MS') . ' ms while the workers\' requests block, when another '
+           . 'worker costs the CPUs nothing; at least '
            . _c('POOL_GROW_SHARE') . '% of those that began since the last look, measured as '
            . 'C<narwhal_request_queue_seconds> is: in the manager\'s queue, parked in a busy worker '
            . 'or in the listen queue) or when every worker has been on its request for '
            . _c('POOL_STUCK_MS') . ' ms, up to C<--max-workers>, at most one per '
            . 'C<--spawn-interval> (0.1 s when that is 0); retire a worker idle for '
            . 'C<--worker-idle-timeout>, down to this many, handing its kept-alive connections '
-           . 'to the others as a recycled worker does. Counted in '
+           . 'to the others as a recycled worker does, but never while requests wait. Counted in '
            . 'C<narwhal_pool_changes_total{reason}>. Without it the pool is fixed at '
            . 'C<--max-workers>. TTIN and TTOU move C<--max-workers>.' },
     { name => 'worker_idle_timeout', type => 'seconds', default => 60, min_excl => 0,
