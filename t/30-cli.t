@@ -163,14 +163,19 @@ my $part_options = sub {
             or diag 'children: ' . join(' ', worker_pids($s->pid));
         is($s->stop, 0, 'plackup server stops with status 0');
 
-        # what plackup passes that Narwhal does not know is named, not dropped;
-        # --no-manager=1 reaches the handler
+        # what plackup passes that Narwhal does not know is refused, never
+        # dropped (t/32-foreign-options.t has them all); --no-manager=1
+        # reaches the handler
+        my $r = run_cmd([ perl_cmd(), $plackup, '-s', 'Narwhal', '--host', '127.0.0.1', '--port', free_port(),
+                          '--enable-ssl', $OK_APP ], timeout => 10);
+        isnt($r->{code}, 0, "plackup's --enable-ssl: refused");
+        like($r->{err}, qr/^narwhal: --enable-ssl: Narwhal does not speak TLS/, '... saying why, in one line');
+        is(lines($r->{err}), 1, '... one line') or diag $r->{err};
         $port = free_port();
         $s = spawn_server(port => $port, command => [
             perl_cmd(), $plackup, '-s', 'Narwhal', '--host', '127.0.0.1', '--port', $port,
-            '--max-workers', '1', '--enable-ssl', '--no-manager=1', $OK_APP ]);
-        is(http_get($port, '/')->{status}, 200, 'plackup with options Narwhal does not know: serves');
-        like($s->log_text, qr/ignoring the options? Narwhal does not know: .*\bssl\b/, "plackup's --enable-ssl is named as not known");
+            '--max-workers', '1', '--no-manager=1', $OK_APP ]);
+        is(http_get($port, '/')->{status}, 200, 'plackup --no-manager=1: serves');
         my %kinds = map { open(my $f, '<', "/proc/$_/cmdline"); ((<$f> // '') =~ /^(narwhal \w+)/)[0] // '?' => 1 }
                     children_of($s->pid);
         ok(!$kinds{'narwhal manager'}, 'plackup --no-manager=1: no manager runs');

@@ -149,16 +149,18 @@ for my $o (grep { $_->{manager} && $_->{type} eq 'seconds' } @table) {
                  0, "... as the manager refuses it");
 }
 
-# A handler argument Narwhal does not know is named, not dropped silently.
+# A handler argument Narwhal does not know is refused, never dropped silently.
 {
-    my @warnings;
-    local $SIG{__WARN__} = sub { push @warnings, $_[0] };
-    Plack::Handler::Narwhal->new(foo => 1, max_wokers => 3, port => 5000, host => undef,
-                                 listen => [':5000'], socket => undef, server_ready => sub {});
-    is_deeply(\@warnings, ["narwhal: ignoring options Narwhal does not know: foo, max_wokers\n"],
-              'Plack::Handler::Narwhal->new names the options it does not know, once, and only those');
+    eval { Plack::Handler::Narwhal->new(foo => 1, max_wokers => 3, port => 5000, host => undef,
+                                        listen => [':5000'], socket => undef, server_ready => sub {}) };
+    like($@, qr/^narwhal: unknown options --foo, --max-wokers: Narwhal does not know them/,
+         'Plack::Handler::Narwhal->new refuses the options it does not know, in one line naming them');
+    is(scalar(() = $@ =~ /\n/g), 1, '... one line');
     eval { Plack::Handler::Narwhal->new(max_workers => 'x') };
-    is($@, "--max-workers wants a whole number, not 'x'\n", 'and dies in one line on a bad value');
+    is($@, "narwhal: --max-workers wants a whole number, not 'x'\n", 'and dies in one line on a bad value');
+    ok(eval { Plack::Handler::Narwhal->new(port => 5000, host => undef, listen => [':5000'], socket => undef,
+                                           ssl => '', server_ready => sub {}) },
+       "plackup's --disable-ssl (ssl => ''): plain HTTP, as it is");
 }
 is_deeply(Narwhal::Options::normalize(listen => ['/tmp/n.sock'], socket => ['/tmp/n.sock'])->{listen},
           ['/tmp/n.sock'], 'plackup -S PATH (listen and socket both PATH) is one listener');

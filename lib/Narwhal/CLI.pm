@@ -26,6 +26,14 @@ sub _run {
     my @argv = @_;
     my %opt;
     my ($help, $version, @inc, @modules, $env);
+    # Other servers' options that Narwhal does not do (TLS, Net::Server's):
+    # their reason, before Getopt would call them merely unknown.
+    for my $arg (@argv) {
+        last if $arg eq '--';
+        next unless $arg =~ /^--([A-Za-z][\w-]*)(?:=(.*))?$/s;
+        my $why = Narwhal::Options::refused($1, defined $2 ? $2 : 1) or next;
+        die "usage: $why\n";
+    }
     my $p = Getopt::Long::Parser->new(config => [qw(no_ignore_case bundling_values
                                                     no_auto_abbrev)]);
     # Getopt's complaints become the one-line error; the handler is gone

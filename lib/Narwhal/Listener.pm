@@ -17,6 +17,10 @@ use constant DEFER_ACCEPT_SECONDS => 1;
 # --backlog's default: the kernel's net.core.somaxconn (the cap listen()
 # applies anyway), and never less than this.
 use constant MIN_DEFAULT_BACKLOG => 1024;
+# What a TLS option or a HOST:PORT:ssl listener is told (until Narwhal
+# speaks TLS): refused, never plain HTTP on a port meant for HTTPS.
+use constant NO_TLS => 'Narwhal does not speak TLS (HTTPS) and refuses to serve plain HTTP '
+    . 'where HTTPS was asked for: terminate TLS in front of it (nginx, HAProxy) and listen on plain HTTP';
 use constant SOMAXCONN_FILE => '/proc/sys/net/core/somaxconn';
 
 # A listener is a hash: { fd, is_tcp, host, port, path, handle, spec },
@@ -30,7 +34,10 @@ sub parse_spec {
     my ($spec) = @_;
     die "empty --listen value\n" unless defined $spec && length $spec;
     return { path => $1 } if $spec =~ m{^unix:(.+)$};
+    die "--listen '$spec': " . NO_TLS() . "\n" if $spec =~ /:(?:ssl|tls|https)$/i;
     return { path => $spec } if $spec =~ m{/};
+    # (Starman's rule: no colon is a unix socket; digits alone are a port)
+    return { path => $spec } if $spec !~ /[:\[\]]/ && $spec !~ /^\d+$/;
     if ($spec =~ /^\[([0-9A-Fa-f:.]+)\]:(\d+)$/) {
         return { host => $1, port => _port($2, $spec) };
     }

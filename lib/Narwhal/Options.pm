@@ -30,10 +30,12 @@ use constant GROUPS => qw(Listening Workers Connections Limits Operations Proces
 
 my @TABLE = (
     { name => 'listen', alias => ['l'], type => 'list', group => 'Listening', arg => 'ADDR',
-      help => 'host:port, :port, [::1]:port or /path/to.sock (repeatable; default '
+      help => 'host:port, :port, [::1]:port or a unix socket path (repeatable; default '
           . Narwhal::Listener::DEFAULT_HOST() . ':' . Narwhal::Listener::DEFAULT_PORT() . ')',
-      pod => 'C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path (C</path/to.sock> or '
-           . 'C<unix:/path>); repeatable. Without it, C<--host> and C<--port> make one listener '
+      pod => 'C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path (C</path/to.sock>, '
+           . 'C<unix:/path>, or, as in Starman, any value without a colon that is not a port: '
+           . 'C<app.sock> is F<app.sock> in the working directory); repeatable. TLS listeners '
+           . '(Starman\'s C<HOST:PORT:ssl>) are refused: Narwhal speaks plain HTTP only. Without it, C<--host> and C<--port> make one listener '
            . '(C<' . Narwhal::Listener::DEFAULT_HOST() . ':' . Narwhal::Listener::DEFAULT_PORT()
            . '> when neither is given).' },
     { name => 'host', alias => ['o'], type => 'string', group => 'Listening', arg => 'HOST',
@@ -185,6 +187,7 @@ my @TABLE = (
     { name => 'spawn_interval', type => 'seconds', default => 0, group => 'Workers', arg => 'SECS',
       help => 'space out replacement and added workers' },
     { name => 'preload_app', type => 'bool', default => 1, group => 'Workers',
+      negated => ['no_preload_app'],
       help => 'load the app in the master (--no-preload-app, -L Delayed: in each worker; HUP reloads it)',
       pod => 'Load the app in the master before forking, or with C<--no-preload-app> (or '
            . 'C<-L Delayed>, for plackup users) in each worker; then HUP reloads the app.' },
@@ -514,6 +517,8 @@ sub normalize {
     my $on_unknown = delete $args{-on_unknown};
     my %o;
     for my $k (sort keys %args) {
+        if (my $why = refused($k, $args{$k})) { die "$why\n" }
+        next if lc $k eq 'ssl' && !$args{$k};    # (plackup's --disable-ssl: plain HTTP, as ever)
         my @pairs = _canonical($k, $args{$k});
         if (!@pairs) {
             $on_unknown ? $on_unknown->($k) : die "unknown option " . cli_name($k) . "\n";
@@ -538,6 +543,32 @@ sub normalize {
     $o{listen} = _listeners(\%o);
     $o{child_exit} = _compile_code($o{child_exit}) if defined $o{child_exit};
     return \%o;
+}
+
+# Options of the servers people come from (Starman, Starlet, plackup) that
+# Narwhal does not do. Each is refused with its reason, in one line, under
+# narwhal and plackup alike, never ignored: a server that ignored
+# --enable-ssl would serve plain HTTP to a team that believes it is on
+# HTTPS. Returns the reason, or nothing when the option is not one of
+# these. $key as given (kebab- or snake_case; plackup's --enable-X and
+# --disable-X arrive as X => 1 and X => ''), $value its value.
+sub refused {
+    my ($key, $value) = @_;
+    (my $k = lc $key) =~ s/^-+//;
+    $k =~ tr/-/_/;
+    return if $BY_NAME{$k} || $NEGATED{$k};
+    if ($k =~ /^(enable|disable)_(.+)$/) {
+        ($k, $value) = ($2, $1 eq 'enable' ? 1 : 0);
+        return if $BY_NAME{$k};
+    }
+    return "--enable-ssl: " . Narwhal::Listener::NO_TLS() if $k eq 'ssl' && $value;
+    return cli_name($k) . ': ' . Narwhal::Listener::NO_TLS() if $k =~ /^ssl_/ || $k =~ /^net_server_ssl/;
+    return cli_name($k) . ": Narwhal is not built on Net::Server, and takes none of its arguments"
+        if $k =~ /^net_server_/;
+    return "--disable-proctitle: Narwhal always names its processes (narwhal master, worker, "
+         . "manager: ps and the status page name them so)"
+        if $k eq 'proctitle' && !$value;
+    return;
 }
 
 # --listen and --socket together, each listener once however it is

@@ -10,14 +10,22 @@ sub new {
     my ($class, %args) = @_;
     my $server_ready = delete $args{server_ready};
     my $listen_sock  = delete $args{listen_sock};
-    return bless { options => _options(%args), server_ready => $server_ready,
+    my $options = eval { _options(%args) } or die "narwhal: $@";
+    # plackup loads the app in this process before it makes the handler
+    # (Plack::Loader's preload_app): only its Delayed loader, -L Delayed,
+    # hands over an app each worker loads itself.
+    die "narwhal: --no-preload-app: plackup has loaded the app already, before Narwhal "
+      . "started; give plackup -L Delayed (each worker loads it), or use the narwhal command\n"
+        if !$options->{preload_app} && !$INC{'Plack/Loader/Delayed.pm'};
+    return bless { options => $options, server_ready => $server_ready,
                    listen_sock => $listen_sock }, $class;
 }
 
 # The handler's arguments, checked when it is made (a bad value dies here,
-# before anything listens). An option Narwhal does not know is named in one
-# warning, never silently dropped: plackup passes on every --option it does
-# not know itself (-D, --enable-ssl, a typo).
+# in one line, before anything listens). An option Narwhal does not know
+# is refused, never silently dropped: plackup passes on every --option it
+# does not know itself (a typo, another server's), and a server that
+# ignored one would not do what its operator believes it does.
 sub _options {
     my (%args) = @_;
     $args{listen} = [ ref $args{listen} ? @{ $args{listen} } : ($args{listen}) ]
@@ -25,9 +33,20 @@ sub _options {
     $args{socket} = [ $args{socket} ] if defined $args{socket} && !ref $args{socket};
     my @unknown;
     my $options = Narwhal::Options::normalize(%args, -on_unknown => sub { push @unknown, $_[0] });
-    warn "narwhal: ignoring " . (@unknown > 1 ? 'options' : 'the option')
-        . " Narwhal does not know: " . join(', ', @unknown) . "\n" if @unknown;
+    die "unknown option" . (@unknown > 1 ? 's ' : ' ')
+        . join(', ', map { Narwhal::Options::cli_name($_) } @unknown)
+        . ": Narwhal does not know " . (@unknown > 1 ? 'them' : 'it') . " (narwhal --help lists "
+        . "what it does)\n" if @unknown;
     return $options;
+}
+
+# Plack servers say where they accept connections, in one line on stderr
+# ("Starman: Accepting connections at http://*:5000/"): plackup passes a
+# server_ready that prints it in development; otherwise Narwhal prints it.
+sub _say_ready {
+    my ($args) = @_;
+    print STDERR "$args->{server_software}: Accepting connections at "
+        . "$args->{proto}://$args->{host}:$args->{port}/\n";
 }
 
 sub run {
@@ -63,8 +82,12 @@ Plack::Handler::Narwhal - plackup -s Narwhal
 =head1 DESCRIPTION
 
 The adapter between L<Plack> and L<Narwhal>. Every option of L<Narwhal>
-can be given, in snake_case or kebab-case; C<server_ready> is called once
-the listeners are open, and a C<listen_sock> handle is used instead of
-opening one.
+can be given, in snake_case or kebab-case; one it does not know (another
+server's, a typo) is refused in one line, as are TLS options.
+C<server_ready> is called once the listeners are open (without it, Narwhal
+prints C<Narwhal: Accepting connections at http://HOST:PORT/> on stderr, as
+other Plack servers do), and a C<listen_sock> handle is used instead of
+opening one. plackup loads the app before it makes the handler:
+C<--no-preload-app> is refused unless plackup has C<-L Delayed>.
 
 =cut
