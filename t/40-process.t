@@ -307,12 +307,13 @@ my $sec_e = sub { {
 
 # (e, continued) --min-worker-lifetime: a worker at its count younger than
 # that is given the count again, and replaced at the end of the first count
-# it finishes older (the default, 10 s, keeps one worker for 12 requests).
+# it finishes older (10 s keeps one worker for 12 requests; with a count
+# given and no --min-worker-lifetime, there is no floor: t/35).
 my $sec_e_lifetime = sub { {
-    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5' ]);
+    my $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5', '--min-worker-lifetime', 10 ]);
     my @seq = map { get_pid($s->port) // 'fail' } 1 .. 12;
     is(join(' ', keys %{{ map { $_ => 1 } @seq }}), $seq[0],
-       '--max-reqs-per-child 5 at the default --min-worker-lifetime: one worker for 12 requests');
+       '--max-reqs-per-child 5 --min-worker-lifetime 10: one worker for 12 requests');
     $s->stop;
     $s = server(args => [ '--max-workers', '1', '--max-reqs-per-child', '5',
                           '--min-worker-lifetime', 1 ]);

@@ -449,7 +449,8 @@ my $sec_term_one = sub {
 my $sec_term_extended = sub { SKIP: {
     skip 'the status pages need the connection manager', 3 unless $MANAGED;
     my $sport = free_port();
-    my $s = server(args => [ '--max-workers', 1, '--max-requests', 5, '--status-listen', "127.0.0.1:$sport" ]);
+    my $s = server(args => [ '--max-workers', 1, '--max-requests', 5, '--min-worker-lifetime', 10,
+                             '--status-listen', "127.0.0.1:$sport" ]);
     my %pids = map { ((get_raw($s->port, '/') || {})->{body} // '') =~ /pid=(\d+)/ ? ($1 => 1) : () } 1 .. 7;
     is(scalar keys %pids, 1, 'a young worker serves 7 requests at a count of 5');
     kill TERM => keys %pids;

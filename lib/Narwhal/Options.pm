@@ -149,8 +149,10 @@ my @TABLE = (
            . 'default) is retired then, once the other workers are ready.' },
     { name => 'min_worker_lifetime', type => 'seconds', default => 10, max => _c('MAX_SECONDS'),
       group => 'Workers', arg => 'SECS',
-      help => 'a worker at --max-reqs-per-child younger than this serves that many again (0: off)',
-      pod => 'A worker that reaches C<--max-reqs-per-child> (or, with the connection manager, '
+      help => 'a worker at --max-reqs-per-child younger than this serves that many again '
+          . '(0: off; 0 unless given when --max-reqs-per-child is given)',
+      pod => 'When C<--max-reqs-per-child> (or C<--max-requests>) is given and this is not, it '
+           . 'is 0: a count the operator chose is kept, whatever the workers\' age. A worker that reaches C<--max-reqs-per-child> (or, with the connection manager, '
            . 'the point where it asks for its replacement) before it is this many seconds old '
            . 'is given that many requests again (its own count, drawn, with C<--min-reqs-per-child>), '
            . 'as often as it takes, and is replaced at the '
@@ -536,6 +538,9 @@ sub normalize {
             or die cli_name($key) . ' wants ' . _want($opt) . ", not '$o{$key}'\n";
         _check_bounds($opt, $o{$key});
     }
+    # --max-reqs-per-child given: the count is the operator's, and no
+    # floor of age holds a worker past it unless asked for too.
+    $o{min_worker_lifetime} //= 0 if defined $o{max_reqs_per_child};
     for my $opt (@TABLE) {
         $o{ $opt->{name} } //= $opt->{default} if exists $opt->{default};
     }
