@@ -57,6 +57,74 @@ sub new {
 
 sub run {
     my $self = shift;
+    return $self->_run unless $self->{options}{daemonize};
+    $self->_daemonize;
+    my $code = eval { $self->_run };
+    return $code if defined $code;
+    my $err = $@;
+    $self->_daemon_says('error ' . _first_line($err));
+    die $err;
+}
+
+# --daemonize (-D): the command returns once the server listens. The
+# server goes on in a child, in a session of its own, holding nothing of
+# the caller's terminal or pipes (an init script's $(...) waits for every
+# process that holds its pipe, the connection manager too): stdin, stdout
+# and stderr are /dev/null (stderr is --error-log when given) before any
+# other process starts. The caller's stderr is kept aside for the start
+# line and the one line of a failed start (_announce, _daemon_says); the
+# parent waits for either on a pipe and exits 0, or says the failure and
+# exits non-zero.
+sub _daemonize {
+    my $self = shift;
+    pipe(my $r, my $w) or die "pipe: $!\n";
+    my $pid = fork // die "fork: $!\n";
+    if ($pid) {
+        close $w;
+        my $said = do { local $/; <$r> } // '';
+        exit 0 if $said =~ /^ready/;
+        waitpid($pid, 0);
+        my $status = $?;
+        $said =~ s/^error //;
+        chomp $said;
+        print STDERR "narwhal: " . (length $said ? $said : "the server did not start (wait status $status)")
+                   . "\n";
+        exit(($status >> 8) || 1);
+    }
+    close $r;
+    POSIX::setsid() // die "setsid: $!\n";
+    open(my $caller_err, '>&', \*STDERR) or die "dup stderr: $!\n";
+    open(STDIN, '<', '/dev/null') or die "/dev/null: $!\n";
+    open(STDOUT, '>', '/dev/null') or die "/dev/null: $!\n";
+    open(STDERR, '>', '/dev/null') or die "/dev/null: $!\n";
+    $self->{daemon} = { pipe => $w, stderr => $caller_err };
+}
+
+# To the command that started a --daemonize server: "ready" or "error
+# WHY", once; the caller's stderr is let go with it.
+sub _daemon_says {
+    my ($self, $what) = @_;
+    my $d = delete $self->{daemon} or return;
+    syswrite($d->{pipe}, "$what\n");
+    close $d->{pipe};
+    close $d->{stderr};
+}
+
+# With the caller's stderr as STDERR (--daemonize, before it goes): the
+# start line reaches the terminal or the init script that started it.
+sub _to_caller {
+    my ($self, $code) = @_;
+    my $d = $self->{daemon} or return $code->();
+    open(my $saved, '>&', \*STDERR) or return $code->();
+    open(STDERR, '>&', $d->{stderr}) or return $code->();
+    STDERR->autoflush(1);
+    $code->();
+    open(STDERR, '>&', $saved);
+    STDERR->autoflush(1);
+}
+
+sub _run {
+    my $self = shift;
     my $o = $self->{options};
     $self->{pid} = $$;
     # systemd's notification socket is the master's alone: the workers and
@@ -451,14 +519,19 @@ sub _announce {
                                          : '';
     my $n = $self->{accepting};
     my $accepting = $n && $n < $o->{max_workers} ? ", $n accepting new clients (the rest stand by)" : '';
-    Narwhal::log_line(info => "listening on @where with " . $self->_wanted . " workers$pool$accepting"
-                              . " on " . _cpus_said($self->{cpus}))
-        unless $self->{quiet};
-    my $ready = $self->{server_ready} or return;
-    $ready->({
-        host => $first->{host} // $first->{path}, port => $first->{port} // 0,
-        proto => 'http', server_software => 'Narwhal',
-    });
+    my $line = "listening on @where with " . $self->_wanted . " workers$pool$accepting"
+             . " on " . _cpus_said($self->{cpus});
+    Narwhal::log_line(info => $line);
+    $self->_to_caller(sub { Narwhal::log_line(info => $line) })
+        if $self->{daemon} && !defined $o->{error_log} && !$self->{server_ready};
+    if (my $ready = $self->{server_ready}) {
+        # (a unix socket as Starman gives it: proto unix, the path as the port)
+        my %where = defined $first->{path}
+            ? (host => 'localhost', port => $first->{path}, proto => 'unix')
+            : (host => $first->{host}, port => $first->{port}, proto => 'http');
+        $self->_to_caller(sub { $ready->({ %where, server_software => 'Narwhal' }) });
+    }
+    $self->_daemon_says('ready');
 }
 
 # systemd (Type=notify): a datagram to $NOTIFY_SOCKET ("@name": the

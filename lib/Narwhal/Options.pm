@@ -419,6 +419,15 @@ my @TABLE = (
            . '0 (the default): no drain.' },
     { name => 'graceful_timeout', type => 'seconds', default => 30, group => 'Process', arg => 'SECS',
       help => 'stop: wait this long for requests in flight, then KILL' },
+    { name => 'daemonize', alias => ['D'], type => 'bool', default => 0, group => 'Process',
+      help => 'run in the background: the command returns (0) once the server listens',
+      pod => 'Run in the background, as Starman\'s and plackup\'s C<-D> do: the command forks, '
+           . 'the server goes on in a new session (C<setsid>), and the command returns 0 once '
+           . 'the listeners are open and the app is loaded (or, when the server cannot start, '
+           . 'says why in one line and returns non-zero). Standard input and output go to '
+           . 'F</dev/null>, and so does standard error unless C<--error-log> is given; the '
+           . 'working directory stays, so relative paths (the app, C<--pid>, a unix socket) '
+           . 'mean what they meant. With C<--pid>, the file holds the server\'s pid.' },
     { name => 'pid', alias => ['pid-file'], type => 'string', group => 'Process', arg => 'FILE',
       help => 'write the master\'s pid here' },
     { name => 'error_log', type => 'string', group => 'Process', arg => 'FILE', manager => 'error-log',

@@ -57,8 +57,7 @@ sub run {
         options      => $options,
         app          => $app,
         load_app     => sub { $app },
-        server_ready => $self->{server_ready},
-        quiet        => 1,
+        server_ready => $self->{server_ready} || \&_say_ready,
     );
     $master->{listeners} = [ Narwhal::Listener::from_fd(fileno($self->{listen_sock}), 'listen_sock') ]
         if $self->{listen_sock};
