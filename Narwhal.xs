@@ -940,6 +940,16 @@ wake_on_signals(fd, ...)
     RETVAL
 
 int
+signal_sender(sig)
+    int sig
+  CODE:
+    /* The pid of the process that sent the last sig (0: the kernel, or
+     * none yet), as the handler wake_on_signals put in front saw it. */
+    RETVAL = (int)nw_signal_sender(sig);
+  OUTPUT:
+    RETVAL
+
+int
 cpu_count(quota = 0)
     double quota
   CODE:

@@ -34,10 +34,14 @@ void nw_signal_chain(const struct sigaction *next, int sig, siginfo_t *si, void 
 static struct sigaction wake_next[NSIG];
 static volatile sig_atomic_t wake_fd = -1;
 static volatile pid_t wake_pid;         /* the process the pipe is for */
+static volatile pid_t sender[NSIG];     /* nw_signal_sender */
 
 static void wake_handler(int sig, siginfo_t *si, void *uc)
 {
     int saved = errno;
+    /* (si_pid means the sender only for signals a process sent: si_code
+     * SI_USER, SI_QUEUE, SI_TKILL, all <= 0) */
+    sender[sig] = si && si->si_code <= 0 ? si->si_pid : 0;
     if (wake_fd >= 0 && getpid() == wake_pid)
         (void)!write(wake_fd, "", 1);   /* a full pipe is awake already */
     errno = saved;
@@ -51,4 +55,9 @@ int nw_signal_wake(int sig, int fd)
     wake_fd = fd;
     wake_pid = getpid();
     return nw_signal_in_front(sig, wake_handler, &wake_next[sig]);
+}
+
+pid_t nw_signal_sender(int sig)
+{
+    return sig > 0 && sig < NSIG ? sender[sig] : 0;
 }

@@ -30,4 +30,10 @@ void nw_signal_chain(const struct sigaction *next, int sig, siginfo_t *si, void 
  * Returns 0, or -1. */
 int nw_signal_wake(int sig, int fd);
 
+/* Who sent the last sig that nw_signal_wake's handler saw: the sender's
+ * pid when a process sent it (kill, sigqueue: the kernel says who), 0
+ * when the kernel did (a terminal's Ctrl-C, a child's exit) or none came
+ * yet. The master logs it with every signal that changes the server. */
+pid_t nw_signal_sender(int sig);
+
 #endif

@@ -495,7 +495,7 @@ my $sec_f = sub { {
     ok(wait_workers($s, 1), 'TTOU twice more: one worker') or diag "now: @{[ workers($s) ]}";
     # One more TTOU, then USR2: the master handles the signals that came
     # before USR2 in the pass that logs its counts (or in an earlier one).
-    my $usr2_lines = sub { scalar(() = $s->log_text =~ / master \w+: (?:manager |no manager counts)/mg) };
+    my $usr2_lines = sub { scalar(() = $s->log_text =~ / master \w+: USR2 from [^:]*: (?:manager |no manager counts)/mg) };
     my $before = $usr2_lines->();
     kill TTOU => $s->pid;
     kill USR2 => $s->pid;

@@ -87,7 +87,7 @@ for my $round ([ 'logrotate create', 1 ], [ 'moved only, the master creates', 0 
         ok(wait_until(sub { slurp($err) =~ /app-warn after-$create-1\n/ }, 5), "the app's warn is in the new error log");
         ok(wait_until(sub { slurp($acc) =~ m{GET /warn\?after-$create-1 } }, 5),
            'the access log lines are in the new access log');
-        like(slurp($err), qr/^\S+Z narwhal\[\d+\] master info: USR1: reopened the logs/m,
+        like(slurp($err), qr/^\S+Z narwhal\[\d+\] master info: USR1 from pid \d+ \([^)]*\): reopened the logs/m,
              "the master's line is in the new error log");
         like(slurp($err), qr/^\S+Z narwhal\[$manager\] manager info: reopened the error log/m,
              "the manager's line is in the new error log") if $manager;
@@ -116,7 +116,7 @@ subtest 'USR1 while workers start' => sub {
         # generation serves in place of the old one, on the new file.
         wait_until(sub {
             my @w = worker_pids($s->pid);
-            slurp($err) =~ /master info: USR1: reopened the logs/
+            slurp($err) =~ /master info: USR1 from pid \d+ \([^)]*\): reopened the logs/
                 && @w == 2 && !grep { $old{$_} || !same_file($_, 2, $err) } @w;
         }, 10);
         $moved .= slurp("$err.1");

@@ -154,6 +154,7 @@ sub _run {
     $self->_warn_unmanaged_queues;
     $self->_wake_on_signals;    # (again: the app's loading may have touched %SIG)
     $self->_manage;
+    $self->_tell_stopped;
     $self->_cleanup;
     return 0;
 }
@@ -396,9 +397,9 @@ sub _tend_manager {
 }
 
 sub _log_stats {
-    my $self = shift;
-    my $st = $self->{manager_stats} or return Narwhal::log_line(info => "no manager counts yet");
-    Narwhal::log_line(info => "manager " . join(' ', map { "$_=$st->{$_}" } sort keys %$st));
+    my ($self, $said) = @_;
+    my $st = $self->{manager_stats} or return Narwhal::log_line(info => "$said: no manager counts yet");
+    Narwhal::log_line(info => "$said: manager " . join(' ', map { "$_=$st->{$_}" } sort keys %$st));
 }
 
 sub _user_ids {
@@ -467,12 +468,14 @@ sub _write_pid {
 sub _signals {
     my $self = shift;
     my $p = $self->{pending};
-    $SIG{$_} = do { my $s = $_; sub { $p->{stop} = $s } } for qw(TERM INT QUIT);
-    $SIG{HUP}  = sub { $p->{hup}++ };
-    $SIG{TTIN} = sub { $p->{ttin}++ };
-    $SIG{TTOU} = sub { $p->{ttou}++ };
-    $SIG{USR1} = sub { $p->{usr1}++ };
-    $SIG{USR2} = sub { $p->{usr2}++ };
+    # (and who sent it, as the C handler in front saw it: for the log)
+    my $from = sub { $p->{from}{ $_[0] } = signal_sender(POSIX->can("SIG$_[0]")->()) };
+    $SIG{$_} = do { my $s = $_; sub { $p->{stop} = $s; $from->($s) } } for qw(TERM INT QUIT);
+    $SIG{HUP}  = sub { $p->{hup}++;  $from->('HUP') };
+    $SIG{TTIN} = sub { $p->{ttin}++; $from->('TTIN') };
+    $SIG{TTOU} = sub { $p->{ttou}++; $from->('TTOU') };
+    $SIG{USR1} = sub { $p->{usr1}++; $from->('USR1') };
+    $SIG{USR2} = sub { $p->{usr2}++; $from->('USR2') };
     $SIG{CHLD} = sub { };    # only to wake the manage loop
     $SIG{PIPE} = 'IGNORE';
     # Each of these also writes a byte to the wake pipe, from C, the moment
@@ -520,7 +523,7 @@ sub _announce {
     my $n = $self->{accepting};
     my $accepting = $n && $n < $o->{max_workers} ? ", $n accepting new clients (the rest stand by)" : '';
     my $line = "listening on @where with " . $self->_wanted . " workers$pool$accepting"
-             . " on " . _cpus_said($self->{cpus});
+             . " on " . _cpus_said($self->{cpus}) . " (generation $self->{generation})";
     Narwhal::log_line(info => $line);
     $self->_to_caller(sub { Narwhal::log_line(info => $line) })
         if $self->{daemon} && !defined $o->{error_log} && !$self->{server_ready};
@@ -613,7 +616,7 @@ my %PROXY_WHY = (bad_header  => 'no valid PROXY header (a client or a health che
                                 . 'speak the PROXY protocol, or a balancer without send-proxy)',
                  not_allowed => 'its address is not in --proxy-from');
 sub _log_proxy_refusals {
-    my $self = shift;
+    my ($self, $now_anyway) = @_;
     my $board = $self->{scoreboard};
     my $t = $board->totals;
     my $n = $t->{proxy_bad_header} + $t->{proxy_not_allowed};
@@ -632,7 +635,7 @@ sub _log_proxy_refusals {
         $p->{more} += $new;
         $p->{last} = "from $peer: $PROXY_WHY{$why}";
     }
-    return unless $p->{more} && $now >= $p->{until};
+    return unless $p->{more} && ($now_anyway || $now >= $p->{until});
     Narwhal::log_line(warn => "refused $p->{more} more connection(s) under --proxy-protocol in the "
                               . "last " . PROXY_LOG_EVERY . " s (the last $p->{last})");
     $p->{more} = 0;
@@ -694,28 +697,54 @@ sub _reap_within {
     }
 }
 
+# Every signal that changes the server leaves a line that names it and
+# its sender (docs/SIGNALS.md, "The log").
 sub _handle_signals {
     my $self = shift;
     my $p = $self->{pending};
     if (my $sig = delete $p->{stop}) {
+        my $said = "$sig " . $self->_sender($sig);
         if ($self->{options}{drain_delay} && !$self->{drain_until} && !$self->{stop_deadline}) {
-            $self->_begin_drain;
+            $self->_begin_drain($said);
         } elsif (!$self->{stop_deadline}) {
-            delete $self->{drain_until};    # a second stop signal does not wait for the drain
-            $self->_begin_stop($sig);
+            # a second stop signal does not wait for the drain
+            $said .= ', during the drain' if delete $self->{drain_until};
+            $self->_begin_stop($sig, $said);
+        } else {
+            Narwhal::log_line(info => "$said: stopping already");
         }
     }
     return if $self->{stop_deadline};
-    $self->_restart_workers if delete $p->{hup};
+    $self->_restart_workers("HUP " . $self->_sender('HUP')) if delete $p->{hup};
     if (my $n = delete $p->{ttin}) {
         $self->{options}{max_workers} += $n;
+        Narwhal::log_line(info => "TTIN " . $self->_sender('TTIN') . ": --max-workers "
+                                  . ($self->{options}{max_workers} - $n) . " -> $self->{options}{max_workers}");
     }
     if (my $n = delete $p->{ttou}) {
+        my $was = $self->{options}{max_workers};
         $self->_shrink($n);
+        Narwhal::log_line(info => "TTOU " . $self->_sender('TTOU') . ": --max-workers $was -> "
+                                  . $self->{options}{max_workers}
+                                  . ($was == $self->{options}{max_workers} ? ' (never fewer than 1)' : ''));
     }
     $self->_publish_pool;
-    $self->_log_stats if delete $p->{usr2};
-    $self->_reopen_logs if delete $p->{usr1};
+    $self->_log_stats("USR2 " . $self->_sender('USR2')) if delete $p->{usr2};
+    $self->_reopen_logs("USR1 " . $self->_sender('USR1')) if delete $p->{usr1};
+}
+
+# "from pid 1234 (bash)", or the kernel when no process sent it (a
+# terminal's Ctrl-C, a hang-up).
+sub _sender {
+    my ($self, $sig) = @_;
+    my $pid = delete $self->{pending}{from}{$sig};
+    return 'from the kernel (a terminal, say: no process sent it)' unless $pid;
+    my $comm = '';
+    if (open(my $fh, '<', "/proc/$pid/comm")) {
+        $comm = <$fh> // '';
+        chomp $comm;
+    }
+    return "from pid $pid" . (length $comm ? " ($comm)" : '');
 }
 
 # USR1 (logrotate): the master reopens the error log, as the user it runs
@@ -724,11 +753,11 @@ sub _handle_signals {
 # create it in a root-owned directory), then tells them to: the workers
 # reopen both logs, the manager its stderr.
 sub _reopen_logs {
-    my $self = shift;
+    my ($self, $said) = @_;
     my $o = $self->{options};
     if (defined $o->{error_log}) {
         if (!Narwhal::reopen_error_log($o)) {
-            Narwhal::log_line(error => "cannot reopen the error log $o->{error_log}: $!");
+            Narwhal::log_line(error => "$said: cannot reopen the error log $o->{error_log}: $!");
             return;
         }
         $self->_give_to_workers($o->{error_log});
@@ -737,7 +766,7 @@ sub _reopen_logs {
     my @pids = keys %{ $self->{workers} };
     push @pids, $self->{manager}{pid} if $self->{manager} && defined $o->{error_log};
     kill USR1 => @pids;
-    Narwhal::log_line(info => 'USR1: reopened the logs; told ' . scalar(keys %{ $self->{workers} })
+    Narwhal::log_line(info => "$said: reopened the logs; told " . scalar(keys %{ $self->{workers} })
                               . ' worker(s)' . ($self->{manager} && defined $o->{error_log} ? ' and the manager' : ''));
 }
 
@@ -765,12 +794,12 @@ sub _give_to_workers {
 # instance out of their pools, while everything goes on serving; the
 # graceful stop begins when the delay is over (or at a second stop signal).
 sub _begin_drain {
-    my $self = shift;
+    my ($self, $said) = @_;
     my $delay = $self->{options}{drain_delay};
     $self->_notify(STOPPING => 1, STATUS => "draining for $delay s, then stopping");
     $self->{drain_until} = Time::HiRes::time() + $delay;
     $self->{scoreboard}->set_stopping(1);
-    Narwhal::log_line(info => "draining for $delay s (/health answers 503), then stopping; "
+    Narwhal::log_line(info => "$said: draining for $delay s (/health answers 503), then stopping; "
                             . "a second signal stops now");
 }
 
@@ -779,20 +808,24 @@ sub _tend_drain {
     my $until = $self->{drain_until} or return;
     return if Time::HiRes::time() < $until;
     delete $self->{drain_until};
-    $self->_begin_stop('TERM');
+    $self->_begin_stop('TERM', 'the drain is over');
 }
 
 # A graceful stop. The manager goes first: it hands the requests that have
 # arrived on the connections it holds to the workers, which are still
 # serving, and closes the rest; then the workers stop (_stop_workers).
 sub _begin_stop {
-    my ($self, $sig) = @_;
+    my ($self, $sig, $said) = @_;
     # A stop during start-up: the workers start all the same (they get the
     # stop as soon as they can take it), or the clients already in the
     # listen queue would be reset when the listeners close.
     $self->_spawn_missing unless $self->{started_all};
     my $now = Time::HiRes::time();
     $self->{stop_deadline} = $now + $self->{options}{graceful_timeout};
+    $self->{stop_began} = $now;
+    Narwhal::log_line(info => "$said: stopping gracefully: " . scalar(keys %{ $self->{workers} })
+                              . " worker(s) finish what has arrived (KILL after --graceful-timeout "
+                              . "$self->{options}{graceful_timeout} s)");
     $self->_notify(STOPPING => 1, STATUS => 'stopping: answering what has arrived');
     $self->{scoreboard}->set_stopping(1);
     # No handshake completes from now on (SYNs are dropped, then refused
@@ -819,8 +852,39 @@ sub _stop_workers {
     kill TERM => keys %{ $self->{workers} };
 }
 
+# A generation retired by HUP whose last worker has left: one line.
+sub _tell_generation_end {
+    my ($self, $gen) = @_;
+    return unless $self->{retiring} && $self->{retiring}{$gen};
+    return if grep { $_->{generation} == $gen } values %{ $self->{workers} };
+    delete $self->{retiring}{$gen};
+    Narwhal::log_line(info => "generation $gen finished: its last worker has left");
+}
+
+# The stop is over: one line, and the summaries that were counting lines
+# (worker deaths, refused PROXY connections) written now, not lost.
+sub _tell_stopped {
+    my $self = shift;
+    return unless $self->{stop_began};
+    $self->_flush_crash_log(1);
+    $self->_log_proxy_refusals(1) if $self->{options}{proxy_protocol};
+    my $killed = $self->{killed_at_deadline} // 0;
+    my $left = scalar keys %{ $self->{workers} };
+    Narwhal::log_line(info => sprintf("stopped in %.1f s: generation %d finished%s", Time::HiRes::time() - $self->{stop_began},
+                                      $self->{generation},
+                                      $killed || $left ? ", $killed worker(s) killed at --graceful-timeout"
+                                                         . ($left ? " ($left not yet reaped)" : '')
+                                                       : ', every worker left on its own'));
+}
+
 sub _kill_all {
     my ($self, $sig) = @_;
+    if ($sig eq 'KILL') {
+        $_->{killed_at_deadline} = 1 for values %{ $self->{workers} };
+        Narwhal::log_line(warn => "connection manager $self->{manager}{pid} killed (KILL) at "
+                                  . "--graceful-timeout $self->{options}{graceful_timeout} s")
+            if $self->{manager};
+    }
     kill $sig => keys %{ $self->{workers} }, ($self->{manager} ? $self->{manager}{pid} : ());
 }
 
@@ -829,7 +893,7 @@ sub _kill_all {
 # If the new code cannot start, the new generation is given up and the old
 # one goes on serving: a reload of broken code is not an outage.
 sub _restart_workers {
-    my $self = shift;
+    my ($self, $said) = @_;
     $self->{notified} = 'reloading';
     $self->_notify(RELOADING => 1, STATUS => 'reloading: starting a new generation of workers',
                    MONOTONIC_USEC => int(Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) * 1e6));
@@ -838,6 +902,9 @@ sub _restart_workers {
     $self->{failures} = 0;
     $self->{next_spawn} = 0;
     $self->{reload} = { generation => $self->{generation}, old => \@old };
+    Narwhal::log_line(info => "$said: starting generation $self->{generation} (" . $self->_wanted
+                              . " workers); the " . scalar(@old) . " worker(s) running go on until "
+                              . "one of them is ready");
     $self->_spawn_missing;
 }
 
@@ -848,7 +915,13 @@ sub _tend_reload {
                 values %{ $self->{workers} };
     return unless $ready;
     delete $self->{reload};
-    $self->_retire(grep { $self->{workers}{$_} } @{ $r->{old} });
+    my @old = grep { $self->{workers}{$_} } @{ $r->{old} };
+    my %gens = map { $self->{workers}{$_}{generation} => 1 } @old;
+    $self->{retiring}{$_} = 1 for keys %gens;
+    Narwhal::log_line(info => "generation $r->{generation} serves; retiring "
+                              . (%gens ? 'generation ' . join(', ', sort { $a <=> $b } keys %gens) . ' (' : '(')
+                              . scalar(@old) . " worker(s))");
+    $self->_retire(@old);
 }
 
 # A worker is ready once it has loaded the app: its slot says idle or busy.
@@ -862,8 +935,8 @@ sub _ready {
 sub _abandon_reload {
     my ($self, $pid, $how) = @_;
     my $r = delete $self->{reload};
-    Narwhal::log_line(error => "the new workers cannot start (worker $pid $how); "
-                             . "the workers already running go on");
+    Narwhal::log_line(error => "the new workers cannot start (worker $pid $how): generation "
+                             . "$r->{generation} given up; the workers already running go on");
     my @new = grep { $self->{workers}{$_}{generation} == $r->{generation} } keys %{ $self->{workers} };
     $self->{workers}{$_}{leaving} = 1 for @new;
     kill TERM => @new if @new;
@@ -1244,6 +1317,16 @@ sub _worker_gone {
         && !($score->{started} // 0) && ($score->{state} // '') ne 'idle') {
         return $self->_abandon_reload($pid, $status & 127 ? "was killed by signal " . ($status & 127)
                                                           : "exited with status " . ($status >> 8));
+    }
+    $self->_tell_generation_end($w->{generation});
+    if ($w->{killed_at_deadline} && ($status & 127) == 9) {
+        my $what = ($score->{state} // '') eq 'busy'
+            ? sprintf(' while serving %s (for %.1f s)', $score->{request}, ($score->{running_ms} // 0) / 1000)
+            : ($score->{started} // 0) ? ' between requests' : ' before serving a request';
+        Narwhal::log_line(warn => "worker $pid killed (KILL) at --graceful-timeout "
+                                  . "$self->{options}{graceful_timeout} s$what");
+        $self->{killed_at_deadline}++;
+        return;
     }
     my $died = ($status != 0 || _exited_on_its_own($status, $score)) && !$w->{leaving} && !$w->{watchdog};
     $self->_log_death($pid, $status, $score) if $died;
