@@ -975,6 +975,13 @@ cpu_quota()
 MODULE = Narwhal    PACKAGE = Narwhal::Log
 
 void
+flush_limited()
+  CODE:
+    /* The counts of rate-limited lines not written yet (a worker's spool
+     * failures, say), written now: the process is about to exit. */
+    nw_log_limited_flush_all(nw_now_ms(), 1);
+
+void
 set_role(role)
     const char *role
   CODE:

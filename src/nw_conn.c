@@ -401,7 +401,9 @@ static int body_sink_error(nw_conn *c)
     if (!c->spool_errno)
         return head_error(c, 500);
     nw_log_limited(&spool_log, nw_now_ms(), "error",
-                   "cannot spool a request body to %s (TMPDIR): %s; answered 503",
+                   "cannot spool the body of %.*s %.*s to %s (TMPDIR): %s; answered 503",
+                   (int)(c->req.method_len < 16 ? c->req.method_len : 16), c->req.method,
+                   (int)(c->req.target_len < 200 ? c->req.target_len : 200), c->req.target,
                    spool_dir(), strerror(c->spool_errno));
     return head_error(c, 503);
 }

@@ -161,8 +161,16 @@ static void limited_summary(nw_log_limit *l, const char *level, const char *what
     l->more = 0;
 }
 
+static nw_log_limit *limiters[NW_LOG_LIMITERS];
+static int nlimiters;
+
 int nw_log_limited(nw_log_limit *l, long long now_ms, const char *level, const char *fmt, ...)
 {
+    l->level = level;
+    if (!l->listed && nlimiters < NW_LOG_LIMITERS) {
+        l->listed = 1;
+        limiters[nlimiters++] = l;
+    }
     if (now_ms < l->until_ms) {
         l->more++;
         return 0;
@@ -173,8 +181,12 @@ int nw_log_limited(nw_log_limit *l, long long now_ms, const char *level, const c
     va_start(ap, fmt);
     int k = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (k >= 0)
+    if (k >= 0) {
         (void)!nw_log_write(2, level, msg, (size_t)k < sizeof msg ? (size_t)k : sizeof msg - 1);
+        size_t n = strnlen(msg, sizeof l->said - 1);
+        memcpy(l->said, msg, n);
+        l->said[n] = 0;
+    }
     l->until_ms = now_ms + NW_LOG_LIMIT_MS;
     return 1;
 }
@@ -185,4 +197,28 @@ void nw_log_limited_flush(nw_log_limit *l, long long now_ms, const char *level, 
         limited_summary(l, level, what);
         l->until_ms = 0;
     }
+}
+
+void nw_log_limited_flush_all(long long now_ms, int now_anyway)
+{
+    for (int i = 0; i < nlimiters; i++) {
+        nw_log_limit *l = limiters[i];
+        if (l->more && (now_anyway || now_ms >= l->until_ms)) {
+            char what[sizeof l->said + 16];
+            snprintf(what, sizeof what, "like \"%s%s\"", l->said,
+                     strlen(l->said) + 1 == sizeof l->said ? "..." : "");
+            limited_summary(l, l->level ? l->level : "error", what);
+            l->until_ms = 0;
+        }
+    }
+}
+
+void nw_log_limited_unlist(nw_log_limit *l)
+{
+    for (int i = 0; i < nlimiters; i++)
+        if (limiters[i] == l) {
+            limiters[i] = limiters[--nlimiters];
+            l->listed = 0;
+            return;
+        }
 }

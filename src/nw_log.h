@@ -56,16 +56,32 @@ size_t nw_log_format(char *out, size_t cap, const char *level, const char *msg, 
 typedef struct {
     long long until_ms;     /* lines are counted, not written, until then */
     unsigned long more;     /* counted so far */
+    const char *level;      /* (set by nw_log_limited: for nw_log_limited_flush_all) */
+    int listed;             /* (in the process's list of limiters) */
+    char said[80];          /* the start of the last line written (for the summary) */
 } nw_log_limit;
 
 /* nw_log through l, at now_ms (a monotonic clock). Returns 1 when the line
- * was written, 0 when it was counted. */
+ * was written, 0 when it was counted. l is kept in the process's list for
+ * nw_log_limited_flush_all: it must live as long as the process (static,
+ * or in a structure that does), or be taken out with
+ * nw_log_limited_unlist before it goes. */
 int nw_log_limited(nw_log_limit *l, long long now_ms, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* Write the count of l's lines not written, once its interval is over
  * (what: the kind, for the line). */
 void nw_log_limited_flush(nw_log_limit *l, long long now_ms, const char *level, const char *what);
+
+/* Every limiter of this process that nw_log_limited has used (the first
+ * NW_LOG_LIMITERS of them): the count of its lines not written, now when
+ * now_anyway (the process is about to exit: a stop must not lose it),
+ * else once its interval is over. */
+#define NW_LOG_LIMITERS 32
+void nw_log_limited_flush_all(long long now_ms, int now_anyway);
+
+/* Take l out of that list (a limiter in a structure that goes away). */
+void nw_log_limited_unlist(nw_log_limit *l);
 
 /* Writes an already formatted message (may hold newlines) with the
  * prefix to fd; returns what write returned. */

@@ -162,6 +162,7 @@ typedef struct {
     uint64_t custody_taken;         /* taken over from a worker that died, total */
     uint64_t custody_lost;          /* closed because the worker died serving them, total */
     nw_log_limit custody_said;      /* "a worker ended holding ..." lines */
+    nw_log_limit shed_said;         /* --max-queue-wait's 503s */
 } nw_manager;
 
 /* ------------------------------------------------------------ records */
@@ -1090,8 +1091,37 @@ static int nw_manager_waited_too_long(const nw_manager *m, uint32_t ready_ms)
     return (uint32_t)((uint32_t)m->now - ready_ms) >= (uint32_t)m->max_queue_wait;
 }
 
-static void nw_manager_shed_one(nw_manager *m, int fd)
+/* The request line in a head's bytes (after a PROXY header, if any), for
+ * the log: printable characters only, at most cap - 1 of them. */
+static void nw_manager_request_line(const char *head, size_t len, char *out, size_t cap)
 {
+    size_t at = 0;
+    while (at < len) {
+        const char *nl = memchr(head + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - head) : len;
+        const char *http = end - at > 9 ? memmem(head + at, end - at, " HTTP/1.", 8) : NULL;
+        if (http) {
+            size_t n = 0;
+            for (size_t i = at; i < end && n + 1 < cap; i++)
+                if (head[i] >= 0x20 && head[i] < 0x7f)
+                    out[n++] = head[i];
+            out[n] = 0;
+            return;
+        }
+        at = end + 1;
+    }
+    snprintf(out, cap, "a request");
+}
+
+/* One line for the first 503 of NW_LOG_LIMIT_MS, naming the request; the
+ * rest counted and summed up (nw_log_limited_flush_all, also at the stop). */
+static void nw_manager_shed_one(nw_manager *m, int fd, const char *head, size_t len)
+{
+    char line[200];
+    nw_manager_request_line(head, len, line, sizeof line);
+    nw_log_limited(&m->shed_said, m->now, "warn",
+                   "shed %s: it waited over --max-queue-wait %u ms for a worker; answered 503",
+                   line, (unsigned)m->max_queue_wait);
     nw_manager_send_503(fd);
     close(fd);
     m->st.shed++;
@@ -1131,7 +1161,7 @@ static void nw_manager_shed(nw_manager *m)
             continue;
         }
         if (nw_manager_waited_too_long(m, f.ready_ms))
-            nw_manager_shed_one(m, fd);
+            nw_manager_shed_one(m, fd, m->frame_data, f.data_len);
         else
             nw_manager_put_back(m, fd, &f);
     }
@@ -1139,8 +1169,11 @@ static void nw_manager_shed(nw_manager *m)
            && nw_manager_waited_too_long(m, m->slots[m->queue.first].ready_ms)) {
         int fd = m->queue.first;
         nw_manager_list_remove(m, &m->queue, fd);
-        nw_manager_clear(&m->slots[fd]);
-        nw_manager_shed_one(m, fd);
+        char line[200];
+        nw_manager_slot *s = &m->slots[fd];
+        nw_manager_request_line(s->head ? s->head : "", s->head ? s->head_len : 0, line, sizeof line);
+        nw_manager_clear(s);
+        nw_manager_shed_one(m, fd, line, strlen(line));
     }
     if (m->queue.first == NW_MANAGER_NONE)
         nw_manager_watch_serve_queue(m, 0);
@@ -1721,6 +1754,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
         nw_status_server_expire(&m.status, m.now);
         nw_manager_send_stats(&m);
         nw_manager_test_clock_answer(&m);
+        nw_log_limited_flush_all(m.now, 0);
     }
     if (m.serve_until) {
         nw_manager_serve_arrived(&m);
@@ -1728,6 +1762,10 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
     } else if (m.stop) {
         nw_manager_linger(&m);     /* the master is gone: nobody to serve them */
     }
+    nw_log_limited_flush_all(m.now, 1);    /* (a stop does not lose the counts) */
+    nw_log_limited_unlist(&m.fd_limit_said);
+    nw_log_limited_unlist(&m.custody_said);
+    nw_log_limited_unlist(&m.shed_said);
     nw_manager_close(&m);
     return rc;
 }

@@ -74,7 +74,7 @@ sub lines_like { my ($s, $re) = @_; return scalar(() = $s->log_text =~ /$re/g) }
     my $r = get($s->port, '/upload', 'x' x 100_000);
     is($r && $r->{status}, 503, 'a body that cannot be spooled (no such TMPDIR): 503');
     is($r && $r->{headers}{'retry-after'}, 1, '... with Retry-After');
-    ok(wait_until(sub { $s->log_text =~ /cannot spool a request body to \S*no-such-dir \(TMPDIR\): No such file or directory; answered 503/ }, 5),
+    ok(wait_until(sub { $s->log_text =~ /cannot spool the body of POST \/upload to \S*no-such-dir \(TMPDIR\): No such file or directory; answered 503/ }, 5),
        '... and a line naming the directory and the reason');
     like($s->log_text, qr/${STAMP}cannot spool/m, '... stamped');
     is(get($s->port, '/small', 'x' x 100)->{body} =~ /got=100/ ? 1 : 0, 1, 'a body kept in memory still works');
@@ -96,7 +96,7 @@ SKIP: {
     my $t0 = time;
     my $r = get($s->port, '/upload', 'y' x (4 << 20));
     is($r && $r->{status}, 503, 'a full TMPDIR (1 MiB tmpfs, a 4 MiB body): 503');
-    ok(wait_until(sub { $s->log_text =~ /cannot spool a request body to \Q$dir\E \(TMPDIR\): No space left on device/ }, 5),
+    ok(wait_until(sub { $s->log_text =~ /cannot spool the body of POST \/upload to \Q$dir\E \(TMPDIR\): No space left on device/ }, 5),
        '... and the line says the disk is full');
     is(get($s->port, '/small', 'x' x 100)->{body} =~ /got=100/ ? 1 : 0, 1, '... the server goes on');
     $s->stop;

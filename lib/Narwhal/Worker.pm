@@ -187,6 +187,8 @@ sub _server_stops_too {
 # parked connections go to the manager rather than die with the worker.
 END {
     Narwhal::Acceptor::leave_process() if defined &Narwhal::Acceptor::leave_process;
+    # (summed-up log lines still counting, a stop must not lose them)
+    Narwhal::Log::flush_limited() if defined &Narwhal::Log::flush_limited;
     Narwhal::AccessLog::close() if defined &Narwhal::AccessLog::close;
 }
 

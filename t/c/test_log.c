@@ -97,7 +97,7 @@ int main(void)
     int pipefd[2], saved = dup(2);
     if (pipe(pipefd) == 0 && saved >= 0) {
         dup2(pipefd[1], 2);
-        nw_log_limit l = { 0, 0 };
+        static nw_log_limit l;     /* (limiters live as long as the process: flush_all) */
         int wrote = nw_log_limited(&l, 1000, "error", "disk full %d", 1);
         wrote += nw_log_limited(&l, 2000, "error", "disk full %d", 2);
         wrote += nw_log_limited(&l, 10999, "error", "disk full %d", 3);
@@ -118,6 +118,31 @@ int main(void)
         if (!matches("disk full 4", got))
             diag("got '%s'", got);
         ok(!matches("disk full [235]", got), "limited: the counted lines are not written");
+        close(pipefd[0]);
+    }
+
+    /* flush_all: every limiter used, its count written now at an exit
+     * (a stop), quoting the line it was counting; once over, nothing */
+    if (pipe(pipefd) == 0 && saved >= 0) {
+        dup2(pipefd[1], 2);
+        static nw_log_limit a, b;
+        nw_log_limited(&a, 1000, "warn", "shed GET /x HTTP/1.1: waited %d ms", 300);
+        nw_log_limited(&a, 1100, "warn", "shed GET /y HTTP/1.1: waited %d ms", 300);
+        nw_log_limited(&a, 1200, "warn", "shed GET /z HTTP/1.1: waited %d ms", 300);
+        nw_log_limited(&b, 1000, "error", "cannot spool %s", "POST /u");
+        nw_log_limited_flush_all(2000, 0);      /* within the interval: nothing */
+        nw_log_limited_flush_all(2000, 1);      /* at an exit: now */
+        nw_log_limited_flush_all(3000, 1);      /* nothing left */
+        dup2(saved, 2);
+        close(pipefd[1]);
+        char got[4096];
+        ssize_t r = read(pipefd[0], got, sizeof got - 1);
+        got[r > 0 ? r : 0] = 0;
+        ok(matches("warn: shed GET /x HTTP/1.1: waited 300 ms\n.*error: cannot spool POST /u\n"
+                   ".*warn: 2 more like \"shed GET /x HTTP/1.1: waited 300 ms\" in the last 10 s\n$", got),
+           "flush_all: a count open at an exit is written, with its level and its line");
+        if (!matches("2 more like", got))
+            diag("got '%s'", got);
         close(pipefd[0]);
     }
 
