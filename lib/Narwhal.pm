@@ -105,8 +105,11 @@ L<Narwhal::Options> by F<dev/gen-options>; change them there.
 =item --listen ADDR, -l ADDR
 
 C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path
-(C</path/to.sock> or C<unix:/path>); repeatable. Without it, C<--host> and
-C<--port> make one listener (C<0.0.0.0:5000> when neither is given).
+(C</path/to.sock>, C<unix:/path>, or, as in Starman, any value without a
+colon that is not a port: C<app.sock> is F<app.sock> in the working
+directory); repeatable. TLS listeners (Starman's C<HOST:PORT:ssl>) are
+refused: Narwhal speaks plain HTTP only. Without it, C<--host> and C<--port>
+make one listener (C<0.0.0.0:5000> when neither is given).
 
 =item --host HOST, -o HOST
 
@@ -261,9 +264,11 @@ then, once the other workers are ready. Default: C<10000>.
 
 =item --min-worker-lifetime SECS
 
-A worker that reaches C<--max-reqs-per-child> (or, with the connection
-manager, the point where it asks for its replacement) before it is this many
-seconds old is given that many requests again (its own count, drawn, with
+When C<--max-reqs-per-child> (or C<--max-requests>) is given and this is not,
+it is 0: a count the operator chose is kept, whatever the workers' age. A
+worker that reaches C<--max-reqs-per-child> (or, with the connection manager,
+the point where it asks for its replacement) before it is this many seconds
+old is given that many requests again (its own count, drawn, with
 C<--min-reqs-per-child>), as often as it takes, and is replaced at the end of
 the first count it finishes older than this. So the count guards against an
 app that leaks a little per request without replacing workers several times a
@@ -309,7 +314,8 @@ Space out replacement and added workers. Default: C<0>.
 
 Load the app in the master before forking, or with C<--no-preload-app> (or
 C<-L Delayed>, for plackup users) in each worker; then HUP reloads the app.
-Default: C<on>.
+Default: C<on>. The Plack handler also takes C<no_preload_app>, its opposite
+(plackup turns C<--disable-X> into C<< X => 0 >>).
 
 =item --child-exit CODE
 
@@ -581,6 +587,17 @@ C<2000000>.
 
 Stop: wait this long for requests in flight, then KILL. Default: C<30>.
 
+=item --daemonize, -D
+
+Run in the background, as Starman's and plackup's C<-D> do: the command
+forks, the server goes on in a new session (C<setsid>), and the command
+returns 0 once the listeners are open and the app is loaded (or, when the
+server cannot start, says why in one line and returns non-zero). Standard
+input and output go to F</dev/null>, and so does standard error unless
+C<--error-log> is given; the working directory stays, so relative paths (the
+app, C<--pid>, a unix socket) mean what they meant. With C<--pid>, the file
+holds the server's pid. Default: C<off>.
+
 =item --pid FILE, --pid-file FILE
 
 Write the master's pid here.
@@ -645,7 +662,10 @@ queue, connections with a request waiting), close their idle connections
 and exit; USR2 does the same but hands the idle connections to the
 manager. A worker's signals never interrupt the app: they are blocked
 while it runs and acted on between requests, so a C<sleep> or a blocking
-call in the app is not cut short by a stop. See F<docs/SIGNALS.md>.
+call in the app is not cut short by a stop. Each signal to the master that
+changes the server leaves a stamped line in the error log naming it and the
+pid of the process that sent it, and so does every generation of workers
+started and finished. See F<docs/SIGNALS.md>.
 
 =head1 PSGI ENVIRONMENT
 
