@@ -2,7 +2,7 @@ package Narwhal;
 use strict;
 use warnings;
 
-our $VERSION = '0.01';
+our $VERSION = '0.02';
 
 require XSLoader;
 XSLoader::load('Narwhal', $VERSION);
