@@ -37,6 +37,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,6 +89,8 @@ typedef struct {
     nw_msec now;        /* ...the time on it, as the manager last answered */
     int status;         /* wait status once reaped; -1 before */
     char errpath[64];   /* its stderr */
+    uid_t uid;          /* run it as this user, with... (0: as the test runs) */
+    int nofile;         /* ...this open-file limit (0: the test's) */
 } mgr_t;
 
 static void pair(int *ours, int *theirs)
@@ -146,6 +149,17 @@ static void mgr_exec(mgr_t *m, const char *const *opts)
             setenv("NARWHAL_TEST_MANAGER_CLOCK_FD", "6", 1);
         }
         dup2(efd, 2);
+        struct rlimit rl = { (rlim_t)m->nofile, (rlim_t)m->nofile };
+        if (m->nofile && setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(126);
+        if (m->uid) {   /* (run through a descriptor opened first: its directory may be root's) */
+            extern char **environ;
+            int exe = open(g_bin, O_RDONLY | O_CLOEXEC);
+            if (exe < 0 || setgroups(0, NULL) != 0 || setgid(m->uid) != 0 || setuid(m->uid) != 0)
+                _exit(126);
+            fexecve(exe, argv, environ);
+            _exit(127);
+        }
         execv(g_bin, argv);
         _exit(127);
     }
@@ -1148,6 +1162,64 @@ static void test_full(void)
     mgr_finish(&m, "max-connections");
 }
 
+/* The kernel counts the descriptors a user has in flight on unix sockets
+ * and refuses a sender one more beyond its open-file limit (ETOOMANYREFS)
+ * unless it has CAP_SYS_RESOURCE: a manager that is not root meets that
+ * with SERVE frames unread while the serve queue still has room. Its
+ * clients must wait in its queue until the workers take what is in
+ * flight, not be closed unread (before, every one past the limit was).
+ * The manager runs as a user of its own (no other process adds to its
+ * count), so this needs root. */
+static void test_in_flight(void)
+{
+    static const char *const opts[] = { "--keepalive-timeout", "20", "--read-timeout", "20", NULL };
+    enum { LIMIT = 32, N = 48 };
+    int cl[N], port[N], s;
+    char head[64];
+    mgr_t m;
+    nw_manager_stats st;
+
+    if (geteuid() != 0) {
+        ok(1, "# SKIP descriptors in flight: needs root (the manager runs as a user of its own)");
+        return;
+    }
+    mgr_open(&m);
+    m.uid = 64999;      /* (no process of the machine runs as it) */
+    m.nofile = LIMIT;
+    mgr_exec(&m, opts);
+    if (mgr_reap(&m, 300)) {
+        ok(1, "# SKIP descriptors in flight: the manager cannot start as uid 64999");
+        diag("wait status %d", m.status);
+        mgr_close(&m);
+        return;
+    }
+    STATS_UNTIL(&m, st, 1, 3000);
+    for (int i = 0; i < N; i++) {
+        tcp_pair(&cl[i], &s);
+        port[i] = port_of(cl[i], 0);
+        snprintf(head, sizeof head, "GET /f%d HTTP/1.1\r\n\r\n", i);
+        handoff(m.tom, s, (uint32_t)i, -1, 0, head);
+    }
+    ok(STATS_UNTIL(&m, st, st.received == (uint64_t)N && st.queued > 0
+                           && st.queued + st.handed_off == (uint64_t)N, 5000),
+       "descriptors in flight at the manager's open-file limit: it keeps the rest in its queue");
+    diag_stats(&st);
+    quiet(&m, "... and tries again without spinning");
+    int arrived = 0, right = 1;
+    while (arrived < N && got_serve(m.tow, 3000)) {
+        int idx = -1;
+        sscanf(g_sv.data, "GET /f%d ", &idx);
+        right &= idx == arrived && (int)g_sv.f.requests == idx && port_of(g_sv.fd, 1) == port[idx];
+        arrived++;
+        close_served();
+    }
+    is(arrived, N, "... and every client arrives once the workers take what was in flight");
+    ok(right, "... in order, each with its own connection");
+    for (int i = 0; i < N; i++)
+        close(cl[i]);
+    mgr_finish(&m, "descriptors in flight");
+}
+
 /* Many idle connections at once, all closed by their deadline (on a test
  * clock: none open at 1.4 s, all closed once it is 1.5 s). */
 static void test_many(void)
@@ -1695,6 +1767,7 @@ int main(int argc, char **argv)
         { "serving", test_serving },     { "queue", test_queue },
         { "deadlines", test_deadlines }, { "full", test_full },
         { "many", test_many },           { "output", test_output },
+        { "in_flight", test_in_flight },
     };
     if (argc == 3 && strcmp(argv[2], "--groups") == 0) {
         for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
