@@ -6,7 +6,7 @@ use lib 't/lib';
 use IO::Select ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app wait_until manager_fallback worker_pids raw_connect
-                   children_of perl_cmd root in_parallel metrics_of);
+                   children_of perl_cmd root in_parallel metrics_of missing);
 
 # While every worker is stuck the manager takes new connections from the
 # listeners itself (t/68). When it cannot (out of descriptors), the
@@ -70,8 +70,14 @@ sub manager_pid {
 # 1. Out of descriptors: an open-file limit of 64 for the server, and a
 # --max-connections above it, so that once the serve queue is full (a few
 # hundred connections in flight) the manager's accept fails EMFILE.
+# As root: for any other user the kernel refuses more descriptors in
+# flight on unix sockets than the sender's open-file limit, so a server
+# limited to 64 meets that first, on the serve queue and in the
+# hand-offs, and not the limit this part is about (the manager's share
+# of that: t/c/test_manager.c, "in_flight").
 my $part_emfile = sub { SKIP: {
     skip 'needs prlimit(1)', 6 unless grep { -x "$_/prlimit" } split /:/, $ENV{PATH};
+    missing('not root: a 64-descriptor server meets the limit on descriptors in flight first', 6) if $>;
     my $port = NarwhalTest::free_port();
     my $s = spawn_server(app => $HOLD_APP, port => $port, command => [
         'prlimit', '--nofile=64:64', '--', perl_cmd(), root() . '/bin/narwhal',
