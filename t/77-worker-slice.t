@@ -3,7 +3,7 @@ use warnings;
 use Test::More;
 use lib 't/lib';
 use POSIX ();
-use NarwhalTest qw(spawn_servers worker_pids run_cmd narwhal_cmd root wait_until);
+use NarwhalTest qw(spawn_servers worker_pids run_cmd narwhal_cmd write_app wait_until);
 
 # --worker-slice (DESIGN.md, "Worker time slices"): each worker asks the
 # kernel for that time slice (Linux 6.12's custom slices), which
@@ -21,8 +21,10 @@ my ($release) = (POSIX::uname())[2] =~ /^(\d+\.\d+)/;
 plan skip_all => "Linux $release has no custom time slices (6.12 and later)"
     if !defined slice_of($$) || !$release || $release < 6.12;
 
-# a bound the table refuses, in one line
-my $r = run_cmd([ narwhal_cmd(), '--worker-slice', '0.5', root() . '/bench/apps/hello.psgi' ], timeout => 10);
+# a bound the table refuses, in one line (with an app of the test's own:
+# the release tarball carries no bench/)
+my $app = write_app("sub { [200, ['Content-Type' => 'text/plain'], [\"ok\\n\"]] }");
+my $r = run_cmd([ narwhal_cmd(), '--worker-slice', '0.5', $app ], timeout => 10);
 isnt($r->{code}, 0, '--worker-slice 0.5: refused');
 like($r->{err}, qr/\A[^\n]*--worker-slice must be at most 0\.1[^\n]*\n\z/, '... in one line') or diag $r->{err};
 
