@@ -93,8 +93,8 @@ Command-line names are kebab-case (C<--max-workers>); the same names in
 snake_case (C<max_workers>) are accepted by C<< Plack::Handler::Narwhal->new >>.
 Both C<--opt=value> and C<--opt value> work.
 
-The items below are written from the option table in
-L<Narwhal::Options> by F<dev/gen-options>; change them there.
+The items below are the option table of L<Narwhal::Options>, the one that
+C<narwhal --help> prints and C<Plack::Handler::Narwhal> checks.
 
 =for comment options: written by dev/gen-options from lib/Narwhal/Options.pm
 
@@ -398,7 +398,7 @@ others over. It costs nothing per request and about 10 us of CPU per
 keep-alive connection that lives longer than 10 ms (a descriptor passed,
 watched and closed); a shorter one and C<Connection: close> traffic never pay
 it. C<--no-custody> saves that where connections carry a few requests each.
-See docs/DESIGN.md, "Custody of parked connections". Default: C<on>. The
+See F<docs/DESIGN.md>, "Custody of parked connections". Default: C<on>. The
 Plack handler also takes C<no_custody>, its opposite (plackup turns
 C<--disable-X> into C<< X => 0 >>).
 
@@ -665,7 +665,18 @@ while it runs and acted on between requests, so a C<sleep> or a blocking
 call in the app is not cut short by a stop. Each signal to the master that
 changes the server leaves a stamped line in the error log naming it and the
 pid of the process that sent it, and so does every generation of workers
-started and finished. See F<docs/SIGNALS.md>.
+started and finished.
+
+A stop makes the listeners Narwhal opened take no new connection before
+it closes them: on TCP a socket filter drops new SYNs, and a unix socket
+is shut for reading, so a client that comes now is refused before it
+sends anything rather than accepted by the kernel and reset. Where the
+kernel refuses socket filters to a master that is not root, the listen
+queue is shortened to nothing instead, said once in the error log: a
+client that connects in the stop's last instant may then be reset.
+
+Every signal of every process, and the hot-upgrade steps: F<docs/SIGNALS.md>
+(see L</SEE ALSO>).
 
 =head1 PSGI ENVIRONMENT
 
@@ -693,6 +704,19 @@ a streaming response, weakly referenced) is never reused. So the only
 difference an app could see is that C<refaddr($env)> repeats between
 requests, which Perl's own memory reuse already does with fresh hashes: do
 not key caches on it.
+
+=head1 SEE ALSO
+
+L<Plack::Handler::Narwhal> (C<plackup -s Narwhal>), L<Narwhal::Options>.
+
+The F<docs/> and F<src/> files named above are in Narwhal's source: the
+release tarball (C<Narwhal-VERSION.tar.gz>) and the repository,
+L<https://github.com/narwhal-psgi/Narwhal>. An install copies only the
+modules, this documentation and C<narwhal>. F<docs/DESIGN.md> says why
+the code is the way it is, part by part; F<docs/SIGNALS.md> has every
+signal and the hot upgrade; F<docs/DEPLOY.md> systemd, nginx, HAProxy,
+Kubernetes and logrotate; F<docs/PERFORMANCE.md> every measured round;
+F<docs/PROTOCOL.md> the frames between the workers and the manager.
 
 =head1 LICENSE
 

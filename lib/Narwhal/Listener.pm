@@ -274,7 +274,7 @@ sub refuse_new {
     Narwhal::log_line(warn => "this kernel refuses socket filters to this user: on "
                               . describe($l) . " the listen queue was shortened instead, and a "
                               . "client that connects in the stop's last instant may be reset "
-                              . "(docs/SIGNALS.md)")
+                              . "(perldoc Narwhal, SIGNALS)")
         if $how == 1 && !$said_shortened++;
     return $how >= 0;
 }

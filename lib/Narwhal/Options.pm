@@ -259,7 +259,7 @@ my @TABLE = (
            . 'lives longer than ' . _c('CUSTODY_DELAY_MS') . ' ms (a descriptor passed, watched '
            . 'and closed); a shorter one and C<Connection: close> traffic never pay it. '
            . 'C<--no-custody> saves that where connections carry a few requests each. See '
-           . 'docs/DESIGN.md, "Custody of parked connections".' },
+           . 'F<docs/DESIGN.md>, "Custody of parked connections".' },
     { name => 'keepalive_wait', type => 'seconds', default => 0.5, c => 1, group => 'Connections',
       arg => 'SECS', help => 'how long a worker keeps a served connection parked before the manager takes it',
       pod => 'How long a worker keeps a connection it has just served parked, watching for its '
