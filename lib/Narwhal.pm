@@ -130,10 +130,16 @@ The mode of unix socket listeners (octal, e.g. C<0660>), set between C<bind>
 and C<listen>: no client can connect before it is in place. Without it, the
 process's umask decides (usually C<0755>: only root can connect). With
 C<--socket-group www-data>, C<0660> lets nginx's workers in and nobody else.
+It covers every unix socket Narwhal listens on: the app's (C<--listen>,
+C<--socket>) and the status pages' (C<--status-listen>), so that a scraper in
+the group can read them; sockets inherited from Server::Starter or systemd
+keep their own.
 
 =item --socket-group GROUP
 
-Unix socket listeners belong to this group (a name or a gid).
+The group of unix socket listeners (a name or a gid): the app's (C<--listen>,
+C<--socket>) and the status pages' (C<--status-listen>). With
+C<--socket-mode> (C<0660>), that group's processes may connect.
 
 =item --reuse-port
 
@@ -489,7 +495,8 @@ text format) and C</health> (200, or 503 once a stop or drain has begun).
 Never one of the app's listeners. The connection manager answers them, from
 C, even when every worker is busy or stuck, so it needs the manager (not
 C<--no-manager>). Off by default; it shows request lines, so bind it to
-loopback or a private socket.
+loopback or a private socket. A unix socket gets C<--socket-mode> and
+C<--socket-group>, as the app's do.
 
 =item --request-timeout SECS
 

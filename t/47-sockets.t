@@ -12,9 +12,9 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until n
 # Listening as deployments need it: unix sockets with a mode and group set
 # before anyone can connect (and the README's nginx recipe, with Debian's
 # nginx running its workers as www-data), one listener however it is
-# spelled (plackup passes a path twice), --reuse-port, and a TCP address
-# as several sockets (--listen-queues). The nine parts
-# below, each with servers of its own, run at once.
+# spelled (plackup passes a path twice), --reuse-port, a TCP address as
+# several sockets (--listen-queues), and the status pages' unix socket.
+# The ten parts below, each with servers of its own, run at once.
 
 my @NM = manager_fallback();
 my $APP = write_app("sub { [200, ['Content-Type' => 'text/plain'], [\"ok \$\$\\n\"]] }");
@@ -46,6 +46,51 @@ my $part_mode = sub {
     my $s2 = spawn_server(app => $APP, no_listen => 1, unix => $plain, args => [@NM]);
     my $mode = (stat $plain)[2] & 07777;
     is(sprintf('%04o', $mode), sprintf('%04o', 0777 & ~umask), 'without --socket-mode: the umask decides');
+};
+
+# 1b. The status pages' unix socket takes the same mode and group: it was
+# left to the umask (0755), so that only root could connect, and a
+# scraper running as any other user could not read /metrics.
+my $part_status_mode = sub {
+  SKIP: {
+    missing('the status pages need the connection manager', 4) unless NarwhalTest::managed();
+    my ($primary, @ours) = split ' ', $);
+    my ($gid) = $> == 0 ? (scalar(getgrnam('nogroup')) // 65534) : ((grep { $_ != $primary } @ours), $primary);
+    my ($path, $status) = ("$DIR/app-st.sock", "$DIR/status.sock");
+    my $s = spawn_server(app => $APP, no_listen => 1, unix => $path,
+                         args => [ '--status-listen', $status, '--socket-mode', '0666',
+                                   '--socket-group', $gid ]);
+    wait_until(sub { -S $status }, 5);     # (opened just after the app's)
+    my @st = stat $status;
+    is(sprintf('%04o', $st[2] & 07777), '0666', '--socket-mode applies to --status-listen\'s socket');
+    is($st[5], $gid, "... and --socket-group ($gid)");
+    my $health = sub {      # /health through the socket, in a child as nobody when root
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            if ($> == 0) {
+                my ($uid, $ngid) = (getpwnam('nobody'))[2, 3];
+                POSIX::setgid($ngid);
+                POSIX::setuid($uid) or POSIX::_exit(3);
+            }
+            my $c = raw_connect($status) or POSIX::_exit(2);
+            syswrite($c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+            my $r = read_response($c, 5);
+            POSIX::_exit($r && $r->{status} == 200 ? 0 : 1);
+        }
+        waitpid($pid, 0);
+        return $? >> 8;
+    };
+    is($health->(), 0, $> == 0 ? 'a client running as nobody reads /health'
+                                : 'a client reads /health');
+    $s->stop;
+    my $status2 = "$DIR/status2.sock";    # (a stop leaves the status socket's file)
+    my $s2 = spawn_server(app => $APP, no_listen => 1, unix => $path,
+                          args => [ '--status-listen', $status2 ]);
+    wait_until(sub { -S $status2 }, 5);
+    is(sprintf('%04o', (stat $status2)[2] & 07777), sprintf('%04o', 0777 & ~umask),
+       'without --socket-mode: the umask decides, as for the app\'s');
+    $s2->stop;
+  }
 };
 
 # 2. Refusals: one line, non-zero.
@@ -333,6 +378,6 @@ my $part_same_instant = sub {
 
 sub have_ss { grep { -x "$_/ss" } split(/:/, $ENV{PATH}), '/usr/sbin', '/sbin' }
 
-in_parallel($part_mode, $part_refusals, $part_spellings, $part_reuse_port, $part_nginx, $part_backlog,
+in_parallel($part_mode, $part_status_mode, $part_refusals, $part_spellings, $part_reuse_port, $part_nginx, $part_backlog,
             $part_queues, $part_many, $part_same_instant);
 done_testing();

@@ -228,7 +228,12 @@ sub _open_status_listener {
     die "--status-listen must not be one of the app's listeners\n" if $same->($spec);
     # SO_REUSEPORT: during a hand-over (Server::Starter, --reuse-port) the
     # new instance opens the same status address while the old one serves.
-    my $l = Narwhal::Listener::open_one($spec, { backlog => STATUS_BACKLOG, reuse_port => 1 });
+    # A unix socket gets --socket-mode and --socket-group, as the app's do:
+    # without them it was left to the umask (0755: only root could connect,
+    # so no scraper running as another user could read it).
+    my $l = Narwhal::Listener::open_one($spec, { backlog => STATUS_BACKLOG, reuse_port => 1,
+                                                 socket_mode => $o->{socket_mode},
+                                                 socket_group => $o->{socket_group} });
     if ($same->($l)) {     # (a name, "localhost", is known by its address once bound)
         close $l->{handle};
         die "--status-listen must not be one of the app's listeners\n";

@@ -46,13 +46,21 @@ my @TABLE = (
     { name => 'socket', alias => ['S'], type => 'list', group => 'Listening', arg => 'PATH',
       help => 'a unix socket listener' },
     { name => 'socket_mode', type => 'string', group => 'Listening', arg => 'OCTAL',
-      help => 'unix socket listeners get this mode (e.g. 0660), set before they accept',
+      help => 'unix socket listeners (the app\'s and --status-listen\'s) get this mode (e.g. 0660), '
+          . 'set before they accept',
       pod => 'The mode of unix socket listeners (octal, e.g. C<0660>), set between C<bind> and '
            . 'C<listen>: no client can connect before it is in place. Without it, the process\'s '
            . 'umask decides (usually C<0755>: only root can connect). With '
-           . 'C<--socket-group www-data>, C<0660> lets nginx\'s workers in and nobody else.' },
+           . 'C<--socket-group www-data>, C<0660> lets nginx\'s workers in and nobody else. It '
+           . 'covers every unix socket Narwhal listens on: the app\'s (C<--listen>, C<--socket>) '
+           . 'and the status pages\' (C<--status-listen>), so that a scraper in the group can '
+           . 'read them; sockets inherited from Server::Starter or systemd keep their own.' },
     { name => 'socket_group', type => 'string', group => 'Listening', arg => 'GROUP',
-      help => 'unix socket listeners belong to this group (a name or a gid)' },
+      help => 'unix socket listeners (the app\'s and --status-listen\'s) belong to this group '
+          . '(a name or a gid)',
+      pod => 'The group of unix socket listeners (a name or a gid): the app\'s (C<--listen>, '
+           . 'C<--socket>) and the status pages\' (C<--status-listen>). With C<--socket-mode> '
+           . '(C<0660>), that group\'s processes may connect.' },
     { name => 'reuse_port', type => 'bool', default => 0, group => 'Listening',
       help => 'SO_REUSEPORT on TCP listeners: another instance may listen on the same port',
       pod => 'Set C<SO_REUSEPORT> on TCP listeners, so that a new instance can listen on the '
@@ -342,7 +350,8 @@ my @TABLE = (
            . 'C</health> (200, or 503 once a stop or drain has begun). Never one of the app\'s '
            . 'listeners. The connection manager answers them, from C, even when every worker is '
            . 'busy or stuck, so it needs the manager (not C<--no-manager>). Off by default; it '
-           . 'shows request lines, so bind it to loopback or a private socket.' },
+           . 'shows request lines, so bind it to loopback or a private socket. A unix socket '
+           . 'gets C<--socket-mode> and C<--socket-group>, as the app\'s do.' },
     { name => 'request_timeout', type => 'seconds', default => 0, max => _c('MAX_SECONDS'),
       group => 'Operations', arg => 'SECS',
       help => 'end a request running longer: backtrace to the log, 504, worker replaced (0: off)',
