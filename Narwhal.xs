@@ -573,6 +573,8 @@ attach(self, index)
     nw_xs_score_slot->state = NW_WORKER_IDLE;
     nw_conn_watch_closing(&board_of(aTHX_ self)->h.stopping);
     nw_conn_watch_offload(&board_of(aTHX_ self)->h.offload_bytes);
+    nw_conn_count_handoffs(&board_of(aTHX_ self)->h.handoff_queued);
+    nw_conn_count_held(&nw_xs_score_slot->conns);
     nw_xs_score_header = &board_of(aTHX_ self)->h;
     nw_xs_scoreboard = board_of(aTHX_ self);
 

@@ -639,7 +639,9 @@ once a stop has begun) from the connection manager, which answers even
 when every worker is stuck. The metrics: C<narwhal_requests_total> by
 status class, C<narwhal_request_duration_seconds> (histogram),
 C<narwhal_workers> by state, C<narwhal_workers_wanted>,
-C<narwhal_connections> by state, C<narwhal_worker_restarts_total> by
+C<narwhal_connections> by state (each open connection in one),
+C<narwhal_requests_waiting> (in the manager, on the serve queue),
+C<narwhal_worker_restarts_total> by
 reason (max-requests, crash, watchdog, memory, signal),
 C<narwhal_handoffs_total> by direction (to_manager, to_worker, and
 worker_to_worker: a leaving worker's connections taken by the others),

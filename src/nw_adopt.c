@@ -97,6 +97,8 @@ static int take_adopted(nw_worker *w)
         else
             close(fds[i]);
     }
+    /* (counted here now, or gone: no longer on their way) */
+    nw_scoreboard_queued_add(w->passing, -(int64_t)(nfds < records ? nfds : records));
     return 1;
 }
 
@@ -289,9 +291,15 @@ static int send_adopt_batch(nw_worker *w, const nw_frame_adoptee *a, const int *
     /* A full queue (the others have not read the batches before yet) is
      * waited for patience_ms, as a hand-off to the manager would be. */
     nw_msec until = nw_now_ms() + (nw_msec)patience_ms;
+    /* on their way to another worker (narwhal_connections) until one takes them */
+    nw_scoreboard_queued_add(w->passing, n);
     while (nw_frame_send_fds(w->adopt_out, &f, NULL, 0, a, fds, n) < 0) {
-        if ((errno != EAGAIN && errno != EWOULDBLOCK) || nw_now_ms() >= until)
+        if ((errno != EAGAIN && errno != EWOULDBLOCK) || nw_now_ms() >= until) {
+            int e = errno;
+            nw_scoreboard_queued_add(w->passing, -n);
+            errno = e;
             return -1;
+        }
         nw_io_wait(w->adopt_out, POLLOUT, until);
     }
     return 0;
@@ -345,6 +353,7 @@ void nw_adopt_give_away(nw_worker *w, int crashing)
             for (int i = 0; !crashing && i < n; i++) {
                 close(batch[i]->c->fd);  /* our copy; the socket lives on elsewhere */
                 batch[i]->c->fd = -1;
+                nw_conn_fd_gone(batch[i]->c);
                 nw_worker_drop_owner(w, batch[i]);
             }
         } else {
@@ -394,6 +403,7 @@ void nw_adopt_pass_on(nw_worker *w, int patience_ms)
             for (int k = 0; k < n; k++)
                 adopt_one(w, &a[k], fds[k]);
         }
+        nw_scoreboard_queued_add(w->passing, -(int64_t)n);  /* (taken off once: sent again, or ours) */
     }
 }
 

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,12 +64,44 @@ void nw_conn_watch_offload(volatile int64_t *counter)
     offload_counter = counter;
 }
 
+static volatile uint32_t *held_counter;
+static volatile int64_t *handoff_counter;
+
+/* A child the app forks shares the scoreboard: its copies of the worker's
+ * connections, closed as it exits, are not the worker's to count. */
+static void held_after_fork_child(void)
+{
+    held_counter = NULL;
+}
+
+void nw_conn_count_held(volatile uint32_t *held)
+{
+    static int atfork_done;
+    if (!atfork_done && pthread_atfork(NULL, NULL, held_after_fork_child) == 0)
+        atfork_done = 1;
+    held_counter = held;
+}
+
+void nw_conn_count_handoffs(volatile int64_t *handoffs)
+{
+    handoff_counter = handoffs;
+}
+
+void nw_conn_fd_gone(nw_conn *c)
+{
+    if (c->held && c->held == held_counter)
+        __atomic_sub_fetch(c->held, 1, __ATOMIC_RELAXED);
+    c->held = NULL;
+}
+
 nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg)
 {
     nw_conn *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->fd = fd;                 /* (bare: its buffers come with its first read) */
+    if (fd >= 0 && (c->held = held_counter))
+        __atomic_add_fetch(c->held, 1, __ATOMIC_RELAXED);
     c->is_tcp = is_tcp;
     c->cfg = *cfg;
     c->body_fd = -1;
@@ -913,8 +946,21 @@ static int handoff(nw_conn *c, int channel, const nw_frame_output *output)
     }
     f.data_len = (uint32_t)len;
     int fds[2] = { c->fd, c->rest_fd };
-    if (nw_frame_send_fds(channel, &f, prefix, prefix_len, next, fds, output ? 2 : 1) < 0)
+    /* Counted on its way, and out of this worker's count, before it goes
+     * (the manager may read it before sendmsg returns), one right after
+     * the other: the connection is in one of the two counts all along
+     * (narwhal_connections). Put back if it does not go. */
+    volatile uint32_t *held = c->held && c->held == held_counter ? c->held : NULL;
+    nw_scoreboard_queued_add(handoff_counter, 1);
+    nw_conn_fd_gone(c);
+    if (nw_frame_send_fds(channel, &f, prefix, prefix_len, next, fds, output ? 2 : 1) < 0) {
+        int e = errno;
+        if ((c->held = held))
+            __atomic_add_fetch(held, 1, __ATOMIC_RELAXED);
+        nw_scoreboard_queued_add(handoff_counter, -1);
+        errno = e;
         return -1;
+    }
     close(c->fd);
     c->fd = -1;
     return 0;
@@ -928,6 +974,7 @@ void nw_conn_close_fd(nw_conn *c)
         shutdown(c->fd, SHUT_RDWR);     /* the manager's copy sees the hang-up and goes */
     close(c->fd);
     c->fd = -1;
+    nw_conn_fd_gone(c);
 }
 
 static int custody_frame(nw_conn *c, int channel, int pid, int release)

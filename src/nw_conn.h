@@ -46,6 +46,16 @@ int nw_conn_server_closing(void);
  * in-memory rests are never offloaded (files still are). */
 void nw_conn_watch_offload(volatile int64_t *counter);
 
+/* Counts for narwhal_connections (NULL: none). held: the worker's slot's
+ * count of the sockets it holds open, which every connection made from
+ * now on is in until its socket is closed or passed on (in this process
+ * only: a child the app forks counts nothing). handoffs: the board's count
+ * of HANDOFF frames on the handoff queue, which a hand-off adds to before
+ * it sends (and the manager takes off as it reads). */
+void nw_conn_count_held(volatile uint32_t *held);
+void nw_conn_count_handoffs(volatile int64_t *handoffs);
+
+
 /* Results of nw_conn_read_head and nw_conn_read_body. */
 #define NW_REQ_READY     1
 #define NW_REQ_AGAIN     0    /* no bytes of a request yet: the wait is over, or a signal */
@@ -134,11 +144,18 @@ typedef struct {
      * this process only (never in a child the app forked, whose copy of
      * the worker is destroyed at its exit). */
     int custody;                /* the pid of the worker that gave the copy; 0: none */
+    volatile uint32_t *held;    /* the count its open socket is in (nw_conn_count_held), or
+                                 * NULL: none, or its socket is gone */
     uint64_t cookie;            /* its SO_COOKIE, once in custody */
 } nw_conn;
 
 nw_conn *nw_conn_new(int fd, int is_tcp, const nw_conn_config *cfg);
 void nw_conn_destroy(nw_conn *c);
+
+/* This process's copy of the socket is closed (or was never to count):
+ * the socket lives on elsewhere (passed to another process) or is gone.
+ * For code that closes c->fd itself and sets it to -1. */
+void nw_conn_fd_gone(nw_conn *c);
 
 /* Close the connection's socket for good (a FIN at once, even with the
  * manager's copy open: see custody). Not for a socket that lives on

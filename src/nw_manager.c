@@ -132,7 +132,10 @@ typedef struct {
     size_t  nslots;
     nw_manager_list idle, reading, queue, writing, closing;
     nw_msec write_ms;               /* --timeout: a write making no progress */
-    volatile int64_t *offload_bytes; /* the scoreboard's count (--max-offload-total), or NULL */
+    nw_score_header *shared;         /* the board's words the manager writes, or NULL: */
+    volatile int64_t *offload_bytes; /* ...its count (--max-offload-total), or NULL */
+    volatile int64_t *serve_queued;  /* ...SERVE frames on the serve queue, or NULL */
+    volatile int64_t *handoff_queued; /* ...HANDOFF frames on the handoff queue, or NULL */
     nw_manager_stats st;    /* the running totals; gauges filled in when sent */
     nw_msec now, next_stats, stats_ms;
     nw_msec stop_serve_ms;  /* a stop signal: serve this long (NW_STOP_SERVE_MS) */
@@ -448,6 +451,7 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     f.data_len = (uint32_t)len;
     if (nw_frame_send(m->serve_queue, &f, data, fd) == 0) {
         m->st.handed_off++;
+        nw_scoreboard_queued_add(m->serve_queued, 1);
         return 1;
     }
     if (errno == ETOOMANYREFS) {
@@ -1044,6 +1048,8 @@ static void nw_manager_close_fds(int *fds)
 
 static void nw_manager_handoff_frame(nw_manager *m, const nw_frame *f, int *fds)
 {
+    if (f->type == NW_FRAME_HANDOFF)
+        nw_scoreboard_queued_add(m->handoff_queued, -1);   /* (its sender counted it) */
     if (f->type == NW_FRAME_CUSTODY && fds[1] < 0) {
         nw_manager_custody_frame(m, f, fds[0], m->frame_data);
         return;
@@ -1186,6 +1192,7 @@ static void nw_manager_shed(nw_manager *m)
             break;
         if (nw_frame_recv(m->serve_reader, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
             break;
+        nw_scoreboard_queued_add(m->serve_queued, -1);   /* (put back, it counts again) */
         if (fd < 0 || f.type != NW_FRAME_SERVE) {
             if (fd >= 0)
                 close(fd);
@@ -1363,6 +1370,43 @@ static void nw_manager_listener_info(const nw_manager *m, nw_status_manager *sm)
     }
 }
 
+/* Requests waiting parked in a busy worker, as far as custody shows them:
+ * of the copies the manager holds, the ones whose client has sent bytes
+ * (a request, or its start), but not one a worker is on now. A lower
+ * bound: a connection is copied 10 ms after its first park. Unknown
+ * (parked_known 0) while workers hold parked connections and the manager
+ * no copy at all (--no-custody). */
+static void nw_manager_parked_readable(const nw_manager *m, nw_status_manager *sm)
+{
+    sm->parked_known = sm->board.parked == 0 || m->custody.count > 0;
+    sm->parked_readable = 0;
+    if (!m->custody.count || !m->board)
+        return;
+    struct pollfd *p = calloc(m->custody.count, sizeof *p);
+    if (!p) {
+        sm->parked_known = 0;
+        return;
+    }
+    nfds_t n = 0;
+    for (size_t fd = 0; fd < m->nslots && n < m->custody.count; fd++)
+        if (m->slots[fd].kind == NW_MANAGER_CUSTODY) {
+            p[n].fd = (int)fd;
+            p[n++].events = POLLIN;
+        }
+    if (poll(p, n, 0) > 0) {
+        for (nfds_t i = 0; i < n; i++) {
+            if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) != POLLIN)
+                continue;   /* (nothing, or a hang-up: no request) */
+            uint64_t cookie = m->slots[p[i].fd].cookie;
+            int serving = 0;
+            for (uint32_t k = 0; k < m->board->h.nslots && !serving; k++)
+                serving = m->board->slot[k].pid && m->board->slot[k].serving_cookie == cookie;
+            sm->parked_readable += !serving;
+        }
+    }
+    free(p);
+}
+
 /* The manager's part of a status page (nw_status_numbers_fn). */
 static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
 {
@@ -1372,6 +1416,10 @@ static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
     sm->held_reading = m->reading.len;
     sm->held_queued = m->queue.len;
     sm->held_writing = m->writing.len;
+    sm->held_closing = m->closing.len;
+    if (m->board)
+        nw_scoreboard_connections(m->board, &sm->board);
+    nw_manager_parked_readable(m, sm);
     sm->offloaded = m->st.offloaded;
     sm->offload_bytes = m->offload_bytes ? *m->offload_bytes : 0;
     sm->handoffs_in = m->st.received;
@@ -1612,9 +1660,14 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     memcpy(m->listeners, cfg->listener_fds, sizeof m->listeners);
     if (cfg->scoreboard_fd >= 0 && !(m->board = nw_scoreboard_map(cfg->scoreboard_fd)))
         nw_log("error", "cannot map the scoreboard: %s", strerror(errno));
-    /* the rests an earlier manager held went with it (DESIGN.md, "Slow readers") */
-    if (m->board && (m->offload_bytes = nw_scoreboard_map_offload(cfg->scoreboard_fd)))
+    if (m->board && (m->shared = nw_scoreboard_map_shared(cfg->scoreboard_fd))) {
+        m->offload_bytes = &m->shared->offload_bytes;
+        m->serve_queued = &m->shared->serve_queued;
+        m->handoff_queued = &m->shared->handoff_queued;
+        /* the rests an earlier manager held went with it (DESIGN.md, "Slow
+         * readers"); the frames in the queues did not: their counts stay */
         __atomic_store_n(m->offload_bytes, 0, __ATOMIC_RELAXED);
+    }
 
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
@@ -1727,7 +1780,7 @@ static void nw_manager_close(nw_manager *m)
     free(m->worker_fds);
     nw_status_server_close(&m->status);
     nw_scoreboard_unmap(m->board);
-    nw_scoreboard_unmap_offload(m->offload_bytes);
+    nw_scoreboard_unmap_shared(m->shared);
     free(m->slots);
     free(m->frame_data);
     if (m->ep >= 0)

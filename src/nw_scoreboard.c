@@ -85,32 +85,32 @@ void nw_scoreboard_offload_release(volatile int64_t *counter, uint64_t n)
     __atomic_sub_fetch(counter, (int64_t)n, __ATOMIC_RELAXED);
 }
 
-/* The header's first page(s) mapped writable, for the counter alone. */
-static size_t offload_map_bytes(void)
+/* The header's first page(s) mapped writable, for the manager's words alone. */
+static size_t shared_map_bytes(void)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t end = offsetof(nw_score_header, offload_bytes) + sizeof(int64_t);
+    size_t end = offsetof(nw_score_header, handoff_queued) + sizeof(int64_t);
     return (end + page - 1) / page * page;
 }
 
-volatile int64_t *nw_scoreboard_map_offload(int fd)
+nw_score_header *nw_scoreboard_map_shared(int fd)
 {
-    void *p = mmap(NULL, offload_map_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, shared_map_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return NULL;
     nw_score_header *h = p;
     if (h->magic != NW_SCOREBOARD_MAGIC) {
-        munmap(p, offload_map_bytes());
+        munmap(p, shared_map_bytes());
         errno = EINVAL;
         return NULL;
     }
-    return &h->offload_bytes;
+    return h;
 }
 
-void nw_scoreboard_unmap_offload(volatile int64_t *counter)
+void nw_scoreboard_unmap_shared(nw_score_header *h)
 {
-    if (counter)
-        munmap((char *)counter - offsetof(nw_score_header, offload_bytes), offload_map_bytes());
+    if (h)
+        munmap(h, shared_map_bytes());
 }
 
 void nw_scoreboard_destroy(nw_scoreboard *b)
@@ -315,6 +315,37 @@ void nw_scoreboard_waits(const nw_scoreboard *b, uint64_t over_us, uint64_t *all
         *all += t.queue_bucket[i];
         if (i >= first_over)
             *over += t.queue_bucket[i];
+    }
+}
+
+static void read_connections(const nw_scoreboard *b, nw_score_conns *c)
+{
+    memset(c, 0, sizeof *c);
+    int64_t served = __atomic_load_n(&b->h.serve_queued, __ATOMIC_ACQUIRE);
+    int64_t handed = __atomic_load_n(&b->h.handoff_queued, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        const nw_score_slot *s = &b->slot[i];
+        int state = s->state;
+        if (!s->pid || state <= NW_WORKER_FREE || state > NW_WORKER_STOPPING)
+            continue;
+        uint32_t conns = s->conns, parked = s->parked;
+        c->parked += parked;
+        c->in_workers += conns > parked ? conns - parked : 0;
+    }
+    /* (a worker's frame taken before its sender counted it: an instant below 0) */
+    c->serve_queued = served > 0 ? (uint64_t)served : 0;
+    c->handoff_queued = handed > 0 ? (uint64_t)handed : 0;
+}
+
+void nw_scoreboard_connections(const nw_scoreboard *b, nw_score_conns *out)
+{
+    nw_score_conns again;
+    read_connections(b, out);
+    for (int tries = 0; tries < 16; tries++) {
+        read_connections(b, &again);
+        if (!memcmp(&again, out, sizeof again))
+            return;
+        *out = again;
     }
 }
 

@@ -139,6 +139,9 @@ typedef struct {
                                          * by the worker as its requests block or not */
     volatile int32_t blocking;          /* 1: its requests block (DESIGN.md, "Requests that
                                          * block"); set by the worker */
+    volatile uint32_t conns;            /* client connections this worker holds open, parked
+                                         * ones included (narwhal_connections: in a worker
+                                         * and not parked is conns - parked) */
 } nw_score_slot;
 
 /* A slot's custody fields, kept when the master folds the slot (the manager
@@ -168,6 +171,16 @@ typedef struct {
     nw_score_counts gone;               /* the counts of workers reaped */
     volatile int64_t offload_bytes;     /* bytes of responses in memfds the manager is writing:
                                          * workers raise it, the manager lowers it */
+    /* connections on their way between processes (narwhal_connections),
+     * next to offload_bytes: the manager maps these words writable */
+    volatile int64_t serve_queued;      /* SERVE frames on the serve queue: the manager adds
+                                         * each it sends, the workers (and the manager's
+                                         * shedding) take off each they take */
+    volatile int64_t handoff_queued;    /* connections on their way from a worker: HANDOFF
+                                         * frames on the handoff queue (a worker adds each
+                                         * before it sends it, the manager takes off each it
+                                         * reads) and sockets in ADOPT frames on the adopt
+                                         * queue (the sender adds, the adopter takes off) */
     char     version[24];               /* Narwhal's version, NUL-terminated (the master's
                                          * $Narwhal::VERSION: narwhal_build_info) */
     char     perl_version[24];          /* the perl it runs on */
@@ -234,15 +247,34 @@ void nw_scoreboard_count_error(nw_score_slot *s, int status);
 void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,
                                   unsigned peer_len, nw_msec now);
 
+/* The connections the status pages count in states (narwhal_connections)
+ * that the board knows: in the workers and not parked, parked, on the
+ * serve queue and on the handoff queue. Read again until two readings
+ * agree (a few tries), so that one connection moving between them while
+ * they are read is not seen in two places or none. */
+typedef struct {
+    uint64_t in_workers, parked, serve_queued, handoff_queued;
+} nw_score_conns;
+void nw_scoreboard_connections(const nw_scoreboard *b, nw_score_conns *out);
+
+/* A counter of connections on their way (serve_queued, handoff_queued)
+ * moved by n, atomically (counter may be NULL: nothing). */
+static inline void nw_scoreboard_queued_add(volatile int64_t *counter, int64_t n)
+{
+    if (counter)
+        __atomic_add_fetch(counter, n, __ATOMIC_RELAXED);
+}
+
 /* --max-offload-total: take n bytes of the offload budget (0), or none
  * when that would pass cap (-1). */
 int nw_scoreboard_offload_reserve(volatile int64_t *counter, uint64_t n, uint64_t cap);
 /* Give n bytes back. */
 void nw_scoreboard_offload_release(volatile int64_t *counter, uint64_t n);
-/* The manager's one writable word of the board in fd (the counter it
- * lowers), or NULL with errno; and its unmapping. */
-volatile int64_t *nw_scoreboard_map_offload(int fd);
-void nw_scoreboard_unmap_offload(volatile int64_t *counter);
+/* The manager's writable words of the board in fd (offload_bytes, which
+ * it lowers, serve_queued and handoff_queued): the header's first pages,
+ * or NULL with errno; and their unmapping. */
+nw_score_header *nw_scoreboard_map_shared(int fd);
+void nw_scoreboard_unmap_shared(nw_score_header *h);
 
 /* Whether the pool is stuck, so that new connections would wait unseen in
  * the listen queue: some worker is busy, none is idle or starting, and

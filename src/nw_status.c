@@ -198,12 +198,38 @@ static worker_row *read_rows(const nw_scoreboard *b, size_t *n, uint64_t now_us)
     return rows;
 }
 
-static uint64_t parked_total(const worker_row *rows, size_t n)
+/* Every open client connection is in one state, and only one:
+ * narwhal_connections, the connections table and /status.json say the
+ * same. What the manager holds comes from its lists; the rest from the
+ * board, read in one consistent pass (nw_scoreboard_connections): frames
+ * on the serve queue (queued, with the manager's own queue, since both
+ * wait for a worker), frames on the handoff queue (handoff), connections
+ * parked in workers (parked) and the rest of what workers hold (worker:
+ * being served, or in a worker's hands between requests). Counted by the
+ * descriptors held, not by the workers' states: a busy worker stands for
+ * one connection, and 12 keep-alive clients of 4 workers read "worker 4"
+ * and nothing else while 8 of them had a request on the serve queue. Not
+ * counted: connections the kernel holds in a listen queue, accepted by
+ * nobody yet (narwhal_listen_queue_length). */
+enum { CS_IDLE, CS_READING, CS_QUEUED, CS_WRITING, CS_CLOSING, CS_HANDOFF, CS_PARKED, CS_WORKER,
+       CS_STATES };
+static const char *const conn_state_names[CS_STATES] = {
+    "idle", "reading", "queued", "writing", "closing", "handoff", "parked", "worker" };
+
+static uint64_t conn_states(const nw_status_manager *m, uint64_t c[CS_STATES])
 {
-    uint64_t t = 0;
-    for (size_t i = 0; i < n; i++)
-        t += rows[i].parked;
-    return t;
+    c[CS_IDLE] = m->held_idle;
+    c[CS_READING] = m->held_reading;
+    c[CS_QUEUED] = m->held_queued + m->board.serve_queued;
+    c[CS_WRITING] = m->held_writing;
+    c[CS_CLOSING] = m->held_closing;
+    c[CS_HANDOFF] = m->board.handoff_queued;
+    c[CS_PARKED] = m->board.parked;
+    c[CS_WORKER] = m->board.in_workers;
+    uint64_t total = 0;
+    for (int i = 0; i < CS_STATES; i++)
+        total += c[i];
+    return total;
 }
 
 static void count_states(const worker_row *rows, size_t n, uint64_t by_state[5])
@@ -399,19 +425,29 @@ static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *
     return r;
 }
 
-static int metrics_manager(nw_buf *o, const nw_status_manager *m, uint64_t busy,
-                           uint64_t parked, uint64_t adopted, const uint64_t *proxy_rejected)
+static int metrics_manager(nw_buf *o, const nw_status_manager *m, const nw_score_counts *t)
 {
+    uint64_t c[CS_STATES];
+    conn_states(m, c);
     int r = metric_head(o, "narwhal_connections", "gauge",
-                        "Client connections: held idle or reading a head in the manager, "
-                        "queued for a worker, written to a slow reader by the manager, "
-                        "parked in a worker between requests, or being served by a worker.");
-    r |= put(o, "narwhal_connections{state=\"parked\"} %llu\n", (unsigned long long)parked);
-    r |= put(o, "narwhal_connections{state=\"idle\"} %llu\n", (unsigned long long)m->held_idle);
-    r |= put(o, "narwhal_connections{state=\"reading\"} %llu\n", (unsigned long long)m->held_reading);
-    r |= put(o, "narwhal_connections{state=\"queued\"} %llu\n", (unsigned long long)m->held_queued);
-    r |= put(o, "narwhal_connections{state=\"writing\"} %llu\n", (unsigned long long)m->held_writing);
-    r |= put(o, "narwhal_connections{state=\"worker\"} %llu\n", (unsigned long long)busy);
+                        "Open client connections, each in one state: held idle or reading a "
+                        "head in the manager, queued for a worker (in the manager or on the "
+                        "serve queue), written to a slow reader by the manager, closing "
+                        "there, on the handoff queue, parked in a worker between requests, "
+                        "or in a worker otherwise (being served).");
+    for (int i = 0; i < CS_STATES; i++)
+        r |= put(o, "narwhal_connections{state=\"%s\"} %llu\n", conn_state_names[i],
+                 (unsigned long long)c[i]);
+    r |= metric_head(o, "narwhal_requests_waiting", "gauge",
+                     "Complete requests waiting for a worker: in the connection manager's "
+                     "own queue (manager) and on the serve queue the workers take from "
+                     "(serve_queue).");
+    r |= put(o, "narwhal_requests_waiting{where=\"manager\"} %llu\n",
+             (unsigned long long)m->held_queued);
+    r |= put(o, "narwhal_requests_waiting{where=\"serve_queue\"} %llu\n",
+             (unsigned long long)m->board.serve_queued);
+    uint64_t adopted = t->adopted;
+    const uint64_t *proxy_rejected = t->proxy_rejected;
     r |= metric_head(o, "narwhal_handoffs_total", "counter",
                      "Connections passed between workers and the manager, and from a "
                      "leaving worker to the others.");
@@ -586,13 +622,10 @@ static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_man
                           const worker_row *rows, size_t n, int64_t now_unix)
 {
     nw_score_counts t;
-    uint64_t by_state[5];
     nw_scoreboard_totals(b, &t);
-    count_states(rows, n, by_state);
     int r = metrics_requests(o, &t);
     r |= metrics_workers(o, b, rows, n);
-    r |= metrics_manager(o, m, by_state[NW_WORKER_BUSY], parked_total(rows, n), t.adopted,
-                         t.proxy_rejected);
+    r |= metrics_manager(o, m, &t);
     r |= metric_head(o, "narwhal_failures_total", "counter",
                      "Failures that are not a request's own, each also logged: a request body "
                      "that could not be spooled to TMPDIR (spool; answered 503), an accept "
@@ -623,7 +656,8 @@ typedef struct {
     const nw_scoreboard *b;
     const nw_status_manager *m;
     nw_score_counts t;
-    uint64_t by_state[5], parked;
+    uint64_t by_state[5];
+    uint64_t conns[CS_STATES], open;    /* (conn_states) */
     total_rates rates;
     int64_t now_unix;
     char host[256], version[sizeof ((nw_score_header *)0)->version + 1],
@@ -639,7 +673,7 @@ static void view_read(page_view *v, const nw_scoreboard *b, const nw_status_mana
     v->now_unix = now_unix;
     nw_scoreboard_totals(b, &v->t);
     count_states(rows, n, v->by_state);
-    v->parked = parked_total(rows, n);
+    v->open = conn_states(m, v->conns);
     rates_apply(rates, rows, n, &v->t, now_us, (double)(now_unix - b->h.started_unix), &v->rates);
     if (gethostname(v->host, sizeof v->host - 1) != 0)
         strcpy(v->host, "?");
@@ -652,9 +686,13 @@ static void view_read(page_view *v, const nw_scoreboard *b, const nw_status_mana
 
 static uint64_t open_connections(const page_view *v)
 {
-    const nw_status_manager *m = v->m;
-    return m->held_idle + m->held_reading + m->held_queued + m->held_writing + v->parked
-         + v->by_state[NW_WORKER_BUSY];
+    return v->open;
+}
+
+/* Complete requests waiting for a worker that the manager can see. */
+static uint64_t requests_waiting(const page_view *v)
+{
+    return v->m->held_queued + v->m->board.serve_queued;
 }
 
 /* ------------------------------------------------------------ JSON */
@@ -710,12 +748,16 @@ static int json_counts(nw_buf *o, const page_view *v)
 static int json_manager(nw_buf *o, const page_view *v)
 {
     const nw_status_manager *m = v->m;
-    int r = put(o, "\"connections\":{\"total\":%llu,\"idle\":%llu,\"reading\":%llu,\"queued\":%llu,"
-                "\"writing\":%llu,\"parked\":%llu,\"worker\":%llu},",
-                (unsigned long long)open_connections(v),
-                (unsigned long long)m->held_idle, (unsigned long long)m->held_reading,
-                (unsigned long long)m->held_queued, (unsigned long long)m->held_writing,
-                (unsigned long long)v->parked, (unsigned long long)v->by_state[NW_WORKER_BUSY]);
+    int r = put(o, "\"connections\":{\"total\":%llu", (unsigned long long)open_connections(v));
+    for (int i = 0; i < CS_STATES; i++)
+        r |= put(o, ",\"%s\":%llu", conn_state_names[i], (unsigned long long)v->conns[i]);
+    /* requests waiting for a worker: where the manager sees them, and
+     * (with custody) those parked in a worker that is busy */
+    r |= put(o, "},\"requests_waiting\":{\"total\":%llu,\"manager\":%llu,\"serve_queue\":%llu,"
+             "\"parked\":", (unsigned long long)requests_waiting(v),
+             (unsigned long long)m->held_queued, (unsigned long long)m->board.serve_queued);
+    r |= m->parked_known ? put(o, "%llu", (unsigned long long)m->parked_readable) : put(o, "null");
+    r |= put(o, "},");
     r |= put(o, "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
                 "\"offloaded\":%llu,\"offload_bytes\":%lld,"
                 "\"listeners\":[",
@@ -826,6 +868,7 @@ static int html_now(nw_buf *o, const page_view *v)
     r |= html_card(o, "busy workers", (unsigned long long)v->by_state[NW_WORKER_BUSY]);
     r |= html_card(o, "idle workers", (unsigned long long)v->by_state[NW_WORKER_IDLE]);
     r |= html_card(o, "open connections", (unsigned long long)open_connections(v));
+    r |= html_card(o, "requests waiting", (unsigned long long)requests_waiting(v));
     r |= html_card(o, "shed (503)", (unsigned long long)v->m->shed);
     return r | put(o, "</div>");
 }
@@ -851,14 +894,19 @@ static int html_header(nw_buf *o, const page_view *v)
 static int html_tables(nw_buf *o, const page_view *v)
 {
     const nw_status_manager *m = v->m;
-    int r = put(o, "<div class=cards><table><caption>connections</caption><tr><th>idle</th>"
-                "<th>reading</th><th>queued</th><th>writing</th><th>parked</th><th>worker</th>"
-                "<th>total</th></tr><tr>");
-    uint64_t c[] = { m->held_idle, m->held_reading, m->held_queued, m->held_writing, v->parked,
-                     v->by_state[NW_WORKER_BUSY], open_connections(v) };
-    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
-        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)c[i]);
-    r |= put(o, "</tr></table><table><caption>responses</caption><tr>");
+    int r = put(o, "<div class=cards><table><caption>connections</caption><tr>");
+    for (int i = 0; i < CS_STATES; i++)
+        r |= put(o, "<th>%s</th>", conn_state_names[i]);
+    r |= put(o, "<th>total</th></tr><tr>");
+    for (int i = 0; i < CS_STATES; i++)
+        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)v->conns[i]);
+    r |= put(o, "<td class=n>%llu</td>", (unsigned long long)open_connections(v));
+    r |= put(o, "</tr></table><table><caption>requests waiting for a worker</caption><tr>"
+             "<th>in the manager</th><th>on the serve queue</th><th>parked</th></tr><tr>"
+             "<td class=n>%llu</td><td class=n>%llu</td><td class=n>",
+             (unsigned long long)m->held_queued, (unsigned long long)m->board.serve_queued);
+    r |= m->parked_known ? put(o, "%llu", (unsigned long long)m->parked_readable) : put(o, "-");
+    r |= put(o, "</td></tr></table><table><caption>responses</caption><tr>");
     for (int i = 0; i < NW_SCORE_CLASSES; i++)
         r |= put(o, "<th>%dxx</th>", i + 1);
     r |= put(o, "</tr><tr>");
@@ -875,9 +923,9 @@ static int html_tables(nw_buf *o, const page_view *v)
 
 static int html_worker(nw_buf *o, const worker_row *w)
 {
-    int r = put(o, "<tr%s><td class=n>%d</td><td class=%s>%s</td><td><code>",
+    int r = put(o, "<tr%s><td class=n>%d</td><td class=%s>%s</td><td>%s</td><td><code>",
                 w->running_s >= 1 ? " class=slow" : "", w->pid, state_names[w->state],
-                state_names[w->state]);
+                state_names[w->state], w->accepts ? "yes" : "standby");
     r |= put_html(o, w->client[0] ? w->client : "-");
     r |= put(o, "</code></td><td><code>");
     r |= put_html(o, w->request);
@@ -898,7 +946,7 @@ static int html_worker(nw_buf *o, const worker_row *w)
 static int html_workers(nw_buf *o, const worker_row *rows, size_t n)
 {
     int r = put(o, "<table><caption>workers</caption><tr><th>pid</th><th>state</th>"
-                "<th>client</th><th>request</th><th>running</th><th>req/s</th><th>mean</th>"
+                "<th>accepts</th><th>client</th><th>request</th><th>running</th><th>req/s</th><th>mean</th>"
                 "<th>last</th><th>served</th><th>sent</th><th>CPU</th><th>RSS</th>"
                 "<th>age</th></tr>");
     for (size_t i = 0; i < n; i++)

@@ -39,6 +39,12 @@ typedef struct {
     uint64_t held_reading;  /* ... with part of a head */
     uint64_t held_queued;   /* ... with a complete head, waiting for a worker */
     uint64_t held_writing;  /* ... whose response it is finishing (a slow reader) */
+    uint64_t held_closing;  /* ... written and half-closed, drained until the client closes */
+    nw_score_conns board;   /* what the board says: in workers, parked, on the queues */
+    int      parked_known;  /* parked_readable is known (custody is on) */
+    uint64_t parked_readable; /* parked connections (of which the manager holds copies) whose
+                             * client has sent bytes: a request, or its start, waiting for
+                             * its worker to be free */
     uint64_t offloaded;     /* responses workers left to the manager to finish, total */
     int64_t  offload_bytes; /* bytes of those responses held in memory now */
     uint64_t handoffs_in;   /* connections workers gave the manager, total */

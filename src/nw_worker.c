@@ -235,6 +235,7 @@ static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
     if (nw_buf_append(&wc->c->in, w->frame_data, f->data_len) < 0) {
         wc->c->fd = -1;
         close(fd);
+        nw_conn_fd_gone(wc->c);
     }
     wc->c->requests = f->requests;
     wc->c->proxy_pending = (f->flags & NW_FRAME_F_PROXY) != 0;
@@ -263,9 +264,11 @@ static nw_wconn *take_served(nw_worker *w)
             w->serve_queue_ready = 0;  /* nothing waiting (another worker took it), or a bad frame */
             return NULL;
         }
-        if (fd < 0)
-            continue;
-        nw_wconn *wc = wconn_from_frame(w, &f, fd);
+        nw_wconn *wc = fd >= 0 ? wconn_from_frame(w, &f, fd) : NULL;
+        /* Off the queue, and (nw_conn_new) counted in this worker's slot
+         * already: the connection is in one of the two counts all along
+         * (narwhal_connections), never in neither. */
+        nw_scoreboard_queued_add(w->serve_queued, -1);
         if (wc)
             return wc;
     }
@@ -1441,6 +1444,9 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
     w->board = slot ? board : NULL;
     w->slot = slot;
     w->counts = slot ? &slot->counts : NULL;
+    /* (the worker's mapping of the board is writable: this word and its slot are its to write) */
+    w->serve_queued = slot && board ? (volatile int64_t *)&board->h.serve_queued : NULL;
+    w->passing = slot && board ? (volatile int64_t *)&board->h.handoff_queued : NULL;
     nw_park_publish(&w->park, slot ? &slot->parked : NULL);
 }
 

@@ -140,6 +140,10 @@ typedef struct nw_worker {
     nw_score_counts *counts;    /* the scoreboard slot's counts (adoptions), or NULL */
     nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
     const nw_scoreboard *board; /* the board it is in (the pool's parked counts), or NULL */
+    volatile int64_t *serve_queued; /* the board's count of frames on the serve queue, which
+                                 * each frame taken lowers (narwhal_connections), or NULL */
+    volatile int64_t *passing;  /* the board's count of connections on their way from a
+                                 * worker (handoff_queued): an ADOPT frame's add to it */
     nw_msec last_poll;          /* when epoll was last asked */
     nw_msec looked;             /* when the main thread last looked for a connection
                                  * (nw_worker_next), or polled since */

@@ -147,9 +147,11 @@ my $part_rates = sub {
     cmp_ok($c->{total}, '>=', 1, "the keep-alive connection is counted ($c->{total})");
     my $html = http_get($sport, '/status')->{content};
     like($html, qr{<caption>connections</caption><tr><th>idle</th><th>reading</th><th>queued</th>
-                    <th>writing</th><th>parked</th><th>worker</th><th>total</th>}x,
+                    <th>writing</th><th>closing</th><th>handoff</th><th>parked</th><th>worker</th>
+                    <th>total</th>}x,
          '/status: a table of connections by state');
-    like($html, qr{<td class=n>\Q$c->{total}\E</td></tr></table><table><caption>responses}, '... with the same total');
+    like($html, qr{<td class=n>\Q$c->{total}\E</td></tr></table><table><caption>requests waiting},
+         '... with the same total');
     like($html, qr{<b>[\d.]+</b>requests/s</div>}, '... requests per second');
     like($html, qr{</b>mean response</div>}, '... the mean response time');
     unlike($html, qr{<script}i, '... and no JavaScript');
@@ -157,5 +159,54 @@ my $part_rates = sub {
     $s->stop;
 };
 
-in_parallel($part_fields, $part_counts, $part_rates);
+# Requests waiting for a worker, and which workers take new clients: two
+# workers, one of them standing by (--accepting-workers 1), both held by
+# a slow request, and three more clients, whose requests the manager takes
+# and puts on the serve queue: /status and /status.json say three wait
+# there (they said nothing of them: the connections table had them
+# nowhere, and the HTML page did not say which worker accepts).
+my $part_waiting = sub {
+    $sport = free_port();
+    $s = spawn_server(app => $APP, args => [ '--max-workers', 2, '--accepting-workers', 1,
+                                             '--status-listen', "127.0.0.1:$sport" ]);
+    wait_until(sub { (metrics_of($sport)->{'narwhal_workers{state="idle"}'} // 0) == 2 }, 5);
+    my @accepts = map { $_->{accepts} ? 1 : 0 } @{ status()->{workers} || [] };
+    is(join(',', sort @accepts), '0,1', 'status.json: one worker accepts, the other stands by');
+    my $html = http_get($sport, '/status')->{content};
+    like($html, qr{<th>state</th><th>accepts</th>}, '/status: a column says which accepts');
+    my @said = $html =~ m{<td class=idle>idle</td><td>(yes|standby)</td>}g;
+    is(join(',', sort @said), 'standby,yes', '... one yes, one standby');
+    my @slow;
+    for my $n (1, 2) {
+        my $c = raw_connect($s->port);
+        syswrite($c, "GET /sleep/2 HTTP/1.1\r\nHost: x\r\n\r\n");
+        push @slow, $c;
+        wait_until(sub { (grep { $_->{state} eq 'busy' } @{ status()->{workers} || [] }) == $n }, 3)
+            or diag "the slow request $n did not start";
+    }
+    my @fast;
+    for (1 .. 3) {
+        my $c = raw_connect($s->port);
+        syswrite($c, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+        push @fast, $c;
+    }
+    my $w;
+    ok(wait_until(sub { $w = status()->{requests_waiting}; ($w->{total} // 0) == 3 }, 1.5),
+       'status.json: three requests wait for a worker') or diag explain $w;
+    is($w->{serve_queue} + $w->{manager}, 3, '... on the serve queue or in the manager');
+    my $c = status()->{connections};
+    is($c->{queued}, 3, '... queued is what the connections say too');
+    is($c->{total}, 5, '... of the 5 open (the two slow ones in workers)') or diag explain $c;
+    $html = http_get($sport, '/status')->{content};
+    like($html, qr{<b>3</b>requests waiting</div>}, '/status: three requests waiting');
+    for (@fast) {
+        my $r = read_response($_, 5);
+        is($r && $r->{status}, 200, 'a waiting request is served once a worker is free');
+    }
+    read_response($_, 5) for @slow;
+    close $_ for @slow, @fast;
+    $s->stop;
+};
+
+in_parallel($part_fields, $part_counts, $part_rates, $part_waiting);
 done_testing();

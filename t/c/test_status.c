@@ -132,10 +132,11 @@ static void test_operator_fields(void)
                                 (const struct sockaddr *)&c4, sizeof c4);
     char *h = page_at(b, &m, rates, "GET /status HTTP/1.1\r\n\r\n", t0 + 3000000);
     has(h, "<h1>Narwhal 9.87 on ", "HTML: the version and host in the title");
-    has(h, "<td class=busy>busy</td><td><code>10.1.2.3:4567</code></td><td><code>GET /slow",
-        "... the running request's client");
-    has(h, "<th>reading</th><th>queued</th><th>writing</th><th>parked</th><th>worker</th>",
-        "... a table of connections by state");
+    has(h, "<td class=busy>busy</td><td>standby</td><td><code>10.1.2.3:4567</code></td>"
+        "<td><code>GET /slow", "... the running request's client (of a standby worker)");
+    has(h, "<td class=idle>idle</td><td>yes</td>", "... and a worker that accepts");
+    has(h, "<th>reading</th><th>queued</th><th>writing</th><th>closing</th><th>handoff</th>"
+        "<th>parked</th><th>worker</th>", "... a table of connections by state");
     has(h, "<td class=n>3</td><td class=n>1</td><td class=n>2</td><td class=n>4</td>",
         "... with the manager's counts");
     has(h, "</b>requests/s</div>", "... requests per second");
@@ -149,6 +150,79 @@ static void test_operator_fields(void)
     ok(rates->last.at_us == before.at_us, "... and takes no sample");
     free(mx);
     free(rates);
+    nw_scoreboard_destroy(b);
+    close(fd);
+}
+
+/* Every connection in one state: the manager's lists and what the board
+ * says of the queues and the workers; and the requests that wait. */
+static void test_connection_states(void)
+{
+    int fd = -1;
+    nw_scoreboard *b = nw_scoreboard_create(4, &fd);
+    nw_scoreboard_claim(&b->slot[0], 1001, 1, 0, nw_now_ms());
+    nw_scoreboard_claim(&b->slot[1], 1002, 1, 1, nw_now_ms());
+    nw_scoreboard_claim(&b->slot[3], 1004, 1, 0, nw_now_ms());
+    b->slot[0].state = NW_WORKER_BUSY;
+    b->slot[1].state = NW_WORKER_IDLE;
+    b->slot[0].conns = 4;       /* one served, three parked */
+    b->slot[0].parked = 3;
+    b->slot[1].conns = 1;       /* idle, but a connection in its hands (between requests) */
+    b->slot[3].conns = 9;       /* a worker gone (its slot freed): nothing of it counts */
+    b->slot[3].pid = 0;
+    b->h.serve_queued = 6;
+    b->h.handoff_queued = 2;
+    nw_status_manager m = { .held_idle = 3, .held_reading = 1, .held_queued = 2,
+                            .held_writing = 4, .held_closing = 5, .parked_known = 1,
+                            .parked_readable = 1 };
+    nw_scoreboard_connections(b, &m.board);
+    is((int)m.board.in_workers, 2, "in workers, not parked: the busy one's and the idle one's");
+    is((int)m.board.parked, 3, "... parked");
+    is((int)m.board.serve_queued, 6, "... on the serve queue");
+    is((int)m.board.handoff_queued, 2, "... on the handoff queue");
+    b->h.serve_queued = -1;     /* (taken before its sender counted it) */
+    nw_status_manager m2 = m;
+    nw_scoreboard_connections(b, &m2.board);
+    is((int)m2.board.serve_queued, 0, "a count below 0 for an instant reads 0");
+    b->h.serve_queued = 6;
+
+    char *mx = page_at(b, &m, NULL, "GET /metrics HTTP/1.1\r\n\r\n", nw_now_us());
+    has(mx, "\nnarwhal_connections{state=\"idle\"} 3\n"
+        "narwhal_connections{state=\"reading\"} 1\n"
+        "narwhal_connections{state=\"queued\"} 8\n"
+        "narwhal_connections{state=\"writing\"} 4\n"
+        "narwhal_connections{state=\"closing\"} 5\n"
+        "narwhal_connections{state=\"handoff\"} 2\n"
+        "narwhal_connections{state=\"parked\"} 3\n"
+        "narwhal_connections{state=\"worker\"} 2\n",
+        "/metrics: every state, queued with the serve queue's");
+    has(mx, "\nnarwhal_requests_waiting{where=\"manager\"} 2\n"
+        "narwhal_requests_waiting{where=\"serve_queue\"} 6\n", "... the requests waiting");
+    free(mx);
+    char *j = page_at(b, &m, NULL, "GET /status.json HTTP/1.1\r\n\r\n", nw_now_us());
+    has(j, "\"connections\":{\"total\":28,\"idle\":3,\"reading\":1,\"queued\":8,\"writing\":4,"
+        "\"closing\":5,\"handoff\":2,\"parked\":3,\"worker\":2}", "status.json: the same, 28 in all");
+    has(j, "\"requests_waiting\":{\"total\":8,\"manager\":2,\"serve_queue\":6,\"parked\":1}",
+        "... the requests waiting for a worker");
+    has(j, "\"pid\":1001,\"slot\":0,\"state\":\"busy\",\"generation\":1,\"accepts\":true",
+        "... which worker accepts");
+    has(j, "\"pid\":1002,\"slot\":1,\"state\":\"idle\",\"generation\":1,\"accepts\":false",
+        "... and which stands by");
+    free(j);
+    b->slot[1].standby = 0;     /* (a standby worker whose requests block accepts too) */
+    m.parked_known = 0;
+    j = page_at(b, &m, NULL, "GET /status.json HTTP/1.1\r\n\r\n", nw_now_us());
+    has(j, "\"pid\":1002,\"slot\":1,\"state\":\"idle\",\"generation\":1,\"accepts\":true",
+        "... read from the slot as it is now");
+    has(j, "\"serve_queue\":6,\"parked\":null}", "... parked requests unknown without custody");
+    free(j);
+    char *h = page_at(b, &m, NULL, "GET /status HTTP/1.1\r\n\r\n", nw_now_us());
+    has(h, "<b>8</b>requests waiting", "/status: the requests waiting");
+    has(h, "<th>in the manager</th><th>on the serve queue</th><th>parked</th></tr><tr>"
+        "<td class=n>2</td><td class=n>6</td><td class=n>-</td>", "... where they wait");
+    has(h, "<td class=n>5</td><td class=n>2</td><td class=n>3</td><td class=n>2</td>"
+        "<td class=n>28</td>", "... the connections' states and their total");
+    free(h);
     nw_scoreboard_destroy(b);
     close(fd);
 }
@@ -515,6 +589,7 @@ int main(void)
     test_other_idle();
     test_pool_stuck();
     test_mean_parked();
+    test_connection_states();
     test_recycling_turn();
     test_operator_fields();
     test_fold_race();
