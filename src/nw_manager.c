@@ -84,7 +84,6 @@ enum {
 #define NW_MANAGER_HEAD_MIN         1024    /* first allocation for a partial head */
 #define NW_MANAGER_DRAIN_READS      4       /* reads before a 408, so close() sends FIN, not RST */
 #define NW_MANAGER_LINGER_MS        1000    /* a half-closed connection is drained this long */
-#define NW_MANAGER_REFS_RETRY_MS    10      /* the kernel refused a descriptor in flight: again after */
 
 /* 64 bytes on LP64. */
 typedef struct {
@@ -127,7 +126,6 @@ typedef struct {
     int     handoff_queue;  /* HANDOFF frames from every worker */
     int     serve_queue;    /* SERVE frames, taken by whichever worker is free */
     int     serve_queue_watched; /* waiting for room on the serve queue (EPOLLOUT) */
-    nw_msec refs_retry;     /* the kernel refused a descriptor in flight: send again then (0: none) */
     nw_manager_slot *slots;
     size_t  nslots;
     nw_manager_list idle, reading, queue, writing, closing;
@@ -158,7 +156,6 @@ typedef struct {
     int     accepting;              /* the listeners are in epoll: the pool is stuck */
     nw_msec next_look;              /* when to look at the pool again */
     nw_log_limit fd_limit_said;     /* "cannot take a connection" lines */
-    nw_log_limit refs_said;         /* "cannot pass a connection" lines */
     int     proxy_protocol;         /* --proxy-protocol: what it takes begins with a header */
     const char *error_log;          /* --error-log (USR1 reopens it), or NULL */
     /* custody (DESIGN.md): copies of the workers' parked connections */
@@ -427,15 +424,8 @@ static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
 /* ------------------------------------------------------------ serving */
 
 /* Put fd with its bytes on the serve queue, where the next free worker takes it.
- * 1: sent (the caller closes our copy); 0: the serve queue is full, or
- * takes no descriptor now (queue it); -1: the frame cannot be sent at all
- * (the caller drops fd).
- * The kernel counts the descriptors a user has in flight on unix sockets
- * and, unless the sender has CAP_SYS_RESOURCE (root), refuses one beyond
- * the sender's open-file limit (ETOOMANYREFS): the queue has room, but no
- * event says when the workers have taken enough of them. So the queue
- * waits NW_MANAGER_REFS_RETRY_MS, not for EPOLLOUT (which would come at
- * once, and again), and the clients wait in it, never closed unread. */
+ * 1: sent (the caller closes our copy); 0: the serve queue is full (queue it);
+ * -1: the frame cannot be sent at all (the caller drops fd). */
 static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
 {
     nw_manager_slot *s = &m->slots[fd];
@@ -454,25 +444,15 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
         nw_scoreboard_queued_add(m->serve_queued, 1);
         return 1;
     }
-    if (errno == ETOOMANYREFS) {
-        nw_log_limited(&m->refs_said, m->now, "warn",
-                       "the manager cannot pass a connection to the workers now: %s (descriptors "
-                       "in flight reached its open-file limit; it tries again, the client waits)",
-                       strerror(errno));
-        m->refs_retry = m->now + NW_MANAGER_REFS_RETRY_MS;
-    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
         return -1;
-    }
     m->st.serve_queue_full++;
     return 0;
 }
 
-/* Watch the serve queue for room while anything is queued, and only then
- * (not while the kernel refuses descriptors: see nw_manager_serve). */
+/* Watch the serve queue for room while anything is queued, and only then. */
 static void nw_manager_watch_serve_queue(nw_manager *m, int on)
 {
-    if (m->refs_retry)
-        on = 0;
     if (on == m->serve_queue_watched)
         return;
     struct epoll_event ev = { .events = EPOLLOUT, .data.fd = m->serve_queue };
@@ -535,22 +515,11 @@ static void nw_manager_drain_queue(nw_manager *m)
     while (m->queue.first != NW_MANAGER_NONE) {
         int fd = m->queue.first;
         nw_manager_slot *s = &m->slots[fd];
-        if (nw_manager_serve(m, fd, s->head, s->head_len) == 0) {
-            nw_manager_watch_serve_queue(m, 1);
+        if (nw_manager_serve(m, fd, s->head, s->head_len) == 0)
             return;
-        }
         nw_manager_drop_conn(m, fd);
     }
     nw_manager_watch_serve_queue(m, 0);
-}
-
-/* The time to send again has come (nw_manager_serve, ETOOMANYREFS). */
-static void nw_manager_refs_retry(nw_manager *m)
-{
-    if (!m->refs_retry || m->now < m->refs_retry)
-        return;
-    m->refs_retry = 0;
-    nw_manager_drain_queue(m);
 }
 
 /* ------------------------------------------------------------ hand-offs */
@@ -1497,8 +1466,6 @@ static int nw_manager_timeout(const nw_manager *m)
         next = m->next_shed;
     if (m->board && m->nlisteners && m->next_look < next)
         next = m->next_look;
-    if (m->refs_retry && m->refs_retry < next)
-        next = m->refs_retry;
     if (m->status.active && m->now + 1000 < next)
         next = m->now + 1000;
     if (m->test_clock >= 0)
@@ -1835,7 +1802,6 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
         if (m.test_clock_ack)
             nw_manager_test_clock_step(&m);
         nw_manager_expire(&m);
-        nw_manager_refs_retry(&m);
         nw_manager_shed(&m);
         nw_manager_look_at_pool(&m);
         nw_status_server_expire(&m.status, m.now);
