@@ -641,7 +641,9 @@ status class, C<narwhal_request_duration_seconds> (histogram),
 C<narwhal_workers> by state, C<narwhal_workers_wanted>,
 C<narwhal_connections> by state (each open connection in one),
 C<narwhal_requests_waiting> (in the manager, on the serve queue),
-C<narwhal_worker_restarts_total> by
+C<narwhal_refused_total> by reason (connections closed because they could
+not be passed on or kept, answered 503 when they held a request, and
+logged), C<narwhal_worker_restarts_total> by
 reason (max-requests, crash, watchdog, memory, signal),
 C<narwhal_handoffs_total> by direction (to_manager, to_worker, and
 worker_to_worker: a leaving worker's connections taken by the others),

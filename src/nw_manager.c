@@ -33,6 +33,7 @@
 #include "nw_limits.h"
 #include "nw_proxy.h"
 #include "nw_log.h"
+#include "nw_response.h"
 #include "nw_scoreboard.h"
 #include "nw_status.h"
 #include "nw_status_server.h"
@@ -50,6 +51,7 @@
 #include <string.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -69,6 +71,9 @@ enum {
 };
 
 #define NW_SHED_TICK_MAX_MS     50      /* --max-queue-wait: look at the oldest request this often */
+#define NW_MANAGER_RETRY_MS     10      /* a hand-off refused for a while (too many descriptors in
+                                         * flight, no kernel memory): tried again this soon at
+                                         * the latest */
 #define NW_MANAGER_ARRIVAL_BELIEF_MS 3600000 /* an older receive time: the clock was set meanwhile */
 
 #define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
@@ -125,7 +130,9 @@ typedef struct {
     int     ep, control, sigfd;
     int     handoff_queue;  /* HANDOFF frames from every worker */
     int     serve_queue;    /* SERVE frames, taken by whichever worker is free */
-    int     serve_queue_watched; /* waiting for room on the serve queue (EPOLLOUT) */
+    int     serve_queue_watched; /* waiting for room on the serve queue (EPOLLOUT, edge-triggered) */
+    nw_msec retry_at;       /* the serve queue refused for a while: try the queue again then
+                             * (0: no retry due; room is then waited for with EPOLLOUT alone) */
     nw_manager_slot *slots;
     size_t  nslots;
     nw_manager_list idle, reading, queue, writing, closing;
@@ -166,6 +173,10 @@ typedef struct {
     uint64_t custody_lost;          /* closed because the worker died serving them, total */
     nw_log_limit custody_said;      /* "a worker ended holding ..." lines */
     nw_log_limit shed_said;         /* --max-queue-wait's 503s */
+    /* connections it could not pass on or keep */
+    uint64_t refused[NW_REFUSED_REASONS];       /* closed unserved, by reason, total */
+    nw_log_limit refused_said[NW_REFUSED_REASONS];
+    nw_log_limit serve_waits_said;  /* "the serve queue refused ...: it waits" lines */
 } nw_manager;
 
 /* ------------------------------------------------------------ records */
@@ -376,6 +387,48 @@ static void nw_manager_send_408(int fd)
     nw_manager_send_final(fd, resp, sizeof resp - 1);
 }
 
+/* A request that cannot be served (shed by --max-queue-wait, or refused
+ * below): 503 with Date and Retry-After (nw_head_error's, as a worker's). */
+static void nw_manager_send_503(int fd)
+{
+    nw_buf b = { 0 };
+    if (nw_head_error(&b, 503) == 0)
+        nw_manager_send_final(fd, b.data, b.len);
+    nw_buf_free(&b);
+}
+
+static const char *const nw_manager_refused_names[NW_REFUSED_REASONS] = {
+    "the serve queue refused it", "the manager holds --max-connections, none of them idle",
+    "out of memory" };
+
+/* A connection the manager can neither pass on nor keep (detached, or
+ * never held): closed, but not unsaid. Its client is answered 503 when it
+ * has sent a request, or part of one (an idle one gets a plain close, as
+ * at the end of a keep-alive timeout: nothing was asked), counted in
+ * narwhal_refused_total{reason}, and said in the log (the first in
+ * NW_LOG_LIMIT_MS, then a count). err: the errno that refused it, or 0. */
+static void nw_manager_refuse(nw_manager *m, int fd, int reason, int asked, int err)
+{
+    if (asked)
+        nw_manager_send_503(fd);
+    if ((size_t)fd < m->nslots)
+        nw_manager_forget(m, fd);   /* (its record, its rest, and the socket) */
+    else
+        close(fd);
+    m->refused[reason]++;
+    nw_log_limited(&m->refused_said[reason], m->now, "error",
+                   "closed a connection%s: %s%s%s", asked ? " with 503" : "",
+                   nw_manager_refused_names[reason], err ? ": " : "", err ? strerror(err) : "");
+}
+
+/* Whether a connection's bytes hold (part of) a request, not only a PROXY
+ * header or nothing. */
+static size_t nw_manager_proxy_len(const nw_manager_slot *s, const char *p, size_t len);
+static int nw_manager_asked(const nw_manager_slot *s, const char *p, size_t len)
+{
+    return len > nw_manager_proxy_len(s, p, len);
+}
+
 /* ------------------------------------------------------------ heads */
 
 /* Empty lines before the request line, dropped as the worker drops them
@@ -424,8 +477,21 @@ static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
 /* ------------------------------------------------------------ serving */
 
 /* Put fd with its bytes on the serve queue, where the next free worker takes it.
- * 1: sent (the caller closes our copy); 0: the serve queue is full (queue it);
- * -1: the frame cannot be sent at all (the caller drops fd). */
+ * 1: sent (the caller closes our copy); 0: not now (queue it): the serve
+ * queue is full, or the kernel refuses for a while; -1 with errno: the frame
+ * cannot be sent at all (the caller refuses fd).
+ *
+ * What is waited out: a full queue (EAGAIN), which a worker's next take
+ * makes room in; and ETOOMANYREFS, ENOBUFS, ENOMEM, which say nothing of
+ * room: Linux refuses to pass a descriptor while the sending user (not
+ * root) has more in flight over unix sockets than its open-file limit
+ * (every descriptor in the serve and handoff queues counts, all of the
+ * user's processes together), and the two others are the kernel short of
+ * memory. Those are tried again when a worker takes a frame (the edge
+ * nw_manager_watch_serve_queue waits for) or NW_MANAGER_RETRY_MS later,
+ * whichever comes first: the refused client waits in the manager's queue
+ * as it would for room, instead of being closed unanswered (700 clients
+ * behind one stuck worker under a limit of 64: 652 were). */
 static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
 {
     nw_manager_slot *s = &m->slots[fd];
@@ -444,18 +510,41 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
         nw_scoreboard_queued_add(m->serve_queued, 1);
         return 1;
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
+    int e = errno;
+    if (e == ETOOMANYREFS || e == ENOBUFS || e == ENOMEM) {
+        if (!m->retry_at)
+            m->retry_at = m->now + NW_MANAGER_RETRY_MS;
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+            rl.rlim_cur = 0;
+        nw_log_limited(&m->serve_waits_said, m->now, "warn",
+                       "the serve queue refused a request: %s%s%llu%s; it waits in the "
+                       "manager's queue and is tried again", strerror(e),
+                       e == ETOOMANYREFS ? " (this user's descriptors in flight to the workers "
+                                           "are over its open-file limit, " : " (",
+                       (unsigned long long)rl.rlim_cur,
+                       e == ETOOMANYREFS ? ": raise it)" : " the open-file limit)");
+    } else if (e != EAGAIN && e != EWOULDBLOCK) {
+        errno = e;
         return -1;
+    }
     m->st.serve_queue_full++;
     return 0;
 }
 
-/* Watch the serve queue for room while anything is queued, and only then. */
+/* Watch the serve queue while anything is queued, and only then.
+ * Edge-triggered: the kernel wakes a unix socket's writers each time the
+ * reader takes a frame (it frees the frame's memory), so every take by a
+ * worker is an edge, also while the socket has room all along and it is
+ * the descriptors in flight that refuse (ETOOMANYREFS): a level-triggered
+ * EPOLLOUT would report ready without end then, and the loop would spin. */
 static void nw_manager_watch_serve_queue(nw_manager *m, int on)
 {
+    if (!on)
+        m->retry_at = 0;
     if (on == m->serve_queue_watched)
         return;
-    struct epoll_event ev = { .events = EPOLLOUT, .data.fd = m->serve_queue };
+    struct epoll_event ev = { .events = EPOLLOUT | EPOLLET, .data.fd = m->serve_queue };
     if (epoll_ctl(m->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, m->serve_queue, &ev) == 0)
         m->serve_queue_watched = on;
 }
@@ -491,35 +580,54 @@ static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t 
     nw_manager_slot *s = &m->slots[fd];
     if (m->queue.first == NW_MANAGER_NONE) {   /* never overtake the queue */
         int r = nw_manager_serve(m, fd, data, len);
-        if (r != 0) {
+        if (r > 0) {
             nw_manager_forget(m, fd);
+            return;
+        }
+        if (r < 0) {
+            nw_manager_refuse(m, fd, NW_REFUSED_SERVE_QUEUE, 1, errno);
             return;
         }
     }
     if (!nw_manager_make_room(m)) {
         m->st.closed_full++;
-        nw_manager_forget(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_FULL, 1, 0);
         return;
     }
     if (data != s->head && nw_manager_keep(s, data, len) < 0) {
-        nw_manager_forget(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
         return;
     }
     nw_manager_enlist(m, fd, NW_MANAGER_QUEUED, 0);
     nw_manager_watch_serve_queue(m, 1);
 }
 
-/* Room on the serve queue: send queued connections, oldest first. */
+/* Room on the serve queue (or a retry due): send queued connections,
+ * oldest first. */
 static void nw_manager_drain_queue(nw_manager *m)
 {
+    m->retry_at = 0;
     while (m->queue.first != NW_MANAGER_NONE) {
         int fd = m->queue.first;
         nw_manager_slot *s = &m->slots[fd];
-        if (nw_manager_serve(m, fd, s->head, s->head_len) == 0)
+        int r = nw_manager_serve(m, fd, s->head, s->head_len);
+        if (r == 0)
             return;
-        nw_manager_drop_conn(m, fd);
+        nw_manager_detach(m, fd);
+        if (r > 0)
+            nw_manager_forget(m, fd);
+        else
+            nw_manager_refuse(m, fd, NW_REFUSED_SERVE_QUEUE, 1, errno);
     }
     nw_manager_watch_serve_queue(m, 0);
+}
+
+/* A refusal to wait out (nw_manager_serve) is tried again when its time
+ * comes, if no worker's take came first. */
+static void nw_manager_retry(nw_manager *m)
+{
+    if (m->retry_at && m->now >= m->retry_at && m->queue.first != NW_MANAGER_NONE)
+        nw_manager_drain_queue(m);
 }
 
 /* ------------------------------------------------------------ hand-offs */
@@ -541,7 +649,10 @@ static nw_msec nw_manager_handoff_deadline(nw_manager *m, const nw_frame *f, int
 static nw_manager_slot *nw_manager_adopt(nw_manager *m, int fd, const nw_frame *f)
 {
     if (nw_manager_reserve(m, fd) < 0) {
-        close(fd);
+        /* (a 503 only where bytes of a request came: not after a response
+         * begun, OUTPUT, nor to a PROXY header that may be all there is) */
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY,
+                          f->data_len > 0 && !(f->flags & (NW_FRAME_F_OUTPUT | NW_FRAME_F_PROXY)), 0);
         return NULL;
     }
     nw_manager_slot *s = &m->slots[fd];
@@ -580,11 +691,16 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
     }
     if (!nw_manager_make_room(m)) {
         m->st.closed_full++;
-        nw_manager_forget(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_FULL, nw_manager_asked(s, data, len), 0);
         return;
     }
-    if ((len > 0 && nw_manager_keep(s, data, len) < 0) || nw_manager_watch(m, fd) < 0) {
-        nw_manager_forget(m, fd);   /* no memory, or not something epoll can watch */
+    if (len > 0 && nw_manager_keep(s, data, len) < 0) {
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), 0);
+        return;
+    }
+    if (nw_manager_watch(m, fd) < 0) {
+        /* (no memory for epoll's record, or not something epoll can watch) */
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), errno);
         return;
     }
     /* (a PROXY header alone is not the start of a head: the connection is idle) */
@@ -804,7 +920,7 @@ static void nw_manager_output_written(nw_manager *m, int fd)
     }
     if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
         nw_manager_unwatch(m, fd);
-        nw_manager_forget(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
         return;
     }
     if (!keep) {
@@ -868,13 +984,14 @@ static void nw_manager_take_output(nw_manager *m, const int *fds, const nw_frame
     data += sizeof out;
     size_t len = f->data_len - sizeof out;
     size_t skip = s->flags & NW_MANAGER_F_PROXY ? 0 : nw_manager_blank_prefix(data, len);
+    /* (a response is begun: no 503 can follow it) */
     if (len - skip > 0 && nw_manager_keep(s, data + skip, len - skip) < 0) {
-        nw_manager_forget(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, 0);
         return;
     }
     struct epoll_event ev = { .events = EPOLLOUT, .data.fd = fd };
     if (epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        nw_manager_forget(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);
         return;
     }
     nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
@@ -913,7 +1030,8 @@ static void nw_manager_first_bytes(nw_manager *m, int fd, const char *p, size_t 
         nw_manager_detach(m, fd);
         nw_manager_hand_over(m, fd, p, n);
     } else if (nw_manager_keep(s, p, n) < 0) {
-        nw_manager_drop_conn(m, fd);
+        nw_manager_detach(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
     }
 }
 
@@ -928,7 +1046,8 @@ static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n
                           m->read_timeout, m->read_timeout_max, m->min_head_rate));
     }
     if (nw_manager_keep(s, p, n) < 0) {
-        nw_manager_drop_conn(m, fd);
+        nw_manager_detach(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
         return;
     }
     if (!(s->flags & NW_MANAGER_F_PROXY) && (s->head[0] == '\r' || s->head[0] == '\n')) {
@@ -1082,15 +1201,6 @@ static void nw_manager_control_readable(nw_manager *m)
 
 /* ------------------------------------------------------------ shedding */
 
-/* A request that waited too long for a worker (--max-queue-wait). */
-static void nw_manager_send_503(int fd)
-{
-    static const char resp[] =
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-        "Content-Length: 24\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-        "503 Service Unavailable\n";
-    nw_manager_send_final(fd, resp, sizeof resp - 1);
-}
 
 static int nw_manager_waited_too_long(const nw_manager *m, uint32_t ready_ms)
 {
@@ -1241,7 +1351,7 @@ static void nw_manager_accept_one(nw_manager *m, int i, int fd)
 {
     m->st.accepted++;
     if (nw_manager_reserve(m, fd) < 0) {
-        close(fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
         return;
     }
     nw_manager_slot *s = &m->slots[fd];
@@ -1251,11 +1361,11 @@ static void nw_manager_accept_one(nw_manager *m, int i, int fd)
         s->flags = NW_MANAGER_F_PROXY;
     if (!nw_manager_make_room(m)) {
         m->st.closed_full++;
-        nw_manager_forget(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_FULL, 1, 0);
         return;
     }
     if (nw_manager_watch(m, fd) < 0) {
-        nw_manager_forget(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, errno);
         return;
     }
     s->head_started = m->now;
@@ -1388,6 +1498,7 @@ static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
     sm->held_closing = m->closing.len;
     if (m->board)
         nw_scoreboard_connections(m->board, &sm->board);
+    memcpy(sm->refused, m->refused, sizeof sm->refused);
     nw_manager_parked_readable(m, sm);
     sm->offloaded = m->st.offloaded;
     sm->offload_bytes = m->offload_bytes ? *m->offload_bytes : 0;
@@ -1437,6 +1548,9 @@ static void nw_manager_send_stats(nw_manager *m)
 {
     if (m->now < m->next_stats)
         return;
+    for (int i = 0; i < NW_REFUSED_REASONS; i++)
+        nw_log_limited_flush(&m->refused_said[i], m->now, "error", "like it");
+    nw_log_limited_flush(&m->serve_waits_said, m->now, "warn", "like it");
     /* (while it takes new connections, the master's elastic pool wants to
      * know soon: accepted is its sign that clients wait) */
     m->next_stats = m->now + (m->accepting && m->stats_ms > NW_POOL_LOOK_IDLE_MS
@@ -1464,6 +1578,8 @@ static int nw_manager_timeout(const nw_manager *m)
         next = m->slots[m->closing.first].deadline;
     if (m->max_queue_wait && m->next_shed < next)
         next = m->next_shed;
+    if (m->retry_at && m->retry_at < next)
+        next = m->retry_at;
     if (m->board && m->nlisteners && m->next_look < next)
         next = m->next_look;
     if (m->status.active && m->now + 1000 < next)
@@ -1802,6 +1918,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
         if (m.test_clock_ack)
             nw_manager_test_clock_step(&m);
         nw_manager_expire(&m);
+        nw_manager_retry(&m);
         nw_manager_shed(&m);
         nw_manager_look_at_pool(&m);
         nw_status_server_expire(&m.status, m.now);

@@ -153,6 +153,7 @@ static void add_counts(nw_score_counts *to, const nw_score_counts *from)
     to->fd_limit += from->fd_limit;
     to->crash_refused += from->crash_refused;
     to->bytes_sent += from->bytes_sent;
+    to->handoff_refused += from->handoff_refused;
 }
 
 void nw_scoreboard_proxy_rejected(nw_score_slot *s, int reason, const struct sockaddr *peer,

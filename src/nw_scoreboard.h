@@ -91,6 +91,9 @@ typedef struct {
     uint64_t fd_limit;                      /* accepts refused by the open-file limit */
     uint64_t crash_refused;                 /* requests to a route that kills workers, 503 */
     uint64_t bytes_sent;                    /* response body bytes written (framing included) */
+    uint64_t handoff_refused;               /* connections closed because the manager could not
+                                             * be given them (narwhal_refused_total{reason=
+                                             * "handoff"}): answered 503 when a request waited */
 } nw_score_counts;
 
 /* A route ("METHOD path", the query left out) that killed a worker: the

@@ -446,6 +446,20 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, const nw_score
              (unsigned long long)m->held_queued);
     r |= put(o, "narwhal_requests_waiting{where=\"serve_queue\"} %llu\n",
              (unsigned long long)m->board.serve_queued);
+    r |= metric_head(o, "narwhal_refused_total", "counter",
+                     "Connections closed unserved because they could not be passed on or "
+                     "kept, each answered 503 when it held a request and logged: the serve "
+                     "queue refused the manager's hand-off (serve_queue), a worker's "
+                     "hand-off to the manager failed (handoff), the manager held "
+                     "--max-connections with none idle (full), no memory (memory).");
+    r |= put(o, "narwhal_refused_total{reason=\"serve_queue\"} %llu\n",
+             (unsigned long long)m->refused[NW_REFUSED_SERVE_QUEUE]);
+    r |= put(o, "narwhal_refused_total{reason=\"handoff\"} %llu\n",
+             (unsigned long long)t->handoff_refused);
+    r |= put(o, "narwhal_refused_total{reason=\"full\"} %llu\n",
+             (unsigned long long)m->refused[NW_REFUSED_FULL]);
+    r |= put(o, "narwhal_refused_total{reason=\"memory\"} %llu\n",
+             (unsigned long long)m->refused[NW_REFUSED_MEMORY]);
     uint64_t adopted = t->adopted;
     const uint64_t *proxy_rejected = t->proxy_rejected;
     r |= metric_head(o, "narwhal_handoffs_total", "counter",
@@ -757,7 +771,11 @@ static int json_manager(nw_buf *o, const page_view *v)
              "\"parked\":", (unsigned long long)requests_waiting(v),
              (unsigned long long)m->held_queued, (unsigned long long)m->board.serve_queued);
     r |= m->parked_known ? put(o, "%llu", (unsigned long long)m->parked_readable) : put(o, "null");
-    r |= put(o, "},");
+    r |= put(o, "},\"refused\":{\"serve_queue\":%llu,\"handoff\":%llu,\"full\":%llu,"
+             "\"memory\":%llu},", (unsigned long long)m->refused[NW_REFUSED_SERVE_QUEUE],
+             (unsigned long long)v->t.handoff_refused,
+             (unsigned long long)m->refused[NW_REFUSED_FULL],
+             (unsigned long long)m->refused[NW_REFUSED_MEMORY]);
     r |= put(o, "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
                 "\"offloaded\":%llu,\"offload_bytes\":%lld,"
                 "\"listeners\":[",

@@ -33,6 +33,17 @@ typedef struct {
     uint32_t queues;        /* sockets on the address (--listen-queues): both are their sums */
 } nw_status_listener;
 
+/* Why the manager closed a connection it could not pass on or keep
+ * (narwhal_refused_total{reason}; the workers' own refusals are counted
+ * in their slots, handoff_refused). */
+enum nw_refused_reason {
+    NW_REFUSED_SERVE_QUEUE = 0, /* the kernel would not take it on the serve queue (an error
+                                 * other than one to wait out: full, too many in flight) */
+    NW_REFUSED_FULL,            /* --max-connections held, and none of them idle to close */
+    NW_REFUSED_MEMORY,          /* no memory for its record or its bytes */
+    NW_REFUSED_REASONS
+};
+
 /* What only the manager knows. */
 typedef struct {
     uint64_t held_idle;     /* connections held idle */
@@ -41,6 +52,7 @@ typedef struct {
     uint64_t held_writing;  /* ... whose response it is finishing (a slow reader) */
     uint64_t held_closing;  /* ... written and half-closed, drained until the client closes */
     nw_score_conns board;   /* what the board says: in workers, parked, on the queues */
+    uint64_t refused[NW_REFUSED_REASONS]; /* connections it closed unserved, total */
     int      parked_known;  /* parked_readable is known (custody is on) */
     uint64_t parked_readable; /* parked connections (of which the manager holds copies) whose
                              * client has sent bytes: a request, or its start, waiting for

@@ -175,6 +175,7 @@ static void test_connection_states(void)
     nw_status_manager m = { .held_idle = 3, .held_reading = 1, .held_queued = 2,
                             .held_writing = 4, .held_closing = 5, .parked_known = 1,
                             .parked_readable = 1 };
+    m.refused[NW_REFUSED_SERVE_QUEUE] = 7;
     nw_scoreboard_connections(b, &m.board);
     is((int)m.board.in_workers, 2, "in workers, not parked: the busy one's and the idle one's");
     is((int)m.board.parked, 3, "... parked");
@@ -198,12 +199,14 @@ static void test_connection_states(void)
         "/metrics: every state, queued with the serve queue's");
     has(mx, "\nnarwhal_requests_waiting{where=\"manager\"} 2\n"
         "narwhal_requests_waiting{where=\"serve_queue\"} 6\n", "... the requests waiting");
+    has(mx, "\nnarwhal_refused_total{reason=\"serve_queue\"} 7\n", "... and the refused ones");
     free(mx);
     char *j = page_at(b, &m, NULL, "GET /status.json HTTP/1.1\r\n\r\n", nw_now_us());
     has(j, "\"connections\":{\"total\":28,\"idle\":3,\"reading\":1,\"queued\":8,\"writing\":4,"
         "\"closing\":5,\"handoff\":2,\"parked\":3,\"worker\":2}", "status.json: the same, 28 in all");
     has(j, "\"requests_waiting\":{\"total\":8,\"manager\":2,\"serve_queue\":6,\"parked\":1}",
         "... the requests waiting for a worker");
+    has(j, "\"refused\":{\"serve_queue\":7,", "... the refused connections");
     has(j, "\"pid\":1001,\"slot\":0,\"state\":\"busy\",\"generation\":1,\"accepts\":true",
         "... which worker accepts");
     has(j, "\"pid\":1002,\"slot\":1,\"state\":\"idle\",\"generation\":1,\"accepts\":false",
