@@ -309,8 +309,11 @@ static int send_adopt_batch(nw_worker *w, const nw_frame_adoptee *a, const int *
  * crashing: nothing is closed or freed (see nw_adopt_give_away). */
 static void give_to_manager(nw_worker *w, nw_wconn *wc, int crashing)
 {
-    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing)
+    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing) {
+        if (w->handoff_queue >= 0)
+            nw_worker_refused(w, errno, 0);
         nw_conn_close_gently(wc->c);
+    }
     if (!crashing)
         nw_worker_drop_owner(w, wc);
 }

@@ -1045,8 +1045,15 @@ int nw_conn_handoff_output(nw_conn *c, int channel, int keep_alive)
     return 0;
 }
 
+int nw_conn_handoff_waits(int err)
+{
+    return err == EAGAIN || err == EWOULDBLOCK || err == ETOOMANYREFS || err == ENOBUFS
+           || err == ENOMEM;
+}
+
 /* Try a hand-off (output: -1 without, else its keep_alive) until it is
- * taken or wait_ms passed while the queue stayed full. */
+ * taken or wait_ms passed while the queue stayed full (or the kernel kept
+ * refusing: see nw_conn_handoff_patiently). */
 static int handoff_patiently(nw_conn *c, int channel, int output, int wait_ms)
 {
     nw_msec until = nw_now_ms() + wait_ms;
@@ -1055,13 +1062,21 @@ static int handoff_patiently(nw_conn *c, int channel, int output, int wait_ms)
                            : nw_conn_handoff_output(c, channel, output);
         if (r == 0)
             return 0;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
+        int e = errno, full = e == EAGAIN || e == EWOULDBLOCK;
+        if (!nw_conn_handoff_waits(e))
             return -1;
         nw_msec now = nw_now_ms();
-        if (now >= until)
+        if (now >= until) {
+            errno = e;
             return -1;
+        }
+        /* (room is what POLLOUT says; the others are waited out: POLLOUT
+         * would say ready at once) */
+        nw_msec wait = until - now;
+        if (!full && wait > NW_HANDOFF_RETRY_MS)
+            wait = NW_HANDOFF_RETRY_MS;
         struct pollfd p = { .fd = channel, .events = POLLOUT };
-        poll(&p, 1, (int)(until - now));
+        poll(&p, full ? 1 : 0, (int)wait);
     }
 }
 

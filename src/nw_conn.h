@@ -184,8 +184,15 @@ int nw_conn_handoff(nw_conn *c, int channel);
 
 /* nw_conn_handoff, waiting up to wait_ms while the queue to the manager is
  * full (its socket's send buffer; a burst of hand-offs can fill it while
- * the manager is busy). */
+ * the manager is busy), or while the kernel refuses the descriptor for a
+ * while (ETOOMANYREFS: this user's descriptors in flight over unix sockets
+ * are over its open-file limit, until the manager takes some; ENOBUFS,
+ * ENOMEM), tried again every NW_HANDOFF_RETRY_MS then. */
 int nw_conn_handoff_patiently(nw_conn *c, int channel, int wait_ms);
+
+/* Whether a hand-off's errno is one to wait out and try again (the
+ * queue full, or the kernel refusing for a while), not a failure. */
+int nw_conn_handoff_waits(int err);
 
 /* The response is complete but part of it could not be written yet
  * (c->rest_fd >= 0): send the connection and the rest to the manager in one

@@ -99,6 +99,8 @@
 #define NW_BLOCK_HOLD_MS              1000    /* not blocking this long after the last that did */
 #define NW_PARK_EVICT_RETRY_MS        10      /* the park watcher met a full manager queue: retry then */
 #define NW_HANDOFF_PATIENCE_MS        200     /* a full queue to the manager is waited for this long */
+#define NW_HANDOFF_RETRY_MS           2       /* ...and a hand-off the kernel refuses for a while
+                                               * (ETOOMANYREFS) is tried again this often */
 /* Custody (DESIGN.md): a parked connection's copy goes to the manager this
  * long after its first park, so that a short keep-alive connection, closed
  * by its client meanwhile, never pays for it; sooner when the worker is

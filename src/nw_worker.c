@@ -439,13 +439,34 @@ int nw_worker_hand_off(nw_worker *w, nw_wconn *wc, int wait_ms)
     return nw_conn_handoff_patiently(wc->c, w->handoff_queue, wait_ms);
 }
 
-/* A connection this worker lets go of for good: to the manager, waiting
- * NW_HANDOFF_PATIENCE_MS for room, or closed gently when it cannot take
- * it; freed either way. */
+/* A hand-off to the manager that did not happen, so that its connection
+ * is closed here: counted (narwhal_refused_total{reason="handoff"}) and
+ * said in the log (the first in NW_LOG_LIMIT_MS, then a count). asked:
+ * the caller answers 503 (a request waits on it), else it closes an idle
+ * one. err: why the hand-off failed. */
+void nw_worker_refused(nw_worker *w, int err, int asked)
+{
+    static nw_log_limit said;
+    if (w->counts)
+        w->counts->handoff_refused++;
+    nw_log_limited(&said, nw_now_ms(), "error", "closed a connection%s: the connection manager "
+                   "could not be given it (%s)", asked ? " with 503" : "", strerror(err));
+}
+
+/* A connection this worker lets go of for good (a leaving worker's
+ * waiting request or new client): to the manager, waiting
+ * NW_HANDOFF_PATIENCE_MS for room, or, when it cannot take it, answered
+ * 503 and closed gently (nw_worker_refused); freed either way. */
 void nw_worker_let_go(nw_worker *w, nw_wconn *wc)
 {
-    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0)
-        nw_conn_close_gently(wc->c);
+    if (wc->c->fd >= 0 && nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0) {
+        if (w->handoff_queue < 0) {
+            nw_conn_close_gently(wc->c);
+        } else {
+            nw_worker_refused(w, errno, 1);
+            nw_conn_send_error(wc->c, 503);
+        }
+    }
     nw_wconn_free(wc);
 }
 
@@ -499,8 +520,11 @@ static void park_expire(nw_worker *w, nw_msec now, int everything)
         return;
     while ((wc = nw_park_take_expired(&w->park, now, everything))) {
         wc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
-        if (wc->c->fd >= 0 && nw_worker_hand_off(w, wc, patience) < 0)
+        if (wc->c->fd >= 0 && nw_worker_hand_off(w, wc, patience) < 0) {
+            if (w->handoff_queue >= 0)
+                nw_worker_refused(w, errno, 0);
             patience = 0;           /* dropping it below closes it */
+        }
         nw_worker_drop_owner(w, wc);
     }
 }
@@ -845,6 +869,8 @@ static nw_release_result release(nw_worker *w, nw_wconn *wc, nw_release_reason w
             return NW_RELEASE_PARKED;
         if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
             return NW_RELEASE_HANDED_OFF;
+        if (wc->c->fd >= 0 && w->handoff_queue >= 0)
+            nw_worker_refused(w, errno, 0);
         return close_gently(w, wc);     /* nobody to take it */
     case NW_RELEASE_STOP:
         return close_gently(w, wc);
@@ -975,7 +1001,7 @@ static enum evict_result evict_parked(nw_worker *w)
     while ((wc = nw_park_take_expired(&w->park, now, 1))) {
         wc->watch.registered = 0;     /* it left the epoll set */
         if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, w->handoff_queue) < 0) {
-            int full = errno == EAGAIN || errno == EWOULDBLOCK;
+            int full = nw_conn_handoff_waits(errno);
             if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, 0, &wc->watch) < 0) {
                 nw_conn_close_fd(wc->c);  /* cannot be watched any more */
                 w->evicted[w->nevicted++] = wc;

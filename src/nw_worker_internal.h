@@ -19,6 +19,7 @@ void nw_worker_drop_owner(nw_worker *w, nw_wconn *wc);
 int nw_worker_within_share(nw_worker *w, nw_msec now);
 int nw_worker_hand_off(nw_worker *w, nw_wconn *wc, int wait_ms);
 void nw_worker_let_go(nw_worker *w, nw_wconn *wc);     /* hand off patiently or close; freed */
+void nw_worker_refused(nw_worker *w, int err, int asked); /* a hand-off refused: counted, said */
 int nw_worker_park(nw_worker *w, nw_wconn *wc);
 
 #endif

@@ -31,6 +31,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nw_frame.h"
@@ -1660,9 +1661,94 @@ static void group_parking(void)
     test_custody();
 }
 
+/* A hand-off the kernel refuses for a while is waited out, not given up:
+ * Linux refuses to pass a descriptor (ETOOMANYREFS) while the sending
+ * user (not root) has more of them in flight over unix sockets than its
+ * open-file limit, until a reader takes some. A worker's hand-off used
+ * to fail at once then, and the connection was closed (or kept) with no
+ * line. Run in a child as nobody with a limit of 16 (needs root to get
+ * there: skipped otherwise); the "manager" takes two frames 30 ms in. */
+struct drain_later { int queue; };
+static void *drain_later(void *arg)
+{
+    struct drain_later *d = arg;
+    usleep(30000);
+    for (int i = 0; i < 2; i++) {
+        nw_frame f;
+        int fd;
+        char data[NW_FRAME_MAX_DATA];
+        if (nw_frame_recv(d->queue, &f, data, sizeof data, &fd) > 0 && fd >= 0)
+            close(fd);
+    }
+    return NULL;
+}
+
+static int handoff_waits_out_refusal(void)
+{
+    int q[2], sv[2];
+    struct rlimit rl = { 16, 16 };
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, q) < 0
+        || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) < 0)
+        return 10;
+    if (setgid(65534) < 0 || setuid(65534) < 0 || setrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return 11;
+    /* the user's descriptors in flight up to what the kernel takes */
+    int filler = sv[1], sent = 0;
+    nw_frame f;
+    nw_frame_init(&f, NW_FRAME_CUSTODY);
+    while (nw_frame_send(q[0], &f, NULL, filler) == 0 && sent < 1000)
+        sent++;
+    if (errno != ETOOMANYREFS || sent == 0)
+        return 12;
+    nw_conn_config cfg = test_worker_config();
+    nw_conn *c = nw_conn_new(sv[0], 0, &cfg);
+    if (!c)
+        return 13;
+    struct drain_later d = { q[1] };
+    pthread_t t;
+    nw_msec t0 = nw_now_ms();
+    if (pthread_create(&t, NULL, drain_later, &d) != 0)
+        return 14;
+    int r = nw_conn_handoff_patiently(c, q[0], 500);
+    int e = errno;
+    nw_msec took = nw_now_ms() - t0;
+    pthread_join(t, NULL);
+    if (r != 0) {
+        fprintf(stderr, "# the hand-off failed: %s\n", strerror(e));
+        return 1;
+    }
+    if (c->fd != -1 || took < 25 || took > 400) {
+        fprintf(stderr, "# the hand-off took %lld ms\n", (long long)took);
+        return 2;
+    }
+    nw_conn_destroy(c);
+    return 0;
+}
+
+static void test_handoff_waits_out_refusal(void)
+{
+    if (geteuid() != 0) {
+        ok(1, "a hand-off refused for a while (ETOOMANYREFS): not tried, it needs root to "
+              "become another user");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0)
+        _exit(handoff_waits_out_refusal());
+    int status = 0;
+    waitpid(pid, &status, 0);
+    is(WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status), 0,
+       "a hand-off the kernel refuses for a while (ETOOMANYREFS) is tried again until a "
+       "reader takes some and it goes");
+}
+
 static void group_refuse(void)
 {
     test_refuse_new_connections();
+    test_handoff_waits_out_refusal();
 }
 
 /* (its tests that time a worker to the millisecond come after the
