@@ -476,6 +476,8 @@ static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
 
 /* ------------------------------------------------------------ serving */
 
+static void nw_manager_serve_queue_epollout(nw_manager *m, int on);
+
 /* Put fd with its bytes on the serve queue, where the next free worker takes it.
  * 1: sent (the caller closes our copy); 0: not now (queue it): the serve
  * queue is full, or the kernel refuses for a while; -1 with errno: the frame
@@ -514,6 +516,7 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     if (e == ETOOMANYREFS || e == ENOBUFS || e == ENOMEM) {
         if (!m->retry_at)
             m->retry_at = m->now + NW_MANAGER_RETRY_MS;
+        nw_manager_serve_queue_epollout(m, 0);
         struct rlimit rl;
         if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
             rl.rlim_cur = 0;
@@ -532,21 +535,29 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     return 0;
 }
 
-/* Watch the serve queue while anything is queued, and only then.
- * Edge-triggered: the kernel wakes a unix socket's writers each time the
- * reader takes a frame (it frees the frame's memory), so every take by a
- * worker is an edge, also while the socket has room all along and it is
- * the descriptors in flight that refuse (ETOOMANYREFS): a level-triggered
- * EPOLLOUT would report ready without end then, and the loop would spin. */
-static void nw_manager_watch_serve_queue(nw_manager *m, int on)
+/* The serve queue's EPOLLOUT in the manager's epoll (on) or not. */
+static void nw_manager_serve_queue_epollout(nw_manager *m, int on)
 {
-    if (!on)
-        m->retry_at = 0;
     if (on == m->serve_queue_watched)
         return;
     struct epoll_event ev = { .events = EPOLLOUT | EPOLLET, .data.fd = m->serve_queue };
     if (epoll_ctl(m->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, m->serve_queue, &ev) == 0)
         m->serve_queue_watched = on;
+}
+
+/* Watch the serve queue while anything is queued, and only then.
+ * Edge-triggered: the kernel wakes a unix socket's writers each time the
+ * reader takes a frame (it frees the frame's memory), so every take by a
+ * worker is an edge. While a refusal is waited out (retry_at) it is not
+ * watched: a send the kernel refuses frees its frame too, which wakes the
+ * writers at once, and the loop would spin on refusal after refusal (a
+ * manager at its limit of descriptors in flight took 260 ms of CPU in
+ * 300 ms); the retry comes NW_MANAGER_RETRY_MS later. */
+static void nw_manager_watch_serve_queue(nw_manager *m, int on)
+{
+    if (!on)
+        m->retry_at = 0;
+    nw_manager_serve_queue_epollout(m, on && !m->retry_at);
 }
 
 static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t len);
