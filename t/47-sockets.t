@@ -4,6 +4,8 @@ use Test::More;
 use Test2::IPC;    # (parts of this file run in processes of their own)
 use lib 't/lib';
 use File::Temp ();
+use IO::Socket::UNIX ();
+use Socket ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until narwhal_cmd
@@ -60,7 +62,9 @@ my $part_status_mode = sub {
     my $s = spawn_server(app => $APP, no_listen => 1, unix => $path,
                          args => [ '--status-listen', $status, '--socket-mode', '0666',
                                    '--socket-group', $gid ]);
-    wait_until(sub { -S $status }, 5);     # (opened just after the app's)
+    # (opened just after the app's; its mode and group are set between its
+    # bind and its listen, so once a client can connect they are there)
+    wait_until(sub { -S $status && IO::Socket::UNIX->new(Peer => $status, Type => Socket::SOCK_STREAM()) }, 5);
     my @st = stat $status;
     is(sprintf('%04o', $st[2] & 07777), '0666', '--socket-mode applies to --status-listen\'s socket');
     is($st[5], $gid, "... and --socket-group ($gid)");
