@@ -55,7 +55,7 @@ my $part_mode = sub {
 # scraper running as any other user could not read /metrics.
 my $part_status_mode = sub {
   SKIP: {
-    missing('the status pages need the connection manager', 4) unless NarwhalTest::managed();
+    skip('the status pages need the connection manager (this run is --no-manager)', 4) unless NarwhalTest::managed();
     my ($primary, @ours) = split ' ', $);
     my ($gid) = $> == 0 ? (scalar(getgrnam('nogroup')) // 65534) : ((grep { $_ != $primary } @ours), $primary);
     my ($path, $status) = ("$DIR/app-st.sock", "$DIR/status.sock");
