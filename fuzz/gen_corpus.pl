@@ -69,7 +69,8 @@ my %seed = (
     # malformed framing
     'bad-cl-sign'         => "POST / HTTP/1.1\r\n${H}Content-Length: +5\r\n\r\nhello",
     'bad-cl-comma'        => "POST / HTTP/1.1\r\n${H}Content-Length: 5, 5\r\n\r\nhello",
-    'bad-cl-19digits'     => "POST / HTTP/1.1\r\n${H}Content-Length: 1000000000000000000\r\n\r\n",
+    'cl-padded'           => "POST / HTTP/1.1\r\n${H}Content-Length: 000000000000000000005\r\n\r\nhello",
+    'bad-cl-overflow'     => "POST / HTTP/1.1\r\n${H}Content-Length: 9223372036854775808\r\n\r\n",
     'bad-cl-differ'       => "POST / HTTP/1.1\r\n${H}Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
     'bad-te-and-cl'       => "POST / HTTP/1.1\r\n${H}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     'bad-te-gzip'         => "POST / HTTP/1.1\r\n${H}Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
@@ -82,7 +83,7 @@ my %seed = (
 
     # malformed chunked bodies
     'bad-chunk-size'      => "${chunked_head}zz\r\nhello\r\n0\r\n\r\n",
-    'bad-chunk-17digits'  => "${chunked_head}00000000000000005\r\nhello\r\n0\r\n\r\n",
+    'post-chunked-padded' => "${chunked_head}00000000000000000005\r\nhello\r\n000000000000000000\r\n\r\n",
     'bad-chunk-ext-ctl'   => "${chunked_head}5;a\x01\r\nhello\r\n0\r\n\r\n",
     'bad-chunk-bare-cr'   => "${chunked_head}5\rhello\r\n0\r\n\r\n",
     'bad-chunk-data-end'  => "${chunked_head}5\r\nhelloXY0\r\n\r\n",
@@ -91,6 +92,7 @@ my %seed = (
     'bad-chunk-trl-large' => "${chunked_head}0\r\nX: " . ('t' x 200) . "\r\n\r\n",
     'bad-chunk-too-large' => "${chunked_head}10001\r\nx\r\n",
     'bad-chunk-overflow'  => "${chunked_head}ffffffffffffffff\r\nx\r\n",
+    'bad-chunk-past-2-64' => "${chunked_head}10000000000000000\r\nx\r\n",
 );
 
 my $n = 0;

@@ -463,19 +463,25 @@ static int nw_list_next(const char **pp, const char *end,
     return 1;
 }
 
-/* Content-Length = 1*DIGIT, at most NW_MAX_CONTENT_LENGTH_DIGITS. */
-static int nw_parse_content_length(const char *v, size_t n, int64_t *out)
+int nw_http_parse_length(const char *v, size_t n, int64_t *out)
 {
     int64_t x = 0;
+    int too_large = 0;
     size_t i;
 
-    if (n == 0 || n > NW_MAX_CONTENT_LENGTH_DIGITS)
-        return -1;
+    if (n == 0)
+        return NW_LENGTH_INVALID;
     for (i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return -1;
-        x = x * 10 + (v[i] - '0');
+        int d = v[i] - '0';
+        if (d < 0 || d > 9)
+            return NW_LENGTH_INVALID;
+        if (x > (INT64_MAX - d) / 10)
+            too_large = 1;      /* (the digits are still checked) */
+        else
+            x = x * 10 + d;
     }
+    if (too_large)
+        return NW_LENGTH_TOO_LARGE;
     *out = x;
     return 0;
 }
@@ -518,6 +524,7 @@ typedef struct {
     int bad_host;           /* a Host value that is not host[:port] */
     int have_cl;
     int64_t cl;
+    int cl_padded;          /* its value began with a 0 that is not all of it */
     int have_te;
     int te_codings;         /* list elements over all Transfer-Encoding lines */
     int te_other;           /* some element is not "chunked" */
@@ -562,10 +569,14 @@ static int nw_scan_content_length(nw_framing_scan *s, const nw_header *h)
 
     /* A second Content-Length line is refused whatever its value, as one
      * line with a list ("5, 5") is: the app never sees a list. */
-    if (s->have_cl || nw_parse_content_length(h->value, h->value_len, &v) != 0)
-        return -1;
+    if (s->have_cl)
+        return NW_LENGTH_INVALID;
+    int r = nw_http_parse_length(h->value, h->value_len, &v);
+    if (r != 0)
+        return r;
     s->have_cl = 1;
     s->cl = v;
+    s->cl_padded = h->value_len > 1 && h->value[0] == '0';
     return 0;
 }
 
@@ -577,7 +588,8 @@ static void nw_scan_expect(nw_framing_scan *s, const nw_header *h)
         s->expect_other = 1;
 }
 
-/* One header, dispatched on the name length; -1 on a bad Content-Length. */
+/* One header, dispatched on the name length; NW_LENGTH_INVALID or
+ * NW_LENGTH_TOO_LARGE for a Content-Length that is refused. */
 static int nw_scan_header(nw_framing_scan *s, const nw_header *h)
 {
     switch (h->name_len) {
@@ -617,15 +629,20 @@ int nw_http_framing(const nw_request *req, nw_framing *f)
     memset(&s, 0, sizeof s);
     f->body = NW_BODY_NONE;
     f->content_length = -1;
+    f->length_padded = 0;
     f->keep_alive = http11;
     f->expect_continue = 0;
     f->options_asterisk = 0;
     f->error_status = 0;
     f->error_reason = NULL;
 
-    for (i = 0; i < req->num_headers; i++)
-        if (nw_scan_header(&s, &req->headers[i]) != 0)
+    for (i = 0; i < req->num_headers; i++) {
+        int r = nw_scan_header(&s, &req->headers[i]);
+        if (r == NW_LENGTH_TOO_LARGE)   /* a valid length no one can send us */
+            return nw_framing_fail(f, 413, "Content-Length too large");
+        if (r != 0)
             return nw_framing_fail(f, 400, "bad Content-Length");
+    }
     if (s.hosts > 1)
         return nw_framing_fail(f, 400, "more than one Host");
     if (http11 && s.hosts == 0)
@@ -668,6 +685,7 @@ int nw_http_framing(const nw_request *req, nw_framing *f)
     } else if (s.have_cl) {
         f->body = NW_BODY_LENGTH;
         f->content_length = s.cl;
+        f->length_padded = s.cl_padded;
     }
     f->keep_alive = !s.conn_close && (http11 || s.conn_keep_alive);
     f->expect_continue = http11 && s.expect_continue;
@@ -694,8 +712,6 @@ enum {
     NW_CK_FAILED,
     NW_CK_FAILED_TOO_LARGE
 };
-
-#define NW_CK_MAX_SIZE_DIGITS 16    /* 16 hex digits fill a uint64_t */
 
 void nw_chunked_init(nw_chunked *d, uint64_t max_payload, size_t max_trailer_bytes)
 {
@@ -736,10 +752,10 @@ static int nw_chunk_size_byte(nw_chunked *d, unsigned char b)
         d->chunk_left = v;
         d->state = NW_CK_SIZE;
         return 0;
-    case NW_CK_SIZE:            /* line_len counts the digits so far */
+    case NW_CK_SIZE:            /* leading zeros are as good as none */
         if (v != NW_NOT_HEX) {
-            if (d->line_len > NW_CK_MAX_SIZE_DIGITS)
-                return NW_CHUNKED_ERROR;
+            if (d->chunk_left > UINT64_MAX >> 4)
+                return NW_CHUNKED_TOO_LARGE;    /* more than anyone can send */
             d->chunk_left = (d->chunk_left << 4) | v;
             return 0;
         }

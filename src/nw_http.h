@@ -58,6 +58,8 @@ enum nw_body_kind { NW_BODY_NONE = 0, NW_BODY_LENGTH = 1, NW_BODY_CHUNKED = 2 };
 typedef struct {
     enum nw_body_kind body;
     int64_t content_length;     /* NW_BODY_LENGTH: the length; otherwise -1 */
+    int length_padded;          /* ... spelt with leading zeros ("005"): the value,
+                                   not the spelling, is what CONTENT_LENGTH says */
     int keep_alive;             /* the client allows reuse: 1.1 without "close",
                                    1.0 with "keep-alive" */
     int expect_continue;        /* Expect: 100-continue was sent */
@@ -66,8 +68,8 @@ typedef struct {
     const char *error_reason;
 } nw_framing;
 
-/* Returns 0, or an HTTP status (400, 417, 501) also stored in f->error_status.
- * Enforces: Content-Length digits only, and at most one Content-Length line
+/* Returns 0, or an HTTP status (400, 413, 417, 501) also stored in f->error_status.
+ * Enforces: Content-Length digits only (a value over INT64_MAX is 413), and at most one Content-Length line
  * (two, even with the same value, are 400 as "5, 5" is); Content-Length
  * together with Transfer-Encoding is 400; a Transfer-Encoding whose last
  * coding is not "chunked" is 400 (RFC 9112 6.3), one with codings before
@@ -141,6 +143,14 @@ int nw_http_line_can_start(const char *p, size_t len);
  * which makes the request a 400 whatever comes after it. Dropping these
  * bytes before a head changes nothing about the head. */
 size_t nw_http_empty_lines(const char *p, size_t len, int *bad);
+
+/* A Content-Length value (RFC 9110 8.6: 1*DIGIT) into *out. The value is
+ * bounded, not its spelling: leading zeros are as good as none. Returns 0,
+ * NW_LENGTH_INVALID (empty, or not digits only: 400) or
+ * NW_LENGTH_TOO_LARGE (over INT64_MAX: 413). */
+#define NW_LENGTH_INVALID    (-1)
+#define NW_LENGTH_TOO_LARGE  (-2)
+int nw_http_parse_length(const char *v, size_t n, int64_t *out);
 
 /* 1 when v[0..n) is a valid Host value: uri-host [":" port] (RFC 3986),
  * or empty. */

@@ -25,7 +25,6 @@
 #define NW_DEFAULT_MAX_OFFLOAD_TOTAL  (256 * 1024 * 1024) /* ...all such rests together */
 #define NW_MAX_CHUNK_LINE             4096    /* chunk-size line with extensions */
 #define NW_CHUNK_OVERHEAD_ALLOWANCE   16384   /* framing bytes allowed beyond the payload size */
-#define NW_MAX_CONTENT_LENGTH_DIGITS  18      /* keeps the value inside int64 */
 
 /* Connection buffers. */
 #define NW_READ_CHUNK                 16384   /* bytes asked of each read(2) */

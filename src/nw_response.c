@@ -129,21 +129,6 @@ static int name_is(const char *name, size_t nlen, const char *lower)
     return 1;
 }
 
-/* Content-Length from the app: digits only, else the header is invalid. */
-static int parse_length(const char *v, size_t n, int64_t *out)
-{
-    int64_t x = 0;
-    if (n == 0 || n > 18)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return -1;
-        x = x * 10 + (v[i] - '0');
-    }
-    *out = x;
-    return 0;
-}
-
 static int has_token(const char *v, size_t n, const char *lower)
 {
     size_t t = strlen(lower);
@@ -164,7 +149,8 @@ int nw_head_app_header(nw_buf *b, nw_app_headers *seen, const char *name,
     switch (name[0] | 0x20) {
     case 'c':
         if (name_is(name, nlen, "content-length")) {
-            if (parse_length(val, vlen, &seen->content_length) < 0)
+            /* digits only (leading zeros too), within int64; else invalid */
+            if (nw_http_parse_length(val, vlen, &seen->content_length) != 0)
                 return -1;
             if (seen->bodiless)
                 return 0;       /* a 1xx or 204 must not carry it */

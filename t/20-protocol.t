@@ -211,6 +211,18 @@ subtest 'body framing' => sub {
                       . "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n");
     is($res->{body}, 'hello world', 'chunked body decoded');
     is($res->{headers}{'x-length'}, 11, 'CONTENT_LENGTH set from the decoded chunked body');
+    # where the RFC bounds a value, the value is bounded, not its spelling
+    # (RFC 9110 8.6: Content-Length = 1*DIGIT; RFC 9112 7.1: chunk-size = 1*HEXDIG)
+    ($res) = exchange("POST /echo HTTP/1.1\r\n${H}Content-Length: 000000000000000000005\r\n"
+                      . "Connection: close\r\n\r\nhello");
+    is($res && $res->{body}, 'hello', 'Content-Length of 21 digits, 20 leading zeros: a body of 5');
+    is($res && $res->{headers}{'x-length'}, 5, '... CONTENT_LENGTH 5');
+    ($res) = exchange("POST /echo HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                      . "00000000000000000000005\r\nhello\r\n0000000000000000000000\r\n\r\n");
+    is($res && $res->{body}, 'hello', 'chunk sizes of 23 and 22 hex digits (leading zeros): decoded');
+    rejects('Content-Length over 2^63 - 1', "POST /echo HTTP/1.1\r\n${H}Content-Length: 9223372036854775808\r\n\r\n", 413);
+    rejects('chunk size over 2^64 - 1', "POST /echo HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n"
+            . "10000000000000000\r\n", 413);
     my $big = join '', map { chr(65 + $_ % 26) } 1 .. 3000;
     ($res) = exchange("POST /echo HTTP/1.1\r\n${H}Content-Length: 3000\r\nConnection: close\r\n\r\n$big");
     is($res->{body}, $big, 'body over --body-in-memory read back intact');

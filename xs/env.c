@@ -948,6 +948,8 @@ void nw_env_body(pTHX_ HV *env, nw_conn *c)
         (void)hv_delete(env, keys[K_HTTP_TRANSFER_ENCODING].name,
                         keys[K_HTTP_TRANSFER_ENCODING].len, G_DISCARD);
         env_put(aTHX_ env, K_CONTENT_LENGTH, newSVuv(c->body_len));
+    } else if (c->framing.length_padded) {  /* "005": the app sees 5 ("00" would be true) */
+        env_put(aTHX_ env, K_CONTENT_LENGTH, newSVuv(c->body_len));
     }
     if (c->body_fd >= 0)
         env_put(aTHX_ env, K_PSGI_INPUT, spilled_input(aTHX_ c));

@@ -514,8 +514,29 @@ static void test_content_length(void)
     ok(r == 0 && fr.content_length == 999999999999999999LL, "18 digits");
     r = frame(S(H11 "Content-Length: 007\r\n\r\n"));
     ok(r == 0 && fr.content_length == 7, "leading zeros");
-    FRAME_IS(H11 "Content-Length: 1000000000000000000\r\n\r\n", 400, "19 digits: 400");
-    FRAME_IS(H11 "Content-Length: 0000000000000000001\r\n\r\n", 400, "19 digits with zeros: 400");
+    /* 1*DIGIT (RFC 9110 8.6): the value is bounded, not its spelling */
+    r = frame(S(H11 "Content-Length: 000000000000000000005\r\n\r\n"));
+    ok(r == 0 && fr.content_length == 5 && fr.length_padded,
+       "21 digits, 20 of them leading zeros: 5 (spelt padded: CONTENT_LENGTH is the value)");
+    r = frame(S(H11 "Content-Length: 0\r\n\r\n"));
+    ok(r == 0 && !fr.length_padded, "0 is not padded");
+    r = frame(S(H11 "Content-Length: 0000000000000000000000000000000000000000\r\n\r\n"));
+    ok(r == 0 && fr.body == NW_BODY_LENGTH && fr.content_length == 0, "40 zeros: 0");
+    r = frame(S(H11 "Content-Length: 1000000000000000000\r\n\r\n"));
+    ok(r == 0 && fr.content_length == 1000000000000000000LL, "19 digits");
+    r = frame(S(H11 "Content-Length: 9223372036854775807\r\n\r\n"));
+    ok(r == 0 && fr.content_length == INT64_MAX, "2^63 - 1, the largest length");
+    FRAME_IS(H11 "Content-Length: 9223372036854775808\r\n\r\n", 413, "2^63: too large, 413");
+    FRAME_IS(H11 "Content-Length: 99999999999999999999999\r\n\r\n", 413, "23 nines: too large, 413");
+    FRAME_IS(H11 "Content-Length: 99999999999999999999x\r\n\r\n", 400, "too large, then junk: 400");
+    {
+        int64_t v = -1;
+        ok(nw_http_parse_length("0000000000000000000000042", 25, &v) == 0 && v == 42,
+           "nw_http_parse_length: leading zeros");
+        ok(nw_http_parse_length("18446744073709551616", 20, &v) == NW_LENGTH_TOO_LARGE,
+           "nw_http_parse_length: 2^64 is too large, not wrapped");
+        ok(nw_http_parse_length("", 0, &v) == NW_LENGTH_INVALID, "nw_http_parse_length: empty");
+    }
     FRAME_IS(H11 "Content-Length: +5\r\n\r\n", 400, "sign '+': 400");
     FRAME_IS(H11 "Content-Length: -5\r\n\r\n", 400, "sign '-': 400");
     FRAME_IS(H11 "Content-Length: 5 5\r\n\r\n", 400, "space inside: 400");
@@ -796,8 +817,14 @@ static void test_chunked_basic(void)
     CK_OK("a\r\n0123456789\r\nA\r\nabcdefghij\r\n0\r\n\r\n", "0123456789abcdefghij",
           "hex digits, lower and upper case");
     CK_OK("000000000000000a\r\n0123456789\r\n0\r\n\r\n", "0123456789", "16 hex digits");
-    CK_ERR("0000000000000000a\r\n0123456789\r\n0\r\n\r\n", NW_CHUNKED_ERROR, "17 hex digits: error");
-    CK_ERR("ffffffffffffffffff\r\n", NW_CHUNKED_ERROR, "size overflow: error");
+    /* chunk-size = 1*HEXDIG: the value is bounded, not its spelling */
+    CK_OK("0000000000000000a\r\n0123456789\r\n0\r\n\r\n", "0123456789",
+          "17 hex digits, leading zeros: the size is 10");
+    CK_OK("00000000000000000000000000000005\r\nhello\r\n"
+          "000000000000000000000000000000000\r\n\r\n", "hello",
+          "32 hex digits, and a last-chunk of 33 zeros");
+    CK_ERR("ffffffffffffffffff\r\n", NW_CHUNKED_TOO_LARGE, "size over 2^64: too large (413)");
+    CK_ERR("10000000000000000\r\n", NW_CHUNKED_TOO_LARGE, "size 2^64: too large (413), not wrapped to 0");
     CK_OK("5\nhello\n0\n\n", "hello", "lone LF line endings");
     CK_OK("5\r\nhello\n0\r\n\n", "hello", "mixed line endings");
     CK_OK("00000\r\n\r\n", "", "last-chunk with leading zeros");
@@ -915,6 +942,10 @@ static void test_chunked_limits(void)
              "huge second chunk: no overflow in the limit check");
     ck_check(S("ffffffffffffffff\r\nabc"), NW_PARSE_INCOMPLETE, "", 0, 0, 0, 1,
              "huge chunk size without a limit: waits for data");
+    ck_check(S("0000000000000000ffffffffffffffff\r\nabc"), NW_PARSE_INCOMPLETE, "", 0, 0, 0, 1,
+             "2^64 - 1 spelt with 32 digits, without a limit: waits for data");
+    ck_check(S("10000000000000000\r\nabc"), NW_CHUNKED_TOO_LARGE, "", 0, 0, 0, 1,
+             "2^64 without a limit: too large, not wrapped");
 }
 
 static void test_chunked_stream(void)
