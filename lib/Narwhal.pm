@@ -705,6 +705,15 @@ clients. A delayed response whose responder is never called is taken as the
 app having taken over C<psgix.io>: the server writes nothing and closes its
 side.
 
+Responses: an array body or a file gets a C<Content-Length>; any other body
+goes in chunks on HTTP/1.1 and ends with the connection on HTTP/1.0. An
+app's own C<Transfer-Encoding: chunked> asks the server to chunk whatever
+body it returns (not chunked yet, as under Starman), and no
+C<Content-Length> goes with it, the app's included (RFC 9112 6.2); another
+transfer coding as the last one ends the body with the connection. An
+HTTP/1.0 client never gets a C<Transfer-Encoding> (RFC 9112 6.1): the app's
+is dropped, and the body is framed as if there were none.
+
 Each request gets a hash that looks exactly like a fresh one. To save the
 cost of building and freeing it, a worker reuses the hash of the request
 before when nothing else refers to it any more: at the end of a request it

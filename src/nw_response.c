@@ -141,6 +141,19 @@ static int has_token(const char *v, size_t n, const char *lower)
     return 0;
 }
 
+/* Whether the last coding of a Transfer-Encoding value is chunked
+ * (empty list elements and OWS around them ignored, RFC 9110 5.6.1). */
+static int last_coding_chunked(const char *v, size_t n)
+{
+    size_t end = n, start;
+    while (end > 0 && (v[end - 1] == ' ' || v[end - 1] == '\t' || v[end - 1] == ','))
+        end--;
+    start = end;
+    while (start > 0 && v[start - 1] != ',' && v[start - 1] != ' ' && v[start - 1] != '\t')
+        start--;
+    return name_is(v + start, end - start, "chunked");
+}
+
 int nw_head_app_header(nw_buf *b, nw_app_headers *seen, const char *name,
                        size_t nlen, const char *val, size_t vlen)
 {
@@ -167,9 +180,10 @@ int nw_head_app_header(nw_buf *b, nw_app_headers *seen, const char *name,
         break;
     case 't':
         if (name_is(name, nlen, "transfer-encoding")) {
-            if (seen->bodiless)
+            if (seen->bodiless || seen->http10)
                 return 0;
             seen->has_transfer_encoding = 1;
+            seen->te_chunked = last_coding_chunked(val, vlen);
         }
         break;
     }
@@ -196,11 +210,30 @@ static enum nw_out_framing choose_framing(const nw_app_headers *seen, int minor,
 {
     if (!status_has_body(status))
         return NW_OUT_NONE;
+    if (seen->has_transfer_encoding)    /* (HTTP/1.1 only: see http10) */
+        return seen->te_chunked ? NW_OUT_CHUNKED : NW_OUT_CLOSE;
     if (seen->has_content_length || known_length >= 0)
         return NW_OUT_LENGTH;
-    if (seen->has_transfer_encoding)
-        return NW_OUT_CLOSE;    /* the app frames its own body; end it by closing */
     return minor ? NW_OUT_CHUNKED : NW_OUT_CLOSE;
+}
+
+/* Take the app's Content-Length lines out of the head built so far (the
+ * status line and the app's fields, one "Name: value\r\n" each). */
+static void drop_content_length(nw_buf *b)
+{
+    size_t at = 0, kept = 0;
+    while (at < b->len) {
+        const char *line = b->data + at;
+        const char *lf = memchr(line, '\n', b->len - at);
+        size_t len = lf ? (size_t)(lf - line) + 1 : b->len - at;
+        const char *colon = memchr(line, ':', len);
+        if (at == 0 || !colon || !name_is(line, (size_t)(colon - line), "content-length")) {
+            memmove(b->data + kept, line, len);
+            kept += len;
+        }
+        at += len;
+    }
+    b->len = kept;
 }
 
 /* n >= 0 in decimal, without printf's generality (this runs per response).
@@ -227,6 +260,8 @@ int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
     int ka = *keep_alive && !seen->wants_close && f != NW_OUT_CLOSE;
     char num[32];
 
+    if (seen->has_transfer_encoding && seen->has_content_length)
+        drop_content_length(b);     /* never both (RFC 9112 6.2): the coding frames it */
     if (!seen->has_date) {
         size_t dlen;
         const char *d = nw_date_header(&dlen);
@@ -239,7 +274,7 @@ int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
             || nw_buf_append(b, "\r\n", 2) < 0)
             return -1;
     }
-    if (f == NW_OUT_CHUNKED && !is_head
+    if (f == NW_OUT_CHUNKED && !is_head && !seen->has_transfer_encoding
         && nw_buf_append(b, "Transfer-Encoding: chunked\r\n", 28) < 0)
         return -1;
     if (!ka) {

@@ -20,11 +20,15 @@ typedef struct {
     int has_date;
     int has_content_length;
     int64_t content_length;     /* valid when has_content_length */
-    int has_transfer_encoding;
+    int has_transfer_encoding;  /* (then no Content-Length is sent: RFC 9112 6.2) */
+    int te_chunked;             /* ... and its last coding is chunked: Narwhal
+                                 * frames the body in chunks (else: by close) */
     int wants_close;            /* app sent Connection: close */
     int bodiless;               /* set by the caller for 1xx and 204: the app's
                                  * Content-Length and Transfer-Encoding are
                                  * checked and dropped (RFC 9110 8.6, RFC 9112 6.1) */
+    int http10;                 /* set by the caller for an HTTP/1.0 request: the
+                                 * app's Transfer-Encoding is dropped (RFC 9112 6.1) */
 } nw_app_headers;
 
 /* Reason phrase for a status ("Unknown" when there is none). */
@@ -46,8 +50,12 @@ int nw_head_app_header(nw_buf *b, nw_app_headers *seen, const char *name,
 
 /* Decide framing and append the headers Narwhal adds and the blank line.
  * known_length is the body length when the server knows it (array bodies,
- * files), else -1. keep_alive is in/out: in, whether the connection may
- * stay open; out, whether it will. Returns the framing. */
+ * files), else -1. The app's Transfer-Encoding decides over any length: a
+ * last coding "chunked" is Narwhal's to apply (the app's body is sent in
+ * chunks), any other ends the body by closing; the app's Content-Length
+ * is then taken out of the head and none is added. keep_alive is in/out:
+ * in, whether the connection may stay open; out, whether it will.
+ * Returns the framing. */
 int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
                    int minor, int status, int is_head,
                    int64_t known_length, int *keep_alive);

@@ -20,6 +20,8 @@ use NarwhalTest qw(spawn_server spawn_servers stop_servers in_parallel in_backgr
 
 my $app = <<'APP';
 my $log = $ENV{NARWHAL_T24_LOG};
+sub T24::Lines::getline { shift @{ $_[0]{lines} } }
+sub T24::Lines::close { 1 }
 sub {
     my $env = shift;
     if ($log && open my $f, '>>', $log) {
@@ -30,6 +32,28 @@ sub {
     return [204, ['Content-Length' => 5, 'X-A' => 1], []] if $p eq '/nobody';
     return [204, ['Transfer-Encoding' => 'chunked'], []] if $p eq '/nobody-te';
     return [304, ['Content-Length' => 5, 'ETag' => '"x"'], []] if $p eq '/notmod';
+    # the app's own Transfer-Encoding, on every kind of body
+    return [200, ['Transfer-Encoding' => 'chunked'], ['hello', ' world']] if $p eq '/te';
+    return [200, ['Content-Length' => 11, 'Transfer-Encoding' => 'chunked'], ['hello world']]
+        if $p eq '/te-cl';
+    return [200, ['Transfer-Encoding' => 'gzip'], ['hello world']] if $p eq '/te-gzip';
+    if ($p eq '/te-file') {
+        open my $f, '<', $ENV{NARWHAL_T24_FILE} or die;
+        return [200, ['Transfer-Encoding' => 'chunked'], $f];
+    }
+    if ($p eq '/te-getline') {
+        my @lines = ('hello', ' world');
+        return [200, ['Transfer-Encoding' => 'chunked'],
+                bless { lines => \@lines }, 'T24::Lines'];
+    }
+    if ($p eq '/te-stream') {
+        return sub {
+            my $w = $_[0]->([200, ['Transfer-Encoding' => 'chunked']]);
+            $w->write('hello');
+            $w->write(' world');
+            $w->close;
+        };
+    }
     if ($p eq '/hints') {
         $env->{'psgix.informational'}->(103, [Link => '</a.css>', 'Content-Length' => 3,
                                               'Transfer-Encoding' => 'chunked']);
@@ -47,15 +71,17 @@ APP
 
 my $tmp = NarwhalTest::tmpdir();
 my %log = (manager => "$tmp/t24-manager.log", 'no-manager' => "$tmp/t24-nomanager.log");
+my $hello_file = "$tmp/t24-hello.txt";
+{ open my $f, '>', $hello_file or die; print $f 'hello world'; close $f }
 my %srv;
 # (four workers each: sections 1 and 2 below send from four processes at
 # once, one connection to each server at a time, so that without the
 # manager each connection still has a worker to itself)
 @srv{'manager', 'no-manager'} = spawn_servers(
-    { app => $app, env => { NARWHAL_T24_LOG => $log{manager} },
+    { app => $app, env => { NARWHAL_T24_LOG => $log{manager}, NARWHAL_T24_FILE => $hello_file },
       args => [ '--max-workers', 4, '--keepalive-wait', 0.05, '--read-timeout', 5,
                 '--keepalive-timeout', 5 ] },
-    { app => $app, env => { NARWHAL_T24_LOG => $log{'no-manager'} },
+    { app => $app, env => { NARWHAL_T24_LOG => $log{'no-manager'}, NARWHAL_T24_FILE => $hello_file },
       args => [ '--max-workers', 4, '--no-manager', '--read-timeout', 5,
                 '--keepalive-timeout', 5 ] });
 our @modes = ('manager', 'no-manager');
@@ -349,6 +375,41 @@ for my $mode (@modes) {
     # RFC 9110 8.6: a 304 may carry the length a 200 would have: the app's is kept
     $r = raw_head($mode, "GET /notmod HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
     like($r, qr/^Content-Length: 5\r$/mi, "$mode: 304 keeps the app's Content-Length (the 200's length)");
+}
+
+# ---- 3b. the app's Transfer-Encoding is never sent with a Content-Length --
+# (RFC 9112 6.2, 6.3). Its last coding "chunked" is the server's to apply,
+# on every kind of body: the app's body goes out in chunks, its own
+# Content-Length is not sent and none is added, and the connection serves
+# the next request. Another coding ends the body by closing. HTTP/1.0
+# never gets a Transfer-Encoding (RFC 9112 6.1).
+
+for my $mode (@modes) {
+    for my $path ('/te', '/te-cl', '/te-file', '/te-getline', '/te-stream') {
+        my $s = raw_connect($srv{$mode}->port) or die;
+        syswrite $s, "GET $path HTTP/1.1\r\nHost: a\r\n\r\n";
+        my $r = read_response($s, 3);
+        my @fields = map { lc $_->[0] } @{ $r ? $r->{header_list} : [] };
+        is(join(',', grep { /^(?:transfer-encoding|content-length)$/ } @fields), 'transfer-encoding',
+           "$mode: $path: the app's Transfer-Encoding, once, and no Content-Length");
+        is($r && $r->{headers}{'transfer-encoding'}, 'chunked', "$mode: $path: ... chunked");
+        is($r && $r->{body}, 'hello world', "$mode: $path: ... and the app's body in chunks");
+        syswrite $s, "GET /te HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+        my $next = read_response($s, 3);
+        is($next && $next->{body}, 'hello world', "$mode: $path: ... then the next request is served");
+    }
+    my $r = raw_head($mode, "GET /te-gzip HTTP/1.1\r\nHost: a\r\n\r\n");
+    like($r, qr/^Transfer-Encoding: gzip\r$/mi, "$mode: Transfer-Encoding: gzip from the app");
+    unlike($r, qr/^Content-Length:/mi, "$mode: ... without a Content-Length");
+    like($r, qr/^Connection: close\r\n\r\nhello world\z/mi, "$mode: ... the body ends with the connection");
+    $r = raw_head($mode, "HEAD /te HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    unlike($r, qr/^Content-Length:/mi, "$mode: HEAD: no Content-Length beside the app's Transfer-Encoding");
+    like($r, qr/\r\n\r\n\z/, "$mode: HEAD: ... and no body");
+    for my $path ('/te', '/te-cl', '/te-file', '/te-getline') {
+        $r = raw_head($mode, "GET $path HTTP/1.0\r\n\r\n");
+        unlike($r, qr/^Transfer-Encoding:/mi, "$mode: HTTP/1.0, $path: the app's Transfer-Encoding is not sent");
+        like($r, qr/\r\n\r\nhello world\z/, "$mode: HTTP/1.0, $path: ... its body as it is");
+    }
 }
 
 # ---- 4. Host must be host[:port] ---------------------------------------

@@ -41,6 +41,7 @@ int nw_response_start(pTHX_ nw_conn *c, int status, SV *headers_rv,
         || SvTYPE(SvRV(headers_rv)) != SVt_PVAV)
         return NW_RESPONSE_INVALID;
     seen.bodiless = status < 200 || status == 204;
+    seen.http10 = c->req.minor_version == 0;
     c->out.len = 0;
     if (nw_head_status(&c->out, c->req.minor_version, status) < 0
         || head_from_av(aTHX_ c, (AV *)SvRV(headers_rv), &seen) < 0) {
