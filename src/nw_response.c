@@ -268,7 +268,9 @@ int nw_head_finish(nw_buf *b, const nw_app_headers *seen,
         if (nw_buf_append(b, d, dlen) < 0)
             return -1;
     }
-    if (f == NW_OUT_LENGTH && !seen->has_content_length) {
+    /* (HEAD with an empty body: the app left the body out, and the GET's
+     * length is not known; none is said rather than a wrong 0, RFC 9110 8.6) */
+    if (f == NW_OUT_LENGTH && !seen->has_content_length && !(is_head && known_length == 0)) {
         if (nw_buf_append(b, "Content-Length: ", 16) < 0
             || nw_buf_append(b, num, format_decimal(num, known_length)) < 0
             || nw_buf_append(b, "\r\n", 2) < 0)

@@ -67,6 +67,8 @@ my %routes = (
     '/pid' => sub { [200, [], [$$]] },
     '/sleep' => sub { select undef, undef, undef, 0.3; [200, [], ['slept']] },
     '/big' => sub { [200, [], ['x' x 100_000, 'y' x 100_000]] },
+    # as Plack::Middleware::Head does: the body left out for HEAD
+    '/head-empty' => sub { [200, [], $_[0]{REQUEST_METHOD} eq 'HEAD' ? [] : ['nine byte']] },
 );
 sub {
     my $env = shift;
@@ -304,6 +306,13 @@ subtest 'responses' => sub {
     is(length $res->{body}, 200_000, 'large array body complete');
     is($res->{headers}{'content-length'}, 200_000, 'Content-Length computed');
     like($res->{headers}{date} // '', qr/^\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT$/, 'Date header');
+    (undef, $raw) = exchange("HEAD /head-empty HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
+    unlike($raw, qr/^Content-Length:/mi,
+           'HEAD, the app left the body out: no Content-Length (the GET\'s is not 0, RFC 9110 8.6)');
+    ($res) = exchange("GET /head-empty HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
+    is($res->{headers}{'content-length'}, 9, '... the GET has its own');
+    (undef, $raw) = exchange("HEAD /big HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
+    like($raw, qr/^Content-Length: 200000\r\n/mi, 'HEAD, the app returned the GET\'s body: its length');
     (undef, $raw) = exchange("GET /hints HTTP/1.1\r\n${H}Connection: close\r\n\r\n");
     like($raw, qr{^HTTP/1\.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1\.1 200 }, '103 Early Hints first');
 };
