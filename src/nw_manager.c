@@ -378,13 +378,14 @@ static void nw_manager_send_final(int fd, const char *resp, size_t len)
     (void)!send(fd, resp, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-/* A head that did not arrive in time. */
+/* A head that did not arrive in time: 408 with Date (nw_head_error's, as
+ * a worker's and as the 503 below: RFC 9110 6.6.1). */
 static void nw_manager_send_408(int fd)
 {
-    static const char resp[] =
-        "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\n"
-        "Content-Length: 20\r\nConnection: close\r\n\r\n408 Request Timeout\n";
-    nw_manager_send_final(fd, resp, sizeof resp - 1);
+    nw_buf b = { 0 };
+    if (nw_head_error(&b, 408) == 0)
+        nw_manager_send_final(fd, b.data, b.len);
+    nw_buf_free(&b);
 }
 
 /* A request that cannot be served (shed by --max-queue-wait, or refused

@@ -64,21 +64,72 @@ const char *nw_status_reason(int status, size_t *len)
     return r;
 }
 
-static char date_line[64];
-static size_t date_len;
+static const char day_names[] = "SunMonTueWedThuFriSat";
+static const char month_names[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+
+static char *two_digits(char *p, unsigned v)
+{
+    p[0] = (char)('0' + v / 10 % 10);
+    p[1] = (char)('0' + v % 10);
+    return p + 2;
+}
+
+/* The proleptic Gregorian date of a day counted from 1970-01-01
+ * (civil_from_days, after Howard Hinnant's date algorithms). */
+static void civil_date(int64_t days, int64_t *year, unsigned *month, unsigned *day)
+{
+    int64_t z = days + 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *day = doy - (153 * mp + 2) / 5 + 1;
+    *month = mp < 10 ? mp + 3 : mp - 9;
+    *year = (int64_t)yoe + era * 400 + (*month <= 2);
+}
+
+size_t nw_date_field(char *out, time_t t)
+{
+    int64_t days = (int64_t)t / 86400, secs = (int64_t)t % 86400, year;
+    unsigned month, day;
+    if (secs < 0) {
+        secs += 86400;
+        days--;
+    }
+    civil_date(days, &year, &month, &day);
+    unsigned wday = (unsigned)(((days + 4) % 7 + 7) % 7);     /* 1970-01-01 was a Thursday */
+    unsigned y = year < 0 ? 0 : year > 9999 ? 9999 : (unsigned)year;
+    char *p = out;
+    memcpy(p, "Date: ", 6);
+    memcpy(p + 6, day_names + 3 * wday, 3);
+    memcpy(p + 9, ", ", 2);
+    p = two_digits(p + 11, day);
+    *p++ = ' ';
+    memcpy(p, month_names + 3 * (month - 1), 3);
+    p[3] = ' ';
+    p = two_digits(two_digits(p + 4, y / 100), y % 100);
+    *p++ = ' ';
+    p = two_digits(p, (unsigned)(secs / 3600));
+    *p++ = ':';
+    p = two_digits(p, (unsigned)(secs / 60 % 60));
+    *p++ = ':';
+    p = two_digits(p, (unsigned)(secs % 60));
+    memcpy(p, " GMT\r\n", 6);
+    return (size_t)(p + 6 - out);
+}
+
+static char date_line[NW_DATE_FIELD_LEN];
 static time_t date_at = -1;
 
 const char *nw_date_header(size_t *len)
 {
     time_t now = time(NULL);
     if (now != date_at) {
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        date_len = strftime(date_line, sizeof date_line,
-                            "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        nw_date_field(date_line, now);
         date_at = now;
     }
-    *len = date_len;
+    *len = NW_DATE_FIELD_LEN;
     return date_line;
 }
 

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include "nw_buf.h"
 
 enum nw_out_framing {
@@ -36,6 +37,14 @@ const char *nw_status_reason(int status, size_t *len);
 
 /* "Date: ...\r\n", refreshed at most once a second. Length via *len. */
 const char *nw_date_header(size_t *len);
+
+/* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n" (IMF-fixdate, RFC 9110
+ * 5.6.7) for t into out, which has room for NW_DATE_FIELD_LEN bytes.
+ * Arithmetic only (no locale, time zone or lock), so a signal handler may
+ * call it: every response has a Date, the server's own answers too (RFC
+ * 9110 6.6.1). Returns NW_DATE_FIELD_LEN. */
+#define NW_DATE_FIELD_LEN 37
+size_t nw_date_field(char *out, time_t t);
 
 /* 1 when the field name is a token and the value has no CR, LF or NUL. */
 int nw_header_valid(const char *name, size_t nlen, const char *val, size_t vlen);

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "nw_status.h"
+#include "nw_response.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -1052,9 +1053,11 @@ int nw_status_respond(nw_buf *out, int page, int head_only, const nw_scoreboard 
         r = render_body(&body, page, b, m, rates, now_us, now_unix);
     const char *reason = code == 200 ? "OK" : code == 503 ? "Service Unavailable"
                        : code == 405 ? "Method Not Allowed" : "Not Found";
-    r |= put(out, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+    char date[NW_DATE_FIELD_LEN + 1];     /* (RFC 9110 6.6.1, as every answer of Narwhal's) */
+    date[nw_date_field(date, (time_t)now_unix)] = '\0';
+    r |= put(out, "HTTP/1.1 %d %s\r\n%sContent-Type: %s\r\nContent-Length: %zu\r\n"
              "Cache-Control: no-store\r\n%sConnection: close\r\n\r\n",
-             code, reason, type, body.len, extra);
+             code, reason, date, type, body.len, extra);
     if (!head_only && body.len)
         r |= nw_buf_append(out, body.data, body.len);
     free(body.data);

@@ -8,11 +8,13 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nw_io.h"
 #include "nw_limits.h"
 #include "nw_log.h"
+#include "nw_response.h"
 #include "nw_scoreboard.h"
 #include "nw_signal.h"
 #include "nw_worker.h"
@@ -69,15 +71,23 @@ static volatile sig_atomic_t watchdog_hits;
 
 int nw_worker_watchdog_reply(void)
 {
-    static const char resp[] =
-        "HTTP/1.1 504 Gateway Timeout\r\nContent-Type: text/plain\r\n"
+    static const char status_line[] = "HTTP/1.1 504 Gateway Timeout\r\n";
+    static const char rest[] = "Content-Type: text/plain\r\n"
         "Content-Length: 20\r\nConnection: close\r\n\r\n504 Gateway Timeout\n";
+    char resp[sizeof status_line + NW_DATE_FIELD_LEN + sizeof rest];
     nw_wconn *wc = nw_worker_serving();
     if (!wc || !wc->c || wc->c->fd < 0)
         return 0;
     int answered = 0;
-    if (!wc->c->responded && !wc->c->broken)
-        answered = send(wc->c->fd, resp, sizeof resp - 1, MSG_DONTWAIT | MSG_NOSIGNAL) > 0;
+    if (!wc->c->responded && !wc->c->broken) {
+        /* (time and nw_date_field are safe in a signal handler) */
+        size_t n = sizeof status_line - 1;
+        memcpy(resp, status_line, n);
+        n += nw_date_field(resp + n, time(NULL));
+        memcpy(resp + n, rest, sizeof rest - 1);
+        n += sizeof rest - 1;
+        answered = send(wc->c->fd, resp, n, MSG_DONTWAIT | MSG_NOSIGNAL) > 0;
+    }
     wc->c->broken = 1;
     shutdown(wc->c->fd, SHUT_WR);
     if (watchdog_slot) {    /* counted as what the client got */

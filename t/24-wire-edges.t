@@ -169,7 +169,9 @@ sub slow_head {
         }
     }
     my $res = read_response($c, 3);
-    return sprintf 'slow %s %.3f', ($res && $res->{status}) // 'none', ($answer // time) - $t0;
+    return sprintf 'slow %s %.3f %s', ($res && $res->{status}) // 'none', ($answer // time) - $t0,
+                   $res && ($res->{headers}{date} // '') =~ /^\w{3}, \d\d \w{3} \d{4} [\d:]{8} GMT$/
+                   ? 'dated' : 'undated';
 }
 sub fast_head {
     my ($port) = @_;
@@ -218,10 +220,12 @@ sub timed_heads {
             waitpid($pid, 0);
             push @lines, -e $file ? do { open(my $fh, '<', $file) or die; map { chomp; $_ } <$fh> } : ();
         }
-        my @slow = map { [ (split ' ')[1, 2] ] } grep { /^slow / } @lines;
+        my @slow = map { [ (split ' ')[1, 2, 3] ] } grep { /^slow / } @lines;
         my ($fast) = map { [ (split ' ')[1, 2] ] } grep { /^fast / } @lines;
         my @status = map { $_->[0] } @slow;
         is("@status", '408 408 408', "$mode: a head at 50 bytes/s under --min-head-rate 100: 408");
+        is(join(' ', map { $_->[2] } @slow), 'dated dated dated',
+           "$mode: ... with a Date (RFC 9110 6.6.1; the manager's own 408 too)");
         my @t = map { $_->[1] } @slow;
         ok(@t == 3 && !grep({ $_ < 0.95 || $_ > 1.1 } @t),
            "$mode: ... within 0.1 s of the 1 s due (@t s after the first byte)");

@@ -20,6 +20,7 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until t
 my @NM = manager_fallback();
 my $MANAGED = NarwhalTest::managed();
 my $TMP = tmpdir();
+my $DATE = qr/^\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT$/;   # (IMF-fixdate)
 
 my $APP = write_app(<<'APP');
 use strict;
@@ -211,6 +212,7 @@ my $sec_pages = sub { SKIP: {
     my $health;
     wait_until(sub { $health = get_raw($sport, '/health', 2); !$health || $health->{status} != 200 }, 2);
     is($health && $health->{status}, 503, '/health: 503 once a stop has begun');
+    like($health && $health->{headers}{date} // '', $DATE, '... with a Date, as every status page');
     $s->wait_exit(10);
 }};
 
@@ -282,6 +284,8 @@ my $sec_shed = sub { SKIP: {
     is(scalar(grep { $_ && $_->{status} == 503 } @r), 6, 'every waiting request got 503');
     is(scalar(grep { $_ && ($_->{headers}{'retry-after'} // '') eq '1' } @r), 6, '... with Retry-After');
     is(scalar(grep { $_ && ($_->{headers}{connection} // '') eq 'close' } @r), 6, '... and Connection: close');
+    is(scalar(grep { $_ && ($_->{headers}{date} // '') =~ $DATE } @r), 6,
+       '... and a Date (RFC 9110 6.6.1), as every answer of the server\'s own');
     ok($waited < 1.5, sprintf('... within the bound, not after the stuck requests (%.2f s)', $waited));
     my ($v) = parse_metrics(get_raw($sport, '/metrics')->{body});
     is($v->{narwhal_shed_total}, 6, 'narwhal_shed_total counts them');
@@ -359,6 +363,7 @@ my $sec_watchdog = sub {
         my ($path, $name, $log) = @$case;
         my ($r, $elapsed) = @{ $sent{$path} }{qw(r elapsed)};
         is($r && $r->{status}, 504, "$name gets 504");
+        like($r && $r->{headers}{date} // '', $DATE, '... with a Date (RFC 9110 6.6.1)');
         ok($r && $elapsed >= 1 && $elapsed < 4.5, sprintf('... after the timeout (%.1f s)', $r ? $elapsed : -1));
         like($s->log_text, qr/\Q$path\E has run for [\d.]+ s, over --request-timeout 1/, '... the master says which request');
         ok(wait_until(sub { $s->log_text =~ $log }, 3), '... and the log says where the app was')

@@ -6,6 +6,7 @@
 #include "tap.h"
 #include "nw_scoreboard.h"
 #include "nw_status.h"
+#include "nw_response.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 static char *page(const nw_scoreboard *b, const nw_status_manager *m, const char *request,
@@ -496,6 +498,9 @@ static void test_board(void)
     m.listener[0].backlog = 1024;
     char *metrics = page(ro, &m, "GET /metrics HTTP/1.1\r\n\r\n", &len);
     ok(metrics && !strncmp(metrics, "HTTP/1.1 200 OK\r\n", 17), "/metrics: 200");
+    /* RFC 9110 6.6.1: the status server has a clock, so its answers have a
+     * Date (now_unix 1700000000 is Tue, 14 Nov 2023 22:13:20 GMT) */
+    ok(strstr(metrics, "\r\nDate: Tue, 14 Nov 2023 22:13:20 GMT\r\n"), "... with a Date");
     ok(strstr(metrics, "Content-Type: text/plain; version=0.0.4"), "... Prometheus 0.0.4");
     ok(strstr(metrics, "\nnarwhal_requests_total{class=\"4xx\"} 1\n"), "... 4xx counted");
     ok(strstr(metrics, "\nnarwhal_request_duration_seconds_bucket{le=\"+Inf\"} 3\n"), "... +Inf is the count");
@@ -531,9 +536,11 @@ static void test_board(void)
     b->h.stopping = 1;
     health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
     ok(health && strstr(health, "503 Service Unavailable"), "/health: 503 once stopping");
+    ok(health && strstr(health, "\r\nDate: Tue, 14 Nov 2023 22:13:20 GMT\r\n"), "... with a Date");
     free(health);
     char *missing = page(ro, &m, "GET /x HTTP/1.1\r\n\r\n", &len);
     ok(missing && strstr(missing, "404 Not Found"), "unknown page: 404");
+    ok(missing && strstr(missing, "\r\nDate: Tue, 14 Nov 2023 22:13:20 GMT\r\n"), "... with a Date");
     free(missing);
     nw_scoreboard_unmap(ro);
     nw_scoreboard_destroy(b);
@@ -584,8 +591,36 @@ static void test_fold_race(void)
     close(fd);
 }
 
+/* The Date every answer of the server's own carries (the status pages'
+ * too): nw_date_field's arithmetic against the C library's calendar, on
+ * days that test it (leap days, centuries) and a spread of others. */
+static void test_date_field(void)
+{
+    static const time_t days[] = { 0, 951782399, 951782400, 951868800, 978307199,
+                                   1700000000, 2147483647, 4102444799, 4102444800,
+                                   4107542400, 253402300799 };
+    int bad = 0;
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 10000 + (int)(sizeof days / sizeof days[0]); i++) {
+        time_t t = i < (int)(sizeof days / sizeof days[0]) ? days[i] : (time_t)(x % 253402300800ull);
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        char got[NW_DATE_FIELD_LEN + 1], want[64];
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(want, sizeof want, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        size_t len = nw_date_field(got, t);
+        got[len] = '\0';
+        if (len != NW_DATE_FIELD_LEN || strcmp(got, want) != 0) {
+            if (bad++ < 3)
+                diag("%lld: got %s want %s", (long long)t, got, want);
+        }
+    }
+    ok(!bad, "nw_date_field is the C library's IMF-fixdate, 1970 to 9999");
+}
+
 int main(void)
 {
+    test_date_field();
     test_buckets();
     test_routes();
     test_board();
