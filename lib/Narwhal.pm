@@ -368,8 +368,10 @@ going, a slower one has --read-timeout. Default: C<500>.
 
 =item --keepalive-timeout SECS
 
-Idle time allowed between requests. Default: C<5>. More than C<0>. At most
-C<2000000>.
+Idle time allowed between requests, counted from when the last response has
+left the server: a client still reading it (its bytes still in the socket) is
+not idle. See "Slow readers" in F<docs/DESIGN.md>. Default: C<5>. More than
+C<0>. At most C<2000000>.
 
 =item --max-keepalive-reqs N
 

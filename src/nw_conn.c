@@ -296,6 +296,38 @@ static int drop_empty_lines(nw_conn *c)
     return 0;
 }
 
+/* The keep-alive time ran out while the last response was still in the
+ * socket (bytes the kernel has not sent yet: a slow reader's), so the
+ * connection was not idle: wait, up to until, for them to be sent (the
+ * socket polls writable only then) or for the client's next bytes, and
+ * start its keep-alive time then (DESIGN.md, "Slow readers"). What the
+ * kernel sends moves the wait on by --timeout, as a write's progress
+ * does. NW_REQ_READY: its keep-alive time starts again; NW_REQ_AGAIN:
+ * still sending at until; NW_REQ_TIMEOUT: nothing waits there, or the
+ * client took nothing for --timeout. */
+static int idle_once_sent(nw_conn *c, nw_msec until)
+{
+    uint64_t unsent = nw_io_unsent(c->fd);
+    if (!unsent && !c->unsent)
+        return NW_REQ_TIMEOUT;              /* it was idle */
+    if (unsent && (!c->unsent || unsent < c->unsent)) {  /* the first look, or progress */
+        c->unsent = unsent;
+        c->unsent_deadline = nw_deadline_in(c->cfg.timeout);
+    }
+    if (unsent) {
+        if (nw_now_ms() >= c->unsent_deadline || nw_io_writable_when_sent(c->fd, 1) < 0)
+            return NW_REQ_TIMEOUT;
+        int r = nw_io_wait(c->fd, POLLOUT | POLLIN,
+                           until < c->unsent_deadline ? until : c->unsent_deadline);
+        nw_io_writable_when_sent(c->fd, 0);
+        if (r != NW_IO_OK)
+            return NW_REQ_AGAIN;    /* (without progress by its deadline: the next look says) */
+    }
+    c->unsent = 0;
+    c->idle_deadline = nw_deadline_in(c->cfg.keepalive_timeout);
+    return NW_REQ_READY;
+}
+
 int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
 {
     if (!c->headers && furnish(c) < 0)
@@ -360,7 +392,12 @@ int nw_conn_read_head(nw_conn *c, double max_wait_s, int wait_partial)
         if (n == NW_IO_TIMEOUT) {
             if (wait_shorter)
                 return NW_REQ_AGAIN;
-            return waiting_first_byte ? NW_REQ_TIMEOUT : head_error(c, 408);
+            if (!waiting_first_byte)
+                return head_error(c, 408);
+            int r = c->fd >= 0 ? idle_once_sent(c, wait_until) : NW_REQ_TIMEOUT;
+            if (r == NW_REQ_READY)
+                continue;   /* (its keep-alive time starts now) */
+            return r;
         }
         return NW_REQ_CLOSED;
     }
@@ -560,6 +597,7 @@ void nw_conn_finish_request(nw_conn *c, nw_msec now)
     c->request_id_len = 0;
     memset(&c->req, 0, sizeof c->req);  /* its pointers were into bytes now consumed */
     c->out_framing = 0;
+    c->unsent = 0;
     c->idle_deadline = nw_deadline_at(now, c->cfg.keepalive_timeout);
 }
 

@@ -89,6 +89,9 @@ typedef struct {
     size_t consumed;            /* bytes of `in` that belong to this request */
     unsigned requests;          /* request heads parsed on this connection */
     nw_msec idle_deadline;      /* first byte of the next request due by then */
+    uint64_t unsent;            /* the last response was still in the socket, this much
+                                 * of it, when its keep-alive time ran out (0: no) */
+    nw_msec unsent_deadline;    /* ... and the kernel must send more of it by then */
     nw_msec head_deadline;      /* whole head due by then; 0 before its first byte */
     nw_msec head_started;       /* its first byte came then */
     int64_t arrived_ns;         /* the kernel received the head's last read bytes then

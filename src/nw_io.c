@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -14,6 +15,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/un.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -309,6 +311,20 @@ int nw_io_set_nonblocking(int fd)
     if (fl < 0)
         return -1;
     return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+uint64_t nw_io_unsent(int fd)
+{
+    int n = 0;
+    if (ioctl(fd, SIOCOUTQNSD, &n) < 0 || n < 0)
+        return 0;
+    return (uint64_t)n;
+}
+
+int nw_io_writable_when_sent(int fd, int on)
+{
+    int lowat = on ? 1 : 0;     /* (0: the system's default, no limit) */
+    return setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
 }
 
 nw_msec nw_head_deadline(nw_msec started, size_t bytes, double base, double max,

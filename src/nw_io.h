@@ -105,6 +105,16 @@ int nw_io_accept(int listen_fd, int is_tcp, struct sockaddr *peer,
 /* Set O_NONBLOCK on fd. Returns 0 or -1. */
 int nw_io_set_nonblocking(int fd);
 
+/* Bytes written to a TCP socket that the kernel has not sent yet: a
+ * response that has left the server's own buffers but not the socket's
+ * (a slow reader's). 0: none, or not a TCP socket. */
+uint64_t nw_io_unsent(int fd);
+
+/* on: the socket polls writable only once the kernel has sent everything
+ * written to it (TCP_NOTSENT_LOWAT 1); off: as usual again. 0, or -1 (not
+ * TCP). */
+int nw_io_writable_when_sent(int fd, int on);
+
 /* A process's resident set size in bytes, from /proc/PID/statm (pid 0:
  * this process); 0 when it cannot be read. */
 uint64_t nw_rss_bytes(int pid);

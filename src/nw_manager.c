@@ -81,6 +81,8 @@ enum {
 #define NW_MANAGER_F_OUT_KEEP   4u  /* writing: the connection stays open after the response */
 #define NW_MANAGER_F_OUT_COUNTED 8u /* writing: its rest counts against --max-offload-total */
 #define NW_MANAGER_F_DRAINED   16u  /* connection: its last read was short (SERVE says so) */
+#define NW_MANAGER_F_UNSENT    32u  /* writing: the response has left us but not the socket;
+                                     * out_left: what the kernel had not sent, last we looked */
 
 #define NW_MANAGER_NONE             (-1)
 #define NW_MANAGER_EVENTS           256
@@ -913,31 +915,36 @@ static int nw_manager_rewatch(nw_manager *m, int fd, uint32_t events)
     return epoll_ctl(m->ep, EPOLL_CTL_MOD, fd, &ev);
 }
 
-/* The response is written: the connection waits for its next request as
- * any handed-off one does (served at once if it is already here), or,
- * without keep-alive, is half-closed and drained briefly (a FIN, not a
- * reset that could destroy the response's last bytes in flight). It stays
- * in epoll, watched for input now, unless it goes to a worker. */
-static void nw_manager_output_written(nw_manager *m, int fd)
+/* A connection whose response has left us (or the worker) but not the
+ * socket: bytes the kernel has not sent yet, a slow reader's. It is not
+ * idle while they wait there: it waits as a writing one does, woken once
+ * the socket has sent everything (nw_io_writable_when_sent), and its
+ * keep-alive time starts then (DESIGN.md, "Slow readers"). fd is in epoll
+ * and on no list. Returns 1 when it waits. */
+static int nw_manager_wait_sent(nw_manager *m, int fd)
 {
     nw_manager_slot *s = &m->slots[fd];
-    int keep = s->flags & NW_MANAGER_F_OUT_KEEP;
-    nw_manager_list_remove(m, &m->writing, fd);
-    s->kind = NW_MANAGER_FREE;
-    nw_manager_out_done(m, s);
-    if (keep && s->head_len > 0 && nw_manager_head_done(m, s, s->head, s->head_len, 0)) {
-        nw_manager_unwatch(m, fd);
-        nw_manager_hand_over(m, fd, s->head, s->head_len);   /* pipelined: serve at once */
-        return;
+    uint64_t unsent = nw_io_unsent(fd);
+    if (!unsent || nw_io_writable_when_sent(fd, 1) < 0)
+        return 0;
+    if (nw_manager_rewatch(m, fd, EPOLLOUT) < 0) {
+        nw_io_writable_when_sent(fd, 0);
+        return 0;
     }
+    s->out_left = unsent;
+    s->flags |= NW_MANAGER_F_OUT_KEEP | NW_MANAGER_F_UNSENT;
+    nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
+    return 1;
+}
+
+/* A kept-alive connection with nothing to write waits for its next
+ * request, its keep-alive time from now (fd in epoll, on no list). */
+static void nw_manager_wait_request(nw_manager *m, int fd)
+{
+    nw_manager_slot *s = &m->slots[fd];
     if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
         nw_manager_unwatch(m, fd);
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
-        return;
-    }
-    if (!keep) {
-        shutdown(fd, SHUT_WR);
-        nw_manager_enlist(m, fd, NW_MANAGER_CLOSING, m->now + NW_MANAGER_LINGER_MS);
         return;
     }
     int reading = s->head_len > nw_manager_proxy_len(s, s->head, s->head_len);
@@ -946,11 +953,70 @@ static void nw_manager_output_written(nw_manager *m, int fd)
                       m->now + (reading ? m->read_ms : m->keepalive_ms));
 }
 
+/* The response is written: the connection waits for its next request as
+ * any handed-off one does (served at once if it is already here; once the
+ * socket has sent the response, when it has not yet), or, without
+ * keep-alive, is half-closed and drained briefly (a FIN, not a reset that
+ * could destroy the response's last bytes in flight). It stays in epoll,
+ * watched for input now, unless it goes to a worker. */
+static void nw_manager_output_written(nw_manager *m, int fd)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    int keep = s->flags & NW_MANAGER_F_OUT_KEEP;
+    nw_manager_list_remove(m, &m->writing, fd);
+    s->kind = NW_MANAGER_FREE;
+    nw_manager_out_done(m, s);
+    s->flags &= (uint8_t)~(NW_MANAGER_F_OUT_KEEP | NW_MANAGER_F_UNSENT);
+    if (keep && s->head_len > 0 && nw_manager_head_done(m, s, s->head, s->head_len, 0)) {
+        nw_manager_unwatch(m, fd);
+        nw_manager_hand_over(m, fd, s->head, s->head_len);   /* pipelined: serve at once */
+        return;
+    }
+    if (keep && nw_manager_wait_sent(m, fd))
+        return;
+    if (keep) {
+        nw_manager_wait_request(m, fd);
+        return;
+    }
+    if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
+        nw_manager_unwatch(m, fd);
+        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
+        return;
+    }
+    shutdown(fd, SHUT_WR);
+    nw_manager_enlist(m, fd, NW_MANAGER_CLOSING, m->now + NW_MANAGER_LINGER_MS);
+}
+
+/* A connection waiting for the socket to send its response: sent yet?
+ * Woken (the socket polls writable only once everything is sent, or on an
+ * error or hang-up) or at its deadline: what the kernel sent since we last
+ * looked moves the deadline on by --timeout, as a write does; a wake or a
+ * deadline without any progress drops it. */
+static void nw_manager_sent_yet(nw_manager *m, int fd)
+{
+    nw_manager_slot *s = &m->slots[fd];
+    uint64_t unsent = nw_io_unsent(fd);
+    if (unsent == 0) {
+        nw_io_writable_when_sent(fd, 0);
+        nw_manager_output_written(m, fd);
+    } else if (unsent < s->out_left) {
+        s->out_left = unsent;
+        nw_manager_list_remove(m, &m->writing, fd);
+        nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
+    } else {
+        nw_manager_drop_conn(m, fd);
+    }
+}
+
 /* Send what the client takes now of the rest. Each write that sends
  * something moves the deadline on by --timeout. */
 static void nw_manager_write_some(nw_manager *m, int fd)
 {
     nw_manager_slot *s = &m->slots[fd];
+    if (s->flags & NW_MANAGER_F_UNSENT) {
+        nw_manager_sent_yet(m, fd);
+        return;
+    }
     off_t off = (off_t)s->out_off;
     size_t left = (size_t)s->out_left;
     int r = nw_io_sendfile_now(fd, s->out_fd, &off, &left);
@@ -1532,7 +1598,13 @@ static void nw_manager_expire(nw_manager *m)
 {
     while (m->idle.first != NW_MANAGER_NONE
            && m->slots[m->idle.first].deadline <= m->now) {
-        nw_manager_drop_conn(m, m->idle.first);
+        int fd = m->idle.first;
+        nw_manager_list_remove(m, &m->idle, fd);
+        m->slots[fd].kind = NW_MANAGER_FREE;
+        if (nw_manager_wait_sent(m, fd))
+            continue;   /* not idle: a worker's response is still in the socket */
+        nw_manager_unwatch(m, fd);
+        nw_manager_forget(m, fd);
         m->st.closed_timeout++;
     }
     while (m->reading.first != NW_MANAGER_NONE
@@ -1545,7 +1617,13 @@ static void nw_manager_expire(nw_manager *m)
     }
     while (m->writing.first != NW_MANAGER_NONE
            && m->slots[m->writing.first].deadline <= m->now) {
-        nw_manager_drop_conn(m, m->writing.first);   /* read nothing for --timeout */
+        int fd = m->writing.first;
+        nw_manager_slot *s = &m->slots[fd];
+        if ((s->flags & NW_MANAGER_F_UNSENT) && nw_io_unsent(fd) < s->out_left) {
+            nw_manager_sent_yet(m, fd);     /* the client reads on: not a timeout */
+            continue;
+        }
+        nw_manager_drop_conn(m, fd);   /* read nothing for --timeout */
         m->st.closed_timeout++;
     }
     while (m->closing.first != NW_MANAGER_NONE

@@ -236,7 +236,10 @@ my @TABLE = (
            . 'at least this many bytes a second keeps going, a slower one has --read-timeout.' },
     { name => 'keepalive_timeout', type => 'seconds', default => _c('DEFAULT_KEEPALIVE_TIMEOUT'),
       min_excl => 0, max => _c('MAX_SECONDS'), c => 1, manager => 'keepalive-timeout', group => 'Connections', arg => 'SECS',
-      help => 'idle time allowed between requests' },
+      help => 'idle time allowed between requests',
+      pod => 'Idle time allowed between requests, counted from when the last response has left '
+           . 'the server: a client still reading it (its bytes still in the socket) is not idle. '
+           . 'See "Slow readers" in F<docs/DESIGN.md>.' },
     { name => 'max_keepalive_reqs', type => 'count', default => _c('DEFAULT_MAX_KEEPALIVE_REQS'),
       c => 1, group => 'Connections', arg => 'N', help => 'requests on one connection',
       pod => 'Requests served on one connection; the last one is answered with '

@@ -1747,6 +1747,46 @@ static void test_output(void)
     ok(!read_pattern(c, 0, big, 3000), "... and its response is cut short (never complete)");
     close(c);
 
+    /* A rest that the socket takes whole while the client reads nothing:
+     * it has left the manager, not the socket. The connection is not idle
+     * while the kernel holds the response (--timeout while the client
+     * takes none of it), and its keep-alive time starts once the kernel
+     * has sent everything, not at the hand-off (test clock). */
+    const size_t fits = 2u << 20;
+    const int sndbuf = 4 << 20;     /* (the kernel doubles it: room for fits) */
+    tcp_pair(&c, &s);
+    setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    tw = m.now;
+    handoff_output(m.tom, s, pattern_memfd(fits), 0, fits, 0, 1, NULL, 2);
+    ok(STATS_UNTIL(&m, st, st.writing == 1, 2000),
+       "a rest the socket took whole, unread: still writing, not idle");
+    if (tw + 1350 > m.now)
+        clock_advance(&m, (int)(tw + 1350 - m.now));
+    ok(STATS_UNTIL(&m, st, st.writing == 1, 2000), "... 1.4 s after its hand-off too (test clock)");
+    ok(read_pattern(c, 0, fits, 10000), "the client reads it all");
+    tw = m.now;
+    ok(STATS_UNTIL(&m, st, st.writing == 0 && st.idle == 1, 3000), "then the connection is idle");
+    if (tw + 9900 > m.now)
+        clock_advance(&m, (int)(tw + 9900 - m.now));
+    put(c, REQ_A);
+    ok(got_serve(m.tow, 3000),
+       "9.9 s later its next request is served: --keepalive-timeout (10 s) counted from "
+       "when the response had left the socket, 11.3 s after the hand-off");
+    close_served();
+    close(c);
+
+    tcp_pair(&c, &s);
+    setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    tw = m.now;
+    handoff_output(m.tom, s, pattern_memfd(fits), 0, fits, 0, 1, NULL, 2);
+    ok(STATS_UNTIL(&m, st, st.writing == 1, 2000), "the same rest, and a client that reads nothing");
+    uint64_t timeouts = st.closed_timeout;
+    if (tw + 1600 > m.now)
+        clock_advance(&m, (int)(tw + 1600 - m.now));
+    ok(STATS_UNTIL(&m, st, st.writing == 0 && st.closed_timeout > timeouts, 3000),
+       "... is closed after --timeout without progress, as a writing one");
+    close(c);
+
     /* A frame that says OUTPUT but carries one fd is dropped, its fd closed. */
     tcp_pair(&c, &s);
     handoff_output(m.tom, s, pattern_memfd(10), 0, 10, 0, 1, NULL, 1);
