@@ -171,6 +171,17 @@ push @waits, in_background(sub { serve(); subtest 'a head dribbled byte by byte 
     like($raw, qr{^HTTP/1\.1 408 }, 'a head dribbled byte by byte still ends at the deadline');
 } });
 
+push @waits, in_background(sub { subtest 'a body shorter than its Content-Length' => sub {
+    my $s = spawn_server(app => $app, args => [ '--timeout', 1 ]);
+    my $c = raw_connect($s->port);
+    syswrite($c, "POST /echo HTTP/1.1\r\n${H}Content-Length: 10\r\n\r\nabc");
+    my $t0 = Time::HiRes::time();
+    my $raw = NarwhalTest::read_until_close($c, 4);
+    my $took = Time::HiRes::time() - $t0;
+    like($raw, qr{^HTTP/1\.1 408 }, 'a body shorter than its Content-Length: 408, the app not called');
+    ok($took > 0.8 && $took < 2.5, sprintf('... after --timeout 1 without more of it (%.2f s), then closed', $took));
+} });
+
 serve();
 
 subtest 'request line and headers' => sub {
