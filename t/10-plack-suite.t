@@ -56,6 +56,9 @@ sub run_suite {
 sub raw_client {
     my ($c, $sock_path, $req) = @_;
     my $version = $c->{version} || '1.1';
+    # (the suite waits for the TCP port; the unix socket is opened just
+    # after it, and a client can come in between)
+    NarwhalTest::wait_until(sub { -S $sock_path }, 5) if $sock_path;
     my $s = raw_connect($sock_path || $req->uri->port) or die "connect: $!";
     my $uri = $req->uri;
     my $path = $uri->path_query;
