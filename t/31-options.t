@@ -8,8 +8,9 @@ use Narwhal::Options ();
 use Plack::Handler::Narwhal ();
 
 # The option table (lib/Narwhal/Options.pm) is the one source of every
-# option's name, aliases, default, bounds and help: --help, the README, the
-# POD, the C configuration and the manager's arguments must agree with it.
+# option's name, aliases, default, bounds and help: --help, docs/OPTIONS.md,
+# the README's short table, the POD, the C configuration and the manager's
+# arguments must agree with it.
 
 my $ROOT = root();
 my @table = Narwhal::Options::table();
@@ -42,21 +43,32 @@ for my $o (@documented) {
 delete @help_line{qw(--env --app --help)};
 is_deeply([ sort keys %help_line ], [], '--help names no option the table lacks');
 
-# The README's table: one row per option.
-my $readme = slurp("$ROOT/README.md");
+# docs/OPTIONS.md's table: one row per option.
+my $options_md = slurp("$ROOT/docs/OPTIONS.md");
 my %row;
-while ($readme =~ /^\| `(--[^` ]+)(?: [A-Z]+)?` \| ([^|]*) \| ([^|]*) \| /mg) {
+while ($options_md =~ /^\| `(--[^` ]+)(?: [A-Z]+)?` \| ([^|]*) \| ([^|]*) \| /mg) {
     $row{$1} = { alias => $2, default => $3 };
 }
 for my $o (@documented) {
     my $flag = Narwhal::Options::flag_name($o);
-    my $row = delete $row{$flag} or do { fail("README has a row for $flag"); next };
+    my $row = delete $row{$flag} or do { fail("docs/OPTIONS.md has a row for $flag"); next };
     my @aliases = ((map { "-$_" } short_aliases($o)), (map { "--$_" } long_aliases($o)),
                    @{ $o->{negated} || [] });
-    is_deeply([ $row->{alias} =~ /`([^`]+)`/g ], \@aliases, "README: ${flag}'s aliases");
-    is($row->{default}, default_shown($o), "README: ${flag}'s default");
+    is_deeply([ $row->{alias} =~ /`([^`]+)`/g ], \@aliases, "docs/OPTIONS.md: ${flag}'s aliases");
+    is($row->{default}, default_shown($o), "docs/OPTIONS.md: ${flag}'s default");
 }
-is_deeply([ sort keys %row ], [], 'README names no option the table lacks');
+is_deeply([ sort keys %row ], [], 'docs/OPTIONS.md names no option the table lacks');
+
+# The README's short table (the options that matter most, written by
+# hand): each row names an option of the table, with its default.
+my $readme = slurp("$ROOT/README.md");
+my %by_flag = map { (Narwhal::Options::flag_name($_) => $_) } @documented;
+my @readme_rows = $readme =~ /^\| `(--[^` ]+)(?: [A-Z]+)?` \| ([^|]*?) \| /mg;
+ok(@readme_rows >= 2 * 10, "the README's short table has rows");
+while (my ($flag, $default) = splice(@readme_rows, 0, 2)) {
+    my $o = $by_flag{$flag} or do { fail("README: $flag is an option of the table"); next };
+    is($default, default_shown($o), "README: ${flag}'s default");
+}
 
 # The POD's OPTIONS: one =item per option, naming its spellings and default.
 my ($options_pod) = slurp("$ROOT/lib/Narwhal.pm") =~ /^=head1 OPTIONS\n(.*?)^=head1 /ms;
@@ -83,7 +95,7 @@ SKIP: {
     skip 'dev/gen-options is development material (a release tarball leaves dev/ out)', 1
         unless -f "$ROOT/dev/gen-options";
     my $gen = run_cmd([ $^X, "$ROOT/dev/gen-options", '--check' ]);
-    is($gen->{code}, 0, 'README and POD options are what dev/gen-options writes (run it after changing the table)')
+    is($gen->{code}, 0, 'docs/OPTIONS.md and POD options are what dev/gen-options writes (run it after changing the table)')
         or diag $gen->{out};
 }
 

@@ -15,7 +15,8 @@ use NarwhalTest qw(free_port spawn_server write_app tmpdir perl_cmd run_cmd narw
 # takes it as, with that value; the server starts and serves, and where a
 # request can see the effect, it is seen), or it is refused in one line
 # with a non-zero exit and nothing left listening. Never accepted and
-# ignored. README.md, "Coming from Starman or Starlet".
+# ignored. docs/OPTIONS.md, "Coming from Starman or Starlet" (the README
+# has its summary).
 
 my $PLACKUP = '/usr/bin/plackup';
 my @NM = manager_fallback();

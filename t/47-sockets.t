@@ -12,8 +12,8 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until n
                    run_cmd free_port manager_fallback perl_cmd root missing in_parallel);
 
 # Listening as deployments need it: unix sockets with a mode and group set
-# before anyone can connect (and the README's nginx recipe, with Debian's
-# nginx running its workers as www-data), one listener however it is
+# before anyone can connect (and docs/DEPLOY.md's nginx recipe, with
+# Debian's nginx running its workers as www-data), one listener however it is
 # spelled (plackup passes a path twice), --reuse-port, a TCP address as
 # several sockets (--listen-queues), and the status pages' unix socket.
 # The ten parts below, each with servers of its own, run at once.
@@ -159,15 +159,15 @@ my $part_reuse_port = sub {
     like($r->{err}, qr/cannot listen on 127\.0\.0\.1:$port/, '... saying so');
 };
 
-# 5. The README's nginx recipe, as written, with Debian's nginx running its
+# 5. The nginx recipe of docs/DEPLOY.md, as written, with Debian's nginx running its
 # workers as www-data.
 my $part_nginx = sub {
     SKIP: {
         missing('needs root, nginx and a www-data user', 3) if $> || !-x '/usr/sbin/nginx' || !defined getpwnam('www-data');
-        open(my $rf, '<', root() . '/README.md') or die;
-        my $readme = do { local $/; <$rf> };
-        my ($cmd) = $readme =~ m{^    (narwhal --listen /run/narwhal/app\.sock[^\n]*)$}m
-            or skip 'the README has no nginx recipe command', 3;
+        open(my $rf, '<', root() . '/docs/DEPLOY.md') or die;
+        (my $deploy = do { local $/; <$rf> }) =~ s/ *\\\n */ /g;    # (a command continued with \)
+        my ($cmd) = $deploy =~ m{^    (narwhal --listen /run/narwhal/app\.sock[^\n]*)$}m
+            or skip 'docs/DEPLOY.md has no nginx recipe command', 3;
         my @args = split ' ', $cmd;
         shift @args;
         pop @args;    # app.psgi
@@ -208,7 +208,7 @@ CONF
         my $c = raw_connect($port);
         syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         my $r = read_response($c, 5);
-        is($r && $r->{status}, 200, "nginx as www-data reaches Narwhal through the README's recipe ($cmd)");
+        is($r && $r->{status}, 200, "nginx as www-data reaches Narwhal through docs/DEPLOY.md's recipe ($cmd)");
         like($r->{body}, qr/^ok \d+/, '... and gets the app\'s answer');
         $s->stop;
         # the same without the socket options: nginx's workers cannot connect

@@ -10,7 +10,7 @@ use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until t
                    manager_fallback run_cmd narwhal_cmd in_parallel);
 
 # --access-log-client forwarded: behind a proxy on a unix socket (the
-# README's nginx recipe) the client field is the address the proxy put
+# nginx recipe of docs/DEPLOY.md) the client field is the address the proxy put
 # last in X-Forwarded-For, not "-", so goaccess' COMBINED format takes the
 # lines; a peer that is not trusted cannot choose it. The three parts
 # below, each with servers or commands of its own, run at once.
