@@ -9,6 +9,7 @@ use File::Spec ();
 # is there, as GitHub makes anchors. No network: links with a scheme
 # (https:, mailto:) are not followed. Raw benchmark output
 # (bench/results/) is not part of the tree, so nothing may link into it.
+# And README.md and docs/DESIGN.md stay within their line counts.
 
 my $root = File::Spec->rel2abs(dirname(__FILE__) . '/..');
 # A release tarball leaves development material out (MANIFEST.SKIP): a
@@ -76,6 +77,15 @@ for my $doc (@docs) {
         }
     }
     ok(!@bad, "$doc: " . @links . ' links resolve') or diag join "\n", map { "  $_" } @bad;
+}
+
+# What a newcomer reads first stays short: the README says what Narwhal is
+# and how to start (the rest is in docs/), DESIGN.md how it works (history
+# and measurements are in git and docs/PERFORMANCE.md).
+my %max_lines = ('README.md' => 300, 'docs/DESIGN.md' => 1200);
+for my $doc (sort keys %max_lines) {
+    my $lines = () = read_file("$root/$doc") =~ /\n/g;
+    ok($lines <= $max_lines{$doc}, "$doc: $lines lines, at most $max_lines{$doc}");
 }
 
 done_testing;
