@@ -4,7 +4,7 @@
  * closes the connection it shuts it down first, so that the FIN leaves
  * although the manager still holds a copy; the manager then sees the
  * hang-up and closes its copy. Timed against the same connection's life
- * without custody (accept, close). docs/DESIGN.md, "Custody (designed)".
+ * without custody (accept, close). docs/DESIGN.md, "Custody of parked connections".
  *
  *   cc -O2 -o /tmp/custody-cost bench/src/custody-cost.c && /tmp/custody-cost 20000
  */

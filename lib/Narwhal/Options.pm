@@ -8,9 +8,9 @@ use Narwhal::Listener ();
 # bounds, help group, placeholder and one line of help live here, and
 # everything else is derived from it: the command line's Getopt specs and
 # --help, the defaults, the checks, the Plack handler's arguments, the C
-# side's typed configuration and the manager's arguments. The README's
-# table and the POD's OPTIONS items are written from it (dev/gen-options:
-# run it after changing the table) and t/31-options.t checks the README,
+# side's typed configuration and the manager's arguments. The table in
+# docs/OPTIONS.md and the POD's OPTIONS items are written from it (dev/gen-options:
+# run it after changing the table) and t/31-options.t checks docs/OPTIONS.md,
 # the POD and --help against it. Limits that C enforces take their
 # default and bounds from C (Narwhal::Limits, exported by the XS from
 # src/nw_limits.h), never retyped here.
@@ -20,7 +20,7 @@ use Narwhal::Listener ();
 # max, group, arg (placeholder), help, c (the C configuration reads it),
 # manager (the manager program's flag for it), negated (handler names that
 # mean its opposite: plackup turns --disable-X into X => 0), doc (0: not an
-# operator option: left out of --help, the README and the POD), pod (the
+# operator option: left out of --help, docs/OPTIONS.md and the POD), pod (the
 # POD's longer text when the help line is not enough; POD markup allowed).
 
 my $L = 'Narwhal::Limits';
@@ -477,7 +477,7 @@ sub cli_name {
     return "--$n";
 }
 
-# An option's default as the README and the POD show it.
+# An option's default as docs/OPTIONS.md and the POD show it.
 sub default_text {
     my ($o) = @_;
     return '' unless defined $o->{default};

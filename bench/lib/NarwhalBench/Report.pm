@@ -253,7 +253,7 @@ sub callgrind_section {
     return "$md\n";
 }
 
-# The summary and targets alone, for the top-level README to include; links
+# The summary and targets alone, for a document (PERFORMANCE.md) to include; links
 # point into $report (a path from the repository root).
 sub summary_markdown {
     my ($run, $report) = @_;
