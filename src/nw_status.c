@@ -3,10 +3,9 @@
 #define _GNU_SOURCE
 #endif
 #include "nw_status.h"
+#include "nw_procfs.h"
 #include "nw_response.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <stdarg.h>
@@ -109,38 +108,6 @@ static int put_label(nw_buf *b, const char *s)
 
 /* ------------------------------------------------------------ reading */
 
-/* utime + stime (seconds) and the resident size (bytes) of pid from one
- * read of /proc/PID/stat; the fields after those, from field 22 on, into
- * rest (start time, vsize) when asked. -1 when it could not be read. */
-static int proc_stat(int pid, double *cpu_s, uint64_t *rss, unsigned long long rest[2])
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
-    if (n <= 0 || tick <= 0)
-        return -1;
-    buf[n] = 0;
-    /* after "pid (comm) ": fields 3.. (comm may hold spaces: from the last ')') */
-    char *p3 = strrchr(buf, ')');
-    unsigned long long utime, stime, start, vsize;
-    long long pages;
-    if (!p3 || sscanf(p3 + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
-                      "%*d %*d %*d %*d %*d %*d %llu %llu %lld",
-                      &utime, &stime, &start, &vsize, &pages) != 5)
-        return -1;
-    *cpu_s = (double)(utime + stime) / (double)tick;
-    *rss = pages > 0 ? (uint64_t)pages * (uint64_t)(page > 0 ? page : 4096) : 0;
-    if (rest) {
-        rest[0] = start;
-        rest[1] = vsize;
-    }
-    return 0;
-}
-
 static void read_client(const nw_score_slot *s, char *out, size_t cap)
 {
     struct sockaddr_in6 sa;
@@ -177,7 +144,7 @@ static int read_row(const nw_score_slot *s, worker_row *w, uint64_t now_us)
     w->last_end_us = s->last_end_us;
     w->last_s = w->last_end_us ? (double)s->last_us / 1e6 : -1;
     read_client(s, w->client, sizeof w->client);
-    if (proc_stat(w->pid, &w->cpu_s, &w->rss, NULL) < 0) {
+    if (nw_procfs_stat(w->pid, &w->cpu_s, &w->rss, NULL) < 0) {
         w->cpu_s = -1;
         w->rss = 0;
     }
@@ -522,77 +489,12 @@ static int metrics_manager(nw_buf *o, const nw_status_manager *m, const nw_score
     return r;
 }
 
-/* What /proc says of one process (the master): -1 where it could not be
- * read (another user's fds under --user, say). */
-typedef struct {
-    double cpu_s, start_unix;
-    double rss, vsize, fds, max_fds;
-} proc_numbers;
-
-static double proc_boot_time(void)
-{
-    static double btime;
-    if (btime > 0)
-        return btime;
-    FILE *f = fopen("/proc/stat", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "btime ", 6)) {
-            btime = strtod(line + 6, NULL);
-            break;
-        }
-    if (f)
-        fclose(f);
-    return btime;
-}
-
-static void proc_read(int pid, proc_numbers *p)
-{
-    char path[64];
-    double cpu;
-    uint64_t rss;
-    unsigned long long rest[2];
-    p->cpu_s = p->start_unix = p->rss = p->vsize = p->fds = p->max_fds = -1;
-    if (proc_stat(pid, &cpu, &rss, rest) == 0) {
-        long tick = sysconf(_SC_CLK_TCK);
-        double boot = proc_boot_time();
-        p->cpu_s = cpu;
-        if (boot > 0)
-            p->start_unix = boot + (double)rest[0] / (double)tick;
-        p->vsize = (double)rest[1];
-        p->rss = (double)rss;
-    }
-    snprintf(path, sizeof path, "/proc/%d/fd", pid);
-    DIR *d = opendir(path);
-    if (d) {
-        double count = 0;
-        for (struct dirent *e; (e = readdir(d));)
-            count += e->d_name[0] != '.';
-        closedir(d);
-        p->fds = count;
-    }
-    snprintf(path, sizeof path, "/proc/%d/limits", pid);
-    FILE *f = fopen(path, "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "Max open files", 14)) {
-            char *v = line + 14;
-            while (*v == ' ')
-                v++;
-            if (strncmp(v, "unlimited", 9))
-                p->max_fds = strtod(v, NULL);
-            break;
-        }
-    if (f)
-        fclose(f);
-}
-
 /* The standard process_* families, of the master (the process that owns
  * the server: its pid is in the scoreboard), and the build. */
 static int metrics_process(nw_buf *o, const nw_scoreboard *b)
 {
-    proc_numbers p;
-    proc_read(b->h.master_pid, &p);
+    nw_procfs_numbers p;
+    nw_procfs_read(b->h.master_pid, &p);
     int r = 0;
     if (p.cpu_s >= 0) {
         r |= metric_head(o, "process_cpu_seconds_total", "counter",
