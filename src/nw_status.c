@@ -180,11 +180,12 @@ static worker_row *read_rows(const nw_scoreboard *b, size_t *n, uint64_t now_us)
  * counted: connections the kernel holds in a listen queue, accepted by
  * nobody yet (narwhal_listen_queue_length). */
 enum { CS_IDLE, CS_READING, CS_QUEUED, CS_WRITING, CS_CLOSING, CS_HANDOFF, CS_PARKED, CS_WORKER,
-       CS_STATES };
-static const char *const conn_state_names[CS_STATES] = {
-    "idle", "reading", "queued", "writing", "closing", "handoff", "parked", "worker" };
+       CS_STATES, CS_TOTAL = CS_STATES };
+static const char *const conn_state_names[CS_STATES + 1] = {
+    "idle", "reading", "queued", "writing", "closing", "handoff", "parked", "worker", "total" };
 
-static uint64_t conn_states(const nw_status_manager *m, uint64_t c[CS_STATES])
+/* The count in each state, and at CS_TOTAL their sum. */
+static void conn_states(const nw_status_manager *m, uint64_t c[CS_STATES + 1])
 {
     c[CS_IDLE] = m->held_idle;
     c[CS_READING] = m->held_reading;
@@ -194,10 +195,9 @@ static uint64_t conn_states(const nw_status_manager *m, uint64_t c[CS_STATES])
     c[CS_HANDOFF] = m->board.handoff_queued;
     c[CS_PARKED] = m->board.parked;
     c[CS_WORKER] = m->board.in_workers;
-    uint64_t total = 0;
+    c[CS_TOTAL] = 0;
     for (int i = 0; i < CS_STATES; i++)
-        total += c[i];
-    return total;
+        c[CS_TOTAL] += c[i];
 }
 
 static void count_states(const worker_row *rows, size_t n, uint64_t by_state[5])
@@ -301,316 +301,316 @@ int nw_status_route(const char *head, size_t len, int *head_only)
     return NW_STATUS_NOT_FOUND;
 }
 
-/* ------------------------------------------------------------ metrics */
-
-static int metric_head(nw_buf *o, const char *name, const char *type, const char *help)
-{
-    return put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* A histogram in seconds from counts per bucket (NW_SCORE_BOUNDS_US). */
-static int histogram(nw_buf *o, const char *name, const char *help,
-                     const uint64_t bucket[NW_SCORE_BUCKETS], uint64_t sum_us)
-{
-    int r = metric_head(o, name, "histogram", help);
-    uint64_t cumulative = 0;
-    for (int i = 0; i < NW_SCORE_BUCKETS; i++) {
-        cumulative += bucket[i];
-        if (i < NW_SCORE_BUCKETS - 1)
-            r |= put(o, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bounds_us[i] / 1e6,
-                     (unsigned long long)cumulative);
-        else
-            r |= put(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
-    }
-    r |= put(o, "%s_sum %.6f\n", name, (double)sum_us / 1e6);
-    r |= put(o, "%s_count %llu\n", name, (unsigned long long)cumulative);
-    return r;
-}
-
-static int metrics_requests(nw_buf *o, const nw_score_counts *t)
-{
-    int r = metric_head(o, "narwhal_requests_total", "counter",
-                        "Requests answered by the workers, by status class.");
-    for (int i = 0; i < NW_SCORE_CLASSES; i++)
-        r |= put(o, "narwhal_requests_total{class=\"%dxx\"} %llu\n", i + 1,
-                 (unsigned long long)t->by_class[i]);
-    r |= histogram(o, "narwhal_request_duration_seconds",
-                   "Time from a complete request to the end of its response.",
-                   t->bucket, t->duration_us);
-    r |= histogram(o, "narwhal_request_queue_seconds",
-                   "Time a complete request waited before a worker began it: in the "
-                   "connection manager's queue, parked in a busy worker, or in the "
-                   "listen queue (TCP: from the kernel's receive time).",
-                   t->queue_bucket, t->queue_us);
-    r |= metric_head(o, "narwhal_response_body_bytes_total", "counter",
-                     "Bytes of response bodies the workers wrote (chunked framing included).");
-    r |= put(o, "narwhal_response_body_bytes_total %llu\n", (unsigned long long)t->bytes_sent);
-    return r;
-}
-
-static int metrics_workers(nw_buf *o, const nw_scoreboard *b, const worker_row *rows, size_t n)
-{
-    uint64_t by_state[5], accepting = 0;
-    count_states(rows, n, by_state);
-    for (size_t i = 0; i < n; i++)
-        accepting += rows[i].accepts && rows[i].state != NW_WORKER_STOPPING;
-    int r = metric_head(o, "narwhal_workers", "gauge", "Worker processes, by state.");
-    for (int s = NW_WORKER_STARTING; s <= NW_WORKER_STOPPING; s++)
-        r |= put(o, "narwhal_workers{state=\"%s\"} %llu\n", state_names[s],
-                 (unsigned long long)by_state[s]);
-    r |= metric_head(o, "narwhal_workers_accepting", "gauge",
-                     "Workers taking new clients from the listeners (--accepting-workers); "
-                     "the others serve what the connection manager gives them.");
-    r |= put(o, "narwhal_workers_accepting %llu\n", (unsigned long long)accepting);
-    r |= metric_head(o, "narwhal_workers_wanted", "gauge", "Workers the master keeps running.");
-    r |= put(o, "narwhal_workers_wanted %d\n", b->h.workers_wanted);
-    r |= metric_head(o, "narwhal_workers_min", "gauge",
-                     "The elastic pool's lower bound (--min-workers; the upper one without it).");
-    r |= put(o, "narwhal_workers_min %d\n", b->h.workers_min);
-    r |= metric_head(o, "narwhal_workers_max", "gauge", "The pool's upper bound (--max-workers).");
-    r |= put(o, "narwhal_workers_max %d\n", b->h.workers_max);
-    r |= metric_head(o, "narwhal_pool_changes_total", "counter",
-                     "Workers the elastic pool added (requests waited, or every worker was "
-                     "stuck) or retired (idle).");
-    static const char *const pool_reasons[NW_POOL_CHANGES] = { "grow_waited", "grow_stuck",
-                                                               "shrink_idle" };
-    for (int i = 0; i < NW_POOL_CHANGES; i++)
-        r |= put(o, "narwhal_pool_changes_total{reason=\"%s\"} %llu\n", pool_reasons[i],
-                 (unsigned long long)b->h.pool_changes[i]);
-    r |= metric_head(o, "narwhal_worker_restarts_total", "counter",
-                     "Workers started in place of one that left, by why it left.");
-    for (int i = 0; i < NW_RESTART_REASONS; i++)
-        r |= put(o, "narwhal_worker_restarts_total{reason=\"%s\"} %llu\n", restart_names[i],
-                 (unsigned long long)b->h.restarts[i]);
-    /* by scoreboard slot, not pid: a replaced worker's successor takes the
-     * lowest free slot, so the series stay (about --max-workers of them)
-     * while the workers come and go */
-    r |= metric_head(o, "narwhal_worker_resident_bytes", "gauge",
-                     "Resident set size of each worker, by scoreboard slot.");
-    for (size_t i = 0; i < n; i++)
-        r |= put(o, "narwhal_worker_resident_bytes{slot=\"%d\"} %llu\n", rows[i].slot,
-                 (unsigned long long)rows[i].rss);
-    return r;
-}
-
-static int metrics_manager(nw_buf *o, const nw_status_manager *m, const nw_score_counts *t)
-{
-    uint64_t c[CS_STATES];
-    conn_states(m, c);
-    int r = metric_head(o, "narwhal_connections", "gauge",
-                        "Open client connections, each in one state: held idle or reading a "
-                        "head in the manager, queued for a worker (in the manager or on the "
-                        "serve queue), written to a slow reader by the manager, closing "
-                        "there, on the handoff queue, parked in a worker between requests, "
-                        "or in a worker otherwise (being served).");
-    for (int i = 0; i < CS_STATES; i++)
-        r |= put(o, "narwhal_connections{state=\"%s\"} %llu\n", conn_state_names[i],
-                 (unsigned long long)c[i]);
-    r |= metric_head(o, "narwhal_requests_waiting", "gauge",
-                     "Complete requests waiting for a worker: in the connection manager's "
-                     "own queue (manager) and on the serve queue the workers take from "
-                     "(serve_queue).");
-    r |= put(o, "narwhal_requests_waiting{where=\"manager\"} %llu\n",
-             (unsigned long long)m->held_queued);
-    r |= put(o, "narwhal_requests_waiting{where=\"serve_queue\"} %llu\n",
-             (unsigned long long)m->board.serve_queued);
-    r |= metric_head(o, "narwhal_refused_total", "counter",
-                     "Connections closed unserved because they could not be passed on or "
-                     "kept, each answered 503 when it held a request and logged: the serve "
-                     "queue refused the manager's hand-off (serve_queue), a worker's "
-                     "hand-off to the manager failed (handoff), the manager held "
-                     "--max-connections with none idle (full), no memory (memory).");
-    r |= put(o, "narwhal_refused_total{reason=\"serve_queue\"} %llu\n",
-             (unsigned long long)m->refused[NW_REFUSED_SERVE_QUEUE]);
-    r |= put(o, "narwhal_refused_total{reason=\"handoff\"} %llu\n",
-             (unsigned long long)t->handoff_refused);
-    r |= put(o, "narwhal_refused_total{reason=\"full\"} %llu\n",
-             (unsigned long long)m->refused[NW_REFUSED_FULL]);
-    r |= put(o, "narwhal_refused_total{reason=\"memory\"} %llu\n",
-             (unsigned long long)m->refused[NW_REFUSED_MEMORY]);
-    uint64_t adopted = t->adopted;
-    const uint64_t *proxy_rejected = t->proxy_rejected;
-    r |= metric_head(o, "narwhal_handoffs_total", "counter",
-                     "Connections passed between workers and the manager, and from a "
-                     "leaving worker to the others.");
-    r |= put(o, "narwhal_handoffs_total{direction=\"to_manager\"} %llu\n",
-             (unsigned long long)m->handoffs_in);
-    r |= put(o, "narwhal_handoffs_total{direction=\"to_worker\"} %llu\n",
-             (unsigned long long)m->handoffs_out);
-    r |= put(o, "narwhal_handoffs_total{direction=\"worker_to_worker\"} %llu\n",
-             (unsigned long long)adopted);
-    r |= metric_head(o, "narwhal_offloaded_total", "counter",
-                     "Responses a worker left to the manager to finish for a slow reader.");
-    r |= put(o, "narwhal_offloaded_total %llu\n", (unsigned long long)m->offloaded);
-    r |= metric_head(o, "narwhal_offload_bytes", "gauge",
-                     "Bytes of such responses held in memory (--max-offload-total).");
-    r |= put(o, "narwhal_offload_bytes %lld\n", (long long)(m->offload_bytes > 0 ? m->offload_bytes : 0));
-    r |= metric_head(o, "narwhal_proxy_rejected_total", "counter",
-                     "Connections closed under --proxy-protocol: no valid PROXY header "
-                     "(bad_header) or a peer outside --proxy-from (not_allowed).");
-    r |= put(o, "narwhal_proxy_rejected_total{reason=\"bad_header\"} %llu\n",
-             (unsigned long long)proxy_rejected[NW_PROXY_REJECT_BAD_HEADER]);
-    r |= put(o, "narwhal_proxy_rejected_total{reason=\"not_allowed\"} %llu\n",
-             (unsigned long long)proxy_rejected[NW_PROXY_REJECT_NOT_ALLOWED]);
-    r |= metric_head(o, "narwhal_shed_total", "counter",
-                     "Requests answered 503 after waiting longer than --max-queue-wait.");
-    r |= put(o, "narwhal_shed_total %llu\n", (unsigned long long)m->shed);
-    r |= metric_head(o, "narwhal_manager_accepted_total", "counter",
-                     "Connections the manager took from the listeners itself because every "
-                     "worker was stuck on a request (they wait in its queue, measured).");
-    r |= put(o, "narwhal_manager_accepted_total %llu\n", (unsigned long long)m->accepted);
-    r |= metric_head(o, "narwhal_manager_accepting", "gauge",
-                     "1 while the manager takes new connections: no accepting worker can take one.");
-    r |= put(o, "narwhal_manager_accepting %d\n", m->accepting);
-    r |= metric_head(o, "narwhal_custody_connections", "gauge",
-                     "Connections parked in workers of which the manager holds a copy, so "
-                     "that a worker's death does not close them.");
-    r |= put(o, "narwhal_custody_connections %llu\n", (unsigned long long)m->custody);
-    r |= metric_head(o, "narwhal_custody_taken_over_total", "counter",
-                     "Connections the manager took over from workers that died without "
-                     "giving them up (a KILL, an app's exit).");
-    r |= put(o, "narwhal_custody_taken_over_total %llu\n", (unsigned long long)m->custody_taken);
-    r |= metric_head(o, "narwhal_custody_lost_total", "counter",
-                     "Connections closed because their worker died serving their request.");
-    r |= put(o, "narwhal_custody_lost_total %llu\n", (unsigned long long)m->custody_lost);
-    r |= metric_head(o, "narwhal_listen_queue_length", "gauge",
-                     "Connections in a listener's accept queue (TCP listeners; the sum of "
-                     "an address's queues, --listen-queues).");
-    for (int i = 0; i < m->nlisteners; i++)
-        if (m->listener[i].known)
-            r |= put(o, "narwhal_listen_queue_length{listener=\"%s\"} %u\n",
-                     m->listener[i].address, m->listener[i].queue);
-    r |= metric_head(o, "narwhal_listen_queue_limit", "gauge",
-                     "A listener's backlog (the sum of an address's queues' backlogs).");
-    for (int i = 0; i < m->nlisteners; i++)
-        if (m->listener[i].known)
-            r |= put(o, "narwhal_listen_queue_limit{listener=\"%s\"} %u\n",
-                     m->listener[i].address, m->listener[i].backlog);
-    return r;
-}
-
-/* The standard process_* families, of the master (the process that owns
- * the server: its pid is in the scoreboard), and the build. */
-static int metrics_process(nw_buf *o, const nw_scoreboard *b)
-{
-    nw_procfs_numbers p;
-    nw_procfs_read(b->h.master_pid, &p);
-    int r = 0;
-    if (p.cpu_s >= 0) {
-        r |= metric_head(o, "process_cpu_seconds_total", "counter",
-                         "Total user and system CPU time of the master, in seconds.");
-        r |= put(o, "process_cpu_seconds_total %.2f\n", p.cpu_s);
-        r |= metric_head(o, "process_resident_memory_bytes", "gauge",
-                         "Resident memory size of the master, in bytes.");
-        r |= put(o, "process_resident_memory_bytes %.0f\n", p.rss);
-        r |= metric_head(o, "process_virtual_memory_bytes", "gauge",
-                         "Virtual memory size of the master, in bytes.");
-        r |= put(o, "process_virtual_memory_bytes %.0f\n", p.vsize);
-    }
-    r |= metric_head(o, "process_start_time_seconds", "gauge",
-                     "Start time of the master since the epoch, in seconds.");
-    r |= put(o, "process_start_time_seconds %.2f\n",
-             p.start_unix > 0 ? p.start_unix : (double)b->h.started_unix);
-    if (p.fds >= 0) {
-        r |= metric_head(o, "process_open_fds", "gauge", "Open file descriptors of the master.");
-        r |= put(o, "process_open_fds %.0f\n", p.fds);
-    }
-    if (p.max_fds >= 0) {
-        r |= metric_head(o, "process_max_fds", "gauge",
-                         "The master's limit of open file descriptors.");
-        r |= put(o, "process_max_fds %.0f\n", p.max_fds);
-    }
-    char version[sizeof b->h.version + 1], perl[sizeof b->h.perl_version + 1];
-    memcpy(version, b->h.version, sizeof b->h.version);
-    version[sizeof b->h.version] = 0;
-    memcpy(perl, b->h.perl_version, sizeof b->h.perl_version);
-    perl[sizeof b->h.perl_version] = 0;
-    r |= metric_head(o, "narwhal_build_info", "gauge",
-                     "Always 1; the labels say which Narwhal runs, on which perl.");
-    r |= put(o, "narwhal_build_info{version=\"");
-    r |= put_label(o, version[0] ? version : "unknown");
-    r |= put(o, "\",perl=\"");
-    r |= put_label(o, perl[0] ? perl : "unknown");
-    r |= put(o, "\"} 1\n");
-    return r;
-}
-
-static int render_metrics(nw_buf *o, const nw_scoreboard *b, const nw_status_manager *m,
-                          const worker_row *rows, size_t n, int64_t now_unix)
-{
-    nw_score_counts t;
-    nw_scoreboard_totals(b, &t);
-    int r = metrics_requests(o, &t);
-    r |= metrics_workers(o, b, rows, n);
-    r |= metrics_manager(o, m, &t);
-    r |= metric_head(o, "narwhal_failures_total", "counter",
-                     "Failures that are not a request's own, each also logged: a request body "
-                     "that could not be spooled to TMPDIR (spool; answered 503), an accept "
-                     "refused by the open-file limit (fd_limit), a connection manager that "
-                     "died and was started again (manager_restart).");
-    r |= put(o, "narwhal_failures_total{kind=\"spool\"} %llu\n", (unsigned long long)t.spool_failed);
-    r |= put(o, "narwhal_failures_total{kind=\"fd_limit\"} %llu\n", (unsigned long long)t.fd_limit);
-    r |= put(o, "narwhal_failures_total{kind=\"manager_restart\"} %llu\n",
-             (unsigned long long)b->h.manager_restarts);
-    r |= metric_head(o, "narwhal_crash_refused_total", "counter",
-                     "Requests answered 503 without running the app: their route had killed "
-                     "workers again and again (--crash-backoff).");
-    r |= put(o, "narwhal_crash_refused_total %llu\n", (unsigned long long)t.crash_refused);
-    r |= metric_head(o, "narwhal_start_time_seconds", "gauge",
-                     "When the master started, in seconds since the epoch.");
-    r |= put(o, "narwhal_start_time_seconds %lld\n", (long long)b->h.started_unix);
-    r |= metric_head(o, "narwhal_up", "gauge", "1 while the server accepts work, 0 once it stops.");
-    r |= put(o, "narwhal_up %d\n", !(b->h.stopping || m->stopping));
-    r |= metrics_process(o, b);
-    (void)now_unix;
-    return r;
-}
-
 /* ------------------------------------------------------------ shared */
 
-/* What /status and /status.json show besides the rows. */
+/* Names of counts: label values of /metrics, keys of /status.json, headings of
+ * /status. */
+static const char *const class_names[NW_SCORE_CLASSES] = { "1xx", "2xx", "3xx", "4xx", "5xx" };
+static const char *const pool_reasons[NW_POOL_CHANGES] = { "grow_waited", "grow_stuck",
+                                                           "shrink_idle" };
+static const char *const proxy_reasons[NW_PROXY_REJECTS] = { "bad_header", "not_allowed" };
+static const char *const waiting_where[] = { "manager", "serve_queue" };
+static const char *const refused_reasons[] = { "serve_queue", "handoff", "full", "memory" };
+static const char *const handoff_directions[] = { "to_manager", "to_worker", "worker_to_worker" };
+static const char *const failure_kinds[] = { "spool", "fd_limit", "manager_restart" };
+
+#define COUNT_OF(a) (sizeof (a) / sizeof *(a))
+
+/* What the pages show besides the rows, read once per render. */
 typedef struct {
     const nw_scoreboard *b;
     const nw_status_manager *m;
-    nw_score_counts t;
+    const worker_row *rows;
+    size_t n;
+    nw_score_counts t;                  /* (nw_scoreboard_totals) */
     uint64_t by_state[5];
-    uint64_t conns[CS_STATES], open;    /* (conn_states) */
-    total_rates rates;
-    int64_t now_unix;
-    char host[256], version[sizeof ((nw_score_header *)0)->version + 1],
+    uint64_t conns[CS_STATES + 1];      /* (conn_states) */
+    uint64_t waiting[COUNT_OF(waiting_where)];
+    uint64_t refused[COUNT_OF(refused_reasons)];
+    uint64_t handoffs[COUNT_OF(handoff_directions)];
+    int64_t offload_bytes, now_unix;
+    char version[sizeof ((nw_score_header *)0)->version + 1],
          perl[sizeof ((nw_score_header *)0)->perl_version + 1];
+    total_rates rates;                  /* /status and /status.json only */
+    char host[256];
+    uint64_t accepting;                 /* /metrics only */
+    uint64_t failures[COUNT_OF(failure_kinds)];
+    int64_t up;
+    nw_procfs_numbers p;                /* the master's */
 } page_view;
 
-static void view_read(page_view *v, const nw_scoreboard *b, const nw_status_manager *m,
+static void view_metrics(page_view *v)
+{
+    const nw_status_manager *m = v->m;
+    for (size_t i = 0; i < v->n; i++)
+        v->accepting += v->rows[i].accepts && v->rows[i].state != NW_WORKER_STOPPING;
+    memcpy(v->failures, (uint64_t[]){ v->t.spool_failed, v->t.fd_limit, v->b->h.manager_restarts },
+           sizeof v->failures);
+    v->up = !(v->b->h.stopping || m->stopping);
+    nw_procfs_read(v->b->h.master_pid, &v->p);
+    if (!(v->p.start_unix > 0))
+        v->p.start_unix = (double)v->b->h.started_unix;
+}
+
+static void view_read(page_view *v, int page, const nw_scoreboard *b, const nw_status_manager *m,
                       nw_status_rates *rates, worker_row *rows, size_t n, uint64_t now_us,
                       int64_t now_unix)
 {
-    v->b = b;
-    v->m = m;
-    v->now_unix = now_unix;
+    *v = (page_view){ .b = b, .m = m, .rows = rows, .n = n, .now_unix = now_unix,
+                      .waiting = { m->held_queued, m->board.serve_queued },
+                      .offload_bytes = m->offload_bytes > 0 ? m->offload_bytes : 0 };
     nw_scoreboard_totals(b, &v->t);
+    memcpy(v->refused, (uint64_t[]){ m->refused[NW_REFUSED_SERVE_QUEUE], v->t.handoff_refused,
+                                     m->refused[NW_REFUSED_FULL], m->refused[NW_REFUSED_MEMORY] },
+           sizeof v->refused);
+    memcpy(v->handoffs, (uint64_t[]){ m->handoffs_in, m->handoffs_out, v->t.adopted },
+           sizeof v->handoffs);
     count_states(rows, n, v->by_state);
-    v->open = conn_states(m, v->conns);
+    conn_states(m, v->conns);
+    memcpy(v->version, b->h.version, sizeof b->h.version);
+    memcpy(v->perl, b->h.perl_version, sizeof b->h.perl_version);
+    if (page == NW_STATUS_METRICS) {
+        view_metrics(v);
+        return;
+    }
     rates_apply(rates, rows, n, &v->t, now_us, (double)(now_unix - b->h.started_unix), &v->rates);
     if (gethostname(v->host, sizeof v->host - 1) != 0)
         strcpy(v->host, "?");
-    v->host[sizeof v->host - 1] = 0;
-    memcpy(v->version, b->h.version, sizeof b->h.version);
-    v->version[sizeof b->h.version] = 0;
-    memcpy(v->perl, b->h.perl_version, sizeof b->h.perl_version);
-    v->perl[sizeof b->h.perl_version] = 0;
-}
-
-static uint64_t open_connections(const page_view *v)
-{
-    return v->open;
 }
 
 /* Complete requests waiting for a worker that the manager can see. */
 static uint64_t requests_waiting(const page_view *v)
 {
-    return v->m->held_queued + v->m->board.serve_queued;
+    return v->waiting[0] + v->waiting[1];
 }
+
+/* ------------------------------------------------------------ metrics */
+
+/* A family of /metrics: its values are read at offset `at` of the view,
+ * the manager's record or the board's header, one for each value of its
+ * label (or one, with no label), unless it writes its series itself. A
+ * family of doubles whose value is negative (not known) is left out. */
+enum { FROM_VIEW, FROM_MANAGER, FROM_HEADER };
+enum { AS_U64, AS_I64, AS_I32, AS_F2, AS_F0 };  /* %llu, %lld, %d, %.2f, %.0f */
+typedef struct metric_family metric_family;
+struct metric_family {
+    const char *name, *type, *help;
+    int (*series)(nw_buf *o, const metric_family *f, const page_view *v);
+    unsigned char from, as;
+    size_t at, sum;                 /* (a histogram: its buckets and its sum, in the view) */
+    const char *label;
+    const char *const *values;
+    size_t n;
+};
+
+static const volatile char *family_values(const metric_family *f, const page_view *v)
+{
+    const volatile char *base = f->from == FROM_MANAGER ? (const volatile char *)v->m
+                              : f->from == FROM_HEADER  ? (const volatile char *)&v->b->h
+                              :                           (const volatile char *)v;
+    return base + f->at;
+}
+
+static int put_value(nw_buf *o, int as, const volatile char *p, size_t i)
+{
+    switch (as) {
+    case AS_I64: return put(o, "%lld", (long long)((const volatile int64_t *)p)[i]);
+    case AS_I32: return put(o, "%d", (int)((const volatile int32_t *)p)[i]);
+    case AS_F2:  return put(o, "%.2f", ((const volatile double *)p)[i]);
+    case AS_F0:  return put(o, "%.0f", ((const volatile double *)p)[i]);
+    default:     return put(o, "%llu", (unsigned long long)((const volatile uint64_t *)p)[i]);
+    }
+}
+
+static int fixed_series(nw_buf *o, const metric_family *f, const page_view *v)
+{
+    int r = 0;
+    for (size_t i = 0; i < (f->label ? f->n : 1); i++) {
+        r |= f->label ? put(o, "%s{%s=\"%s\"} ", f->name, f->label, f->values[i])
+                      : put(o, "%s ", f->name);
+        r |= put_value(o, f->as, family_values(f, v), i);
+        r |= put(o, "\n");
+    }
+    return r;
+}
+
+/* A histogram in seconds from counts per bucket (bounds_us). */
+static int histogram(nw_buf *o, const metric_family *f, const page_view *v)
+{
+    const uint64_t *bucket = (const uint64_t *)((const char *)v + f->at);
+    uint64_t sum_us = *(const uint64_t *)((const char *)v + f->sum), cumulative = 0;
+    int r = 0;
+    for (int i = 0; i < NW_SCORE_BUCKETS; i++) {
+        cumulative += bucket[i];
+        if (i < NW_SCORE_BUCKETS - 1)
+            r |= put(o, "%s_bucket{le=\"%g\"} %llu\n", f->name, (double)bounds_us[i] / 1e6,
+                     (unsigned long long)cumulative);
+        else
+            r |= put(o, "%s_bucket{le=\"+Inf\"} %llu\n", f->name, (unsigned long long)cumulative);
+    }
+    r |= put(o, "%s_sum %.6f\n", f->name, (double)sum_us / 1e6);
+    return r | put(o, "%s_count %llu\n", f->name, (unsigned long long)cumulative);
+}
+
+/* By scoreboard slot, not pid: a replaced worker's successor takes the
+ * lowest free slot, so the series stay (about --max-workers of them)
+ * while the workers come and go. */
+static int slot_series(nw_buf *o, const metric_family *f, const page_view *v)
+{
+    int r = 0;
+    for (size_t i = 0; i < v->n; i++)
+        r |= put(o, "%s{slot=\"%d\"} %llu\n", f->name, v->rows[i].slot,
+                 (unsigned long long)v->rows[i].rss);
+    return r;
+}
+
+/* The field at `at` of each listener whose queue could be read. */
+static int listener_series(nw_buf *o, const metric_family *f, const page_view *v)
+{
+    int r = 0;
+    for (const nw_status_listener *l = v->m->listener; l < v->m->listener + v->m->nlisteners; l++)
+        if (l->known)
+            r |= put(o, "%s{listener=\"%s\"} %u\n", f->name, l->address,
+                     *(const uint32_t *)((const char *)l + f->at));
+    return r;
+}
+
+static int build_series(nw_buf *o, const metric_family *f, const page_view *v)
+{
+    int r = put(o, "%s{version=\"", f->name);
+    r |= put_label(o, v->version[0] ? v->version : "unknown");
+    r |= put(o, "\",perl=\"");
+    r |= put_label(o, v->perl[0] ? v->perl : "unknown");
+    return r | put(o, "\"} 1\n");
+}
+
+#define VIEW(f)    .from = FROM_VIEW, .at = offsetof(page_view, f)
+#define MANAGER(f) .from = FROM_MANAGER, .at = offsetof(nw_status_manager, f)
+#define HEADER(f)  .from = FROM_HEADER, .at = offsetof(nw_score_header, f)
+#define LABEL(name, list) .label = name, .values = list, .n = COUNT_OF(list)
+#define HISTOGRAM(b, s) .series = histogram, VIEW(t.b), .sum = offsetof(page_view, t.s)
+
+/* /metrics, in this order. The process_* families are the standard ones,
+ * of the master (the process that owns the server: its pid is in the
+ * scoreboard). */
+static const metric_family families[] = {
+    { "narwhal_requests_total", "counter", "Requests answered by the workers, by status class.",
+      VIEW(t.by_class), LABEL("class", class_names) },
+    { "narwhal_request_duration_seconds", "histogram",
+      "Time from a complete request to the end of its response.", HISTOGRAM(bucket, duration_us) },
+    { "narwhal_request_queue_seconds", "histogram",
+      "Time a complete request waited before a worker began it: in the connection manager's "
+      "queue, parked in a busy worker, or in the listen queue (TCP: from the kernel's receive "
+      "time).", HISTOGRAM(queue_bucket, queue_us) },
+    { "narwhal_response_body_bytes_total", "counter",
+      "Bytes of response bodies the workers wrote (chunked framing included).",
+      VIEW(t.bytes_sent) },
+    { "narwhal_workers", "gauge", "Worker processes, by state.", VIEW(by_state[NW_WORKER_STARTING]),
+      .label = "state", .values = state_names + NW_WORKER_STARTING,
+      .n = NW_WORKER_STOPPING - NW_WORKER_STARTING + 1 },
+    { "narwhal_workers_accepting", "gauge", "Workers taking new clients from the listeners "
+      "(--accepting-workers); the others serve what the connection manager gives them.",
+      VIEW(accepting) },
+    { "narwhal_workers_wanted", "gauge", "Workers the master keeps running.",
+      HEADER(workers_wanted), .as = AS_I32 },
+    { "narwhal_workers_min", "gauge",
+      "The elastic pool's lower bound (--min-workers; the upper one without it).",
+      HEADER(workers_min), .as = AS_I32 },
+    { "narwhal_workers_max", "gauge", "The pool's upper bound (--max-workers).",
+      HEADER(workers_max), .as = AS_I32 },
+    { "narwhal_pool_changes_total", "counter", "Workers the elastic pool added (requests "
+      "waited, or every worker was stuck) or retired (idle).",
+      HEADER(pool_changes), LABEL("reason", pool_reasons) },
+    { "narwhal_worker_restarts_total", "counter",
+      "Workers started in place of one that left, by why it left.",
+      HEADER(restarts), LABEL("reason", restart_names) },
+    { "narwhal_worker_resident_bytes", "gauge",
+      "Resident set size of each worker, by scoreboard slot.", .series = slot_series },
+    { "narwhal_connections", "gauge", "Open client connections, each in one state: held idle "
+      "or reading a head in the manager, queued for a worker (in the manager or on the serve "
+      "queue), written to a slow reader by the manager, closing there, on the handoff queue, "
+      "parked in a worker between requests, or in a worker otherwise (being served).",
+      VIEW(conns), .label = "state", .values = conn_state_names, .n = CS_STATES },
+    { "narwhal_requests_waiting", "gauge", "Complete requests waiting for a worker: in the "
+      "connection manager's own queue (manager) and on the serve queue the workers take from "
+      "(serve_queue).", VIEW(waiting), LABEL("where", waiting_where) },
+    { "narwhal_refused_total", "counter", "Connections closed unserved because they could not "
+      "be passed on or kept, each answered 503 when it held a request and logged: the serve "
+      "queue refused the manager's hand-off (serve_queue), a worker's hand-off to the manager "
+      "failed (handoff), the manager held --max-connections with none idle (full), no memory "
+      "(memory).", VIEW(refused), LABEL("reason", refused_reasons) },
+    { "narwhal_handoffs_total", "counter", "Connections passed between workers and the "
+      "manager, and from a leaving worker to the others.",
+      VIEW(handoffs), LABEL("direction", handoff_directions) },
+    { "narwhal_offloaded_total", "counter",
+      "Responses a worker left to the manager to finish for a slow reader.", MANAGER(offloaded) },
+    { "narwhal_offload_bytes", "gauge",
+      "Bytes of such responses held in memory (--max-offload-total).",
+      VIEW(offload_bytes), .as = AS_I64 },
+    { "narwhal_proxy_rejected_total", "counter", "Connections closed under --proxy-protocol: "
+      "no valid PROXY header (bad_header) or a peer outside --proxy-from (not_allowed).",
+      VIEW(t.proxy_rejected), LABEL("reason", proxy_reasons) },
+    { "narwhal_shed_total", "counter",
+      "Requests answered 503 after waiting longer than --max-queue-wait.", MANAGER(shed) },
+    { "narwhal_manager_accepted_total", "counter", "Connections the manager took from the "
+      "listeners itself because every worker was stuck on a request (they wait in its queue, "
+      "measured).", MANAGER(accepted) },
+    { "narwhal_manager_accepting", "gauge",
+      "1 while the manager takes new connections: no accepting worker can take one.",
+      MANAGER(accepting), .as = AS_I32 },
+    { "narwhal_custody_connections", "gauge", "Connections parked in workers of which the "
+      "manager holds a copy, so that a worker's death does not close them.", MANAGER(custody) },
+    { "narwhal_custody_taken_over_total", "counter", "Connections the manager took over from "
+      "workers that died without giving them up (a KILL, an app's exit).",
+      MANAGER(custody_taken) },
+    { "narwhal_custody_lost_total", "counter",
+      "Connections closed because their worker died serving their request.",
+      MANAGER(custody_lost) },
+    { "narwhal_listen_queue_length", "gauge", "Connections in a listener's accept queue (TCP "
+      "listeners; the sum of an address's queues, --listen-queues).",
+      .series = listener_series, .at = offsetof(nw_status_listener, queue) },
+    { "narwhal_listen_queue_limit", "gauge",
+      "A listener's backlog (the sum of an address's queues' backlogs).",
+      .series = listener_series, .at = offsetof(nw_status_listener, backlog) },
+    { "narwhal_failures_total", "counter", "Failures that are not a request's own, each also "
+      "logged: a request body that could not be spooled to TMPDIR (spool; answered 503), an "
+      "accept refused by the open-file limit (fd_limit), a connection manager that died and "
+      "was started again (manager_restart).", VIEW(failures), LABEL("kind", failure_kinds) },
+    { "narwhal_crash_refused_total", "counter", "Requests answered 503 without running the "
+      "app: their route had killed workers again and again (--crash-backoff).",
+      VIEW(t.crash_refused) },
+    { "narwhal_start_time_seconds", "gauge",
+      "When the master started, in seconds since the epoch.", HEADER(started_unix), .as = AS_I64 },
+    { "narwhal_up", "gauge", "1 while the server accepts work, 0 once it stops.",
+      VIEW(up), .as = AS_I64 },
+    { "process_cpu_seconds_total", "counter",
+      "Total user and system CPU time of the master, in seconds.", VIEW(p.cpu_s), .as = AS_F2 },
+    { "process_resident_memory_bytes", "gauge", "Resident memory size of the master, in bytes.",
+      VIEW(p.rss), .as = AS_F0 },
+    { "process_virtual_memory_bytes", "gauge", "Virtual memory size of the master, in bytes.",
+      VIEW(p.vsize), .as = AS_F0 },
+    { "process_start_time_seconds", "gauge",
+      "Start time of the master since the epoch, in seconds.", VIEW(p.start_unix), .as = AS_F2 },
+    { "process_open_fds", "gauge", "Open file descriptors of the master.",
+      VIEW(p.fds), .as = AS_F0 },
+    { "process_max_fds", "gauge", "The master's limit of open file descriptors.",
+      VIEW(p.max_fds), .as = AS_F0 },
+    { "narwhal_build_info", "gauge", "Always 1; the labels say which Narwhal runs, on which perl.",
+      .series = build_series },
+};
+
+static int render_metrics(nw_buf *o, const page_view *v)
+{
+    int r = 0;
+    for (const metric_family *f = families; f < families + COUNT_OF(families); f++) {
+        if (!f->series && f->as >= AS_F2 && *(const double *)family_values(f, v) < 0)
+            continue;
+        r |= put(o, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
+        r |= (f->series ? f->series : fixed_series)(o, f, v);
+    }
+    return r;
+}
+
 
 /* ------------------------------------------------------------ JSON */
 
@@ -618,6 +618,16 @@ static uint64_t requests_waiting(const page_view *v)
 static int json_seconds(nw_buf *o, const char *name, double s)
 {
     return s < 0 ? put(o, ",\"%s\":null", name) : put(o, ",\"%s\":%.6f", name, s);
+}
+
+/* "name":count for each of n names, comma-separated. */
+static int json_counts_of(nw_buf *o, const char *const *names, const volatile uint64_t *counts,
+                          size_t n)
+{
+    int r = 0;
+    for (size_t i = 0; i < n; i++)
+        r |= put(o, "%s\"%s\":%llu", i ? "," : "", names[i], (unsigned long long)counts[i]);
+    return r;
 }
 
 static int json_workers(nw_buf *o, const worker_row *rows, size_t n)
@@ -648,44 +658,35 @@ static int json_counts(nw_buf *o, const page_view *v)
 {
     const nw_score_counts *t = &v->t;
     int r = put(o, "\"requests\":{\"total\":%llu,\"by_class\":{", (unsigned long long)t->served);
-    for (int i = 0; i < NW_SCORE_CLASSES; i++)
-        r |= put(o, "%s\"%dxx\":%llu", i ? "," : "", i + 1, (unsigned long long)t->by_class[i]);
+    r |= json_counts_of(o, class_names, t->by_class, NW_SCORE_CLASSES);
     r |= put(o, "},\"duration_seconds_sum\":%.6f,\"per_second\":%.3f,\"rate_window_seconds\":%.3f,"
              "\"bytes_sent\":%llu", (double)t->duration_us / 1e6, v->rates.rps,
              v->rates.window_s, (unsigned long long)t->bytes_sent);
     r |= json_seconds(o, "mean_seconds", v->rates.mean_s);
     r |= json_seconds(o, "last_seconds", v->rates.last_s);
     r |= put(o, "},\"restarts\":{");
-    for (int i = 0; i < NW_RESTART_REASONS; i++)
-        r |= put(o, "%s\"%s\":%llu", i ? "," : "", restart_names[i],
-                 (unsigned long long)v->b->h.restarts[i]);
+    r |= json_counts_of(o, restart_names, v->b->h.restarts, NW_RESTART_REASONS);
     return r | put(o, "}");
 }
 
 static int json_manager(nw_buf *o, const page_view *v)
 {
     const nw_status_manager *m = v->m;
-    int r = put(o, "\"connections\":{\"total\":%llu", (unsigned long long)open_connections(v));
-    for (int i = 0; i < CS_STATES; i++)
-        r |= put(o, ",\"%s\":%llu", conn_state_names[i], (unsigned long long)v->conns[i]);
+    int r = put(o, "\"connections\":{\"total\":%llu,", (unsigned long long)v->conns[CS_TOTAL]);
+    r |= json_counts_of(o, conn_state_names, v->conns, CS_STATES);
     /* requests waiting for a worker: where the manager sees them, and
      * (with custody) those parked in a worker that is busy */
     r |= put(o, "},\"requests_waiting\":{\"total\":%llu,\"manager\":%llu,\"serve_queue\":%llu,"
              "\"parked\":", (unsigned long long)requests_waiting(v),
              (unsigned long long)m->held_queued, (unsigned long long)m->board.serve_queued);
     r |= m->parked_known ? put(o, "%llu", (unsigned long long)m->parked_readable) : put(o, "null");
-    r |= put(o, "},\"refused\":{\"serve_queue\":%llu,\"handoff\":%llu,\"full\":%llu,"
-             "\"memory\":%llu},", (unsigned long long)m->refused[NW_REFUSED_SERVE_QUEUE],
-             (unsigned long long)v->t.handoff_refused,
-             (unsigned long long)m->refused[NW_REFUSED_FULL],
-             (unsigned long long)m->refused[NW_REFUSED_MEMORY]);
-    r |= put(o, "\"handoffs\":{\"to_manager\":%llu,\"to_worker\":%llu},\"shed\":%llu,"
-                "\"offloaded\":%llu,\"offload_bytes\":%lld,"
-                "\"listeners\":[",
-                (unsigned long long)m->handoffs_in,
-                (unsigned long long)m->handoffs_out, (unsigned long long)m->shed,
-                (unsigned long long)m->offloaded,
-                (long long)(m->offload_bytes > 0 ? m->offload_bytes : 0));
+    r |= put(o, "},\"refused\":{");
+    r |= json_counts_of(o, refused_reasons, v->refused, COUNT_OF(v->refused));
+    r |= put(o, "},\"handoffs\":{");
+    r |= json_counts_of(o, handoff_directions, v->handoffs, 2);     /* (not worker_to_worker) */
+    r |= put(o, "},\"shed\":%llu,\"offloaded\":%llu,\"offload_bytes\":%lld,\"listeners\":[",
+             (unsigned long long)m->shed, (unsigned long long)m->offloaded,
+             (long long)v->offload_bytes);
     for (int i = 0; i < m->nlisteners; i++) {
         r |= put(o, "%s{\"address\":", i ? "," : "");
         r |= put_json_string(o, m->listener[i].address);
@@ -788,7 +789,7 @@ static int html_now(nw_buf *o, const page_view *v)
     r |= put(o, "</b>sent</div>");
     r |= html_card(o, "busy workers", (unsigned long long)v->by_state[NW_WORKER_BUSY]);
     r |= html_card(o, "idle workers", (unsigned long long)v->by_state[NW_WORKER_IDLE]);
-    r |= html_card(o, "open connections", (unsigned long long)open_connections(v));
+    r |= html_card(o, "open connections", (unsigned long long)v->conns[CS_TOTAL]);
     r |= html_card(o, "requests waiting", (unsigned long long)requests_waiting(v));
     r |= html_card(o, "shed (503)", (unsigned long long)v->m->shed);
     return r | put(o, "</div>");
@@ -812,34 +813,33 @@ static int html_header(nw_buf *o, const page_view *v)
     return r | put(o, "</p>");
 }
 
+/* A table of one row of counts, each under its name. */
+static int html_counts(nw_buf *o, const char *caption, const char *const *names,
+                       const volatile uint64_t *counts, size_t n)
+{
+    int r = put(o, "<table><caption>%s</caption><tr>", caption);
+    for (size_t i = 0; i < n; i++)
+        r |= put(o, "<th>%s</th>", names[i]);
+    r |= put(o, "</tr><tr>");
+    for (size_t i = 0; i < n; i++)
+        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)counts[i]);
+    return r | put(o, "</tr></table>");
+}
+
 static int html_tables(nw_buf *o, const page_view *v)
 {
     const nw_status_manager *m = v->m;
-    int r = put(o, "<div class=cards><table><caption>connections</caption><tr>");
-    for (int i = 0; i < CS_STATES; i++)
-        r |= put(o, "<th>%s</th>", conn_state_names[i]);
-    r |= put(o, "<th>total</th></tr><tr>");
-    for (int i = 0; i < CS_STATES; i++)
-        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)v->conns[i]);
-    r |= put(o, "<td class=n>%llu</td>", (unsigned long long)open_connections(v));
-    r |= put(o, "</tr></table><table><caption>requests waiting for a worker</caption><tr>"
+    int r = put(o, "<div class=cards>");
+    r |= html_counts(o, "connections", conn_state_names, v->conns, CS_STATES + 1);
+    r |= put(o, "<table><caption>requests waiting for a worker</caption><tr>"
              "<th>in the manager</th><th>on the serve queue</th><th>parked</th></tr><tr>"
              "<td class=n>%llu</td><td class=n>%llu</td><td class=n>",
              (unsigned long long)m->held_queued, (unsigned long long)m->board.serve_queued);
     r |= m->parked_known ? put(o, "%llu", (unsigned long long)m->parked_readable) : put(o, "-");
-    r |= put(o, "</td></tr></table><table><caption>responses</caption><tr>");
-    for (int i = 0; i < NW_SCORE_CLASSES; i++)
-        r |= put(o, "<th>%dxx</th>", i + 1);
-    r |= put(o, "</tr><tr>");
-    for (int i = 0; i < NW_SCORE_CLASSES; i++)
-        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)v->t.by_class[i]);
-    r |= put(o, "</tr></table><table><caption>workers replaced</caption><tr>");
-    for (int i = 0; i < NW_RESTART_REASONS; i++)
-        r |= put(o, "<th>%s</th>", restart_names[i]);
-    r |= put(o, "</tr><tr>");
-    for (int i = 0; i < NW_RESTART_REASONS; i++)
-        r |= put(o, "<td class=n>%llu</td>", (unsigned long long)v->b->h.restarts[i]);
-    return r | put(o, "</tr></table></div>");
+    r |= put(o, "</td></tr></table>");
+    r |= html_counts(o, "responses", class_names, v->t.by_class, NW_SCORE_CLASSES);
+    r |= html_counts(o, "workers replaced", restart_names, v->b->h.restarts, NW_RESTART_REASONS);
+    return r | put(o, "</div>");
 }
 
 static int html_worker(nw_buf *o, const worker_row *w)
@@ -910,17 +910,14 @@ static int render_body(nw_buf *o, int page, const nw_scoreboard *b, const nw_sta
     worker_row *rows = read_rows(b, &n, now_us);
     if (!rows)
         return -1;
-    int r;
-    if (page == NW_STATUS_METRICS) {
-        r = render_metrics(o, b, m, rows, n, now_unix);
-    } else {
-        page_view *v = malloc(sizeof *v);
-        r = -1;
-        if (v) {
-            view_read(v, b, m, rates, rows, n, now_us, now_unix);
-            r = page == NW_STATUS_JSON ? render_json(o, v, rows, n) : render_html(o, v, rows, n);
-            free(v);
-        }
+    page_view *v = malloc(sizeof *v);
+    int r = -1;
+    if (v) {
+        view_read(v, page, b, m, rates, rows, n, now_us, now_unix);
+        r = page == NW_STATUS_METRICS ? render_metrics(o, v)
+          : page == NW_STATUS_JSON    ? render_json(o, v, rows, n)
+          :                             render_html(o, v, rows, n);
+        free(v);
     }
     free(rows);
     return r ? -1 : 0;
