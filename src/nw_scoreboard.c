@@ -15,8 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
-
 size_t nw_scoreboard_bytes(uint32_t nslots)
 {
     return sizeof(nw_scoreboard) + (size_t)nslots * sizeof(nw_score_slot);
@@ -407,7 +405,7 @@ int nw_scoreboard_ready_since(const nw_scoreboard *b, int32_t generation, nw_mse
 int nw_scoreboard_bucket(uint64_t duration_us)
 {
     int i = 0;
-    while (i < NW_SCORE_BUCKETS - 1 && duration_us > bounds_us[i])
+    while (i < NW_SCORE_BUCKETS - 1 && duration_us > nw_score_bounds_us[i])
         i++;
     return i;
 }

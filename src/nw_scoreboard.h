@@ -24,8 +24,9 @@
 /* The duration and queue-wait histograms' upper bounds, in microseconds
  * (the last bucket is +Inf): from 100 us, so that a fast app's percentiles
  * are resolved. */
-#define NW_SCORE_BOUNDS_US { 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, \
-                             250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000 }
+static const uint64_t nw_score_bounds_us[NW_SCORE_BUCKETS - 1] = {
+    100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
+    250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000 };
 
 enum nw_worker_state {
     NW_WORKER_FREE = 0,     /* no worker in this slot */

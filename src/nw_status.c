@@ -16,7 +16,6 @@
 static const char *const state_names[] = { "free", "starting", "idle", "busy", "stopping" };
 static const char *const restart_names[NW_RESTART_REASONS] = {
     "max-requests", "crash", "watchdog", "memory", "signal", "lifetime", "exit" };
-static const uint64_t bounds_us[NW_SCORE_BUCKETS - 1] = NW_SCORE_BOUNDS_US;
 
 /* One worker as the pages show it. */
 typedef struct {
@@ -434,7 +433,7 @@ static int fixed_series(nw_buf *o, const metric_family *f, const page_view *v)
     return r;
 }
 
-/* A histogram in seconds from counts per bucket (bounds_us). */
+/* A histogram in seconds from counts per bucket (nw_score_bounds_us). */
 static int histogram(nw_buf *o, const metric_family *f, const page_view *v)
 {
     const uint64_t *bucket = (const uint64_t *)((const char *)v + f->at);
@@ -443,8 +442,8 @@ static int histogram(nw_buf *o, const metric_family *f, const page_view *v)
     for (int i = 0; i < NW_SCORE_BUCKETS; i++) {
         cumulative += bucket[i];
         if (i < NW_SCORE_BUCKETS - 1)
-            r |= put(o, "%s_bucket{le=\"%g\"} %llu\n", f->name, (double)bounds_us[i] / 1e6,
-                     (unsigned long long)cumulative);
+            r |= put(o, "%s_bucket{le=\"%g\"} %llu\n", f->name,
+                     (double)nw_score_bounds_us[i] / 1e6, (unsigned long long)cumulative);
         else
             r |= put(o, "%s_bucket{le=\"+Inf\"} %llu\n", f->name, (unsigned long long)cumulative);
     }
