@@ -19,11 +19,6 @@ void nw_log_set_role(const char *role)
         log_role = role;
 }
 
-const char *nw_log_role(void)
-{
-    return log_role;
-}
-
 static char *put_num(char *o, unsigned long v, int width)
 {
     char d[24];

@@ -20,7 +20,6 @@
 /* This process's role in the prefix: "master", "worker", "manager" (a
  * pointer to a string that lives as long as the process). */
 void nw_log_set_role(const char *role);
-const char *nw_log_role(void);
 
 /* "YYYY-MM-DDTHH:MM:SS.mmmZ" (24 bytes, no NUL) for a Unix time in
  * seconds and milliseconds, UTC; years after 9999 wrap. Async-signal-safe. */
