@@ -111,12 +111,6 @@ void nw_scoreboard_unmap_shared(nw_score_header *h)
         munmap(h, shared_map_bytes());
 }
 
-void nw_scoreboard_destroy(nw_scoreboard *b)
-{
-    if (b)
-        munmap(b, nw_scoreboard_bytes(b->h.nslots));
-}
-
 void nw_scoreboard_unmap(const nw_scoreboard *b)
 {
     if (b)

@@ -211,7 +211,7 @@ size_t nw_scoreboard_bytes(uint32_t nslots);
 nw_scoreboard *nw_scoreboard_create(uint32_t nslots, int *fd_out);
 /* Map the board in fd read-only. NULL with errno (EINVAL: not a board). */
 const nw_scoreboard *nw_scoreboard_map(int fd);
-void nw_scoreboard_destroy(nw_scoreboard *b);
+/* Unmap a board, created or mapped (NULL: nothing). */
 void nw_scoreboard_unmap(const nw_scoreboard *b);
 
 /* The master: the slot of worker pid, about to start; standby: it will

@@ -152,7 +152,7 @@ static void test_operator_fields(void)
     ok(rates->last.at_us == before.at_us, "... and takes no sample");
     free(mx);
     free(rates);
-    nw_scoreboard_destroy(b);
+    nw_scoreboard_unmap(b);
     close(fd);
 }
 
@@ -228,7 +228,7 @@ static void test_connection_states(void)
     has(h, "<td class=n>5</td><td class=n>2</td><td class=n>3</td><td class=n>2</td>"
         "<td class=n>28</td>", "... the connections' states and their total");
     free(h);
-    nw_scoreboard_destroy(b);
+    nw_scoreboard_unmap(b);
     close(fd);
 }
 
@@ -314,7 +314,7 @@ static void test_pool_stuck(void)
     b->slot[3].state = NW_WORKER_STOPPING;
     ok(!nw_scoreboard_pool_stuck(b, now, min, 1, &busy), "no accepting worker, no standby one idle: not stuck");
     is(busy, 0, "... and none of them busy");
-    nw_scoreboard_destroy(b);
+    nw_scoreboard_unmap(b);
     close(fd);
 }
 
@@ -333,7 +333,7 @@ static void test_other_idle(void)
     ok(!nw_scoreboard_other_idle(b, &b->slot[0]), "busy or starting: not idle");
     b->slot[2].state = NW_WORKER_IDLE;
     ok(nw_scoreboard_other_idle(b, &b->slot[0]), "another idle: yes");
-    nw_scoreboard_destroy(b);
+    nw_scoreboard_unmap(b);
     close(fd);
 }
 
@@ -375,7 +375,7 @@ static void test_mean_parked(void)
     ok(!nw_scoreboard_at_most_mean_parked(b, 300), "a worker at 0 counts in the mean");
     b->slot[3].standby = 1;
     ok(nw_scoreboard_at_most_mean_parked(b, 300), "... a standby one does not");
-    nw_scoreboard_destroy(b);
+    nw_scoreboard_unmap(b);
     close(fd);
 }
 
@@ -444,7 +444,7 @@ static void test_recycling_turn(void)
     ok(!nw_scoreboard_ready_since(b, 1, 1001), "a worker forked before the ask is not its replacement");
     b->slot[3].state = NW_WORKER_BUSY;
     ok(nw_scoreboard_ready_since(b, 1, 1000), "busy is ready too");
-    nw_scoreboard_destroy(b);
+    nw_scoreboard_unmap(b);
     close(fd);
 }
 
@@ -543,7 +543,7 @@ static void test_board(void)
     ok(missing && strstr(missing, "\r\nDate: Tue, 14 Nov 2023 22:13:20 GMT\r\n"), "... with a Date");
     free(missing);
     nw_scoreboard_unmap(ro);
-    nw_scoreboard_destroy(b);
+    nw_scoreboard_unmap(b);
     close(fd);
 }
 
@@ -587,7 +587,7 @@ static void test_fold_race(void)
     nw_score_counts c;
     nw_scoreboard_totals(race_board, &c);
     is(c.served, 20000, "... and end at the sum");
-    nw_scoreboard_destroy(race_board);
+    nw_scoreboard_unmap(race_board);
     close(fd);
 }
 

@@ -161,7 +161,7 @@ static void test_pages(void)
     ok(fcntl(l, F_GETFD) < 0 && errno == EBADF, "closing closes the listener");
     is(s.rates, NULL, "and frees the rates");
     close(ep);
-    nw_scoreboard_destroy(b);
+    nw_scoreboard_unmap(b);
     close(fd);
 }
 

@@ -955,7 +955,7 @@ static void pool_close(pool *p)
 {
     close(p->q[0]);
     close(p->q[1]);
-    nw_scoreboard_destroy(p->board);
+    nw_scoreboard_unmap(p->board);
     close(p->bfd);
 }
 
