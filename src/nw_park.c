@@ -212,8 +212,3 @@ nw_msec nw_park_nearest(const nw_park *p)
             return p->until[i];
     return 0;
 }
-
-int nw_park_fd(const nw_park *p, int i)
-{
-    return (i >= 0 && i < NW_MAX_PARKED && p->item[i]) ? p->fd[i] : -1;
-}

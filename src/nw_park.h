@@ -97,7 +97,4 @@ nw_msec nw_park_nearest(const nw_park *p);
  * slot's, for narwhal_connections{state="parked"}); NULL: nowhere. */
 void nw_park_publish(nw_park *p, volatile uint32_t *to);
 
-/* The fd parked in slot i (for shutdown), or -1. */
-int nw_park_fd(const nw_park *p, int i);
-
 #endif
