@@ -52,14 +52,6 @@ int nw_sched_set_slice(uint64_t ns)
     return (int)syscall(SYS_sched_setattr, 0, &a, 0);
 }
 
-uint64_t nw_sched_slice(void)
-{
-    struct sched_attr a;
-    if (get_attr(&a) < 0 || (a.sched_policy != SCHED_OTHER && a.sched_policy != SCHED_BATCH))
-        return 0;
-    return a.sched_runtime;
-}
-
 int nw_sched_cpus(void)
 {
     cpu_set_t set;

@@ -19,10 +19,6 @@
  * may also accept it and ignore it). */
 int nw_sched_set_slice(uint64_t ns);
 
-/* The calling thread's slice in nanoseconds as the kernel reports it (0:
- * it reports none: a kernel before custom slices, or another policy). */
-uint64_t nw_sched_slice(void);
-
 /* The CPUs the calling thread may run on (its affinity mask: a cpuset or
  * taskset counts, a CPU quota does not); at least 1. */
 int nw_sched_cpus(void);
