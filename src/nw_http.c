@@ -40,7 +40,7 @@
 #define NW_C_SCHEME 0x20    /* ALPHA DIGIT "+" "-" ".", RFC 3986 3.1 */
 #define NW_C_HOST   0x40    /* reg-name byte but pct-encoded: unreserved sub-delims, RFC 3986 3.2.2 */
 
-static const unsigned char nw_ctype[256] = {
+static const unsigned char ctype[256] = {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 0x00 */
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 0x10 */
     0x18, 0x4f, 0x0e, 0x0f, 0x4f, 0x0f, 0x4f, 0x4f, 0x4e, 0x4e, 0x4f, 0x6f, 0x4e, 0x6f, 0x6f, 0x0e, /* 0x20 */
@@ -60,7 +60,7 @@ static const unsigned char nw_ctype[256] = {
 };
 
 #define NW_NOT_HEX 0xff
-static const unsigned char nw_hexval[256] = {
+static const unsigned char hexval[256] = {
     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x00 */
     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x10 */
     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0x20 */
@@ -79,44 +79,43 @@ static const unsigned char nw_hexval[256] = {
     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* 0xF0 */
 };
 
-#define NW_IS(c, cls) (nw_ctype[(unsigned char)(c)] & (cls))
+#define NW_IS(c, cls) (ctype[(unsigned char)(c)] & (cls))
 
-static inline unsigned char nw_lower(unsigned char c)
+static inline unsigned char lower(unsigned char c)
 {
     return (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
 }
 
 /* Case-insensitive: does s[0..n) equal the lower-case literal lit[0..ln)? */
-static int nw_ieq(const char *s, size_t n, const char *lit, size_t ln)
+static int ieq(const char *s, size_t n, const char *lit, size_t ln)
 {
     size_t i;
     if (n != ln)
         return 0;
     for (i = 0; i < n; i++)
-        if (nw_lower((unsigned char)s[i]) != (unsigned char)lit[i])
+        if (lower((unsigned char)s[i]) != (unsigned char)lit[i])
             return 0;
     return 1;
 }
 
 /* First index in [i, end) whose byte is not of class cls (or end). */
-static inline size_t nw_span(const unsigned char *s, size_t i, size_t end,
-                             unsigned cls)
+static inline size_t span(const unsigned char *s, size_t i, size_t end, unsigned cls)
 {
     while (end - i >= 4) {
-        if (!(nw_ctype[s[i]] & cls)) return i;
-        if (!(nw_ctype[s[i + 1]] & cls)) return i + 1;
-        if (!(nw_ctype[s[i + 2]] & cls)) return i + 2;
-        if (!(nw_ctype[s[i + 3]] & cls)) return i + 3;
+        if (!(ctype[s[i]] & cls)) return i;
+        if (!(ctype[s[i + 1]] & cls)) return i + 1;
+        if (!(ctype[s[i + 2]] & cls)) return i + 2;
+        if (!(ctype[s[i + 3]] & cls)) return i + 3;
         i += 4;
     }
-    while (i < end && (nw_ctype[s[i]] & cls))
+    while (i < end && (ctype[s[i]] & cls))
         i++;
     return i;
 }
 
 int nw_header_is(const nw_header *h, const char *lower_name, size_t lower_len)
 {
-    return nw_ieq(h->name, h->name_len, lower_name, lower_len);
+    return ieq(h->name, h->name_len, lower_name, lower_len);
 }
 
 /* ----------------------------------------------------------- request head */
@@ -131,7 +130,7 @@ typedef struct {
     const nw_parse_limits *lim;
 } nw_head_ctx;
 
-static int nw_fail(nw_request *req, int status, const char *why)
+static int fail(nw_request *req, int status, const char *why)
 {
     req->error_status = status;
     req->error_reason = why;
@@ -139,24 +138,24 @@ static int nw_fail(nw_request *req, int status, const char *why)
 }
 
 /* Ran off the bytes we may look at: more input needed, or over a limit. */
-static int nw_ran_out(const nw_head_ctx *c)
+static int ran_out(const nw_head_ctx *c)
 {
     if (c->end < c->len || c->len >= c->lim->max_header_bytes)
-        return nw_fail(c->req, 431, "request head too large");
+        return fail(c->req, 431, "request head too large");
     return NW_PARSE_INCOMPLETE;
 }
 
 /* Same, inside the request line. */
-static int nw_rl_ran_out(const nw_head_ctx *c)
+static int rl_ran_out(const nw_head_ctx *c)
 {
     if (c->rl_capped)
-        return nw_fail(c->req, 414, "request line too long");
-    return nw_ran_out(c);
+        return fail(c->req, 414, "request line too long");
+    return ran_out(c);
 }
 
 /* Line ending at s[*i]: CRLF or LF. Returns 0 and advances, 1 if it needs
  * more bytes, -1 if the byte there is neither (or a CR without LF). */
-static inline int nw_eol(const nw_head_ctx *c, size_t *i)
+static inline int eol(const nw_head_ctx *c, size_t *i)
 {
     size_t k = *i;
     if (c->s[k] == '\n') {
@@ -194,7 +193,7 @@ size_t nw_http_empty_lines(const char *p, size_t len, int *bad)
 
 /* Skip empty lines before the request line (RFC 9112 2.2), by the rule
  * the worker and the manager apply before they parse (nw_http_empty_lines). */
-static int nw_skip_empty_lines(nw_head_ctx *c, size_t *i)
+static int skip_empty_lines(nw_head_ctx *c, size_t *i)
 {
     int bad;
     size_t n;
@@ -202,15 +201,15 @@ static int nw_skip_empty_lines(nw_head_ctx *c, size_t *i)
         return 0;
     n = nw_http_empty_lines((const char *)c->s, c->end, &bad);
     if (bad)
-        return nw_fail(c->req, 400, "bare CR");
+        return fail(c->req, 400, "bare CR");
     *i = n;
     if (n >= c->end || (c->s[n] == '\r' && n + 1 == c->end))
-        return nw_ran_out(c);
+        return ran_out(c);
     return 0;
 }
 
 /* Absolute-form target: offset just past "scheme://", or 0. */
-static size_t nw_authority_start(const char *t, size_t n)
+static size_t authority_start(const char *t, size_t n)
 {
     size_t i = 0;
     if (n == 0 || !((t[0] | 0x20) >= 'a' && (t[0] | 0x20) <= 'z'))
@@ -223,8 +222,7 @@ static size_t nw_authority_start(const char *t, size_t n)
 }
 
 /* path/query from the target; q is the first '?' or NULL. */
-static void nw_split_target(nw_request *req, const char *t, size_t n,
-                            const char *q)
+static void split_target(nw_request *req, const char *t, size_t n, const char *q)
 {
     size_t plen = q ? (size_t)(q - t) : n;
     size_t a;
@@ -237,7 +235,7 @@ static void nw_split_target(nw_request *req, const char *t, size_t n,
     req->authority_len = 0;
     if (plen == 0 || t[0] == '/')
         return;
-    a = nw_authority_start(t, plen);
+    a = authority_start(t, plen);
     if (a == 0)
         return;
     size_t host = a;
@@ -253,20 +251,20 @@ static void nw_split_target(nw_request *req, const char *t, size_t n,
 }
 
 /* method SP: returns 0 with *i past the SP. */
-static int nw_parse_method(nw_head_ctx *c, size_t *i)
+static int parse_method(nw_head_ctx *c, size_t *i)
 {
     size_t m = *i, cap = c->rl_end;
     size_t k;
 
     if (cap - m > NW_MAX_METHOD_LEN + 1)
         cap = m + NW_MAX_METHOD_LEN + 1;
-    k = nw_span(c->s, m, cap, NW_C_TCHAR);
+    k = span(c->s, m, cap, NW_C_TCHAR);
     if (k - m > NW_MAX_METHOD_LEN)
-        return nw_fail(c->req, 400, "method too long");
+        return fail(c->req, 400, "method too long");
     if (k >= c->rl_end)
-        return nw_rl_ran_out(c);
+        return rl_ran_out(c);
     if (c->s[k] != ' ' || k == m)
-        return nw_fail(c->req, 400, "bad method");
+        return fail(c->req, 400, "bad method");
     c->req->method = (const char *)c->s + m;
     c->req->method_len = k - m;
     *i = k + 1;
@@ -274,29 +272,29 @@ static int nw_parse_method(nw_head_ctx *c, size_t *i)
 }
 
 /* request-target SP: returns 0 with *i past the SP. */
-static int nw_parse_target(nw_head_ctx *c, size_t *i)
+static int parse_target(nw_head_ctx *c, size_t *i)
 {
     size_t t = *i, k;
     const char *q = NULL;
 
-    k = nw_span(c->s, t, c->rl_end, NW_C_PATH);
+    k = span(c->s, t, c->rl_end, NW_C_PATH);
     if (k < c->rl_end && c->s[k] == '?') {
         q = (const char *)c->s + k;
-        k = nw_span(c->s, k + 1, c->rl_end, NW_C_VCHAR);
+        k = span(c->s, k + 1, c->rl_end, NW_C_VCHAR);
     }
     if (k >= c->rl_end)
-        return nw_rl_ran_out(c);
+        return rl_ran_out(c);
     if (c->s[k] != ' ' || k == t)
-        return nw_fail(c->req, 400, "bad request-target");
+        return fail(c->req, 400, "bad request-target");
     c->req->target = (const char *)c->s + t;
     c->req->target_len = k - t;
-    nw_split_target(c->req, c->req->target, k - t, q);
+    split_target(c->req, c->req->target, k - t, q);
     *i = k + 1;
     return 0;
 }
 
 /* HTTP-version and the line ending: "HTTP/" DIGIT "." DIGIT CRLF. */
-static int nw_parse_version(nw_head_ctx *c, size_t *i)
+static int parse_version(nw_head_ctx *c, size_t *i)
 {
     static const char shape[] = "HTTP/0.0";
     size_t v = *i, k;
@@ -305,60 +303,60 @@ static int nw_parse_version(nw_head_ctx *c, size_t *i)
     for (k = 0; k < 8; k++) {
         unsigned char b;
         if (v + k >= c->rl_end)
-            return nw_rl_ran_out(c);
+            return rl_ran_out(c);
         b = c->s[v + k];
         if (shape[k] == '0' ? (b < '0' || b > '9') : b != (unsigned char)shape[k])
-            return nw_fail(c->req, 400, "bad HTTP version");
+            return fail(c->req, 400, "bad HTTP version");
     }
     if (v + 8 >= c->rl_end)
-        return nw_rl_ran_out(c);
+        return rl_ran_out(c);
     *i = v + 8;
-    r = nw_eol(c, i);
+    r = eol(c, i);
     if (r > 0)
-        return nw_ran_out(c);
+        return ran_out(c);
     if (r < 0)
-        return nw_fail(c->req, 400, "bad request line ending");
+        return fail(c->req, 400, "bad request line ending");
     if (c->s[v + 5] != '1' || c->s[v + 7] > '1')
-        return nw_fail(c->req, 505, "HTTP version not supported");
+        return fail(c->req, 505, "HTTP version not supported");
     c->req->minor_version = c->s[v + 7] - '0';
     return 0;
 }
 
-static int nw_parse_request_line(nw_head_ctx *c, size_t *i)
+static int parse_request_line(nw_head_ctx *c, size_t *i)
 {
     int r;
     size_t room = c->end - *i;
 
     c->rl_capped = c->lim->max_request_line < room;
     c->rl_end = c->rl_capped ? *i + c->lim->max_request_line + 1 : c->end;
-    if ((r = nw_parse_method(c, i)) != 0)
+    if ((r = parse_method(c, i)) != 0)
         return r;
-    if ((r = nw_parse_target(c, i)) != 0)
+    if ((r = parse_target(c, i)) != 0)
         return r;
-    return nw_parse_version(c, i);
+    return parse_version(c, i);
 }
 
 /* One field line (RFC 9112 5), not the empty line. */
-static int nw_parse_field(nw_head_ctx *c, size_t *i, nw_header *h)
+static int parse_field(nw_head_ctx *c, size_t *i, nw_header *h)
 {
     size_t n = *i, colon, vs, ve, k;
     int r;
 
-    colon = nw_span(c->s, n, c->end, NW_C_TCHAR);
+    colon = span(c->s, n, c->end, NW_C_TCHAR);
     if (colon >= c->end)
-        return nw_ran_out(c);
+        return ran_out(c);
     if (c->s[colon] != ':' || colon == n)
-        return nw_fail(c->req, 400, "bad header name");
-    vs = nw_span(c->s, colon + 1, c->end, NW_C_OWS);
-    k = nw_span(c->s, vs, c->end, NW_C_VALUE);
+        return fail(c->req, 400, "bad header name");
+    vs = span(c->s, colon + 1, c->end, NW_C_OWS);
+    k = span(c->s, vs, c->end, NW_C_VALUE);
     if (k >= c->end)
-        return nw_ran_out(c);
+        return ran_out(c);
     ve = k;
-    r = nw_eol(c, &k);
+    r = eol(c, &k);
     if (r > 0)
-        return nw_ran_out(c);
+        return ran_out(c);
     if (r < 0)
-        return nw_fail(c->req, 400, "bad byte in header value");
+        return fail(c->req, 400, "bad byte in header value");
     while (ve > vs && NW_IS(c->s[ve - 1], NW_C_OWS))
         ve--;
     h->name = (const char *)c->s + n;
@@ -370,7 +368,7 @@ static int nw_parse_field(nw_head_ctx *c, size_t *i, nw_header *h)
 }
 
 /* Field lines up to and including the empty line. */
-static int nw_parse_fields(nw_head_ctx *c, size_t *i, nw_header *headers)
+static int parse_fields(nw_head_ctx *c, size_t *i, nw_header *headers)
 {
     size_t nh = 0;
     int r;
@@ -378,22 +376,22 @@ static int nw_parse_fields(nw_head_ctx *c, size_t *i, nw_header *headers)
     for (;;) {
         unsigned char b;
         if (*i >= c->end)
-            return nw_ran_out(c);
+            return ran_out(c);
         b = c->s[*i];
         if (b == '\r' || b == '\n') {
-            r = nw_eol(c, i);
+            r = eol(c, i);
             if (r > 0)
-                return nw_ran_out(c);
+                return ran_out(c);
             if (r < 0)
-                return nw_fail(c->req, 400, "bare CR");
+                return fail(c->req, 400, "bare CR");
             c->req->num_headers = nh;
             return 0;
         }
         if (b == ' ' || b == '\t')
-            return nw_fail(c->req, 400, "obsolete line folding");
+            return fail(c->req, 400, "obsolete line folding");
         if (nh >= c->lim->max_headers)
-            return nw_fail(c->req, 431, "too many header fields");
-        if ((r = nw_parse_field(c, i, &headers[nh])) != 0)
+            return fail(c->req, 431, "too many header fields");
+        if ((r = parse_field(c, i, &headers[nh])) != 0)
             return r;
         nh++;
     }
@@ -421,19 +419,19 @@ int nw_http_parse_head(const char *buf, size_t len, nw_request *req,
     c.lim = limits;
 
     if (c.end == 0)
-        return nw_ran_out(&c);
-    if ((r = nw_skip_empty_lines(&c, &i)) != 0)
+        return ran_out(&c);
+    if ((r = skip_empty_lines(&c, &i)) != 0)
         return r;
-    if ((r = nw_parse_request_line(&c, &i)) != 0)
+    if ((r = parse_request_line(&c, &i)) != 0)
         return r;
-    if ((r = nw_parse_fields(&c, &i, headers)) != 0)
+    if ((r = parse_fields(&c, &i, headers)) != 0)
         return r;
     return (int)i;
 }
 
 /* ---------------------------------------------------------------- framing */
 
-static int nw_framing_fail(nw_framing *f, int status, const char *why)
+static int framing_fail(nw_framing *f, int status, const char *why)
 {
     f->error_status = status;
     f->error_reason = why;
@@ -441,8 +439,7 @@ static int nw_framing_fail(nw_framing *f, int status, const char *why)
 }
 
 /* Next non-empty element of a comma-separated list, OWS trimmed. */
-static int nw_list_next(const char **pp, const char *end,
-                        const char **el, size_t *el_len)
+static int list_next(const char **pp, const char *end, const char **el, size_t *el_len)
 {
     const char *p = *pp, *e;
 
@@ -503,10 +500,10 @@ int nw_http_host_valid(const char *v, size_t n)
             return 0;
         i++;
     } else {
-        for (i = nw_span(s, 0, n, NW_C_HOST); i < n && s[i] == '%';
-             i = nw_span(s, i + 3, n, NW_C_HOST))
-            if (n - i < 3 || nw_hexval[s[i + 1]] == NW_NOT_HEX
-                || nw_hexval[s[i + 2]] == NW_NOT_HEX)
+        for (i = span(s, 0, n, NW_C_HOST); i < n && s[i] == '%';
+             i = span(s, i + 3, n, NW_C_HOST))
+            if (n - i < 3 || hexval[s[i + 1]] == NW_NOT_HEX
+                || hexval[s[i + 2]] == NW_NOT_HEX)
                 return 0;
     }
     if (i == n)
@@ -535,35 +532,35 @@ typedef struct {
     int expect_other;
 } nw_framing_scan;
 
-static void nw_scan_te(nw_framing_scan *s, const nw_header *h)
+static void scan_te(nw_framing_scan *s, const nw_header *h)
 {
     const char *p = h->value, *end = h->value + h->value_len, *el;
     size_t n;
 
     s->have_te = 1;
-    while (nw_list_next(&p, end, &el, &n)) {
+    while (list_next(&p, end, &el, &n)) {
         if (s->te_codings < 2)
             s->te_codings++;
-        s->te_last_chunked = nw_ieq(el, n, "chunked", 7);
+        s->te_last_chunked = ieq(el, n, "chunked", 7);
         if (!s->te_last_chunked)
             s->te_other = 1;
     }
 }
 
-static void nw_scan_connection(nw_framing_scan *s, const nw_header *h)
+static void scan_connection(nw_framing_scan *s, const nw_header *h)
 {
     const char *p = h->value, *end = h->value + h->value_len, *el;
     size_t n;
 
-    while (nw_list_next(&p, end, &el, &n)) {
-        if (nw_ieq(el, n, "close", 5))
+    while (list_next(&p, end, &el, &n)) {
+        if (ieq(el, n, "close", 5))
             s->conn_close = 1;
-        else if (nw_ieq(el, n, "keep-alive", 10))
+        else if (ieq(el, n, "keep-alive", 10))
             s->conn_keep_alive = 1;
     }
 }
 
-static int nw_scan_content_length(nw_framing_scan *s, const nw_header *h)
+static int scan_content_length(nw_framing_scan *s, const nw_header *h)
 {
     int64_t v;
 
@@ -580,9 +577,9 @@ static int nw_scan_content_length(nw_framing_scan *s, const nw_header *h)
     return 0;
 }
 
-static void nw_scan_expect(nw_framing_scan *s, const nw_header *h)
+static void scan_expect(nw_framing_scan *s, const nw_header *h)
 {
-    if (nw_ieq(h->value, h->value_len, "100-continue", 12))
+    if (ieq(h->value, h->value_len, "100-continue", 12))
         s->expect_continue = 1;
     else
         s->expect_other = 1;
@@ -590,7 +587,7 @@ static void nw_scan_expect(nw_framing_scan *s, const nw_header *h)
 
 /* One header, dispatched on the name length; NW_LENGTH_INVALID or
  * NW_LENGTH_TOO_LARGE for a Content-Length that is refused. */
-static int nw_scan_header(nw_framing_scan *s, const nw_header *h)
+static int scan_header(nw_framing_scan *s, const nw_header *h)
 {
     switch (h->name_len) {
     case 4:
@@ -602,19 +599,19 @@ static int nw_scan_header(nw_framing_scan *s, const nw_header *h)
         break;
     case 6:
         if (nw_header_is(h, "expect", 6))
-            nw_scan_expect(s, h);
+            scan_expect(s, h);
         break;
     case 10:
         if (nw_header_is(h, "connection", 10))
-            nw_scan_connection(s, h);
+            scan_connection(s, h);
         break;
     case 14:
         if (nw_header_is(h, "content-length", 14))
-            return nw_scan_content_length(s, h);
+            return scan_content_length(s, h);
         break;
     case 17:
         if (nw_header_is(h, "transfer-encoding", 17))
-            nw_scan_te(s, h);
+            scan_te(s, h);
         break;
     }
     return 0;
@@ -637,48 +634,48 @@ int nw_http_framing(const nw_request *req, nw_framing *f)
     f->error_reason = NULL;
 
     for (i = 0; i < req->num_headers; i++) {
-        int r = nw_scan_header(&s, &req->headers[i]);
+        int r = scan_header(&s, &req->headers[i]);
         if (r == NW_LENGTH_TOO_LARGE)   /* a valid length no one can send us */
-            return nw_framing_fail(f, 413, "Content-Length too large");
+            return framing_fail(f, 413, "Content-Length too large");
         if (r != 0)
-            return nw_framing_fail(f, 400, "bad Content-Length");
+            return framing_fail(f, 400, "bad Content-Length");
     }
     if (s.hosts > 1)
-        return nw_framing_fail(f, 400, "more than one Host");
+        return framing_fail(f, 400, "more than one Host");
     if (http11 && s.hosts == 0)
-        return nw_framing_fail(f, 400, "missing Host");
+        return framing_fail(f, 400, "missing Host");
     if (s.bad_host)
-        return nw_framing_fail(f, 400, "bad Host");
+        return framing_fail(f, 400, "bad Host");
     if (req->authority && (req->authority_len == 0
                            || !nw_http_host_valid(req->authority, req->authority_len)))
-        return nw_framing_fail(f, 400, "bad authority in the request-target");
+        return framing_fail(f, 400, "bad authority in the request-target");
     if (req->path_len == 0 || req->path[0] != '/') {
         /* not origin-form (RFC 9112 3.2): absolute-form, "*" for OPTIONS
          * (answered by the server), nothing else; CONNECT (authority-form)
          * is not implemented */
         if (req->method_len == 7 && memcmp(req->method, "CONNECT", 7) == 0)
-            return nw_framing_fail(f, 501, "CONNECT");
+            return framing_fail(f, 501, "CONNECT");
         if (req->authority) {
             /* "http://h" or "http://h?q": PATH_INFO is empty */
         } else if (req->target_len == 1 && req->target[0] == '*'
                    && req->method_len == 7 && memcmp(req->method, "OPTIONS", 7) == 0) {
             f->options_asterisk = 1;
         } else {
-            return nw_framing_fail(f, 400, "bad request-target form");
+            return framing_fail(f, 400, "bad request-target form");
         }
     } else if (req->method_len == 7 && memcmp(req->method, "CONNECT", 7) == 0) {
-        return nw_framing_fail(f, 501, "CONNECT");
+        return framing_fail(f, 501, "CONNECT");
     }
     if (s.have_te && !http11)
-        return nw_framing_fail(f, 400, "Transfer-Encoding in HTTP/1.0");
+        return framing_fail(f, 400, "Transfer-Encoding in HTTP/1.0");
     if (s.have_te && s.have_cl)
-        return nw_framing_fail(f, 400, "Content-Length with Transfer-Encoding");
+        return framing_fail(f, 400, "Content-Length with Transfer-Encoding");
     if (s.have_te && !s.te_last_chunked)   /* RFC 9112 6.3: no length can be known */
-        return nw_framing_fail(f, 400, "chunked is not the final transfer coding");
+        return framing_fail(f, 400, "chunked is not the final transfer coding");
     if (s.have_te && (s.te_codings != 1 || s.te_other))
-        return nw_framing_fail(f, 501, "Transfer-Encoding other than chunked");
+        return framing_fail(f, 501, "Transfer-Encoding other than chunked");
     if (s.expect_other)
-        return nw_framing_fail(f, 417, "unsupported expectation");
+        return framing_fail(f, 417, "unsupported expectation");
 
     if (s.have_te) {
         f->body = NW_BODY_CHUNKED;
@@ -722,7 +719,7 @@ void nw_chunked_init(nw_chunked *d, uint64_t max_payload, size_t max_trailer_byt
 }
 
 /* The chunk-size line ended. */
-static int nw_chunk_size_done(nw_chunked *d)
+static int chunk_size_done(nw_chunked *d)
 {
     if (d->chunk_left == 0) {
         d->state = NW_CK_TRAILER;
@@ -737,12 +734,12 @@ static int nw_chunk_size_done(nw_chunked *d)
 }
 
 /* One byte of a chunk-size line: size, BWS, extensions, line ending. */
-static int nw_chunk_size_byte(nw_chunked *d, unsigned char b)
+static int chunk_size_byte(nw_chunked *d, unsigned char b)
 {
-    unsigned v = nw_hexval[b];
+    unsigned v = hexval[b];
 
     if (d->state == NW_CK_SIZE_LF)
-        return b == '\n' ? nw_chunk_size_done(d) : NW_CHUNKED_ERROR;
+        return b == '\n' ? chunk_size_done(d) : NW_CHUNKED_ERROR;
     if (b != '\r' && b != '\n' && ++d->line_len > NW_MAX_CHUNK_LINE)
         return NW_CHUNKED_ERROR;
     switch (d->state) {
@@ -771,12 +768,12 @@ static int nw_chunk_size_byte(nw_chunked *d, unsigned char b)
         break;
     }
     if (b == '\r') { d->state = NW_CK_SIZE_LF; return 0; }
-    if (b == '\n') return nw_chunk_size_done(d);
+    if (b == '\n') return chunk_size_done(d);
     return NW_CHUNKED_ERROR;
 }
 
 /* One byte of the trailer section or of the final empty line. */
-static int nw_chunk_trailer_byte(nw_chunked *d, unsigned char b)
+static int chunk_trailer_byte(nw_chunked *d, unsigned char b)
 {
     if (d->state == NW_CK_FINAL_LF) {
         if (b != '\n')
@@ -813,7 +810,7 @@ static int nw_chunk_trailer_byte(nw_chunked *d, unsigned char b)
 }
 
 /* The line ending after chunk-data: CRLF, or a lone LF. */
-static int nw_chunk_data_end(nw_chunked *d, unsigned char b)
+static int chunk_data_end(nw_chunked *d, unsigned char b)
 {
     if (d->state == NW_CK_DATA_CR && b == '\r') {
         d->state = NW_CK_DATA_LF;
@@ -827,21 +824,21 @@ static int nw_chunk_data_end(nw_chunked *d, unsigned char b)
 }
 
 /* One framing byte (anything but chunk-data). */
-static int nw_chunk_byte(nw_chunked *d, unsigned char b)
+static int chunk_byte(nw_chunked *d, unsigned char b)
 {
     switch (d->state) {
     case NW_CK_DATA_CR: case NW_CK_DATA_LF:
-        return nw_chunk_data_end(d, b);
+        return chunk_data_end(d, b);
     case NW_CK_SIZE_FIRST: case NW_CK_SIZE: case NW_CK_SIZE_BWS:
     case NW_CK_EXT: case NW_CK_SIZE_LF:
-        return nw_chunk_size_byte(d, b);
+        return chunk_size_byte(d, b);
     default:
-        return nw_chunk_trailer_byte(d, b);
+        return chunk_trailer_byte(d, b);
     }
 }
 
 /* Copy as much chunk-data as there is; returns the input bytes taken. */
-static size_t nw_chunk_data(nw_chunked *d, const char *in, size_t n, char *out)
+static size_t chunk_data(nw_chunked *d, const char *in, size_t n, char *out)
 {
     if (n > d->chunk_left)
         n = (size_t)d->chunk_left;
@@ -869,7 +866,7 @@ long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
         in_len = (size_t)LONG_MAX;
     while (i < in_len && d->state != NW_CK_DONE) {
         if (d->state == NW_CK_DATA) {
-            size_t n = nw_chunk_data(d, in + i, in_len - i, out + o);
+            size_t n = chunk_data(d, in + i, in_len - i, out + o);
             i += n;
             o += n;
             continue;
@@ -878,7 +875,7 @@ long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
             r = NW_CHUNKED_ERROR;
             break;
         }
-        if ((r = nw_chunk_byte(d, (unsigned char)in[i++])) != 0)
+        if ((r = chunk_byte(d, (unsigned char)in[i++])) != 0)
             break;
     }
     *out_len = o;
@@ -900,8 +897,8 @@ size_t nw_percent_decode(const char *in, size_t len, char *out)
     while (i < len) {
         unsigned char c = (unsigned char)in[i];
         if (c == '%' && len - i >= 3) {
-            unsigned hi = nw_hexval[(unsigned char)in[i + 1]];
-            unsigned lo = nw_hexval[(unsigned char)in[i + 2]];
+            unsigned hi = hexval[(unsigned char)in[i + 1]];
+            unsigned lo = hexval[(unsigned char)in[i + 2]];
             if (hi != NW_NOT_HEX && lo != NW_NOT_HEX) {
                 out[o++] = (char)(hi << 4 | lo);
                 i += 3;
@@ -919,7 +916,7 @@ int nw_http_is_token(const char *p, size_t n)
     if (n == 0)
         return 0;
     for (size_t i = 0; i < n; i++)
-        if (!(nw_ctype[(unsigned char)p[i]] & NW_C_TCHAR))
+        if (!(ctype[(unsigned char)p[i]] & NW_C_TCHAR))
             return 0;
     return 1;
 }
