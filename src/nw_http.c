@@ -89,10 +89,9 @@ static inline unsigned char lower(unsigned char c)
 /* Case-insensitive: does s[0..n) equal the lower-case literal lit[0..ln)? */
 static int ieq(const char *s, size_t n, const char *lit, size_t ln)
 {
-    size_t i;
     if (n != ln)
         return 0;
-    for (i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++)
         if (lower((unsigned char)s[i]) != (unsigned char)lit[i])
             return 0;
     return 1;
@@ -196,10 +195,9 @@ size_t nw_http_empty_lines(const char *p, size_t len, int *bad)
 static int skip_empty_lines(nw_head_ctx *c, size_t *i)
 {
     int bad;
-    size_t n;
     if (c->s[0] != '\r' && c->s[0] != '\n')
         return 0;
-    n = nw_http_empty_lines((const char *)c->s, c->end, &bad);
+    size_t n = nw_http_empty_lines((const char *)c->s, c->end, &bad);
     if (bad)
         return fail(c->req, 400, "bare CR");
     *i = n;
@@ -225,8 +223,6 @@ static size_t authority_start(const char *t, size_t n)
 static void split_target(nw_request *req, const char *t, size_t n, const char *q)
 {
     size_t plen = q ? (size_t)(q - t) : n;
-    size_t a;
-
     req->path = t;
     req->path_len = plen;
     req->query = q ? q + 1 : NULL;
@@ -235,7 +231,7 @@ static void split_target(nw_request *req, const char *t, size_t n, const char *q
     req->authority_len = 0;
     if (plen == 0 || t[0] == '/')
         return;
-    a = authority_start(t, plen);
+    size_t a = authority_start(t, plen);
     if (a == 0)
         return;
     size_t host = a;
@@ -254,11 +250,9 @@ static void split_target(nw_request *req, const char *t, size_t n, const char *q
 static int parse_method(nw_head_ctx *c, size_t *i)
 {
     size_t m = *i, cap = c->rl_end;
-    size_t k;
-
     if (cap - m > NW_MAX_METHOD_LEN + 1)
         cap = m + NW_MAX_METHOD_LEN + 1;
-    k = span(c->s, m, cap, NW_C_TCHAR);
+    size_t k = span(c->s, m, cap, NW_C_TCHAR);
     if (k - m > NW_MAX_METHOD_LEN)
         return fail(c->req, 400, "method too long");
     if (k >= c->rl_end)
@@ -274,10 +268,8 @@ static int parse_method(nw_head_ctx *c, size_t *i)
 /* request-target SP: returns 0 with *i past the SP. */
 static int parse_target(nw_head_ctx *c, size_t *i)
 {
-    size_t t = *i, k;
+    size_t t = *i, k = span(c->s, t, c->rl_end, NW_C_PATH);
     const char *q = NULL;
-
-    k = span(c->s, t, c->rl_end, NW_C_PATH);
     if (k < c->rl_end && c->s[k] == '?') {
         q = (const char *)c->s + k;
         k = span(c->s, k + 1, c->rl_end, NW_C_VCHAR);
@@ -297,10 +289,8 @@ static int parse_target(nw_head_ctx *c, size_t *i)
 static int parse_version(nw_head_ctx *c, size_t *i)
 {
     static const char shape[] = "HTTP/0.0";
-    size_t v = *i, k;
-    int r;
-
-    for (k = 0; k < 8; k++) {
+    size_t v = *i;
+    for (size_t k = 0; k < 8; k++) {
         unsigned char b;
         if (v + k >= c->rl_end)
             return rl_ran_out(c);
@@ -311,7 +301,7 @@ static int parse_version(nw_head_ctx *c, size_t *i)
     if (v + 8 >= c->rl_end)
         return rl_ran_out(c);
     *i = v + 8;
-    r = eol(c, i);
+    int r = eol(c, i);
     if (r > 0)
         return ran_out(c);
     if (r < 0)
@@ -326,7 +316,6 @@ static int parse_request_line(nw_head_ctx *c, size_t *i)
 {
     int r;
     size_t room = c->end - *i;
-
     c->rl_capped = c->lim->max_request_line < room;
     c->rl_end = c->rl_capped ? *i + c->lim->max_request_line + 1 : c->end;
     if ((r = parse_method(c, i)) != 0)
@@ -340,8 +329,6 @@ static int parse_request_line(nw_head_ctx *c, size_t *i)
 static int parse_field(nw_head_ctx *c, size_t *i, nw_header *h)
 {
     size_t n = *i, colon, vs, ve, k;
-    int r;
-
     colon = span(c->s, n, c->end, NW_C_TCHAR);
     if (colon >= c->end)
         return ran_out(c);
@@ -352,7 +339,7 @@ static int parse_field(nw_head_ctx *c, size_t *i, nw_header *h)
     if (k >= c->end)
         return ran_out(c);
     ve = k;
-    r = eol(c, &k);
+    int r = eol(c, &k);
     if (r > 0)
         return ran_out(c);
     if (r < 0)
@@ -372,7 +359,6 @@ static int parse_fields(nw_head_ctx *c, size_t *i, nw_header *headers)
 {
     size_t nh = 0;
     int r;
-
     for (;;) {
         unsigned char b;
         if (*i >= c->end)
@@ -403,7 +389,6 @@ int nw_http_parse_head(const char *buf, size_t len, nw_request *req,
     nw_head_ctx c;
     size_t i = 0;
     int r;
-
     req->headers = headers;
     req->num_headers = 0;
     req->error_status = 0;
@@ -417,7 +402,6 @@ int nw_http_parse_head(const char *buf, size_t len, nw_request *req,
     c.rl_capped = 0;
     c.req = req;
     c.lim = limits;
-
     if (c.end == 0)
         return ran_out(&c);
     if ((r = skip_empty_lines(&c, &i)) != 0)
@@ -442,7 +426,6 @@ static int framing_fail(nw_framing *f, int status, const char *why)
 static int list_next(const char **pp, const char *end, const char **el, size_t *el_len)
 {
     const char *p = *pp, *e;
-
     while (p < end && (*p == ',' || NW_IS(*p, NW_C_OWS)))
         p++;
     if (p == end) {
@@ -464,11 +447,9 @@ int nw_http_parse_length(const char *v, size_t n, int64_t *out)
 {
     int64_t x = 0;
     int too_large = 0;
-    size_t i;
-
     if (n == 0)
         return NW_LENGTH_INVALID;
-    for (i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         int d = v[i] - '0';
         if (d < 0 || d > 9)
             return NW_LENGTH_INVALID;
@@ -536,7 +517,6 @@ static void scan_te(nw_framing_scan *s, const nw_header *h)
 {
     const char *p = h->value, *end = h->value + h->value_len, *el;
     size_t n;
-
     s->have_te = 1;
     while (list_next(&p, end, &el, &n)) {
         if (s->te_codings < 2)
@@ -551,7 +531,6 @@ static void scan_connection(nw_framing_scan *s, const nw_header *h)
 {
     const char *p = h->value, *end = h->value + h->value_len, *el;
     size_t n;
-
     while (list_next(&p, end, &el, &n)) {
         if (ieq(el, n, "close", 5))
             s->conn_close = 1;
@@ -563,7 +542,6 @@ static void scan_connection(nw_framing_scan *s, const nw_header *h)
 static int scan_content_length(nw_framing_scan *s, const nw_header *h)
 {
     int64_t v;
-
     /* A second Content-Length line is refused whatever its value, as one
      * line with a list ("5, 5") is: the app never sees a list. */
     if (s->have_cl)
@@ -620,7 +598,6 @@ static int scan_header(nw_framing_scan *s, const nw_header *h)
 int nw_http_framing(const nw_request *req, nw_framing *f)
 {
     nw_framing_scan s;
-    size_t i;
     int http11 = req->minor_version == 1;
 
     memset(&s, 0, sizeof s);
@@ -633,7 +610,7 @@ int nw_http_framing(const nw_request *req, nw_framing *f)
     f->error_status = 0;
     f->error_reason = NULL;
 
-    for (i = 0; i < req->num_headers; i++) {
+    for (size_t i = 0; i < req->num_headers; i++) {
         int r = scan_header(&s, &req->headers[i]);
         if (r == NW_LENGTH_TOO_LARGE)   /* a valid length no one can send us */
             return framing_fail(f, 413, "Content-Length too large");
@@ -737,7 +714,6 @@ static int chunk_size_done(nw_chunked *d)
 static int chunk_size_byte(nw_chunked *d, unsigned char b)
 {
     unsigned v = hexval[b];
-
     if (d->state == NW_CK_SIZE_LF)
         return b == '\n' ? chunk_size_done(d) : NW_CHUNKED_ERROR;
     if (b != '\r' && b != '\n' && ++d->line_len > NW_MAX_CHUNK_LINE)
@@ -856,7 +832,6 @@ long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
 {
     size_t i = 0, o = 0;
     int r = 0;
-
     *out_len = 0;
     if (d->state == NW_CK_FAILED)
         return NW_CHUNKED_ERROR;
@@ -893,7 +868,6 @@ long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
 size_t nw_percent_decode(const char *in, size_t len, char *out)
 {
     size_t i = 0, o = 0;
-
     while (i < len) {
         unsigned char c = (unsigned char)in[i];
         if (c == '%' && len - i >= 3) {
