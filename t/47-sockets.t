@@ -380,8 +380,33 @@ my $part_same_instant = sub {
        'port 0: three sockets on the port the kernel picked');
 };
 
+# 11. A server started while the last one on its path is stopping: the
+# old one's listener refuses, so the new one takes the path over; the old
+# master, exiting once its last request is answered, removed the path it
+# had made, which was by then the new server's file, and the new server
+# went on serving on a path no client could reach. A master removes its
+# socket file only while it is the file it bound.
+my $part_overlap = sub {
+    my $path = "$DIR/overlap.sock";
+    my $slow = write_app("sub { sleep 2 if \$_[0]{PATH_INFO} eq '/slow'; [200, [], [\"ok \$\$\\n\"]] }");
+    my $old = spawn_server(app => $slow, no_listen => 1, unix => $path, args => [@NM]);
+    my $c = raw_connect($path);
+    syswrite($c, "GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    sleep 0.3;
+    kill TERM => $old->pid;
+    ok(wait_until(sub { !IO::Socket::UNIX->new(Peer => $path, Type => Socket::SOCK_STREAM()) }, 5),
+       'a stopping server refuses new connections on its path');
+    my $new = spawn_server(app => $APP, no_listen => 1, unix => $path, args => [@NM]);
+    is(read_response($c, 5)->{status}, 200, "the old server answers the request it had");
+    $old->stop('none');
+    ok(-S $path, 'the old master left the new server\'s socket file in place');
+    is((get_unix($path) // {})->{status}, 200, 'and the new server is reached there');
+    $new->stop;
+    ok(!-e $path, 'the new server removes its own file when it stops');
+};
+
 sub have_ss { grep { -x "$_/ss" } split(/:/, $ENV{PATH}), '/usr/sbin', '/sbin' }
 
 in_parallel($part_mode, $part_status_mode, $part_refusals, $part_spellings, $part_reuse_port, $part_nginx, $part_backlog,
-            $part_queues, $part_many, $part_same_instant);
+            $part_queues, $part_many, $part_same_instant, $part_overlap);
 done_testing();

@@ -174,7 +174,22 @@ sub _open_unix {
     _socket_permissions($path, $opts, $old);
     listen($sock, $backlog) or die "cannot listen on $path: $!\n";
     return { fd => fileno($sock), is_tcp => 0, path => $path, handle => $sock,
-             spec => $path, owned_path => 1 };
+             spec => $path, owned_path => _file_id($path) };
+}
+
+# The file a path names now, as "device:inode" (undef when there is none):
+# a server removes its socket file at exit only while the path still names
+# the file it bound, not one a server started after it has made there.
+sub _file_id {
+    my @st = stat shift;
+    return @st ? "$st[0]:$st[1]" : undef;
+}
+
+sub remove_owned_path {
+    my $l = shift;
+    return unless $l->{owned_path};
+    my $now = _file_id($l->{path});
+    unlink $l->{path} if defined $now && $now eq $l->{owned_path};
 }
 
 sub _socket_permissions {

@@ -1503,7 +1503,7 @@ sub _cleanup {
         unlink $file if defined $pid && $pid =~ /^$$\b/;
     }
     for my $l (@{ $self->{listeners} }) {
-        unlink $l->{path} if $l->{owned_path} && !$ENV{SERVER_STARTER_PORT};
+        Narwhal::Listener::remove_owned_path($l) unless $ENV{SERVER_STARTER_PORT};
     }
 }
 
