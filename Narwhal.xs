@@ -680,6 +680,12 @@ set_stopping(self, on)
   CODE:
     board_of(aTHX_ self)->h.stopping = on;
 
+void
+set_ready(self)
+    SV *self
+  CODE:
+    board_of(aTHX_ self)->h.ready = 1;
+
 int
 stopping(self)
     SV *self

@@ -493,12 +493,12 @@ At most C<1024>.
 
 Serve the status pages on this address (C<host:port>, C<:port> or a unix
 socket path): C</status> (HTML), C</status.json>, C</metrics> (Prometheus
-text format) and C</health> (200, or 503 once a stop or drain has begun).
-Never one of the app's listeners. The connection manager answers them, from
-C, even when every worker is busy or stuck, so it needs the manager (not
-C<--no-manager>). Off by default; it shows request lines, so bind it to
-loopback or a private socket. A unix socket gets C<--socket-mode> and
-C<--socket-group>, as the app's do.
+text format) and C</health> (200; 503 while the app loads and once a stop or
+drain has begun). Never one of the app's listeners. The connection manager
+answers them, from C, even when every worker is busy or stuck, so it needs
+the manager (not C<--no-manager>). Off by default; it shows request lines, so
+bind it to loopback or a private socket. A unix socket gets C<--socket-mode>
+and C<--socket-group>, as the app's do.
 
 =item --request-timeout SECS
 

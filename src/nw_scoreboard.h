@@ -162,6 +162,8 @@ typedef struct {
     uint32_t nslots;
     int32_t  master_pid;
     volatile int32_t stopping;          /* a graceful stop (or a drain) has begun */
+    volatile int32_t ready;             /* every worker of the first generation served: */
+                                        /* (with any worker serving: /health says 200) */
     int64_t  started_unix;              /* the master started (seconds since the epoch) */
     volatile uint32_t seq;              /* odd while the master folds a slot into gone */
     volatile int32_t workers_wanted;    /* workers the master keeps running now */

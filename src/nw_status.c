@@ -902,6 +902,19 @@ static int render_html(nw_buf *o, const page_view *v, const worker_row *rows, si
 
 /* ------------------------------------------------------------ responses */
 
+/* /health's "ready": the master says so once every worker of the first
+ * generation serves (READY=1 to systemd), at its next look; a worker that
+ * has loaded the app and serves says so sooner. Until then: 503 starting. */
+static int serving(const nw_scoreboard *b)
+{
+    if (b->h.ready)
+        return 1;
+    for (uint32_t i = 0; i < b->h.nslots; i++)
+        if (b->slot[i].pid && (b->slot[i].state == NW_WORKER_IDLE || b->slot[i].state == NW_WORKER_BUSY))
+            return 1;
+    return 0;
+}
+
 static int render_body(nw_buf *o, int page, const nw_scoreboard *b, const nw_status_manager *m,
                        nw_status_rates *rates, uint64_t now_us, int64_t now_unix)
 {
@@ -935,8 +948,8 @@ int nw_status_respond(nw_buf *out, int page, int head_only, const nw_scoreboard 
     case NW_STATUS_JSON:    type = "application/json"; break;
     case NW_STATUS_HTML:    type = "text/html; charset=utf-8"; break;
     case NW_STATUS_HEALTH:
-        code = b->h.stopping || m->stopping ? 503 : 200;
-        r = put(&body, code == 200 ? "ok\n" : "stopping\n");
+        code = b->h.stopping || m->stopping || !serving(b) ? 503 : 200;
+        r = put(&body, code == 200 ? "ok\n" : b->h.stopping || m->stopping ? "stopping\n" : "starting\n");
         break;
     case NW_STATUS_BAD_METHOD:
         code = 405;

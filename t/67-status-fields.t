@@ -208,5 +208,28 @@ my $part_waiting = sub {
     $s->stop;
 };
 
-in_parallel($part_fields, $part_counts, $part_rates, $part_waiting);
+# /health tells a load balancer or a readiness probe whether to send
+# requests: 503 "starting" while the app loads (the status pages are up at
+# once, the workers not yet), 200 from the moment every worker of the
+# first generation serves, when systemd is told READY=1.
+my $part_health_at_start = sub {
+    my $hport = free_port();
+    my $slow = write_app("sleep 2; sub { [200, ['Content-Type' => 'text/plain'], ['app']] }");
+    my $h = spawn_server(app => $slow, args => [ '--max-workers', 2, '--status-listen', "127.0.0.1:$hport" ]);
+    my (@said, $first_ok);
+    wait_until(sub {
+        my $r = http_get($hport, '/health');
+        push @said, "$r->{status} $r->{content}" if $r->{status} != 599 && (!@said || $said[-1] ne "$r->{status} $r->{content}");
+        return 0 unless $r->{status} == 200;
+        $first_ok = http_get($h->port, '/');
+        return 1;
+    }, 15, 0.02);
+    is($said[0], "503 starting\n", '/health: 503 "starting" while the app loads');
+    is($said[-1], "200 ok\n", '... then 200');
+    is(scalar(@said), 2, '... and nothing in between') or diag explain \@said;
+    is(($first_ok // {})->{status}, 200, 'the app answers once /health says 200');
+    $h->stop;
+};
+
+in_parallel($part_fields, $part_counts, $part_rates, $part_waiting, $part_health_at_start);
 done_testing();

@@ -575,6 +575,7 @@ sub _tend_ready {
     my $state = $ready >= $self->_wanted ? 'ready' : 'starting';
     return if ($self->{notified} // '') eq $state || $state ne 'ready';
     $self->{notified} = $state;
+    $self->{scoreboard}->set_ready;    # (/health: 200 from now on)
     $self->_notify(READY => 1, STATUS => "$ready worker(s) serving on "
                    . join(' ', Narwhal::Listener::addresses(@{ $self->{listeners} }))
                    . ($self->{manager} ? ', with the connection manager' : ''));
@@ -661,7 +662,8 @@ sub _manage {
         $self->_tend_crash_routes;
         $self->_log_proxy_refusals if $self->{options}{proxy_protocol};
         $self->_tend_reload;
-        $self->_tend_ready if $self->{notify_socket} && !$self->{stop_deadline} && !$self->{drain_until};
+        $self->_tend_ready if ($self->{notify_socket} || ($self->{notified} // '') ne 'ready')
+                              && !$self->{stop_deadline} && !$self->{drain_until};
         if ($self->{stop_deadline}) {
             $self->_stop_workers
                 if !$self->{workers_stopped} && (!$self->{manager} || Time::HiRes::time() >= $self->{stop_workers_at});

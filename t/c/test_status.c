@@ -531,7 +531,12 @@ static void test_board(void)
     ok(head && strstr(head, "\r\n\r\n") + 4 == head + len, "HEAD: no body");
     free(head);
     char *health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
-    ok(health && strstr(health, "200 OK") && strstr(health, "\r\n\r\nok\n"), "/health: 200 ok");
+    ok(health && strstr(health, "503 Service Unavailable") && strstr(health, "\r\n\r\nstarting\n"),
+       "/health: 503 starting until the first generation serves");
+    free(health);
+    b->h.ready = 1;
+    health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
+    ok(health && strstr(health, "200 OK") && strstr(health, "\r\n\r\nok\n"), "/health: 200 ok once ready");
     free(health);
     b->h.stopping = 1;
     health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);

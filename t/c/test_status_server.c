@@ -121,6 +121,7 @@ static void test_pages(void)
         die("scoreboard");
     nw_scoreboard_claim(&b->slot[0], 4242, 1, 0, nw_now_ms());
     b->slot[0].state = NW_WORKER_IDLE;
+    b->h.ready = 1;
     uint64_t held = 7;
     int ep = epoll_create1(EPOLL_CLOEXEC), l = listener();
     nw_status_server s;
