@@ -84,7 +84,9 @@ my $part_status_mode = sub {
         waitpid($pid, 0);
         return $? >> 8;
     };
-    is($health->(), 0, $> == 0 ? 'a client running as nobody reads /health'
+    my $said;    # (503 "starting" until a worker serves)
+    wait_until(sub { ($said = $health->()) == 0 }, 5);
+    is($said, 0, $> == 0 ? 'a client running as nobody reads /health'
                                 : 'a client reads /health');
     $s->stop;
     my $status2 = "$DIR/status2.sock";    # (a stop leaves the status socket's file)

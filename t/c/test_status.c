@@ -530,13 +530,28 @@ static void test_board(void)
     char *head = page(ro, &m, "HEAD /status HTTP/1.1\r\n\r\n", &len);
     ok(head && strstr(head, "\r\n\r\n") + 4 == head + len, "HEAD: no body");
     free(head);
+    int32_t was[8];
+    for (uint32_t i = 0; i < b->h.nslots && i < 8; i++) {
+        was[i] = b->slot[i].state;
+        b->slot[i].state = NW_WORKER_STARTING;
+    }
     char *health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
     ok(health && strstr(health, "503 Service Unavailable") && strstr(health, "\r\n\r\nstarting\n"),
-       "/health: 503 starting until the first generation serves");
+       "/health: 503 starting while no worker serves");
     free(health);
+    for (uint32_t i = 0; i < b->h.nslots && i < 8; i++)
+        b->slot[i].state = was[i];
+    health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
+    ok(health && strstr(health, "200 OK"), "/health: 200 once a worker serves");
+    free(health);
+    for (uint32_t i = 0; i < b->h.nslots && i < 8; i++)
+        b->slot[i].state = NW_WORKER_STARTING;
     b->h.ready = 1;
     health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
-    ok(health && strstr(health, "200 OK") && strstr(health, "\r\n\r\nok\n"), "/health: 200 ok once ready");
+    ok(health && strstr(health, "200 OK") && strstr(health, "\r\n\r\nok\n"),
+       "/health: 200 ok once the master said ready, whatever the workers do");
+    for (uint32_t i = 0; i < b->h.nslots && i < 8; i++)
+        b->slot[i].state = was[i];
     free(health);
     b->h.stopping = 1;
     health = page(ro, &m, "GET /health HTTP/1.1\r\n\r\n", &len);
