@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #endif
 #include "nw_conn.h"
-#include "nw_custody.h"
 #include "nw_frame.h"
 #include "nw_log.h"
 #include "nw_scoreboard.h"
@@ -1041,7 +1040,7 @@ int nw_conn_custody(nw_conn *c, int channel, int pid)
 {
     if (c->custody || c->fd < 0)
         return 0;
-    if (!c->cookie && !(c->cookie = nw_custody_cookie(c->fd)))
+    if (!c->cookie && !(c->cookie = nw_io_socket_cookie(c->fd)))
         return -1;
     if (custody_frame(c, channel, pid, 0) < 0)
         return -1;

@@ -2,11 +2,6 @@
 #include "nw_custody.h"
 
 #include <stdlib.h>
-#include <sys/socket.h>
-
-#ifndef SO_COOKIE
-#define SO_COOKIE 57
-#endif
 
 #define NW_CUSTODY_FIRST_CAP 64
 
@@ -103,13 +98,4 @@ void nw_custody_free(nw_custody_index *x)
     x->cookie = NULL;
     x->fd = NULL;
     x->cap = x->count = 0;
-}
-
-uint64_t nw_custody_cookie(int fd)
-{
-    uint64_t cookie = 0;
-    socklen_t len = sizeof cookie;
-    if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) < 0 || len != sizeof cookie)
-        return 0;
-    return cookie;
 }

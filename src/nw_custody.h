@@ -27,7 +27,4 @@ int nw_custody_remove(nw_custody_index *x, uint64_t cookie);
 
 void nw_custody_free(nw_custody_index *x);
 
-/* The socket's cookie (0: none, not a socket or an old kernel). */
-uint64_t nw_custody_cookie(int fd);
-
 #endif

@@ -22,6 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef SO_COOKIE
+#define SO_COOKIE 57     /* (older headers than the kernel) */
+#endif
+
 static nw_msec ms_on(clockid_t clock)
 {
     struct timespec ts;
@@ -319,6 +323,15 @@ uint64_t nw_io_unsent(int fd)
     if (ioctl(fd, SIOCOUTQNSD, &n) < 0 || n < 0)
         return 0;
     return (uint64_t)n;
+}
+
+uint64_t nw_io_socket_cookie(int fd)
+{
+    uint64_t cookie = 0;
+    socklen_t len = sizeof cookie;
+    if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) < 0 || len != sizeof cookie)
+        return 0;
+    return cookie;
 }
 
 int nw_io_writable_when_sent(int fd, int on)

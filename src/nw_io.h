@@ -110,6 +110,12 @@ int nw_io_set_nonblocking(int fd);
  * (a slow reader's). 0: none, or not a TCP socket. */
 uint64_t nw_io_unsent(int fd);
 
+/* The socket's cookie (SO_COOKIE, unique for the life of the kernel; the
+ * same for every copy of the descriptor): 0 when there is none, not a
+ * socket or an old kernel. A worker names the connections it gives the
+ * manager in custody by it, and the manager finds its copies by it. */
+uint64_t nw_io_socket_cookie(int fd);
+
 /* on: the socket polls writable only once the kernel has sent everything
  * written to it (TCP_NOTSENT_LOWAT 1); off: as usual again. 0, or -1 (not
  * TCP). */

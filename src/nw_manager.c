@@ -841,7 +841,7 @@ static void nw_manager_custody_handed(nw_manager *m, int fd)
 {
     if (m->custody.count == 0)
         return;
-    int held = nw_custody_find(&m->custody, nw_custody_cookie(fd));
+    int held = nw_custody_find(&m->custody, nw_io_socket_cookie(fd));
     if (held >= 0)
         nw_manager_custody_drop(m, held);
 }

@@ -1,6 +1,6 @@
 /* The connection manager: an epoll loop that holds idle keep-alive
  * connections and connections whose request head is still arriving, and
- * puts each one on the shared the serve queue queue once its head is complete.
+ * puts each one on the shared serve queue once its head is complete.
  * See docs/DESIGN.md ("The connection manager") and docs/PROTOCOL.md.
  * Linux only. The executable around it is src/manager/narwhal-manager.c. */
 #ifndef NW_MANAGER_H

@@ -3,7 +3,8 @@
  * t/03-c-units.t. The index is checked
  * against a plain array after every step of a long random mix of adds and
  * removes with colliding and sequential cookies, which is what the kernel
- * hands out; and a real socket's cookie is read. */
+ * hands out; and a real socket's cookie is read
+ * (nw_io_socket_cookie, by which the index is keyed). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "nw_custody.h"
+#include "nw_io.h"
 #include "tap.h"
 
 #define KEYS 3000
@@ -83,13 +85,13 @@ int main(void)
 
     int sv[2];
     socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
-    uint64_t a = nw_custody_cookie(sv[0]), b = nw_custody_cookie(sv[1]);
+    uint64_t a = nw_io_socket_cookie(sv[0]), b = nw_io_socket_cookie(sv[1]);
     int copy = dup(sv[0]);
     ok(a != 0 && b != 0 && a != b, "two sockets have two cookies");
-    is(nw_custody_cookie(copy) == a, 1, "a copy of a socket has its cookie");
+    is(nw_io_socket_cookie(copy) == a, 1, "a copy of a socket has its cookie");
     int pipefd[2];
     if (pipe(pipefd) == 0)
-        is(nw_custody_cookie(pipefd[0]), 0, "a pipe has none");
+        is(nw_io_socket_cookie(pipefd[0]), 0, "a pipe has none");
     close(copy);
     close(sv[0]);
     close(sv[1]);
