@@ -26,6 +26,8 @@
 #define _GNU_SOURCE
 #endif
 #include "nw_manager.h"
+#include "nw_mgr_clock.h"
+#include "nw_mgr_table.h"
 #include "nw_custody.h"
 #include "nw_frame.h"
 #include "nw_http.h"
@@ -57,99 +59,38 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* What an fd's record is: where it is and who owns the next move. */
-enum {
-    NW_MANAGER_FREE = 0,    /* no record (or a connection being passed on) */
-    NW_MANAGER_IDLE,        /* client, no head yet: epoll + idle list */
-    NW_MANAGER_READING,     /* client, part of a head: epoll + reading list */
-    NW_MANAGER_QUEUED,      /* client, head complete, the serve queue full: queue, not in epoll */
-    NW_MANAGER_WRITING,     /* client, the rest of a response to write: epoll (out) + writing list */
-    NW_MANAGER_CLOSING,     /* client, written and half-closed: epoll + closing list, read and dropped */
-    NW_MANAGER_CUSTODY,     /* a copy of a connection a worker holds: epoll (hang-up only), the
-                             * custody index; never read (DESIGN.md, "Custody") */
-    NW_MANAGER_WORKER,      /* a pidfd of a worker that has connections in custody: epoll */
-};
-
 #define NW_SHED_TICK_MAX_MS     50      /* --max-queue-wait: look at the oldest request this often */
 #define NW_MANAGER_RETRY_MS     10      /* a hand-off refused for a while (too many descriptors in
                                          * flight, no kernel memory): tried again this soon at
                                          * the latest */
 #define NW_MANAGER_ARRIVAL_BELIEF_MS 3600000 /* an older receive time: the clock was set meanwhile */
 
-#define NW_MANAGER_F_LINE_SEEN  1u  /* connection: an LF arrived, so the request line ended */
-#define NW_MANAGER_F_PROXY      2u  /* connection: its bytes begin with a PROXY header */
-#define NW_MANAGER_F_OUT_KEEP   4u  /* writing: the connection stays open after the response */
-#define NW_MANAGER_F_OUT_COUNTED 8u /* writing: its rest counts against --max-offload-total */
-#define NW_MANAGER_F_DRAINED   16u  /* connection: its last read was short (SERVE says so) */
-#define NW_MANAGER_F_UNSENT    32u  /* writing: the response has left us but not the socket;
-                                     * out_left: what the kernel had not sent, last we looked */
-
-#define NW_MANAGER_NONE             (-1)
 #define NW_MANAGER_EVENTS           256
 #define NW_MANAGER_FRAMES_PER_WAKE  64
 #define NW_MANAGER_STATS_MS         1000
-#define NW_MANAGER_HEAD_MIN         1024    /* first allocation for a partial head */
 #define NW_MANAGER_DRAIN_READS      4       /* reads before a 408, so close() sends FIN, not RST */
 #define NW_MANAGER_LINGER_MS        1000    /* a half-closed connection is drained this long */
-
-/* 64 bytes on LP64. */
-typedef struct {
-    char    *head;          /* bytes of a head read so far (writing: read past the
-                             * last request); NULL while none */
-    nw_msec  deadline;      /* absolute; lists are ordered by it */
-    union {
-        nw_msec head_started;   /* reading: the head's first byte came then */
-        int64_t out_off;        /* writing: where the rest goes on in out_fd */
-        uint64_t cookie;        /* custody: the socket's SO_COOKIE */
-    };
-    int32_t  prev, next;    /* list links (fds) */
-    uint32_t head_len, head_cap;
-    uint32_t requests;      /* connection: requests served; worker: its pid */
-    union {
-        uint32_t ready_ms;  /* its head was complete then (SERVE's ready_ms) */
-        int32_t  owner;     /* custody: the pid of the worker that holds it */
-    };
-    uint16_t listener;
-    uint8_t  kind;
-    uint8_t  flags;
-    int32_t  out_fd;        /* writing: the rest of the response (a file or a memfd);
-                             * 0: none (fd 0 is the manager's stdin, never a rest) */
-    uint64_t out_left;      /* writing: bytes of it still to send */
-} nw_manager_slot;
-
-/* DESIGN.md promises at most 64 bytes per idle connection record. */
-typedef char nw_manager_slot_fits[sizeof(nw_manager_slot) <= 64 ? 1 : -1];
-
-typedef struct {
-    int32_t first, last;
-    size_t  len;
-} nw_manager_list;
 
 typedef struct {
     nw_msec keepalive_ms, read_ms;
     double  read_timeout, read_timeout_max, min_head_rate;
-    size_t  max_conns, max_header, max_line;
+    size_t  max_header, max_line;
     int     ep, control, sigfd;
     int     handoff_queue;  /* HANDOFF frames from every worker */
     int     serve_queue;    /* SERVE frames, taken by whichever worker is free */
     int     serve_queue_watched; /* waiting for room on the serve queue (EPOLLOUT, edge-triggered) */
     nw_msec retry_at;       /* the serve queue refused for a while: try the queue again then
                              * (0: no retry due; room is then waited for with EPOLLOUT alone) */
-    nw_manager_slot *slots;
-    size_t  nslots;
-    nw_manager_list idle, reading, queue, writing, closing;
+    nw_mgr_table table;     /* every fd's record, and the client connections' lists */
     nw_msec write_ms;               /* --timeout: a write making no progress */
     nw_score_header *shared;         /* the board's words the manager writes, or NULL: */
     volatile int64_t *offload_bytes; /* ...its count (--max-offload-total), or NULL */
     volatile int64_t *serve_queued;  /* ...SERVE frames on the serve queue, or NULL */
     volatile int64_t *handoff_queued; /* ...HANDOFF frames on the handoff queue, or NULL */
     nw_manager_stats st;    /* the running totals; gauges filled in when sent */
-    nw_msec now, next_stats, stats_ms;
+    nw_mgr_clock clock;
+    nw_msec next_stats, stats_ms;
     nw_msec stop_serve_ms;  /* a stop signal: serve this long (NW_STOP_SERVE_MS) */
-    int     test_clock;     /* tests only: the clock's socket (nw_manager_now), or -1 */
-    nw_msec test_now;       /* ...the time on it */
-    nw_msec test_step;      /* ...and an advance to take after this wake's other events */
-    int     test_clock_ack; /* ...an advance to answer once this wake's expiries are done */
     char   *frame_data;     /* NW_FRAME_MAX_DATA bytes for incoming frames */
     int     stop;
     nw_msec serve_until;    /* a stop signal came: serve until then, then close (0: none) */
@@ -169,7 +110,7 @@ typedef struct {
     const char *error_log;          /* --error-log (USR1 reopens it), or NULL */
     /* custody (DESIGN.md): copies of the workers' parked connections */
     nw_custody_index custody;       /* cookie -> our copy's fd */
-    int    *worker_fds;             /* the pidfds watched (NW_MANAGER_WORKER records) */
+    int    *worker_fds;             /* the pidfds watched (NW_MGR_WORKER records) */
     size_t  nworkers, workers_cap;
     uint64_t custody_taken;         /* taken over from a worker that died, total */
     uint64_t custody_lost;          /* closed because the worker died serving them, total */
@@ -180,192 +121,6 @@ typedef struct {
     nw_log_limit refused_said[NW_REFUSED_REASONS];
     nw_log_limit serve_waits_said;  /* "the serve queue refused ...: it waits" lines */
 } nw_manager;
-
-/* ------------------------------------------------------------ records */
-
-static int nw_manager_reserve(nw_manager *m, int fd)
-{
-    if (fd < 0)
-        return -1;
-    if ((size_t)fd < m->nslots)
-        return 0;
-    size_t n = m->nslots ? m->nslots : 64;
-    while (n <= (size_t)fd)
-        n *= 2;
-    nw_manager_slot *p = realloc(m->slots, n * sizeof *p);
-    if (!p)
-        return -1;
-    memset(p + m->nslots, 0, (n - m->nslots) * sizeof *p);
-    m->slots = p;
-    m->nslots = n;
-    return 0;
-}
-
-static void nw_manager_clear(nw_manager_slot *s)
-{
-    free(s->head);
-    memset(s, 0, sizeof *s);
-}
-
-/* ------------------------------------------------------------ lists */
-
-static nw_manager_list *nw_manager_list_of(nw_manager *m, int kind)
-{
-    switch (kind) {
-    case NW_MANAGER_IDLE:    return &m->idle;
-    case NW_MANAGER_READING: return &m->reading;
-    case NW_MANAGER_QUEUED:  return &m->queue;
-    case NW_MANAGER_WRITING: return &m->writing;
-    case NW_MANAGER_CLOSING: return &m->closing;
-    default:                 return NULL;
-    }
-}
-
-/* Insert in deadline order. A list's timeout is constant, so nearly every
- * insert is an append; only a HANDOFF carrying less time left walks back. */
-static void nw_manager_list_insert(nw_manager *m, nw_manager_list *l, int fd)
-{
-    nw_manager_slot *s = &m->slots[fd];
-    int32_t after = l->last;
-    while (after != NW_MANAGER_NONE && m->slots[after].deadline > s->deadline)
-        after = m->slots[after].prev;
-    s->prev = after;
-    s->next = after == NW_MANAGER_NONE ? l->first : m->slots[after].next;
-    if (s->next == NW_MANAGER_NONE)
-        l->last = fd;
-    else
-        m->slots[s->next].prev = fd;
-    if (after == NW_MANAGER_NONE)
-        l->first = fd;
-    else
-        m->slots[after].next = fd;
-    l->len++;
-}
-
-static void nw_manager_list_remove(nw_manager *m, nw_manager_list *l, int fd)
-{
-    nw_manager_slot *s = &m->slots[fd];
-    if (s->prev == NW_MANAGER_NONE)
-        l->first = s->next;
-    else
-        m->slots[s->prev].next = s->next;
-    if (s->next == NW_MANAGER_NONE)
-        l->last = s->prev;
-    else
-        m->slots[s->next].prev = s->prev;
-    s->prev = s->next = NW_MANAGER_NONE;
-    l->len--;
-}
-
-/* Put fd (kind and deadline set) on the list its kind says. */
-static void nw_manager_enlist(nw_manager *m, int fd, int kind, nw_msec deadline)
-{
-    m->slots[fd].kind = (uint8_t)kind;
-    m->slots[fd].deadline = deadline;
-    nw_manager_list_insert(m, nw_manager_list_of(m, kind), fd);
-}
-
-static size_t nw_manager_held(const nw_manager *m)
-{
-    return m->idle.len + m->reading.len + m->queue.len + m->writing.len + m->closing.len;
-}
-
-/* ------------------------------------------------------------ epoll */
-
-static int nw_manager_watch(nw_manager *m, int fd)
-{
-    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
-    return epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev);
-}
-
-static void nw_manager_unwatch(nw_manager *m, int fd)
-{
-    epoll_ctl(m->ep, EPOLL_CTL_DEL, fd, NULL);
-}
-
-/* ------------------------------------------------------------ connections */
-
-/* Take a connection out of epoll and off its list; it stays open and keeps
- * its record (head bytes, requests) until nw_manager_forget. */
-static void nw_manager_detach(nw_manager *m, int fd)
-{
-    nw_manager_slot *s = &m->slots[fd];
-    if (s->kind == NW_MANAGER_IDLE || s->kind == NW_MANAGER_READING
-        || s->kind == NW_MANAGER_WRITING || s->kind == NW_MANAGER_CLOSING
-        || s->kind == NW_MANAGER_CUSTODY || s->kind == NW_MANAGER_WORKER)
-        nw_manager_unwatch(m, fd);
-    if (s->kind == NW_MANAGER_CUSTODY)
-        nw_custody_remove(&m->custody, s->cookie);
-    nw_manager_list *l = nw_manager_list_of(m, s->kind);
-    if (l)
-        nw_manager_list_remove(m, l, fd);
-    s->kind = NW_MANAGER_FREE;
-}
-
-/* A response's rest is done with (sent, or given up): its descriptor is
- * closed and what it counted against --max-offload-total given back. */
-static void nw_manager_out_done(nw_manager *m, nw_manager_slot *s)
-{
-    if (s->out_fd <= 0)
-        return;
-    close(s->out_fd);
-    if ((s->flags & NW_MANAGER_F_OUT_COUNTED) && m->offload_bytes && s->out_left)
-        nw_scoreboard_offload_release(m->offload_bytes, s->out_left);
-    s->out_fd = 0;
-    s->out_left = 0;
-    s->flags &= (uint8_t)~(NW_MANAGER_F_OUT_COUNTED | NW_MANAGER_F_OUT_KEEP);
-}
-
-/* Close a detached connection and drop its record. */
-static void nw_manager_forget(nw_manager *m, int fd)
-{
-    nw_manager_out_done(m, &m->slots[fd]);
-    nw_manager_clear(&m->slots[fd]);
-    close(fd);
-}
-
-static void nw_manager_drop_conn(nw_manager *m, int fd)
-{
-    nw_manager_detach(m, fd);
-    nw_manager_forget(m, fd);
-}
-
-/* Append bytes to the connection's head buffer, which never grows past
- * what one SERVE frame can carry. */
-static int nw_manager_keep(nw_manager_slot *s, const char *data, size_t len)
-{
-    size_t need = s->head_len + len;
-    if (need > NW_FRAME_MAX_DATA)
-        return -1;
-    if (need > s->head_cap) {
-        size_t cap = s->head_cap ? s->head_cap : NW_MANAGER_HEAD_MIN;
-        while (cap < need)
-            cap *= 2;
-        if (cap > NW_FRAME_MAX_DATA)
-            cap = NW_FRAME_MAX_DATA;
-        char *p = realloc(s->head, cap);
-        if (!p)
-            return -1;
-        s->head = p;
-        s->head_cap = (uint32_t)cap;
-    }
-    memcpy(s->head + s->head_len, data, len);
-    s->head_len = (uint32_t)need;
-    return 0;
-}
-
-/* Room for one more connection under --max-connections, closing the
- * longest-idle ones if needed. 0: none can be made (nothing is idle). */
-static int nw_manager_make_room(nw_manager *m)
-{
-    while (m->max_conns && nw_manager_held(m) >= m->max_conns) {
-        if (m->idle.first == NW_MANAGER_NONE)
-            return 0;
-        nw_manager_drop_conn(m, m->idle.first);
-        m->st.closed_full++;
-    }
-    return 1;
-}
 
 /* The manager's own answers (408, 503), sent just before it closes fd.
  * Best effort and never blocking: unread input is drained first, because
@@ -414,20 +169,20 @@ static void nw_manager_refuse(nw_manager *m, int fd, int reason, int asked, int 
 {
     if (asked)
         nw_manager_send_503(fd);
-    if ((size_t)fd < m->nslots)
-        nw_manager_forget(m, fd);   /* (its record, its rest, and the socket) */
+    if ((size_t)fd < m->table.nslots)
+        nw_mgr_table_forget(&m->table, fd);   /* (its record, its rest, and the socket) */
     else
         close(fd);
     m->refused[reason]++;
-    nw_log_limited(&m->refused_said[reason], m->now, "error",
+    nw_log_limited(&m->refused_said[reason], m->clock.now, "error",
                    "closed a connection%s: %s%s%s", asked ? " with 503" : "",
                    nw_manager_refused_names[reason], err ? ": " : "", err ? strerror(err) : "");
 }
 
 /* Whether a connection's bytes hold (part of) a request, not only a PROXY
  * header or nothing. */
-static size_t nw_manager_proxy_len(const nw_manager_slot *s, const char *p, size_t len);
-static int nw_manager_asked(const nw_manager_slot *s, const char *p, size_t len)
+static size_t nw_manager_proxy_len(const nw_mgr_slot *s, const char *p, size_t len);
+static int nw_manager_asked(const nw_mgr_slot *s, const char *p, size_t len)
 {
     return len > nw_manager_proxy_len(s, p, len);
 }
@@ -447,10 +202,10 @@ static size_t nw_manager_blank_prefix(const char *p, size_t len)
  * complete, and also when it is already over a limit: the worker answers
  * 431 or 414 (the manager writes nothing but 408), and a head that could
  * not fit in one more frame cannot wait for more. */
-static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
+static int nw_manager_head_done(nw_manager *m, nw_mgr_slot *s,
                                 const char *p, size_t len, size_t old)
 {
-    if (s->flags & NW_MANAGER_F_PROXY) {
+    if (s->flags & NW_MGR_F_PROXY) {
         /* the head begins after the PROXY header: a worker parses both */
         nw_proxy_info info;
         size_t used = 0;
@@ -463,18 +218,18 @@ static int nw_manager_head_done(nw_manager *m, nw_manager_slot *s,
         len -= used;
         old = old > used ? old - used : 0;
     }
-    if (!(s->flags & NW_MANAGER_F_LINE_SEEN) && memchr(p + old, '\n', len - old))
-        s->flags |= NW_MANAGER_F_LINE_SEEN;
+    if (!(s->flags & NW_MGR_F_LINE_SEEN) && memchr(p + old, '\n', len - old))
+        s->flags |= NW_MGR_F_LINE_SEEN;
     /* the buffered bytes start at the request line (empty lines before it
      * are not kept), and the first old of them were searched before */
     nw_head_scan scan = { 0, old };
-    if ((s->flags & NW_MANAGER_F_LINE_SEEN) && nw_http_head_end(p, len, &scan))
+    if ((s->flags & NW_MGR_F_LINE_SEEN) && nw_http_head_end(p, len, &scan))
         return 1;
     if (len > m->max_header || len >= NW_FRAME_MAX_DATA)
         return 1;
     if (!nw_http_line_can_start(p, len))
         return 1;           /* not HTTP: a worker answers 400 at once */
-    return !(s->flags & NW_MANAGER_F_LINE_SEEN) && len > m->max_line;
+    return !(s->flags & NW_MGR_F_LINE_SEEN) && len > m->max_line;
 }
 
 /* ------------------------------------------------------------ serving */
@@ -499,15 +254,15 @@ static void nw_manager_serve_queue_epollout(nw_manager *m, int on);
  * behind one stuck worker under a limit of 64: 652 were). */
 static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
 {
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     nw_frame f;
     nw_frame_init(&f, NW_FRAME_SERVE);
     f.listener = s->listener;
     f.requests = s->requests;
     f.ready_ms = s->ready_ms;
-    if (s->flags & NW_MANAGER_F_PROXY)
+    if (s->flags & NW_MGR_F_PROXY)
         f.flags = NW_FRAME_F_PROXY;
-    if (s->flags & NW_MANAGER_F_DRAINED)
+    if (s->flags & NW_MGR_F_DRAINED)
         f.flags |= NW_FRAME_F_DRAINED;
     f.data_len = (uint32_t)len;
     if (nw_frame_send(m->serve_queue, &f, data, fd) == 0) {
@@ -518,12 +273,12 @@ static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
     int e = errno;
     if (e == ETOOMANYREFS || e == ENOBUFS || e == ENOMEM) {
         if (!m->retry_at)
-            m->retry_at = m->now + NW_MANAGER_RETRY_MS;
+            m->retry_at = m->clock.now + NW_MANAGER_RETRY_MS;
         nw_manager_serve_queue_epollout(m, 0);
         struct rlimit rl;
         if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
             rl.rlim_cur = 0;
-        nw_log_limited(&m->serve_waits_said, m->now, "warn",
+        nw_log_limited(&m->serve_waits_said, m->clock.now, "warn",
                        "the serve queue refused a request: %s%s%llu%s; it waits in the "
                        "manager's queue and is tried again", strerror(e),
                        e == ETOOMANYREFS ? " (this user's descriptors in flight to the workers "
@@ -574,16 +329,16 @@ static uint32_t nw_manager_ready_ms(const nw_manager *m)
     if (m->arrived_ns) {
         int64_t ago_ms = (nw_wall_clock_ns() - m->arrived_ns) / 1000000;
         if (ago_ms > 0 && ago_ms < NW_MANAGER_ARRIVAL_BELIEF_MS)
-            return (uint32_t)(m->now - ago_ms);
+            return (uint32_t)(m->clock.now - ago_ms);
     }
-    return (uint32_t)m->now;
+    return (uint32_t)m->clock.now;
 }
 
 /* fd (detached) has a head to serve: on the serve queue now, or to the back of
  * the queue until there is room. */
 static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t len)
 {
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     s->ready_ms = nw_manager_ready_ms(m);
     nw_manager_queue_up(m, fd, data, len);
 }
@@ -591,11 +346,11 @@ static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t
 /* nw_manager_hand_over for a head that was complete at s->ready_ms. */
 static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t len)
 {
-    nw_manager_slot *s = &m->slots[fd];
-    if (m->queue.first == NW_MANAGER_NONE) {   /* never overtake the queue */
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
+    if (nw_mgr_table_first(&m->table, NW_MGR_QUEUED) == NW_MGR_NONE) {   /* never overtake the queue */
         int r = nw_manager_serve(m, fd, data, len);
         if (r > 0) {
-            nw_manager_forget(m, fd);
+            nw_mgr_table_forget(&m->table, fd);
             return;
         }
         if (r < 0) {
@@ -603,16 +358,16 @@ static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t 
             return;
         }
     }
-    if (!nw_manager_make_room(m)) {
+    if (!nw_mgr_table_make_room(&m->table)) {
         m->st.closed_full++;
         nw_manager_refuse(m, fd, NW_REFUSED_FULL, 1, 0);
         return;
     }
-    if (data != s->head && nw_manager_keep(s, data, len) < 0) {
+    if (data != s->head && nw_mgr_table_keep(s, data, len) < 0) {
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
         return;
     }
-    nw_manager_enlist(m, fd, NW_MANAGER_QUEUED, 0);
+    nw_mgr_table_enlist(&m->table, fd, NW_MGR_QUEUED, 0);
     nw_manager_watch_serve_queue(m, 1);
 }
 
@@ -621,15 +376,15 @@ static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t 
 static void nw_manager_drain_queue(nw_manager *m)
 {
     m->retry_at = 0;
-    while (m->queue.first != NW_MANAGER_NONE) {
-        int fd = m->queue.first;
-        nw_manager_slot *s = &m->slots[fd];
+    while (nw_mgr_table_first(&m->table, NW_MGR_QUEUED) != NW_MGR_NONE) {
+        int fd = nw_mgr_table_first(&m->table, NW_MGR_QUEUED);
+        nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
         int r = nw_manager_serve(m, fd, s->head, s->head_len);
         if (r == 0)
             return;
-        nw_manager_detach(m, fd);
+        nw_mgr_table_detach(&m->table, fd);
         if (r > 0)
-            nw_manager_forget(m, fd);
+            nw_mgr_table_forget(&m->table, fd);
         else
             nw_manager_refuse(m, fd, NW_REFUSED_SERVE_QUEUE, 1, errno);
     }
@@ -640,7 +395,7 @@ static void nw_manager_drain_queue(nw_manager *m)
  * comes, if no worker's take came first. */
 static void nw_manager_retry(nw_manager *m)
 {
-    if (m->retry_at && m->now >= m->retry_at && m->queue.first != NW_MANAGER_NONE)
+    if (m->retry_at && m->clock.now >= m->retry_at && nw_mgr_table_first(&m->table, NW_MGR_QUEUED) != NW_MGR_NONE)
         nw_manager_drain_queue(m);
 }
 
@@ -656,35 +411,35 @@ static nw_msec nw_manager_handoff_deadline(nw_manager *m, const nw_frame *f, int
     int given_applies = (f->flags & NW_FRAME_F_HEAD_STARTED) || !reading;
     if (given_applies && f->deadline_ms >= 0 && f->deadline_ms < limit)
         limit = f->deadline_ms;
-    return m->now + limit;
+    return m->clock.now + limit;
 }
 
 /* A record for a connection that came in a frame (NULL: no memory, fd closed). */
-static nw_manager_slot *nw_manager_adopt(nw_manager *m, int fd, const nw_frame *f)
+static nw_mgr_slot *nw_manager_adopt(nw_manager *m, int fd, const nw_frame *f)
 {
-    if (nw_manager_reserve(m, fd) < 0) {
+    if (nw_mgr_table_reserve(&m->table, fd) < 0) {
         /* (a 503 only where bytes of a request came: not after a response
          * begun, OUTPUT, nor to a PROXY header that may be all there is) */
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY,
                           f->data_len > 0 && !(f->flags & (NW_FRAME_F_OUTPUT | NW_FRAME_F_PROXY)), 0);
         return NULL;
     }
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     memset(s, 0, sizeof *s);
     s->requests = f->requests;
     s->listener = f->listener;
     if (f->flags & NW_FRAME_F_PROXY)
-        s->flags = NW_MANAGER_F_PROXY;
+        s->flags = NW_MGR_F_PROXY;
     return s;
 }
 
 /* The length of the complete PROXY header in front of a connection's
  * bytes (0: none, or not complete). */
-static size_t nw_manager_proxy_len(const nw_manager_slot *s, const char *p, size_t len)
+static size_t nw_manager_proxy_len(const nw_mgr_slot *s, const char *p, size_t len)
 {
     nw_proxy_info info;
     size_t used = 0;
-    if (!(s->flags & NW_MANAGER_F_PROXY) || nw_proxy_parse(p, len, &info, &used) != NW_PROXY_DONE)
+    if (!(s->flags & NW_MGR_F_PROXY) || nw_proxy_parse(p, len, &info, &used) != NW_PROXY_DONE)
         return 0;
     return used;
 }
@@ -693,26 +448,26 @@ static size_t nw_manager_proxy_len(const nw_manager_slot *s, const char *p, size
 static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char *data)
 {
     m->st.received++;
-    nw_manager_slot *s = nw_manager_adopt(m, fd, f);
+    nw_mgr_slot *s = nw_manager_adopt(m, fd, f);
     if (!s)
         return;
-    size_t skip = s->flags & NW_MANAGER_F_PROXY ? 0 : nw_manager_blank_prefix(data, f->data_len);
+    size_t skip = s->flags & NW_MGR_F_PROXY ? 0 : nw_manager_blank_prefix(data, f->data_len);
     size_t len = f->data_len - skip;
     data += skip;
     if (len > 0 && nw_manager_head_done(m, s, data, len, 0)) {
         nw_manager_hand_over(m, fd, data, len);   /* pipelined: serve at once */
         return;
     }
-    if (!nw_manager_make_room(m)) {
+    if (!nw_mgr_table_make_room(&m->table)) {
         m->st.closed_full++;
         nw_manager_refuse(m, fd, NW_REFUSED_FULL, nw_manager_asked(s, data, len), 0);
         return;
     }
-    if (len > 0 && nw_manager_keep(s, data, len) < 0) {
+    if (len > 0 && nw_mgr_table_keep(s, data, len) < 0) {
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), 0);
         return;
     }
-    if (nw_manager_watch(m, fd) < 0) {
+    if (nw_mgr_table_watch(&m->table, fd, EPOLLIN) < 0) {
         /* (no memory for epoll's record, or not something epoll can watch) */
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), errno);
         return;
@@ -723,14 +478,14 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
      * (ready_ms, the same clock mod 2^32); from now for bytes it had not
      * looked at. Counted from the hand-off, a head handed off 0.5 s after
      * it began got 0.5 s more than --read-timeout once its next byte came. */
-    s->head_started = m->now;
+    s->head_started = m->clock.now;
     if (f->flags & NW_FRAME_F_HEAD_STARTED) {
-        uint32_t ago = (uint32_t)m->now - f->ready_ms;
+        uint32_t ago = (uint32_t)m->clock.now - f->ready_ms;
         double most = m->read_timeout_max > m->read_timeout ? m->read_timeout_max : m->read_timeout;
         if (ago <= (uint32_t)(most * 1000.0))
-            s->head_started = m->now - (nw_msec)ago;
+            s->head_started = m->clock.now - (nw_msec)ago;
     }
-    nw_manager_enlist(m, fd, reading ? NW_MANAGER_READING : NW_MANAGER_IDLE,
+    nw_mgr_table_enlist(&m->table, fd, reading ? NW_MGR_READING : NW_MGR_IDLE,
                       nw_manager_handoff_deadline(m, f, reading));
 }
 
@@ -746,14 +501,15 @@ static int nw_manager_handoff_queue_readable(nw_manager *m);
 
 static void nw_manager_custody_drop(nw_manager *m, int fd)
 {
-    nw_manager_drop_conn(m, fd);    /* (out of epoll and the index, closed) */
+    nw_custody_remove(&m->custody, nw_mgr_table_slot(&m->table, fd)->cookie);
+    nw_mgr_table_drop(&m->table, fd);    /* (out of epoll, closed) */
 }
 
 /* The pidfd watching pid, opened on its first custody frame (-1: none). */
 static int nw_manager_worker_fd(nw_manager *m, int pid)
 {
     for (size_t i = 0; i < m->nworkers; i++)
-        if ((int)m->slots[m->worker_fds[i]].requests == pid)
+        if ((int)nw_mgr_table_slot(&m->table, m->worker_fds[i])->requests == pid)
             return m->worker_fds[i];
     if (m->nworkers == m->workers_cap) {
         size_t cap = m->workers_cap ? 2 * m->workers_cap : 16;
@@ -767,14 +523,14 @@ static int nw_manager_worker_fd(nw_manager *m, int pid)
     if (pidfd < 0)
         return -1;      /* reaped already, or no pidfds: no custody */
     struct epoll_event ev = { .events = EPOLLIN, .data.fd = pidfd };
-    if (nw_manager_reserve(m, pidfd) < 0 || epoll_ctl(m->ep, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
+    if (nw_mgr_table_reserve(&m->table, pidfd) < 0 || epoll_ctl(m->ep, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
         close(pidfd);
         return -1;
     }
     m->worker_fds[m->nworkers++] = pidfd;
-    memset(&m->slots[pidfd], 0, sizeof m->slots[pidfd]);
-    m->slots[pidfd].kind = NW_MANAGER_WORKER;
-    m->slots[pidfd].requests = (uint32_t)pid;
+    nw_mgr_table_fresh(&m->table, pidfd);
+    nw_mgr_table_slot(&m->table, pidfd)->kind = NW_MGR_WORKER;
+    nw_mgr_table_slot(&m->table, pidfd)->requests = (uint32_t)pid;
     return pidfd;
 }
 
@@ -803,36 +559,36 @@ static void nw_manager_custody_frame(nw_manager *m, const nw_frame *f, int fd, c
             nw_manager_custody_drop(m, held);   /* its new owner cannot be watched */
             return;
         }
-        m->slots[held].owner = rec.pid;
-        m->slots[held].requests = f->requests;
+        nw_mgr_table_slot(&m->table, held)->owner = rec.pid;
+        nw_mgr_table_slot(&m->table, held)->requests = f->requests;
         return;
     }
-    int full = m->max_conns && nw_manager_held(m) + m->custody.count >= m->max_conns;
+    int full = nw_mgr_table_full(&m->table, m->custody.count);
     struct epoll_event ev = { .events = EPOLLRDHUP, .data.fd = fd };
     if (full || rec.pid <= 0 || nw_manager_worker_fd(m, rec.pid) < 0
-        || nw_manager_reserve(m, fd) < 0) {
+        || nw_mgr_table_reserve(&m->table, fd) < 0) {
         close(fd);      /* not held: it ends with its worker, as without custody */
         return;
     }
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     memset(s, 0, sizeof *s);
     size_t extra = f->data_len - sizeof rec;
-    if (((f->flags & NW_FRAME_F_PROXY) && nw_manager_keep(s, data + sizeof rec, extra) < 0)
+    if (((f->flags & NW_FRAME_F_PROXY) && nw_mgr_table_keep(s, data + sizeof rec, extra) < 0)
         || nw_custody_add(&m->custody, rec.cookie, fd) < 0) {
-        nw_manager_forget(m, fd);
+        nw_mgr_table_forget(&m->table, fd);
         return;
     }
     if (epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
         nw_custody_remove(&m->custody, rec.cookie);
-        nw_manager_forget(m, fd);
+        nw_mgr_table_forget(&m->table, fd);
         return;
     }
-    s->kind = NW_MANAGER_CUSTODY;
+    s->kind = NW_MGR_CUSTODY;
     s->cookie = rec.cookie;
     s->owner = rec.pid;
     s->requests = f->requests;
     s->listener = f->listener;
-    s->flags = (f->flags & NW_FRAME_F_PROXY) ? NW_MANAGER_F_PROXY : 0;
+    s->flags = (f->flags & NW_FRAME_F_PROXY) ? NW_MGR_F_PROXY : 0;
 }
 
 /* A connection a worker handed here: if we held a copy of it, that copy
@@ -855,7 +611,7 @@ static void nw_manager_custody_handed(nw_manager *m, int fd)
  * its death alone would have done. */
 static void nw_manager_worker_ended(nw_manager *m, int pidfd)
 {
-    int pid = (int)m->slots[pidfd].requests;
+    int pid = (int)nw_mgr_table_slot(&m->table, pidfd)->requests;
     uint64_t serving = 0;
     int released = 1;
     size_t taken = 0, lost = 0;
@@ -865,10 +621,10 @@ static void nw_manager_worker_ended(nw_manager *m, int pidfd)
         continue;
     if (!m->board || !nw_scoreboard_worker_end(m->board, pid, &serving, &released))
         released = 1;
-    for (size_t i = 0; i < m->nslots; i++) {
-        nw_manager_slot *s = &m->slots[i];
+    for (size_t i = 0; i < m->table.nslots; i++) {
+        nw_mgr_slot *s = nw_mgr_table_slot(&m->table, i);
         int fd = (int)i;
-        if (s->kind != NW_MANAGER_CUSTODY || s->owner != pid)
+        if (s->kind != NW_MGR_CUSTODY || s->owner != pid)
             continue;
         if (released || s->cookie == serving) {
             lost += !released;
@@ -885,10 +641,11 @@ static void nw_manager_worker_ended(nw_manager *m, int pidfd)
         f.listener = s->listener;
         f.requests = s->requests;
         f.deadline_ms = -1;
-        f.flags = (s->flags & NW_MANAGER_F_PROXY) ? NW_FRAME_F_PROXY : 0;
+        f.flags = (s->flags & NW_MGR_F_PROXY) ? NW_FRAME_F_PROXY : 0;
         f.data_len = (uint32_t)plen;
-        nw_manager_detach(m, fd);
-        nw_manager_clear(s);
+        nw_custody_remove(&m->custody, s->cookie);
+        nw_mgr_table_detach(&m->table, fd);
+        nw_mgr_table_release(&m->table, fd);
         m->st.received--;           /* (nw_manager_take counts hand-offs) */
         nw_manager_take(m, fd, &f, proxy);
         taken++;
@@ -896,12 +653,12 @@ static void nw_manager_worker_ended(nw_manager *m, int pidfd)
     for (size_t i = 0; i < m->nworkers; i++)
         if (m->worker_fds[i] == pidfd)
             m->worker_fds[i] = m->worker_fds[--m->nworkers];
-    nw_manager_detach(m, pidfd);
-    nw_manager_forget(m, pidfd);
+    nw_mgr_table_detach(&m->table, pidfd);
+    nw_mgr_table_forget(&m->table, pidfd);
     m->custody_taken += taken;
     m->custody_lost += lost;
     if (taken || lost)
-        nw_log_limited(&m->custody_said, m->now, "warn",
+        nw_log_limited(&m->custody_said, m->clock.now, "warn",
                        "worker %d ended without giving up its connections: took over %zu, "
                        "closed %zu (its request in flight)", pid, taken, lost);
 }
@@ -923,7 +680,7 @@ static int nw_manager_rewatch(nw_manager *m, int fd, uint32_t events)
  * and on no list. Returns 1 when it waits. */
 static int nw_manager_wait_sent(nw_manager *m, int fd)
 {
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     uint64_t unsent = nw_io_unsent(fd);
     if (!unsent || nw_io_writable_when_sent(fd, 1) < 0)
         return 0;
@@ -932,8 +689,8 @@ static int nw_manager_wait_sent(nw_manager *m, int fd)
         return 0;
     }
     s->out_left = unsent;
-    s->flags |= NW_MANAGER_F_OUT_KEEP | NW_MANAGER_F_UNSENT;
-    nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
+    s->flags |= NW_MGR_F_OUT_KEEP | NW_MGR_F_UNSENT;
+    nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
     return 1;
 }
 
@@ -941,16 +698,16 @@ static int nw_manager_wait_sent(nw_manager *m, int fd)
  * request, its keep-alive time from now (fd in epoll, on no list). */
 static void nw_manager_wait_request(nw_manager *m, int fd)
 {
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
-        nw_manager_unwatch(m, fd);
+        nw_mgr_table_unwatch(&m->table, fd);
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
         return;
     }
     int reading = s->head_len > nw_manager_proxy_len(s, s->head, s->head_len);
-    s->head_started = m->now;
-    nw_manager_enlist(m, fd, reading ? NW_MANAGER_READING : NW_MANAGER_IDLE,
-                      m->now + (reading ? m->read_ms : m->keepalive_ms));
+    s->head_started = m->clock.now;
+    nw_mgr_table_enlist(&m->table, fd, reading ? NW_MGR_READING : NW_MGR_IDLE,
+                      m->clock.now + (reading ? m->read_ms : m->keepalive_ms));
 }
 
 /* The response is written: the connection waits for its next request as
@@ -961,14 +718,14 @@ static void nw_manager_wait_request(nw_manager *m, int fd)
  * watched for input now, unless it goes to a worker. */
 static void nw_manager_output_written(nw_manager *m, int fd)
 {
-    nw_manager_slot *s = &m->slots[fd];
-    int keep = s->flags & NW_MANAGER_F_OUT_KEEP;
-    nw_manager_list_remove(m, &m->writing, fd);
-    s->kind = NW_MANAGER_FREE;
-    nw_manager_out_done(m, s);
-    s->flags &= (uint8_t)~(NW_MANAGER_F_OUT_KEEP | NW_MANAGER_F_UNSENT);
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
+    int keep = s->flags & NW_MGR_F_OUT_KEEP;
+    nw_mgr_table_delist(&m->table, fd);
+    s->kind = NW_MGR_FREE;
+    nw_mgr_table_rest_done(&m->table, s);
+    s->flags &= (uint8_t)~(NW_MGR_F_OUT_KEEP | NW_MGR_F_UNSENT);
     if (keep && s->head_len > 0 && nw_manager_head_done(m, s, s->head, s->head_len, 0)) {
-        nw_manager_unwatch(m, fd);
+        nw_mgr_table_unwatch(&m->table, fd);
         nw_manager_hand_over(m, fd, s->head, s->head_len);   /* pipelined: serve at once */
         return;
     }
@@ -979,12 +736,12 @@ static void nw_manager_output_written(nw_manager *m, int fd)
         return;
     }
     if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
-        nw_manager_unwatch(m, fd);
+        nw_mgr_table_unwatch(&m->table, fd);
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
         return;
     }
     shutdown(fd, SHUT_WR);
-    nw_manager_enlist(m, fd, NW_MANAGER_CLOSING, m->now + NW_MANAGER_LINGER_MS);
+    nw_mgr_table_enlist(&m->table, fd, NW_MGR_CLOSING, m->clock.now + NW_MANAGER_LINGER_MS);
 }
 
 /* A connection waiting for the socket to send its response: sent yet?
@@ -994,17 +751,17 @@ static void nw_manager_output_written(nw_manager *m, int fd)
  * deadline without any progress drops it. */
 static void nw_manager_sent_yet(nw_manager *m, int fd)
 {
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     uint64_t unsent = nw_io_unsent(fd);
     if (unsent == 0) {
         nw_io_writable_when_sent(fd, 0);
         nw_manager_output_written(m, fd);
     } else if (unsent < s->out_left) {
         s->out_left = unsent;
-        nw_manager_list_remove(m, &m->writing, fd);
-        nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
+        nw_mgr_table_delist(&m->table, fd);
+        nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
     } else {
-        nw_manager_drop_conn(m, fd);
+        nw_mgr_table_drop(&m->table, fd);
     }
 }
 
@@ -1012,8 +769,8 @@ static void nw_manager_sent_yet(nw_manager *m, int fd)
  * something moves the deadline on by --timeout. */
 static void nw_manager_write_some(nw_manager *m, int fd)
 {
-    nw_manager_slot *s = &m->slots[fd];
-    if (s->flags & NW_MANAGER_F_UNSENT) {
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
+    if (s->flags & NW_MGR_F_UNSENT) {
         nw_manager_sent_yet(m, fd);
         return;
     }
@@ -1021,17 +778,17 @@ static void nw_manager_write_some(nw_manager *m, int fd)
     size_t left = (size_t)s->out_left;
     int r = nw_io_sendfile_now(fd, s->out_fd, &off, &left);
     uint64_t sent = s->out_left - left;
-    if (sent && (s->flags & NW_MANAGER_F_OUT_COUNTED) && m->offload_bytes)
+    if (sent && (s->flags & NW_MGR_F_OUT_COUNTED) && m->offload_bytes)
         nw_scoreboard_offload_release(m->offload_bytes, sent);
     s->out_off = (int64_t)off;
     s->out_left = left;
     if (r == NW_IO_OK) {
         nw_manager_output_written(m, fd);
     } else if (r != NW_IO_AGAIN) {
-        nw_manager_drop_conn(m, fd);    /* the client went (or the rest broke) */
-    } else if (sent && s->kind == NW_MANAGER_WRITING) {
-        nw_manager_list_remove(m, &m->writing, fd);
-        nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
+        nw_mgr_table_drop(&m->table, fd);    /* the client went (or the rest broke) */
+    } else if (sent && s->kind == NW_MGR_WRITING) {
+        nw_mgr_table_delist(&m->table, fd);
+        nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
     }
 }
 
@@ -1045,7 +802,7 @@ static void nw_manager_take_output(nw_manager *m, const int *fds, const nw_frame
     memcpy(&out, data, sizeof out);
     m->st.received++;
     m->st.offloaded++;
-    nw_manager_slot *s = nw_manager_adopt(m, fd, f);
+    nw_mgr_slot *s = nw_manager_adopt(m, fd, f);
     if (!s) {
         if (out.counted && m->offload_bytes)
             nw_scoreboard_offload_release(m->offload_bytes, out.counted);
@@ -1056,14 +813,14 @@ static void nw_manager_take_output(nw_manager *m, const int *fds, const nw_frame
     s->out_off = (int64_t)out.offset;
     s->out_left = out.length;
     if (out.counted)
-        s->flags |= NW_MANAGER_F_OUT_COUNTED;
+        s->flags |= NW_MGR_F_OUT_COUNTED;
     if (out.keep_alive)
-        s->flags |= NW_MANAGER_F_OUT_KEEP;
+        s->flags |= NW_MGR_F_OUT_KEEP;
     data += sizeof out;
     size_t len = f->data_len - sizeof out;
-    size_t skip = s->flags & NW_MANAGER_F_PROXY ? 0 : nw_manager_blank_prefix(data, len);
+    size_t skip = s->flags & NW_MGR_F_PROXY ? 0 : nw_manager_blank_prefix(data, len);
     /* (a response is begun: no 503 can follow it) */
-    if (len - skip > 0 && nw_manager_keep(s, data + skip, len - skip) < 0) {
+    if (len - skip > 0 && nw_mgr_table_keep(s, data + skip, len - skip) < 0) {
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, 0);
         return;
     }
@@ -1072,7 +829,7 @@ static void nw_manager_take_output(nw_manager *m, const int *fds, const nw_frame
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);
         return;
     }
-    nw_manager_enlist(m, fd, NW_MANAGER_WRITING, m->now + m->write_ms);
+    nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
     nw_manager_write_some(m, fd);     /* the client may have read meanwhile */
 }
 
@@ -1092,43 +849,43 @@ static int nw_manager_output_frame_ok(const nw_frame *f, const int *fds, const c
 /* Bytes on a connection with nothing buffered: the head may begin here. */
 static void nw_manager_first_bytes(nw_manager *m, int fd, const char *p, size_t n)
 {
-    nw_manager_slot *s = &m->slots[fd];
-    size_t skip = s->flags & NW_MANAGER_F_PROXY ? 0 : nw_manager_blank_prefix(p, n);
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
+    size_t skip = s->flags & NW_MGR_F_PROXY ? 0 : nw_manager_blank_prefix(p, n);
     p += skip;
     n -= skip;
     if (n == 0)
         return;
-    if (s->kind == NW_MANAGER_IDLE) {   /* the read timeout runs from the first byte */
-        nw_manager_list_remove(m, &m->idle, fd);
-        s->head_started = m->now;
-        nw_manager_enlist(m, fd, NW_MANAGER_READING, nw_head_deadline(m->now, n,
+    if (s->kind == NW_MGR_IDLE) {   /* the read timeout runs from the first byte */
+        nw_mgr_table_delist(&m->table, fd);
+        s->head_started = m->clock.now;
+        nw_mgr_table_enlist(&m->table, fd, NW_MGR_READING, nw_head_deadline(m->clock.now, n,
                           m->read_timeout, m->read_timeout_max, m->min_head_rate));
     }
     if (nw_manager_head_done(m, s, p, n, 0)) {
-        nw_manager_detach(m, fd);
+        nw_mgr_table_detach(&m->table, fd);
         nw_manager_hand_over(m, fd, p, n);
-    } else if (nw_manager_keep(s, p, n) < 0) {
-        nw_manager_detach(m, fd);
+    } else if (nw_mgr_table_keep(s, p, n) < 0) {
+        nw_mgr_table_detach(&m->table, fd);
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
     }
 }
 
 static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n)
 {
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     size_t old = s->head_len;
-    if (s->kind == NW_MANAGER_IDLE) {   /* after a PROXY header: the head begins now */
-        nw_manager_list_remove(m, &m->idle, fd);
-        s->head_started = m->now;
-        nw_manager_enlist(m, fd, NW_MANAGER_READING, nw_head_deadline(m->now, n,
+    if (s->kind == NW_MGR_IDLE) {   /* after a PROXY header: the head begins now */
+        nw_mgr_table_delist(&m->table, fd);
+        s->head_started = m->clock.now;
+        nw_mgr_table_enlist(&m->table, fd, NW_MGR_READING, nw_head_deadline(m->clock.now, n,
                           m->read_timeout, m->read_timeout_max, m->min_head_rate));
     }
-    if (nw_manager_keep(s, p, n) < 0) {
-        nw_manager_detach(m, fd);
+    if (nw_mgr_table_keep(s, p, n) < 0) {
+        nw_mgr_table_detach(&m->table, fd);
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
         return;
     }
-    if (!(s->flags & NW_MANAGER_F_PROXY) && (s->head[0] == '\r' || s->head[0] == '\n')) {
+    if (!(s->flags & NW_MGR_F_PROXY) && (s->head[0] == '\r' || s->head[0] == '\n')) {
         /* a lone CR kept, and now its LF: an empty line, dropped; the
          * head had begun (its read timeout stands, as in a worker) */
         size_t skip = nw_manager_blank_prefix(s->head, s->head_len);
@@ -1141,16 +898,16 @@ static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n
             return;
     }
     if (nw_manager_head_done(m, s, s->head, s->head_len, old)) {
-        nw_manager_detach(m, fd);
+        nw_mgr_table_detach(&m->table, fd);
         nw_manager_hand_over(m, fd, s->head, s->head_len);
         return;
     }
     /* still arriving: fast enough, and its deadline moves on */
     nw_msec later = nw_head_deadline(s->head_started, s->head_len, m->read_timeout,
                                      m->read_timeout_max, m->min_head_rate);
-    if (s->kind == NW_MANAGER_READING && later > s->deadline) {
-        nw_manager_list_remove(m, &m->reading, fd);
-        nw_manager_enlist(m, fd, NW_MANAGER_READING, later);
+    if (s->kind == NW_MGR_READING && later > s->deadline) {
+        nw_mgr_table_delist(&m->table, fd);
+        nw_mgr_table_enlist(&m->table, fd, NW_MGR_READING, later);
     }
 }
 
@@ -1163,13 +920,13 @@ static void nw_manager_closing_readable(nw_manager *m, int fd)
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
     if (n <= 0)
-        nw_manager_drop_conn(m, fd);
+        nw_mgr_table_drop(&m->table, fd);
 }
 
 static void nw_manager_client_readable(nw_manager *m, int fd)
 {
     char buf[NW_READ_CHUNK];
-    size_t room = NW_FRAME_MAX_DATA - m->slots[fd].head_len;
+    size_t room = NW_FRAME_MAX_DATA - nw_mgr_table_slot(&m->table, fd)->head_len;
     if (room > sizeof buf)
         room = sizeof buf;
     m->arrived_ns = 0;
@@ -1178,14 +935,14 @@ static void nw_manager_client_readable(nw_manager *m, int fd)
         return;
     if (n <= 0) {
         m->st.closed_peer++;
-        nw_manager_drop_conn(m, fd);
+        nw_mgr_table_drop(&m->table, fd);
         return;
     }
     if ((size_t)n < room)
-        m->slots[fd].flags |= NW_MANAGER_F_DRAINED;
+        nw_mgr_table_slot(&m->table, fd)->flags |= NW_MGR_F_DRAINED;
     else
-        m->slots[fd].flags &= (uint8_t)~NW_MANAGER_F_DRAINED;
-    if (m->slots[fd].head_len == 0)
+        nw_mgr_table_slot(&m->table, fd)->flags &= (uint8_t)~NW_MGR_F_DRAINED;
+    if (nw_mgr_table_slot(&m->table, fd)->head_len == 0)
         nw_manager_first_bytes(m, fd, buf, (size_t)n);
     else
         nw_manager_more_bytes(m, fd, buf, (size_t)n);
@@ -1282,7 +1039,7 @@ static void nw_manager_control_readable(nw_manager *m)
 
 static int nw_manager_waited_too_long(const nw_manager *m, uint32_t ready_ms)
 {
-    return (uint32_t)((uint32_t)m->now - ready_ms) >= (uint32_t)m->max_queue_wait;
+    return (uint32_t)((uint32_t)m->clock.now - ready_ms) >= (uint32_t)m->max_queue_wait;
 }
 
 /* The request line in a head's bytes (after a PROXY header, if any), for
@@ -1313,7 +1070,7 @@ static void nw_manager_shed_one(nw_manager *m, int fd, const char *head, size_t 
 {
     char line[200];
     nw_manager_request_line(head, len, line, sizeof line);
-    nw_log_limited(&m->shed_said, m->now, "warn",
+    nw_log_limited(&m->shed_said, m->clock.now, "warn",
                    "shed %s: it waited over --max-queue-wait %u ms for a worker; answered 503",
                    line, (unsigned)m->max_queue_wait);
     nw_manager_send_503(fd);
@@ -1325,11 +1082,11 @@ static void nw_manager_shed_one(nw_manager *m, int fd, const char *head, size_t 
  * after all (a worker took the older one in between): it goes back. */
 static void nw_manager_put_back(nw_manager *m, int fd, const nw_frame *f)
 {
-    nw_manager_slot *s = nw_manager_adopt(m, fd, f);
+    nw_mgr_slot *s = nw_manager_adopt(m, fd, f);
     if (!s)
         return;
     s->ready_ms = f->ready_ms;
-    s->flags |= NW_MANAGER_F_LINE_SEEN;
+    s->flags |= NW_MGR_F_LINE_SEEN;
     nw_manager_queue_up(m, fd, m->frame_data, f->data_len);
 }
 
@@ -1337,10 +1094,10 @@ static void nw_manager_put_back(nw_manager *m, int fd, const nw_frame *f)
  * and in the manager's own queue: those past --max-queue-wait get 503. */
 static void nw_manager_shed(nw_manager *m)
 {
-    if (!m->max_queue_wait || m->now < m->next_shed)
+    if (!m->max_queue_wait || m->clock.now < m->next_shed)
         return;
     nw_msec tick = m->max_queue_wait / 4;
-    m->next_shed = m->now + (tick < 1 ? 1 : tick > NW_SHED_TICK_MAX_MS ? NW_SHED_TICK_MAX_MS : tick);
+    m->next_shed = m->clock.now + (tick < 1 ? 1 : tick > NW_SHED_TICK_MAX_MS ? NW_SHED_TICK_MAX_MS : tick);
     for (int i = 0; m->serve_reader >= 0 && i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
         nw_frame f;
         int fd;
@@ -1360,17 +1117,17 @@ static void nw_manager_shed(nw_manager *m)
         else
             nw_manager_put_back(m, fd, &f);
     }
-    while (m->queue.first != NW_MANAGER_NONE
-           && nw_manager_waited_too_long(m, m->slots[m->queue.first].ready_ms)) {
-        int fd = m->queue.first;
-        nw_manager_list_remove(m, &m->queue, fd);
+    while (nw_mgr_table_first(&m->table, NW_MGR_QUEUED) != NW_MGR_NONE
+           && nw_manager_waited_too_long(m, nw_mgr_table_slot(&m->table, nw_mgr_table_first(&m->table, NW_MGR_QUEUED))->ready_ms)) {
+        int fd = nw_mgr_table_first(&m->table, NW_MGR_QUEUED);
+        nw_mgr_table_delist(&m->table, fd);
         char line[200];
-        nw_manager_slot *s = &m->slots[fd];
+        nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
         nw_manager_request_line(s->head ? s->head : "", s->head ? s->head_len : 0, line, sizeof line);
-        nw_manager_clear(s);
+        nw_mgr_table_release(&m->table, fd);
         nw_manager_shed_one(m, fd, line, strlen(line));
     }
-    if (m->queue.first == NW_MANAGER_NONE)
+    if (nw_mgr_table_first(&m->table, NW_MGR_QUEUED) == NW_MGR_NONE)
         nw_manager_watch_serve_queue(m, 0);
 }
 
@@ -1383,8 +1140,8 @@ static void nw_manager_shed(nw_manager *m)
  * workers accept them directly, as always. */
 static void nw_manager_take_listeners(nw_manager *m, int on)
 {
-    if (on && m->next_stats > m->now + NW_POOL_LOOK_IDLE_MS)
-        m->next_stats = m->now + NW_POOL_LOOK_IDLE_MS;
+    if (on && m->next_stats > m->clock.now + NW_POOL_LOOK_IDLE_MS)
+        m->next_stats = m->clock.now + NW_POOL_LOOK_IDLE_MS;
     struct epoll_event ev = { .events = EPOLLIN };
     for (int i = 0; i < m->nlisteners; i++) {
         ev.data.fd = m->listeners[i];
@@ -1405,12 +1162,12 @@ static void nw_manager_look_at_pool(nw_manager *m)
             nw_manager_take_listeners(m, 0);
         return;
     }
-    if (m->now < m->next_look)
+    if (m->clock.now < m->next_look)
         return;
     int busy = 0;
     int stuck = nw_scoreboard_pool_stuck(m->board, nw_now_us(),
                                             (uint64_t)NW_POOL_STUCK_MS * 1000, 1, &busy);
-    m->next_look = m->now + (busy ? NW_POOL_LOOK_MS : NW_POOL_LOOK_IDLE_MS);
+    m->next_look = m->clock.now + (busy ? NW_POOL_LOOK_MS : NW_POOL_LOOK_IDLE_MS);
     if (stuck != m->accepting)
         nw_manager_take_listeners(m, stuck);
 }
@@ -1428,26 +1185,26 @@ static int nw_manager_listener_index(const nw_manager *m, int fd)
 static void nw_manager_accept_one(nw_manager *m, int i, int fd)
 {
     m->st.accepted++;
-    if (nw_manager_reserve(m, fd) < 0) {
+    if (nw_mgr_table_reserve(&m->table, fd) < 0) {
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
         return;
     }
-    nw_manager_slot *s = &m->slots[fd];
+    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     memset(s, 0, sizeof *s);
     s->listener = (uint16_t)i;
     if (m->proxy_protocol)
-        s->flags = NW_MANAGER_F_PROXY;
-    if (!nw_manager_make_room(m)) {
+        s->flags = NW_MGR_F_PROXY;
+    if (!nw_mgr_table_make_room(&m->table)) {
         m->st.closed_full++;
         nw_manager_refuse(m, fd, NW_REFUSED_FULL, 1, 0);
         return;
     }
-    if (nw_manager_watch(m, fd) < 0) {
+    if (nw_mgr_table_watch(&m->table, fd, EPOLLIN) < 0) {
         nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, errno);
         return;
     }
-    s->head_started = m->now;
-    nw_manager_enlist(m, fd, NW_MANAGER_IDLE, m->now + m->read_ms);
+    s->head_started = m->clock.now;
+    nw_mgr_table_enlist(&m->table, fd, NW_MGR_IDLE, m->clock.now + m->read_ms);
     nw_manager_client_readable(m, fd);
 }
 
@@ -1456,7 +1213,7 @@ static void nw_manager_accept_one(nw_manager *m, int i, int fd)
 static void nw_manager_accept_pause(nw_manager *m)
 {
     nw_manager_take_listeners(m, 0);
-    m->next_look = m->now + NW_POOL_LOOK_IDLE_MS;
+    m->next_look = m->clock.now + NW_POOL_LOOK_IDLE_MS;
 }
 
 static void nw_manager_accept(nw_manager *m, int i)
@@ -1465,7 +1222,8 @@ static void nw_manager_accept(nw_manager *m, int i)
         /* Full (--max-connections) with nothing idle to close: a new
          * client waits in the listen queue, as it would for a worker,
          * rather than be accepted only to be closed with its request unread. */
-        if (m->max_conns && nw_manager_held(m) >= m->max_conns && m->idle.first == NW_MANAGER_NONE) {
+        if (nw_mgr_table_full(&m->table, 0)
+            && nw_mgr_table_first(&m->table, NW_MGR_IDLE) == NW_MGR_NONE) {
             nw_manager_accept_pause(m);
             return;
         }
@@ -1474,7 +1232,7 @@ static void nw_manager_accept(nw_manager *m, int i)
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
                 return;
             if (errno == EMFILE || errno == ENFILE)
-                nw_log_limited(&m->fd_limit_said, m->now, "warn",
+                nw_log_limited(&m->fd_limit_said, m->clock.now, "warn",
                                "the manager cannot take a connection: %s (the workers will)",
                                strerror(errno));
             nw_manager_accept_pause(m);
@@ -1545,8 +1303,8 @@ static void nw_manager_parked_readable(const nw_manager *m, nw_status_manager *s
         return;
     }
     nfds_t n = 0;
-    for (size_t fd = 0; fd < m->nslots && n < m->custody.count; fd++)
-        if (m->slots[fd].kind == NW_MANAGER_CUSTODY) {
+    for (size_t fd = 0; fd < m->table.nslots && n < m->custody.count; fd++)
+        if (nw_mgr_table_slot(&m->table, fd)->kind == NW_MGR_CUSTODY) {
             p[n].fd = (int)fd;
             p[n++].events = POLLIN;
         }
@@ -1554,7 +1312,7 @@ static void nw_manager_parked_readable(const nw_manager *m, nw_status_manager *s
         for (nfds_t i = 0; i < n; i++) {
             if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) != POLLIN)
                 continue;   /* (nothing, or a hang-up: no request) */
-            uint64_t cookie = m->slots[p[i].fd].cookie;
+            uint64_t cookie = nw_mgr_table_slot(&m->table, p[i].fd)->cookie;
             int serving = 0;
             for (uint32_t k = 0; k < m->board->h.nslots && !serving; k++)
                 serving = m->board->slot[k].pid && m->board->slot[k].serving_cookie == cookie;
@@ -1569,11 +1327,11 @@ static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
 {
     const nw_manager *m = arg;
     memset(sm, 0, sizeof *sm);
-    sm->held_idle = m->idle.len;
-    sm->held_reading = m->reading.len;
-    sm->held_queued = m->queue.len;
-    sm->held_writing = m->writing.len;
-    sm->held_closing = m->closing.len;
+    sm->held_idle = nw_mgr_table_count(&m->table, NW_MGR_IDLE);
+    sm->held_reading = nw_mgr_table_count(&m->table, NW_MGR_READING);
+    sm->held_queued = nw_mgr_table_count(&m->table, NW_MGR_QUEUED);
+    sm->held_writing = nw_mgr_table_count(&m->table, NW_MGR_WRITING);
+    sm->held_closing = nw_mgr_table_count(&m->table, NW_MGR_CLOSING);
     if (m->board)
         nw_scoreboard_connections(m->board, &sm->board);
     memcpy(sm->refused, m->refused, sizeof sm->refused);
@@ -1596,39 +1354,32 @@ static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
 
 static void nw_manager_expire(nw_manager *m)
 {
-    while (m->idle.first != NW_MANAGER_NONE
-           && m->slots[m->idle.first].deadline <= m->now) {
-        int fd = m->idle.first;
-        nw_manager_list_remove(m, &m->idle, fd);
-        m->slots[fd].kind = NW_MANAGER_FREE;
+    int fd;
+    while ((fd = nw_mgr_table_due(&m->table, NW_MGR_IDLE, m->clock.now)) != NW_MGR_NONE) {
+        nw_mgr_table_delist(&m->table, fd);
         if (nw_manager_wait_sent(m, fd))
             continue;   /* not idle: a worker's response is still in the socket */
-        nw_manager_unwatch(m, fd);
-        nw_manager_forget(m, fd);
+        nw_mgr_table_unwatch(&m->table, fd);
+        nw_mgr_table_forget(&m->table, fd);
         m->st.closed_timeout++;
     }
-    while (m->reading.first != NW_MANAGER_NONE
-           && m->slots[m->reading.first].deadline <= m->now) {
-        int fd = m->reading.first;
-        nw_manager_detach(m, fd);
+    while ((fd = nw_mgr_table_due(&m->table, NW_MGR_READING, m->clock.now)) != NW_MGR_NONE) {
+        nw_mgr_table_detach(&m->table, fd);
         nw_manager_send_408(fd);
-        nw_manager_forget(m, fd);
+        nw_mgr_table_forget(&m->table, fd);
         m->st.closed_timeout++;
     }
-    while (m->writing.first != NW_MANAGER_NONE
-           && m->slots[m->writing.first].deadline <= m->now) {
-        int fd = m->writing.first;
-        nw_manager_slot *s = &m->slots[fd];
-        if ((s->flags & NW_MANAGER_F_UNSENT) && nw_io_unsent(fd) < s->out_left) {
+    while ((fd = nw_mgr_table_due(&m->table, NW_MGR_WRITING, m->clock.now)) != NW_MGR_NONE) {
+        nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
+        if ((s->flags & NW_MGR_F_UNSENT) && nw_io_unsent(fd) < s->out_left) {
             nw_manager_sent_yet(m, fd);     /* the client reads on: not a timeout */
             continue;
         }
-        nw_manager_drop_conn(m, fd);   /* read nothing for --timeout */
+        nw_mgr_table_drop(&m->table, fd);   /* read nothing for --timeout */
         m->st.closed_timeout++;
     }
-    while (m->closing.first != NW_MANAGER_NONE
-           && m->slots[m->closing.first].deadline <= m->now)
-        nw_manager_drop_conn(m, m->closing.first);
+    while ((fd = nw_mgr_table_due(&m->table, NW_MGR_CLOSING, m->clock.now)) != NW_MGR_NONE)
+        nw_mgr_table_drop(&m->table, fd);
 }
 
 /* Counts to the master once a second (stats_ms). A full control socket
@@ -1636,45 +1387,43 @@ static void nw_manager_expire(nw_manager *m)
  * never block. */
 static void nw_manager_send_stats(nw_manager *m)
 {
-    if (m->now < m->next_stats)
+    if (m->clock.now < m->next_stats)
         return;
     for (int i = 0; i < NW_REFUSED_REASONS; i++)
-        nw_log_limited_flush(&m->refused_said[i], m->now, "error", "like it");
-    nw_log_limited_flush(&m->serve_waits_said, m->now, "warn", "like it");
+        nw_log_limited_flush(&m->refused_said[i], m->clock.now, "error", "like it");
+    nw_log_limited_flush(&m->serve_waits_said, m->clock.now, "warn", "like it");
     /* (while it takes new connections, the master's elastic pool wants to
      * know soon: accepted is its sign that clients wait) */
-    m->next_stats = m->now + (m->accepting && m->stats_ms > NW_POOL_LOOK_IDLE_MS
+    m->next_stats = m->clock.now + (m->accepting && m->stats_ms > NW_POOL_LOOK_IDLE_MS
                               ? NW_POOL_LOOK_IDLE_MS : m->stats_ms);
-    m->st.idle = nw_manager_held(m);
-    m->st.queued = m->queue.len;
-    m->st.writing = m->writing.len;
+    m->st.idle = nw_mgr_table_held(&m->table);
+    m->st.queued = nw_mgr_table_count(&m->table, NW_MGR_QUEUED);
+    m->st.writing = nw_mgr_table_count(&m->table, NW_MGR_WRITING);
+    nw_manager_stats st = m->st;
+    st.closed_full += m->table.closed_full;
     nw_frame f;
     nw_frame_init(&f, NW_FRAME_STATS);
-    f.data_len = sizeof m->st;
-    (void)nw_frame_send(m->control, &f, &m->st, -1);
+    f.data_len = sizeof st;
+    (void)nw_frame_send(m->control, &f, &st, -1);
 }
 
 /* epoll_wait timeout: until the earliest deadline or the next stats. */
 static int nw_manager_timeout(const nw_manager *m)
 {
     nw_msec next = m->next_stats;
-    if (m->idle.first != NW_MANAGER_NONE && m->slots[m->idle.first].deadline < next)
-        next = m->slots[m->idle.first].deadline;
-    if (m->reading.first != NW_MANAGER_NONE && m->slots[m->reading.first].deadline < next)
-        next = m->slots[m->reading.first].deadline;
-    if (m->writing.first != NW_MANAGER_NONE && m->slots[m->writing.first].deadline < next)
-        next = m->slots[m->writing.first].deadline;
-    if (m->closing.first != NW_MANAGER_NONE && m->slots[m->closing.first].deadline < next)
-        next = m->slots[m->closing.first].deadline;
+    next = nw_mgr_table_earliest(&m->table, NW_MGR_IDLE, next);
+    next = nw_mgr_table_earliest(&m->table, NW_MGR_READING, next);
+    next = nw_mgr_table_earliest(&m->table, NW_MGR_WRITING, next);
+    next = nw_mgr_table_earliest(&m->table, NW_MGR_CLOSING, next);
     if (m->max_queue_wait && m->next_shed < next)
         next = m->next_shed;
     if (m->retry_at && m->retry_at < next)
         next = m->retry_at;
     if (m->board && m->nlisteners && m->next_look < next)
         next = m->next_look;
-    if (m->status.active && m->now + 1000 < next)
-        next = m->now + 1000;
-    if (m->test_clock >= 0)
+    if (m->status.active && m->clock.now + 1000 < next)
+        next = m->clock.now + 1000;
+    if (nw_mgr_clock_stands(&m->clock))
         return -1;      /* its time passes only with an advance, an event */
     nw_msec left = next - nw_now_ms();
     return left <= 0 ? 0 : (int)left;
@@ -1703,23 +1452,21 @@ static void nw_manager_reopen_error_log(nw_manager *m)
     nw_log("info", "reopened the error log %s", m->error_log);
 }
 
-static void nw_manager_test_clock(nw_manager *m);
-
 static void nw_manager_event(nw_manager *m, int fd)
 {
-    if ((m->status.fd >= 0 || m->status.active) && nw_status_server_event(&m->status, fd, m->now))
+    if ((m->status.fd >= 0 || m->status.active) && nw_status_server_event(&m->status, fd, m->clock.now))
         return;
     if (fd == m->control) {
         nw_manager_control_readable(m);
-    } else if (fd == m->test_clock && fd >= 0) {
-        nw_manager_test_clock(m);
+    } else if (fd == m->clock.test_fd && fd >= 0) {
+        nw_mgr_clock_advance(&m->clock, m->ep);
     } else if (fd == m->sigfd) {
         struct signalfd_siginfo si;
         while (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
             if (si.ssi_signo == SIGUSR1)
                 nw_manager_reopen_error_log(m);
             else if (!m->serve_until)
-                m->serve_until = m->now + m->stop_serve_ms;
+                m->serve_until = m->clock.now + m->stop_serve_ms;
         }
     } else if (fd == m->handoff_queue) {
         nw_manager_handoff_queue_readable(m);
@@ -1727,65 +1474,27 @@ static void nw_manager_event(nw_manager *m, int fd)
         nw_manager_drain_queue(m);
     } else if (m->accepting && nw_manager_listener_index(m, fd) >= 0) {
         nw_manager_accept(m, nw_manager_listener_index(m, fd));
-    } else if ((size_t)fd < m->nslots) {
-        int kind = m->slots[fd].kind;
-        if (kind == NW_MANAGER_IDLE || kind == NW_MANAGER_READING)
+    } else if ((size_t)fd < m->table.nslots) {
+        int kind = nw_mgr_table_slot(&m->table, fd)->kind;
+        if (kind == NW_MGR_IDLE || kind == NW_MGR_READING)
             nw_manager_client_readable(m, fd);
-        else if (kind == NW_MANAGER_WRITING)
+        else if (kind == NW_MGR_WRITING)
             nw_manager_write_some(m, fd);
-        else if (kind == NW_MANAGER_CLOSING)
+        else if (kind == NW_MGR_CLOSING)
             nw_manager_closing_readable(m, fd);
-        else if (kind == NW_MANAGER_CUSTODY)
+        else if (kind == NW_MGR_CUSTODY)
             nw_manager_custody_drop(m, fd);     /* the worker or the client hung up */
-        else if (kind == NW_MANAGER_WORKER)
+        else if (kind == NW_MGR_WORKER)
             nw_manager_worker_ended(m, fd);
         /* anything else: a stale event for an fd closed in this batch */
     }
 }
 
-/* The manager's clock: every deadline, expiry and count interval reads
- * it. Monotonic milliseconds; for a test that gives the manager a clock
- * of its own (NARWHAL_TEST_MANAGER_CLOCK_FD), the time on that clock,
- * which stands still but for the test's advances (nw_manager_test_clock). */
-static nw_msec nw_manager_now(const nw_manager *m)
+/* One of the manager's own descriptors in epoll, for input. */
+static int watch(nw_manager *m, int fd)
 {
-    return m->test_clock >= 0 ? m->test_now : nw_now_ms();
-}
-
-/* Tests only: an advance of the test clock (an int64_t of milliseconds, one
- * SOCK_SEQPACKET message) came. It is taken once the rest of this wake's
- * events are (nw_manager_test_clock_step): whatever the test sent before
- * it is read at the time before, in whichever order epoll lists them. The
- * loop then answers, with the new time, once it has expired what is due
- * by then, so the test knows what the manager did at that time. End of
- * stream: no more advances. */
-static void nw_manager_test_clock(nw_manager *m)
-{
-    int64_t ms;
-    ssize_t n = read(m->test_clock, &ms, sizeof ms);
-    if (n == (ssize_t)sizeof ms && ms >= 0) {
-        m->test_step += (nw_msec)ms;
-        m->test_clock_ack = 1;
-    } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        epoll_ctl(m->ep, EPOLL_CTL_DEL, m->test_clock, NULL);
-    }
-}
-
-static void nw_manager_test_clock_step(nw_manager *m)
-{
-    m->test_now += m->test_step;
-    m->test_step = 0;
-    m->now = nw_manager_now(m);
-}
-
-static void nw_manager_test_clock_answer(nw_manager *m)
-{
-    if (!m->test_clock_ack)
-        return;
-    m->test_clock_ack = 0;
-    int64_t now = (int64_t)m->now;
-    if (write(m->test_clock, &now, sizeof now) != (ssize_t)sizeof now)
-        nw_log("error", "test clock: %s", strerror(errno));
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+    return epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev);
 }
 
 static nw_msec nw_manager_ms(double seconds)
@@ -1807,22 +1516,17 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->control = control;
     m->handoff_queue = handoff_queue;
     m->serve_queue = serve_queue;
-    m->idle.first = m->idle.last = NW_MANAGER_NONE;
-    m->reading = m->queue = m->writing = m->closing = m->idle;
     m->write_ms = nw_manager_ms(cfg->timeout ? cfg->timeout : NW_DEFAULT_TIMEOUT);
     m->keepalive_ms = nw_manager_ms(cfg->keepalive_timeout);
     m->read_ms = nw_manager_ms(cfg->read_timeout);
     m->read_timeout = cfg->read_timeout;
     m->read_timeout_max = cfg->read_timeout_max;
     m->min_head_rate = cfg->min_head_rate;
-    m->max_conns = cfg->max_connections;
     m->max_header = cfg->max_header_bytes;
     m->max_line = cfg->max_request_line;
-    m->test_clock = cfg->test_clock_fd > 2 ? cfg->test_clock_fd : -1;
-    m->test_now = nw_now_ms();
-    m->now = nw_manager_now(m);
+    nw_mgr_clock_init(&m->clock, cfg->test_clock_fd);
     m->stats_ms = cfg->stats_ms > 0 ? cfg->stats_ms : NW_MANAGER_STATS_MS;
-    m->next_stats = m->now + m->stats_ms;
+    m->next_stats = m->clock.now + m->stats_ms;
     m->stop_serve_ms = cfg->stop_serve_ms > 0 ? cfg->stop_serve_ms : NW_STOP_SERVE_MS;
     m->serve_reader = cfg->serve_reader_fd;
     m->max_queue_wait = nw_manager_ms(cfg->max_queue_wait);
@@ -1855,11 +1559,11 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
         return -1;
     if ((m->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
         return -1;
+    nw_mgr_table_init(&m->table, m->ep, cfg->max_connections, m->offload_bytes);
     if ((m->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
         return -1;
-    if (nw_manager_watch(m, m->sigfd) < 0 || nw_manager_watch(m, control) < 0
-        || nw_manager_watch(m, handoff_queue) < 0
-        || (m->test_clock >= 0 && nw_manager_watch(m, m->test_clock) < 0))
+    if (watch(m, m->sigfd) < 0 || watch(m, control) < 0 || watch(m, handoff_queue) < 0
+        || (m->clock.test_fd >= 0 && watch(m, m->clock.test_fd) < 0))
         return -1;
     if (nw_status_server_start(&m->status, m->ep, m->board, nw_manager_status_numbers, m) < 0)
         return -1;
@@ -1879,21 +1583,21 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
  * (NW_MANAGER_LINGER_MS, which a written response without keep-alive gets
  * too). */
 
-static int nw_manager_is_client(const nw_manager_slot *s)
+static int nw_manager_is_client(const nw_mgr_slot *s)
 {
-    return s->kind == NW_MANAGER_IDLE || s->kind == NW_MANAGER_READING
-           || s->kind == NW_MANAGER_QUEUED || s->kind == NW_MANAGER_WRITING
-           || s->kind == NW_MANAGER_CLOSING;
+    return s->kind == NW_MGR_IDLE || s->kind == NW_MGR_READING
+           || s->kind == NW_MGR_QUEUED || s->kind == NW_MGR_WRITING
+           || s->kind == NW_MGR_CLOSING;
 }
 
 static void nw_manager_linger(nw_manager *m)
 {
     size_t n = 0;
-    struct pollfd *p = calloc(m->nslots ? m->nslots : 1, sizeof *p);
+    struct pollfd *p = calloc(m->table.nslots ? m->table.nslots : 1, sizeof *p);
     if (!p)
         return;
-    for (size_t fd = 0; fd < m->nslots; fd++) {
-        if (!nw_manager_is_client(&m->slots[fd]))
+    for (size_t fd = 0; fd < m->table.nslots; fd++) {
+        if (!nw_manager_is_client(nw_mgr_table_slot(&m->table, fd)))
             continue;
         shutdown((int)fd, SHUT_WR);
         p[n].fd = (int)fd;
@@ -1912,9 +1616,7 @@ static void nw_manager_linger(nw_manager *m)
                 continue;
             if (read(p[i].fd, sink, sizeof sink) > 0)
                 continue;
-            nw_manager_out_done(m, &m->slots[p[i].fd]);
-            nw_manager_clear(&m->slots[p[i].fd]);
-            close(p[i].fd);
+            nw_mgr_table_forget(&m->table, p[i].fd);
             p[i].fd = -1;
             open_left--;
         }
@@ -1931,9 +1633,9 @@ static void nw_manager_linger(nw_manager *m)
 static void nw_manager_serve_arrived(nw_manager *m)
 {
     nw_manager_handoff_queue_readable(m);
-    for (size_t fd = 0; fd < m->nslots; fd++) {
-        int kind = m->slots[fd].kind;
-        if (kind == NW_MANAGER_IDLE || kind == NW_MANAGER_READING)
+    for (size_t fd = 0; fd < m->table.nslots; fd++) {
+        int kind = nw_mgr_table_slot(&m->table, fd)->kind;
+        if (kind == NW_MGR_IDLE || kind == NW_MGR_READING)
             nw_manager_client_readable(m, (int)fd);
     }
     nw_manager_drain_queue(m);
@@ -1942,19 +1644,12 @@ static void nw_manager_serve_arrived(nw_manager *m)
 /* Close everything: held connections, worker channels, our own fds. */
 static void nw_manager_close(nw_manager *m)
 {
-    for (size_t fd = 0; fd < m->nslots; fd++) {
-        if (m->slots[fd].kind != NW_MANAGER_FREE) {
-            nw_manager_out_done(m, &m->slots[fd]);
-            nw_manager_clear(&m->slots[fd]);
-            close((int)fd);
-        }
-    }
+    nw_mgr_table_close(&m->table);
     nw_custody_free(&m->custody);
     free(m->worker_fds);
     nw_status_server_close(&m->status);
     nw_scoreboard_unmap(m->board);
     nw_scoreboard_unmap_shared(m->shared);
-    free(m->slots);
     free(m->frame_data);
     if (m->ep >= 0)
         close(m->ep);
@@ -1988,33 +1683,32 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
      * as the workers make room: clients it took while every worker was
      * stuck are served by the workers' drain, as they would have been
      * from the listen queue. */
-    while (!m.stop && !(m.serve_until && m.now >= m.serve_until
-                        && ((m.writing.len == 0 && m.queue.len == 0)
-                            || m.now >= m.serve_until + NW_STOP_WRITE_MS))) {
+    while (!m.stop && !(m.serve_until && m.clock.now >= m.serve_until
+                        && ((nw_mgr_table_count(&m.table, NW_MGR_WRITING) == 0 && nw_mgr_table_count(&m.table, NW_MGR_QUEUED) == 0)
+                            || m.clock.now >= m.serve_until + NW_STOP_WRITE_MS))) {
         int timeout = nw_manager_timeout(&m);
-        nw_msec stop_at = m.serve_until && m.now >= m.serve_until
+        nw_msec stop_at = m.serve_until && m.clock.now >= m.serve_until
                           ? m.serve_until + NW_STOP_WRITE_MS : m.serve_until;
-        if (stop_at && (timeout < 0 || timeout > stop_at - m.now))
-            timeout = stop_at > m.now ? (int)(stop_at - m.now) : 0;
+        if (stop_at && (timeout < 0 || timeout > stop_at - m.clock.now))
+            timeout = stop_at > m.clock.now ? (int)(stop_at - m.clock.now) : 0;
         int n = epoll_wait(m.ep, ev, NW_MANAGER_EVENTS, timeout);
         if (n < 0 && errno != EINTR) {
             nw_log("error", "epoll_wait: %s", strerror(errno));
             rc = 1;
             break;
         }
-        m.now = nw_manager_now(&m);
+        nw_mgr_clock_tick(&m.clock);
         for (int i = 0; i < n && !m.stop; i++)
             nw_manager_event(&m, ev[i].data.fd);
-        if (m.test_clock_ack)
-            nw_manager_test_clock_step(&m);
+        nw_mgr_clock_step(&m.clock);
         nw_manager_expire(&m);
         nw_manager_retry(&m);
         nw_manager_shed(&m);
         nw_manager_look_at_pool(&m);
-        nw_status_server_expire(&m.status, m.now);
+        nw_status_server_expire(&m.status, m.clock.now);
         nw_manager_send_stats(&m);
-        nw_manager_test_clock_answer(&m);
-        nw_log_limited_flush_all(m.now, 0);
+        nw_mgr_clock_answer(&m.clock);
+        nw_log_limited_flush_all(m.clock.now, 0);
     }
     if (m.serve_until) {
         nw_manager_serve_arrived(&m);
@@ -2022,7 +1716,7 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
     } else if (m.stop) {
         nw_manager_linger(&m);     /* the master is gone: nobody to serve them */
     }
-    nw_log_limited_flush_all(m.now, 1);    /* (a stop does not lose the counts) */
+    nw_log_limited_flush_all(m.clock.now, 1);    /* (a stop does not lose the counts) */
     nw_log_limited_unlist(&m.fd_limit_said);
     nw_log_limited_unlist(&m.custody_said);
     nw_log_limited_unlist(&m.shed_said);
