@@ -49,6 +49,11 @@
  * limit for itself (worker channels, epoll, signalfd, stdio, status
  * clients); the rest is --max-connections' default. */
 #define NW_MANAGER_RESERVED_FDS 256
+/* Frames the manager reads from one channel per wake-up (epoll is
+ * level-triggered: the rest wait for the next), and how long it drains a
+ * half-closed connection before it closes it. */
+#define NW_MANAGER_FRAMES_PER_WAKE    64
+#define NW_MANAGER_LINGER_MS          1000
 
 /* Listeners a server can have: each worker watches them all (epoll data
  * 0..62; 63 is its signalfd), and the manager gets a copy of each. */

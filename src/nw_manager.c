@@ -27,6 +27,8 @@
 #endif
 #include "nw_manager.h"
 #include "nw_mgr_clock.h"
+#include "nw_mgr_handover.h"
+#include "nw_mgr_shed.h"
 #include "nw_mgr_table.h"
 #include "nw_custody.h"
 #include "nw_frame.h"
@@ -59,17 +61,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define NW_SHED_TICK_MAX_MS     50      /* --max-queue-wait: look at the oldest request this often */
-#define NW_MANAGER_RETRY_MS     10      /* a hand-off refused for a while (too many descriptors in
-                                         * flight, no kernel memory): tried again this soon at
-                                         * the latest */
 #define NW_MANAGER_ARRIVAL_BELIEF_MS 3600000 /* an older receive time: the clock was set meanwhile */
 
 #define NW_MANAGER_EVENTS           256
-#define NW_MANAGER_FRAMES_PER_WAKE  64
 #define NW_MANAGER_STATS_MS         1000
-#define NW_MANAGER_DRAIN_READS      4       /* reads before a 408, so close() sends FIN, not RST */
-#define NW_MANAGER_LINGER_MS        1000    /* a half-closed connection is drained this long */
 
 typedef struct {
     nw_msec keepalive_ms, read_ms;
@@ -77,11 +72,9 @@ typedef struct {
     size_t  max_header, max_line;
     int     ep, control, sigfd;
     int     handoff_queue;  /* HANDOFF frames from every worker */
-    int     serve_queue;    /* SERVE frames, taken by whichever worker is free */
-    int     serve_queue_watched; /* waiting for room on the serve queue (EPOLLOUT, edge-triggered) */
-    nw_msec retry_at;       /* the serve queue refused for a while: try the queue again then
-                             * (0: no retry due; room is then waited for with EPOLLOUT alone) */
     nw_mgr_table table;     /* every fd's record, and the client connections' lists */
+    nw_mgr_handover handover;       /* to the workers through the serve queue */
+    nw_mgr_shed shed;               /* --max-queue-wait */
     nw_msec write_ms;               /* --timeout: a write making no progress */
     nw_score_header *shared;         /* the board's words the manager writes, or NULL: */
     volatile int64_t *offload_bytes; /* ...its count (--max-offload-total), or NULL */
@@ -97,8 +90,6 @@ typedef struct {
     int     bad_frame_logged;
     /* the operator layer (DESIGN.md) */
     const nw_scoreboard *board;     /* read-only; NULL when the master gave none */
-    int     serve_reader;           /* the workers' end of the serve queue, or -1 */
-    nw_msec max_queue_wait, next_shed;
     int64_t arrived_ns;     /* the kernel's receive time of the client bytes being read (0: none) */
     nw_status_server status;        /* --status-listen and its clients */
     int     listeners[NW_MAX_LISTENERS];
@@ -115,69 +106,7 @@ typedef struct {
     uint64_t custody_taken;         /* taken over from a worker that died, total */
     uint64_t custody_lost;          /* closed because the worker died serving them, total */
     nw_log_limit custody_said;      /* "a worker ended holding ..." lines */
-    nw_log_limit shed_said;         /* --max-queue-wait's 503s */
-    /* connections it could not pass on or keep */
-    uint64_t refused[NW_REFUSED_REASONS];       /* closed unserved, by reason, total */
-    nw_log_limit refused_said[NW_REFUSED_REASONS];
-    nw_log_limit serve_waits_said;  /* "the serve queue refused ...: it waits" lines */
 } nw_manager;
-
-/* The manager's own answers (408, 503), sent just before it closes fd.
- * Best effort and never blocking: unread input is drained first, because
- * closing a socket with unread input sends RST, which can destroy the
- * response in flight. */
-static void nw_manager_send_final(int fd, const char *resp, size_t len)
-{
-    char sink[NW_READ_CHUNK];
-    for (int i = 0; i < NW_MANAGER_DRAIN_READS; i++)
-        if (recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
-            break;
-    (void)!send(fd, resp, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-}
-
-/* A head that did not arrive in time: 408 with Date (nw_head_error's, as
- * a worker's and as the 503 below: RFC 9110 6.6.1). */
-static void nw_manager_send_408(int fd)
-{
-    nw_buf b = { 0 };
-    if (nw_head_error(&b, 408) == 0)
-        nw_manager_send_final(fd, b.data, b.len);
-    nw_buf_free(&b);
-}
-
-/* A request that cannot be served (shed by --max-queue-wait, or refused
- * below): 503 with Date and Retry-After (nw_head_error's, as a worker's). */
-static void nw_manager_send_503(int fd)
-{
-    nw_buf b = { 0 };
-    if (nw_head_error(&b, 503) == 0)
-        nw_manager_send_final(fd, b.data, b.len);
-    nw_buf_free(&b);
-}
-
-static const char *const nw_manager_refused_names[NW_REFUSED_REASONS] = {
-    "the serve queue refused it", "the manager holds --max-connections, none of them idle",
-    "out of memory" };
-
-/* A connection the manager can neither pass on nor keep (detached, or
- * never held): closed, but not unsaid. Its client is answered 503 when it
- * has sent a request, or part of one (an idle one gets a plain close, as
- * at the end of a keep-alive timeout: nothing was asked), counted in
- * narwhal_refused_total{reason}, and said in the log (the first in
- * NW_LOG_LIMIT_MS, then a count). err: the errno that refused it, or 0. */
-static void nw_manager_refuse(nw_manager *m, int fd, int reason, int asked, int err)
-{
-    if (asked)
-        nw_manager_send_503(fd);
-    if ((size_t)fd < m->table.nslots)
-        nw_mgr_table_forget(&m->table, fd);   /* (its record, its rest, and the socket) */
-    else
-        close(fd);
-    m->refused[reason]++;
-    nw_log_limited(&m->refused_said[reason], m->clock.now, "error",
-                   "closed a connection%s: %s%s%s", asked ? " with 503" : "",
-                   nw_manager_refused_names[reason], err ? ": " : "", err ? strerror(err) : "");
-}
 
 /* Whether a connection's bytes hold (part of) a request, not only a PROXY
  * header or nothing. */
@@ -232,94 +161,6 @@ static int nw_manager_head_done(nw_manager *m, nw_mgr_slot *s,
     return !(s->flags & NW_MGR_F_LINE_SEEN) && len > m->max_line;
 }
 
-/* ------------------------------------------------------------ serving */
-
-static void nw_manager_serve_queue_epollout(nw_manager *m, int on);
-
-/* Put fd with its bytes on the serve queue, where the next free worker takes it.
- * 1: sent (the caller closes our copy); 0: not now (queue it): the serve
- * queue is full, or the kernel refuses for a while; -1 with errno: the frame
- * cannot be sent at all (the caller refuses fd).
- *
- * What is waited out: a full queue (EAGAIN), which a worker's next take
- * makes room in; and ETOOMANYREFS, ENOBUFS, ENOMEM, which say nothing of
- * room: Linux refuses to pass a descriptor while the sending user (not
- * root) has more in flight over unix sockets than its open-file limit
- * (every descriptor in the serve and handoff queues counts, all of the
- * user's processes together), and the two others are the kernel short of
- * memory. Those are tried again when a worker takes a frame (the edge
- * nw_manager_watch_serve_queue waits for) or NW_MANAGER_RETRY_MS later,
- * whichever comes first: the refused client waits in the manager's queue
- * as it would for room, instead of being closed unanswered (700 clients
- * behind one stuck worker under a limit of 64: 652 were). */
-static int nw_manager_serve(nw_manager *m, int fd, const char *data, size_t len)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    nw_frame f;
-    nw_frame_init(&f, NW_FRAME_SERVE);
-    f.listener = s->listener;
-    f.requests = s->requests;
-    f.ready_ms = s->ready_ms;
-    if (s->flags & NW_MGR_F_PROXY)
-        f.flags = NW_FRAME_F_PROXY;
-    if (s->flags & NW_MGR_F_DRAINED)
-        f.flags |= NW_FRAME_F_DRAINED;
-    f.data_len = (uint32_t)len;
-    if (nw_frame_send(m->serve_queue, &f, data, fd) == 0) {
-        m->st.handed_off++;
-        nw_scoreboard_queued_add(m->serve_queued, 1);
-        return 1;
-    }
-    int e = errno;
-    if (e == ETOOMANYREFS || e == ENOBUFS || e == ENOMEM) {
-        if (!m->retry_at)
-            m->retry_at = m->clock.now + NW_MANAGER_RETRY_MS;
-        nw_manager_serve_queue_epollout(m, 0);
-        struct rlimit rl;
-        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-            rl.rlim_cur = 0;
-        nw_log_limited(&m->serve_waits_said, m->clock.now, "warn",
-                       "the serve queue refused a request: %s%s%llu%s; it waits in the "
-                       "manager's queue and is tried again", strerror(e),
-                       e == ETOOMANYREFS ? " (this user's descriptors in flight to the workers "
-                                           "are over its open-file limit, " : " (",
-                       (unsigned long long)rl.rlim_cur,
-                       e == ETOOMANYREFS ? ": raise it)" : " the open-file limit)");
-    } else if (e != EAGAIN && e != EWOULDBLOCK) {
-        errno = e;
-        return -1;
-    }
-    m->st.serve_queue_full++;
-    return 0;
-}
-
-/* The serve queue's EPOLLOUT in the manager's epoll (on) or not. */
-static void nw_manager_serve_queue_epollout(nw_manager *m, int on)
-{
-    if (on == m->serve_queue_watched)
-        return;
-    struct epoll_event ev = { .events = EPOLLOUT | EPOLLET, .data.fd = m->serve_queue };
-    if (epoll_ctl(m->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, m->serve_queue, &ev) == 0)
-        m->serve_queue_watched = on;
-}
-
-/* Watch the serve queue while anything is queued, and only then.
- * Edge-triggered: the kernel wakes a unix socket's writers each time the
- * reader takes a frame (it frees the frame's memory), so every take by a
- * worker is an edge. While a refusal is waited out (retry_at) it is not
- * watched: a send the kernel refuses frees its frame too, which wakes the
- * writers at once, and the loop would spin on refusal after refusal (a
- * manager at its limit of descriptors in flight took 260 ms of CPU in
- * 300 ms); the retry comes NW_MANAGER_RETRY_MS later. */
-static void nw_manager_watch_serve_queue(nw_manager *m, int on)
-{
-    if (!on)
-        m->retry_at = 0;
-    nw_manager_serve_queue_epollout(m, on && !m->retry_at);
-}
-
-static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t len);
-
 /* When the head just completed became ready, on the manager's clock: when
  * the kernel received the bytes just read (TCP, SO_TIMESTAMPNS: a request
  * that waited parked in a busy worker before it was handed here keeps
@@ -340,63 +181,7 @@ static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t
 {
     nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     s->ready_ms = nw_manager_ready_ms(m);
-    nw_manager_queue_up(m, fd, data, len);
-}
-
-/* nw_manager_hand_over for a head that was complete at s->ready_ms. */
-static void nw_manager_queue_up(nw_manager *m, int fd, const char *data, size_t len)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    if (nw_mgr_table_first(&m->table, NW_MGR_QUEUED) == NW_MGR_NONE) {   /* never overtake the queue */
-        int r = nw_manager_serve(m, fd, data, len);
-        if (r > 0) {
-            nw_mgr_table_forget(&m->table, fd);
-            return;
-        }
-        if (r < 0) {
-            nw_manager_refuse(m, fd, NW_REFUSED_SERVE_QUEUE, 1, errno);
-            return;
-        }
-    }
-    if (!nw_mgr_table_make_room(&m->table)) {
-        m->st.closed_full++;
-        nw_manager_refuse(m, fd, NW_REFUSED_FULL, 1, 0);
-        return;
-    }
-    if (data != s->head && nw_mgr_table_keep(s, data, len) < 0) {
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
-        return;
-    }
-    nw_mgr_table_enlist(&m->table, fd, NW_MGR_QUEUED, 0);
-    nw_manager_watch_serve_queue(m, 1);
-}
-
-/* Room on the serve queue (or a retry due): send queued connections,
- * oldest first. */
-static void nw_manager_drain_queue(nw_manager *m)
-{
-    m->retry_at = 0;
-    while (nw_mgr_table_first(&m->table, NW_MGR_QUEUED) != NW_MGR_NONE) {
-        int fd = nw_mgr_table_first(&m->table, NW_MGR_QUEUED);
-        nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-        int r = nw_manager_serve(m, fd, s->head, s->head_len);
-        if (r == 0)
-            return;
-        nw_mgr_table_detach(&m->table, fd);
-        if (r > 0)
-            nw_mgr_table_forget(&m->table, fd);
-        else
-            nw_manager_refuse(m, fd, NW_REFUSED_SERVE_QUEUE, 1, errno);
-    }
-    nw_manager_watch_serve_queue(m, 0);
-}
-
-/* A refusal to wait out (nw_manager_serve) is tried again when its time
- * comes, if no worker's take came first. */
-static void nw_manager_retry(nw_manager *m)
-{
-    if (m->retry_at && m->clock.now >= m->retry_at && nw_mgr_table_first(&m->table, NW_MGR_QUEUED) != NW_MGR_NONE)
-        nw_manager_drain_queue(m);
+    nw_mgr_handover_queue_up(&m->handover, fd, data, len);
 }
 
 /* ------------------------------------------------------------ hand-offs */
@@ -414,25 +199,6 @@ static nw_msec nw_manager_handoff_deadline(nw_manager *m, const nw_frame *f, int
     return m->clock.now + limit;
 }
 
-/* A record for a connection that came in a frame (NULL: no memory, fd closed). */
-static nw_mgr_slot *nw_manager_adopt(nw_manager *m, int fd, const nw_frame *f)
-{
-    if (nw_mgr_table_reserve(&m->table, fd) < 0) {
-        /* (a 503 only where bytes of a request came: not after a response
-         * begun, OUTPUT, nor to a PROXY header that may be all there is) */
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY,
-                          f->data_len > 0 && !(f->flags & (NW_FRAME_F_OUTPUT | NW_FRAME_F_PROXY)), 0);
-        return NULL;
-    }
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    memset(s, 0, sizeof *s);
-    s->requests = f->requests;
-    s->listener = f->listener;
-    if (f->flags & NW_FRAME_F_PROXY)
-        s->flags = NW_MGR_F_PROXY;
-    return s;
-}
-
 /* The length of the complete PROXY header in front of a connection's
  * bytes (0: none, or not complete). */
 static size_t nw_manager_proxy_len(const nw_mgr_slot *s, const char *p, size_t len)
@@ -448,7 +214,7 @@ static size_t nw_manager_proxy_len(const nw_mgr_slot *s, const char *p, size_t l
 static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char *data)
 {
     m->st.received++;
-    nw_mgr_slot *s = nw_manager_adopt(m, fd, f);
+    nw_mgr_slot *s = nw_mgr_handover_adopt(&m->handover, fd, f);
     if (!s)
         return;
     size_t skip = s->flags & NW_MGR_F_PROXY ? 0 : nw_manager_blank_prefix(data, f->data_len);
@@ -459,17 +225,16 @@ static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char
         return;
     }
     if (!nw_mgr_table_make_room(&m->table)) {
-        m->st.closed_full++;
-        nw_manager_refuse(m, fd, NW_REFUSED_FULL, nw_manager_asked(s, data, len), 0);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_FULL, nw_manager_asked(s, data, len), 0);
         return;
     }
     if (len > 0 && nw_mgr_table_keep(s, data, len) < 0) {
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), 0);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), 0);
         return;
     }
     if (nw_mgr_table_watch(&m->table, fd, EPOLLIN) < 0) {
         /* (no memory for epoll's record, or not something epoll can watch) */
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), errno);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), errno);
         return;
     }
     /* (a PROXY header alone is not the start of a head: the connection is idle) */
@@ -701,7 +466,7 @@ static void nw_manager_wait_request(nw_manager *m, int fd)
     nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
     if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
         nw_mgr_table_unwatch(&m->table, fd);
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
         return;
     }
     int reading = s->head_len > nw_manager_proxy_len(s, s->head, s->head_len);
@@ -737,7 +502,7 @@ static void nw_manager_output_written(nw_manager *m, int fd)
     }
     if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
         nw_mgr_table_unwatch(&m->table, fd);
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
         return;
     }
     shutdown(fd, SHUT_WR);
@@ -802,7 +567,7 @@ static void nw_manager_take_output(nw_manager *m, const int *fds, const nw_frame
     memcpy(&out, data, sizeof out);
     m->st.received++;
     m->st.offloaded++;
-    nw_mgr_slot *s = nw_manager_adopt(m, fd, f);
+    nw_mgr_slot *s = nw_mgr_handover_adopt(&m->handover, fd, f);
     if (!s) {
         if (out.counted && m->offload_bytes)
             nw_scoreboard_offload_release(m->offload_bytes, out.counted);
@@ -821,12 +586,12 @@ static void nw_manager_take_output(nw_manager *m, const int *fds, const nw_frame
     size_t skip = s->flags & NW_MGR_F_PROXY ? 0 : nw_manager_blank_prefix(data, len);
     /* (a response is begun: no 503 can follow it) */
     if (len - skip > 0 && nw_mgr_table_keep(s, data + skip, len - skip) < 0) {
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, 0);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 0, 0);
         return;
     }
     struct epoll_event ev = { .events = EPOLLOUT, .data.fd = fd };
     if (epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 0, errno);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 0, errno);
         return;
     }
     nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
@@ -866,7 +631,7 @@ static void nw_manager_first_bytes(nw_manager *m, int fd, const char *p, size_t 
         nw_manager_hand_over(m, fd, p, n);
     } else if (nw_mgr_table_keep(s, p, n) < 0) {
         nw_mgr_table_detach(&m->table, fd);
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 1, 0);
     }
 }
 
@@ -882,7 +647,7 @@ static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n
     }
     if (nw_mgr_table_keep(s, p, n) < 0) {
         nw_mgr_table_detach(&m->table, fd);
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 1, 0);
         return;
     }
     if (!(s->flags & NW_MGR_F_PROXY) && (s->head[0] == '\r' || s->head[0] == '\n')) {
@@ -1034,103 +799,6 @@ static void nw_manager_control_readable(nw_manager *m)
     }
 }
 
-/* ------------------------------------------------------------ shedding */
-
-
-static int nw_manager_waited_too_long(const nw_manager *m, uint32_t ready_ms)
-{
-    return (uint32_t)((uint32_t)m->clock.now - ready_ms) >= (uint32_t)m->max_queue_wait;
-}
-
-/* The request line in a head's bytes (after a PROXY header, if any), for
- * the log: printable characters only, at most cap - 1 of them. */
-static void nw_manager_request_line(const char *head, size_t len, char *out, size_t cap)
-{
-    size_t at = 0;
-    while (at < len) {
-        const char *nl = memchr(head + at, '\n', len - at);
-        size_t end = nl ? (size_t)(nl - head) : len;
-        const char *http = end - at > 9 ? memmem(head + at, end - at, " HTTP/1.", 8) : NULL;
-        if (http) {
-            size_t n = 0;
-            for (size_t i = at; i < end && n + 1 < cap; i++)
-                if (head[i] >= 0x20 && head[i] < 0x7f)
-                    out[n++] = head[i];
-            out[n] = 0;
-            return;
-        }
-        at = end + 1;
-    }
-    snprintf(out, cap, "a request");
-}
-
-/* One line for the first 503 of NW_LOG_LIMIT_MS, naming the request; the
- * rest counted and summed up (nw_log_limited_flush_all, also at the stop). */
-static void nw_manager_shed_one(nw_manager *m, int fd, const char *head, size_t len)
-{
-    char line[200];
-    nw_manager_request_line(head, len, line, sizeof line);
-    nw_log_limited(&m->shed_said, m->clock.now, "warn",
-                   "shed %s: it waited over --max-queue-wait %u ms for a worker; answered 503",
-                   line, (unsigned)m->max_queue_wait);
-    nw_manager_send_503(fd);
-    close(fd);
-    m->st.shed++;
-}
-
-/* A frame taken back from the serve queue that has not waited too long
- * after all (a worker took the older one in between): it goes back. */
-static void nw_manager_put_back(nw_manager *m, int fd, const nw_frame *f)
-{
-    nw_mgr_slot *s = nw_manager_adopt(m, fd, f);
-    if (!s)
-        return;
-    s->ready_ms = f->ready_ms;
-    s->flags |= NW_MGR_F_LINE_SEEN;
-    nw_manager_queue_up(m, fd, m->frame_data, f->data_len);
-}
-
-/* The oldest requests on the serve queue (peeked at on the workers' end)
- * and in the manager's own queue: those past --max-queue-wait get 503. */
-static void nw_manager_shed(nw_manager *m)
-{
-    if (!m->max_queue_wait || m->clock.now < m->next_shed)
-        return;
-    nw_msec tick = m->max_queue_wait / 4;
-    m->next_shed = m->clock.now + (tick < 1 ? 1 : tick > NW_SHED_TICK_MAX_MS ? NW_SHED_TICK_MAX_MS : tick);
-    for (int i = 0; m->serve_reader >= 0 && i < NW_MANAGER_FRAMES_PER_WAKE; i++) {
-        nw_frame f;
-        int fd;
-        if (recv(m->serve_reader, &f, sizeof f, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof f
-            || !nw_manager_waited_too_long(m, f.ready_ms))
-            break;
-        if (nw_frame_recv(m->serve_reader, &f, m->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
-            break;
-        nw_scoreboard_queued_add(m->serve_queued, -1);   /* (put back, it counts again) */
-        if (fd < 0 || f.type != NW_FRAME_SERVE) {
-            if (fd >= 0)
-                close(fd);
-            continue;
-        }
-        if (nw_manager_waited_too_long(m, f.ready_ms))
-            nw_manager_shed_one(m, fd, m->frame_data, f.data_len);
-        else
-            nw_manager_put_back(m, fd, &f);
-    }
-    while (nw_mgr_table_first(&m->table, NW_MGR_QUEUED) != NW_MGR_NONE
-           && nw_manager_waited_too_long(m, nw_mgr_table_slot(&m->table, nw_mgr_table_first(&m->table, NW_MGR_QUEUED))->ready_ms)) {
-        int fd = nw_mgr_table_first(&m->table, NW_MGR_QUEUED);
-        nw_mgr_table_delist(&m->table, fd);
-        char line[200];
-        nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-        nw_manager_request_line(s->head ? s->head : "", s->head ? s->head_len : 0, line, sizeof line);
-        nw_mgr_table_release(&m->table, fd);
-        nw_manager_shed_one(m, fd, line, strlen(line));
-    }
-    if (nw_mgr_table_first(&m->table, NW_MGR_QUEUED) == NW_MGR_NONE)
-        nw_manager_watch_serve_queue(m, 0);
-}
-
 /* ------------------------------------------------------------ a stuck pool */
 
 /* DESIGN.md, "When every worker is busy": while every worker has been on
@@ -1186,7 +854,7 @@ static void nw_manager_accept_one(nw_manager *m, int i, int fd)
 {
     m->st.accepted++;
     if (nw_mgr_table_reserve(&m->table, fd) < 0) {
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, 0);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 1, 0);
         return;
     }
     nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
@@ -1195,12 +863,11 @@ static void nw_manager_accept_one(nw_manager *m, int i, int fd)
     if (m->proxy_protocol)
         s->flags = NW_MGR_F_PROXY;
     if (!nw_mgr_table_make_room(&m->table)) {
-        m->st.closed_full++;
-        nw_manager_refuse(m, fd, NW_REFUSED_FULL, 1, 0);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_FULL, 1, 0);
         return;
     }
     if (nw_mgr_table_watch(&m->table, fd, EPOLLIN) < 0) {
-        nw_manager_refuse(m, fd, NW_REFUSED_MEMORY, 1, errno);
+        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 1, errno);
         return;
     }
     s->head_started = m->clock.now;
@@ -1322,10 +989,21 @@ static void nw_manager_parked_readable(const nw_manager *m, nw_status_manager *s
     free(p);
 }
 
+/* The running totals of every part; the gauges are left 0. */
+static void gather_counts(const nw_manager *m, nw_manager_stats *st)
+{
+    *st = m->st;
+    st->closed_full += m->table.closed_full;
+    nw_mgr_handover_count(&m->handover, st);
+    nw_mgr_shed_count(&m->shed, st);
+}
+
 /* The manager's part of a status page (nw_status_numbers_fn). */
 static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
 {
     const nw_manager *m = arg;
+    nw_manager_stats st;
+    gather_counts(m, &st);
     memset(sm, 0, sizeof *sm);
     sm->held_idle = nw_mgr_table_count(&m->table, NW_MGR_IDLE);
     sm->held_reading = nw_mgr_table_count(&m->table, NW_MGR_READING);
@@ -1334,14 +1012,14 @@ static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
     sm->held_closing = nw_mgr_table_count(&m->table, NW_MGR_CLOSING);
     if (m->board)
         nw_scoreboard_connections(m->board, &sm->board);
-    memcpy(sm->refused, m->refused, sizeof sm->refused);
+    nw_mgr_handover_refused(&m->handover, sm->refused);
     nw_manager_parked_readable(m, sm);
-    sm->offloaded = m->st.offloaded;
+    sm->offloaded = st.offloaded;
     sm->offload_bytes = m->offload_bytes ? *m->offload_bytes : 0;
-    sm->handoffs_in = m->st.received;
-    sm->handoffs_out = m->st.handed_off;
-    sm->shed = m->st.shed;
-    sm->accepted = m->st.accepted;
+    sm->handoffs_in = st.received;
+    sm->handoffs_out = st.handed_off;
+    sm->shed = st.shed;
+    sm->accepted = st.accepted;
     sm->accepting = m->accepting;
     sm->custody = m->custody.count;
     sm->custody_taken = m->custody_taken;
@@ -1365,7 +1043,7 @@ static void nw_manager_expire(nw_manager *m)
     }
     while ((fd = nw_mgr_table_due(&m->table, NW_MGR_READING, m->clock.now)) != NW_MGR_NONE) {
         nw_mgr_table_detach(&m->table, fd);
-        nw_manager_send_408(fd);
+        nw_mgr_answer(fd, 408);
         nw_mgr_table_forget(&m->table, fd);
         m->st.closed_timeout++;
     }
@@ -1389,18 +1067,16 @@ static void nw_manager_send_stats(nw_manager *m)
 {
     if (m->clock.now < m->next_stats)
         return;
-    for (int i = 0; i < NW_REFUSED_REASONS; i++)
-        nw_log_limited_flush(&m->refused_said[i], m->clock.now, "error", "like it");
-    nw_log_limited_flush(&m->serve_waits_said, m->clock.now, "warn", "like it");
+    nw_mgr_handover_flush_said(&m->handover);
     /* (while it takes new connections, the master's elastic pool wants to
      * know soon: accepted is its sign that clients wait) */
     m->next_stats = m->clock.now + (m->accepting && m->stats_ms > NW_POOL_LOOK_IDLE_MS
                               ? NW_POOL_LOOK_IDLE_MS : m->stats_ms);
-    m->st.idle = nw_mgr_table_held(&m->table);
-    m->st.queued = nw_mgr_table_count(&m->table, NW_MGR_QUEUED);
-    m->st.writing = nw_mgr_table_count(&m->table, NW_MGR_WRITING);
-    nw_manager_stats st = m->st;
-    st.closed_full += m->table.closed_full;
+    nw_manager_stats st;
+    gather_counts(m, &st);
+    st.idle = nw_mgr_table_held(&m->table);
+    st.queued = nw_mgr_table_count(&m->table, NW_MGR_QUEUED);
+    st.writing = nw_mgr_table_count(&m->table, NW_MGR_WRITING);
     nw_frame f;
     nw_frame_init(&f, NW_FRAME_STATS);
     f.data_len = sizeof st;
@@ -1415,10 +1091,8 @@ static int nw_manager_timeout(const nw_manager *m)
     next = nw_mgr_table_earliest(&m->table, NW_MGR_READING, next);
     next = nw_mgr_table_earliest(&m->table, NW_MGR_WRITING, next);
     next = nw_mgr_table_earliest(&m->table, NW_MGR_CLOSING, next);
-    if (m->max_queue_wait && m->next_shed < next)
-        next = m->next_shed;
-    if (m->retry_at && m->retry_at < next)
-        next = m->retry_at;
+    next = nw_mgr_shed_next(&m->shed, next);
+    next = nw_mgr_handover_next(&m->handover, next);
     if (m->board && m->nlisteners && m->next_look < next)
         next = m->next_look;
     if (m->status.active && m->clock.now + 1000 < next)
@@ -1470,8 +1144,8 @@ static void nw_manager_event(nw_manager *m, int fd)
         }
     } else if (fd == m->handoff_queue) {
         nw_manager_handoff_queue_readable(m);
-    } else if (fd == m->serve_queue) {
-        nw_manager_drain_queue(m);
+    } else if (fd == m->handover.serve_queue) {
+        nw_mgr_handover_drain(&m->handover);
     } else if (m->accepting && nw_manager_listener_index(m, fd) >= 0) {
         nw_manager_accept(m, nw_manager_listener_index(m, fd));
     } else if ((size_t)fd < m->table.nslots) {
@@ -1506,16 +1180,52 @@ static nw_msec nw_manager_ms(double seconds)
     return (nw_msec)(seconds * 1000.0 + 0.5);
 }
 
+/* The scoreboard, read-only, and the words of it the manager writes. */
+static void map_board(nw_manager *m, int fd)
+{
+    if (fd >= 0 && !(m->board = nw_scoreboard_map(fd)))
+        nw_log("error", "cannot map the scoreboard: %s", strerror(errno));
+    if (m->board && (m->shared = nw_scoreboard_map_shared(fd))) {
+        m->offload_bytes = &m->shared->offload_bytes;
+        m->serve_queued = &m->shared->serve_queued;
+        m->handoff_queued = &m->shared->handoff_queued;
+        /* the rests an earlier manager held went with it (DESIGN.md, "Slow
+         * readers"); the frames in the queues did not: their counts stay */
+        __atomic_store_n(m->offload_bytes, 0, __ATOMIC_RELAXED);
+    }
+}
+
+/* SIGPIPE ignored; TERM, INT and USR1 blocked, to be read from a signalfd. */
+static void take_signals(sigset_t *set)
+{
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, NULL);
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, set, NULL);
+}
+
+static void init_parts(nw_manager *m, const nw_manager_config *cfg, int serve_queue)
+{
+    nw_mgr_table_init(&m->table, m->ep, cfg->max_connections, m->offload_bytes);
+    nw_mgr_handover_init(&m->handover, &m->table, &m->clock, m->ep, serve_queue,
+                         m->serve_queued);
+    nw_mgr_shed_init(&m->shed, &m->table, &m->clock, &m->handover, cfg->serve_reader_fd,
+                     nw_manager_ms(cfg->max_queue_wait), m->frame_data, m->serve_queued);
+}
+
 static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int control,
                            int handoff_queue, int serve_queue)
 {
     sigset_t set;
-    struct sigaction ign;
     memset(m, 0, sizeof *m);
     m->ep = m->sigfd = -1;
     m->control = control;
     m->handoff_queue = handoff_queue;
-    m->serve_queue = serve_queue;
     m->write_ms = nw_manager_ms(cfg->timeout ? cfg->timeout : NW_DEFAULT_TIMEOUT);
     m->keepalive_ms = nw_manager_ms(cfg->keepalive_timeout);
     m->read_ms = nw_manager_ms(cfg->read_timeout);
@@ -1528,52 +1238,24 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->stats_ms = cfg->stats_ms > 0 ? cfg->stats_ms : NW_MANAGER_STATS_MS;
     m->next_stats = m->clock.now + m->stats_ms;
     m->stop_serve_ms = cfg->stop_serve_ms > 0 ? cfg->stop_serve_ms : NW_STOP_SERVE_MS;
-    m->serve_reader = cfg->serve_reader_fd;
-    m->max_queue_wait = nw_manager_ms(cfg->max_queue_wait);
     nw_status_server_init(&m->status, cfg->status_fd);
     m->error_log = cfg->error_log;
     m->nlisteners = cfg->nlisteners;
     m->proxy_protocol = cfg->proxy_protocol;
     memcpy(m->listeners, cfg->listener_fds, sizeof m->listeners);
-    if (cfg->scoreboard_fd >= 0 && !(m->board = nw_scoreboard_map(cfg->scoreboard_fd)))
-        nw_log("error", "cannot map the scoreboard: %s", strerror(errno));
-    if (m->board && (m->shared = nw_scoreboard_map_shared(cfg->scoreboard_fd))) {
-        m->offload_bytes = &m->shared->offload_bytes;
-        m->serve_queued = &m->shared->serve_queued;
-        m->handoff_queued = &m->shared->handoff_queued;
-        /* the rests an earlier manager held went with it (DESIGN.md, "Slow
-         * readers"); the frames in the queues did not: their counts stay */
-        __atomic_store_n(m->offload_bytes, 0, __ATOMIC_RELAXED);
-    }
-
-    memset(&ign, 0, sizeof ign);
-    ign.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &ign, NULL);
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &set, NULL);
-
-    if (!(m->frame_data = malloc(NW_FRAME_MAX_DATA)))
+    map_board(m, cfg->scoreboard_fd);
+    take_signals(&set);
+    m->frame_data = malloc(NW_FRAME_MAX_DATA);
+    m->ep = epoll_create1(EPOLL_CLOEXEC);
+    init_parts(m, cfg, serve_queue);    /* (before any return: closing needs them) */
+    if (!m->frame_data || m->ep < 0)
         return -1;
-    if ((m->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
-        return -1;
-    nw_mgr_table_init(&m->table, m->ep, cfg->max_connections, m->offload_bytes);
     if ((m->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
         return -1;
     if (watch(m, m->sigfd) < 0 || watch(m, control) < 0 || watch(m, handoff_queue) < 0
         || (m->clock.test_fd >= 0 && watch(m, m->clock.test_fd) < 0))
         return -1;
-    if (nw_status_server_start(&m->status, m->ep, m->board, nw_manager_status_numbers, m) < 0)
-        return -1;
-    /* Room for the largest SERVE frame even where the default socket
-     * buffer is small (the kernel caps this at net.core.wmem_max). */
-    int sndbuf = 0, want = NW_FRAME_MAX_DATA + 4096;
-    socklen_t optlen = sizeof sndbuf;
-    if (getsockopt(serve_queue, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf < 2 * want)
-        setsockopt(serve_queue, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
-    return 0;
+    return nw_status_server_start(&m->status, m->ep, m->board, nw_manager_status_numbers, m);
 }
 
 /* On stop, held connections get a FIN (shutdown SHUT_WR) rather than a bare
@@ -1638,7 +1320,7 @@ static void nw_manager_serve_arrived(nw_manager *m)
         if (kind == NW_MGR_IDLE || kind == NW_MGR_READING)
             nw_manager_client_readable(m, (int)fd);
     }
-    nw_manager_drain_queue(m);
+    nw_mgr_handover_drain(&m->handover);
 }
 
 /* Close everything: held connections, worker channels, our own fds. */
@@ -1659,8 +1341,8 @@ static void nw_manager_close(nw_manager *m)
         close(m->control);
     if (m->handoff_queue >= 0)
         close(m->handoff_queue);
-    if (m->serve_queue >= 0)
-        close(m->serve_queue);
+    nw_mgr_handover_close(&m->handover);
+    nw_mgr_shed_close(&m->shed);
 }
 
 int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_queue_fd,
@@ -1702,8 +1384,8 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
             nw_manager_event(&m, ev[i].data.fd);
         nw_mgr_clock_step(&m.clock);
         nw_manager_expire(&m);
-        nw_manager_retry(&m);
-        nw_manager_shed(&m);
+        nw_mgr_handover_retry(&m.handover);
+        nw_mgr_shed_look(&m.shed);
         nw_manager_look_at_pool(&m);
         nw_status_server_expire(&m.status, m.clock.now);
         nw_manager_send_stats(&m);
@@ -1719,7 +1401,6 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
     nw_log_limited_flush_all(m.clock.now, 1);    /* (a stop does not lose the counts) */
     nw_log_limited_unlist(&m.fd_limit_said);
     nw_log_limited_unlist(&m.custody_said);
-    nw_log_limited_unlist(&m.shed_said);
     nw_manager_close(&m);
     return rc;
 }
