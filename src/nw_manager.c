@@ -28,6 +28,8 @@
 #include "nw_manager.h"
 #include "nw_mgr_clock.h"
 #include "nw_mgr_handover.h"
+#include "nw_mgr_heads.h"
+#include "nw_mgr_offload.h"
 #include "nw_mgr_shed.h"
 #include "nw_mgr_table.h"
 #include "nw_custody.h"
@@ -61,21 +63,18 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define NW_MANAGER_ARRIVAL_BELIEF_MS 3600000 /* an older receive time: the clock was set meanwhile */
 
 #define NW_MANAGER_EVENTS           256
 #define NW_MANAGER_STATS_MS         1000
 
 typedef struct {
-    nw_msec keepalive_ms, read_ms;
-    double  read_timeout, read_timeout_max, min_head_rate;
-    size_t  max_header, max_line;
     int     ep, control, sigfd;
     int     handoff_queue;  /* HANDOFF frames from every worker */
     nw_mgr_table table;     /* every fd's record, and the client connections' lists */
     nw_mgr_handover handover;       /* to the workers through the serve queue */
     nw_mgr_shed shed;               /* --max-queue-wait */
-    nw_msec write_ms;               /* --timeout: a write making no progress */
+    nw_mgr_heads heads;             /* idle connections and heads arriving */
+    nw_mgr_offload offload;         /* responses written for the workers */
     nw_score_header *shared;         /* the board's words the manager writes, or NULL: */
     volatile int64_t *offload_bytes; /* ...its count (--max-offload-total), or NULL */
     volatile int64_t *serve_queued;  /* ...SERVE frames on the serve queue, or NULL */
@@ -90,7 +89,6 @@ typedef struct {
     int     bad_frame_logged;
     /* the operator layer (DESIGN.md) */
     const nw_scoreboard *board;     /* read-only; NULL when the master gave none */
-    int64_t arrived_ns;     /* the kernel's receive time of the client bytes being read (0: none) */
     nw_status_server status;        /* --status-listen and its clients */
     int     listeners[NW_MAX_LISTENERS];
     int     nlisteners;
@@ -107,152 +105,6 @@ typedef struct {
     uint64_t custody_lost;          /* closed because the worker died serving them, total */
     nw_log_limit custody_said;      /* "a worker ended holding ..." lines */
 } nw_manager;
-
-/* Whether a connection's bytes hold (part of) a request, not only a PROXY
- * header or nothing. */
-static size_t nw_manager_proxy_len(const nw_mgr_slot *s, const char *p, size_t len);
-static int nw_manager_asked(const nw_mgr_slot *s, const char *p, size_t len)
-{
-    return len > nw_manager_proxy_len(s, p, len);
-}
-
-/* ------------------------------------------------------------ heads */
-
-/* Empty lines before the request line, dropped as the worker drops them
- * (nw_http_empty_lines, the one rule): CRLF or LF each, not a bare CR,
- * which stays in the head and makes a worker answer 400. */
-static size_t nw_manager_blank_prefix(const char *p, size_t len)
-{
-    int bad;
-    return nw_http_empty_lines(p, len, &bad);
-}
-
-/* Should the bytes buffered so far go to a worker? Yes when the head is
- * complete, and also when it is already over a limit: the worker answers
- * 431 or 414 (the manager writes nothing but 408), and a head that could
- * not fit in one more frame cannot wait for more. */
-static int nw_manager_head_done(nw_manager *m, nw_mgr_slot *s,
-                                const char *p, size_t len, size_t old)
-{
-    if (s->flags & NW_MGR_F_PROXY) {
-        /* the head begins after the PROXY header: a worker parses both */
-        nw_proxy_info info;
-        size_t used = 0;
-        int r = nw_proxy_parse(p, len, &info, &used);
-        if (r == NW_PROXY_MORE)
-            return len >= NW_FRAME_MAX_DATA;
-        if (r == NW_PROXY_BAD)
-            return 1;           /* a worker closes it */
-        p += used;
-        len -= used;
-        old = old > used ? old - used : 0;
-    }
-    if (!(s->flags & NW_MGR_F_LINE_SEEN) && memchr(p + old, '\n', len - old))
-        s->flags |= NW_MGR_F_LINE_SEEN;
-    /* the buffered bytes start at the request line (empty lines before it
-     * are not kept), and the first old of them were searched before */
-    nw_head_scan scan = { 0, old };
-    if ((s->flags & NW_MGR_F_LINE_SEEN) && nw_http_head_end(p, len, &scan))
-        return 1;
-    if (len > m->max_header || len >= NW_FRAME_MAX_DATA)
-        return 1;
-    if (!nw_http_line_can_start(p, len))
-        return 1;           /* not HTTP: a worker answers 400 at once */
-    return !(s->flags & NW_MGR_F_LINE_SEEN) && len > m->max_line;
-}
-
-/* When the head just completed became ready, on the manager's clock: when
- * the kernel received the bytes just read (TCP, SO_TIMESTAMPNS: a request
- * that waited parked in a busy worker before it was handed here keeps
- * that wait), else now. */
-static uint32_t nw_manager_ready_ms(const nw_manager *m)
-{
-    if (m->arrived_ns) {
-        int64_t ago_ms = (nw_wall_clock_ns() - m->arrived_ns) / 1000000;
-        if (ago_ms > 0 && ago_ms < NW_MANAGER_ARRIVAL_BELIEF_MS)
-            return (uint32_t)(m->clock.now - ago_ms);
-    }
-    return (uint32_t)m->clock.now;
-}
-
-/* fd (detached) has a head to serve: on the serve queue now, or to the back of
- * the queue until there is room. */
-static void nw_manager_hand_over(nw_manager *m, int fd, const char *data, size_t len)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    s->ready_ms = nw_manager_ready_ms(m);
-    nw_mgr_handover_queue_up(&m->handover, fd, data, len);
-}
-
-/* ------------------------------------------------------------ hand-offs */
-
-/* Deadline of a handed-off connection: what the worker says is left,
- * never more than our own timeout. The worker's number counts from the
- * first byte of the head only when HEAD_STARTED says so; bytes without
- * that flag start the read timeout now. */
-static nw_msec nw_manager_handoff_deadline(nw_manager *m, const nw_frame *f, int reading)
-{
-    nw_msec limit = reading ? m->read_ms : m->keepalive_ms;
-    int given_applies = (f->flags & NW_FRAME_F_HEAD_STARTED) || !reading;
-    if (given_applies && f->deadline_ms >= 0 && f->deadline_ms < limit)
-        limit = f->deadline_ms;
-    return m->clock.now + limit;
-}
-
-/* The length of the complete PROXY header in front of a connection's
- * bytes (0: none, or not complete). */
-static size_t nw_manager_proxy_len(const nw_mgr_slot *s, const char *p, size_t len)
-{
-    nw_proxy_info info;
-    size_t used = 0;
-    if (!(s->flags & NW_MGR_F_PROXY) || nw_proxy_parse(p, len, &info, &used) != NW_PROXY_DONE)
-        return 0;
-    return used;
-}
-
-/* HANDOFF: a connection with whatever the worker read past its last request. */
-static void nw_manager_take(nw_manager *m, int fd, const nw_frame *f, const char *data)
-{
-    m->st.received++;
-    nw_mgr_slot *s = nw_mgr_handover_adopt(&m->handover, fd, f);
-    if (!s)
-        return;
-    size_t skip = s->flags & NW_MGR_F_PROXY ? 0 : nw_manager_blank_prefix(data, f->data_len);
-    size_t len = f->data_len - skip;
-    data += skip;
-    if (len > 0 && nw_manager_head_done(m, s, data, len, 0)) {
-        nw_manager_hand_over(m, fd, data, len);   /* pipelined: serve at once */
-        return;
-    }
-    if (!nw_mgr_table_make_room(&m->table)) {
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_FULL, nw_manager_asked(s, data, len), 0);
-        return;
-    }
-    if (len > 0 && nw_mgr_table_keep(s, data, len) < 0) {
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), 0);
-        return;
-    }
-    if (nw_mgr_table_watch(&m->table, fd, EPOLLIN) < 0) {
-        /* (no memory for epoll's record, or not something epoll can watch) */
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, nw_manager_asked(s, data, len), errno);
-        return;
-    }
-    /* (a PROXY header alone is not the start of a head: the connection is idle) */
-    int reading = len > nw_manager_proxy_len(s, data, len) || (f->flags & NW_FRAME_F_HEAD_STARTED);
-    /* The rate counts from the head's first byte, which the worker saw
-     * (ready_ms, the same clock mod 2^32); from now for bytes it had not
-     * looked at. Counted from the hand-off, a head handed off 0.5 s after
-     * it began got 0.5 s more than --read-timeout once its next byte came. */
-    s->head_started = m->clock.now;
-    if (f->flags & NW_FRAME_F_HEAD_STARTED) {
-        uint32_t ago = (uint32_t)m->clock.now - f->ready_ms;
-        double most = m->read_timeout_max > m->read_timeout ? m->read_timeout_max : m->read_timeout;
-        if (ago <= (uint32_t)(most * 1000.0))
-            s->head_started = m->clock.now - (nw_msec)ago;
-    }
-    nw_mgr_table_enlist(&m->table, fd, reading ? NW_MGR_READING : NW_MGR_IDLE,
-                      nw_manager_handoff_deadline(m, f, reading));
-}
 
 /* ------------------------------------------------------------ custody */
 
@@ -411,8 +263,7 @@ static void nw_manager_worker_ended(nw_manager *m, int pidfd)
         nw_custody_remove(&m->custody, s->cookie);
         nw_mgr_table_detach(&m->table, fd);
         nw_mgr_table_release(&m->table, fd);
-        m->st.received--;           /* (nw_manager_take counts hand-offs) */
-        nw_manager_take(m, fd, &f, proxy);
+        nw_mgr_heads_take(&m->heads, fd, &f, proxy);
         taken++;
     }
     for (size_t i = 0; i < m->nworkers; i++)
@@ -426,292 +277,6 @@ static void nw_manager_worker_ended(nw_manager *m, int pidfd)
         nw_log_limited(&m->custody_said, m->clock.now, "warn",
                        "worker %d ended without giving up its connections: took over %zu, "
                        "closed %zu (its request in flight)", pid, taken, lost);
-}
-
-/* ------------------------------------------------------------ output offload */
-
-/* Watch fd (in epoll already) for events in place of what it had. */
-static int nw_manager_rewatch(nw_manager *m, int fd, uint32_t events)
-{
-    struct epoll_event ev = { .events = events, .data.fd = fd };
-    return epoll_ctl(m->ep, EPOLL_CTL_MOD, fd, &ev);
-}
-
-/* A connection whose response has left us (or the worker) but not the
- * socket: bytes the kernel has not sent yet, a slow reader's. It is not
- * idle while they wait there: it waits as a writing one does, woken once
- * the socket has sent everything (nw_io_writable_when_sent), and its
- * keep-alive time starts then (DESIGN.md, "Slow readers"). fd is in epoll
- * and on no list. Returns 1 when it waits. */
-static int nw_manager_wait_sent(nw_manager *m, int fd)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    uint64_t unsent = nw_io_unsent(fd);
-    if (!unsent || nw_io_writable_when_sent(fd, 1) < 0)
-        return 0;
-    if (nw_manager_rewatch(m, fd, EPOLLOUT) < 0) {
-        nw_io_writable_when_sent(fd, 0);
-        return 0;
-    }
-    s->out_left = unsent;
-    s->flags |= NW_MGR_F_OUT_KEEP | NW_MGR_F_UNSENT;
-    nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
-    return 1;
-}
-
-/* A kept-alive connection with nothing to write waits for its next
- * request, its keep-alive time from now (fd in epoll, on no list). */
-static void nw_manager_wait_request(nw_manager *m, int fd)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
-        nw_mgr_table_unwatch(&m->table, fd);
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
-        return;
-    }
-    int reading = s->head_len > nw_manager_proxy_len(s, s->head, s->head_len);
-    s->head_started = m->clock.now;
-    nw_mgr_table_enlist(&m->table, fd, reading ? NW_MGR_READING : NW_MGR_IDLE,
-                      m->clock.now + (reading ? m->read_ms : m->keepalive_ms));
-}
-
-/* The response is written: the connection waits for its next request as
- * any handed-off one does (served at once if it is already here; once the
- * socket has sent the response, when it has not yet), or, without
- * keep-alive, is half-closed and drained briefly (a FIN, not a reset that
- * could destroy the response's last bytes in flight). It stays in epoll,
- * watched for input now, unless it goes to a worker. */
-static void nw_manager_output_written(nw_manager *m, int fd)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    int keep = s->flags & NW_MGR_F_OUT_KEEP;
-    nw_mgr_table_delist(&m->table, fd);
-    s->kind = NW_MGR_FREE;
-    nw_mgr_table_rest_done(&m->table, s);
-    s->flags &= (uint8_t)~(NW_MGR_F_OUT_KEEP | NW_MGR_F_UNSENT);
-    if (keep && s->head_len > 0 && nw_manager_head_done(m, s, s->head, s->head_len, 0)) {
-        nw_mgr_table_unwatch(&m->table, fd);
-        nw_manager_hand_over(m, fd, s->head, s->head_len);   /* pipelined: serve at once */
-        return;
-    }
-    if (keep && nw_manager_wait_sent(m, fd))
-        return;
-    if (keep) {
-        nw_manager_wait_request(m, fd);
-        return;
-    }
-    if (nw_manager_rewatch(m, fd, EPOLLIN) < 0) {
-        nw_mgr_table_unwatch(&m->table, fd);
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 0, errno);  /* (its response is written) */
-        return;
-    }
-    shutdown(fd, SHUT_WR);
-    nw_mgr_table_enlist(&m->table, fd, NW_MGR_CLOSING, m->clock.now + NW_MANAGER_LINGER_MS);
-}
-
-/* A connection waiting for the socket to send its response: sent yet?
- * Woken (the socket polls writable only once everything is sent, or on an
- * error or hang-up) or at its deadline: what the kernel sent since we last
- * looked moves the deadline on by --timeout, as a write does; a wake or a
- * deadline without any progress drops it. */
-static void nw_manager_sent_yet(nw_manager *m, int fd)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    uint64_t unsent = nw_io_unsent(fd);
-    if (unsent == 0) {
-        nw_io_writable_when_sent(fd, 0);
-        nw_manager_output_written(m, fd);
-    } else if (unsent < s->out_left) {
-        s->out_left = unsent;
-        nw_mgr_table_delist(&m->table, fd);
-        nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
-    } else {
-        nw_mgr_table_drop(&m->table, fd);
-    }
-}
-
-/* Send what the client takes now of the rest. Each write that sends
- * something moves the deadline on by --timeout. */
-static void nw_manager_write_some(nw_manager *m, int fd)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    if (s->flags & NW_MGR_F_UNSENT) {
-        nw_manager_sent_yet(m, fd);
-        return;
-    }
-    off_t off = (off_t)s->out_off;
-    size_t left = (size_t)s->out_left;
-    int r = nw_io_sendfile_now(fd, s->out_fd, &off, &left);
-    uint64_t sent = s->out_left - left;
-    if (sent && (s->flags & NW_MGR_F_OUT_COUNTED) && m->offload_bytes)
-        nw_scoreboard_offload_release(m->offload_bytes, sent);
-    s->out_off = (int64_t)off;
-    s->out_left = left;
-    if (r == NW_IO_OK) {
-        nw_manager_output_written(m, fd);
-    } else if (r != NW_IO_AGAIN) {
-        nw_mgr_table_drop(&m->table, fd);    /* the client went (or the rest broke) */
-    } else if (sent && s->kind == NW_MGR_WRITING) {
-        nw_mgr_table_delist(&m->table, fd);
-        nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
-    }
-}
-
-/* HANDOFF with OUTPUT: a connection, the rest of its response (fds[1]) and,
- * with keep-alive, the bytes read past its request. */
-static void nw_manager_take_output(nw_manager *m, const int *fds, const nw_frame *f,
-                                   const char *data)
-{
-    nw_frame_output out;
-    int fd = fds[0];
-    memcpy(&out, data, sizeof out);
-    m->st.received++;
-    m->st.offloaded++;
-    nw_mgr_slot *s = nw_mgr_handover_adopt(&m->handover, fd, f);
-    if (!s) {
-        if (out.counted && m->offload_bytes)
-            nw_scoreboard_offload_release(m->offload_bytes, out.counted);
-        close(fds[1]);
-        return;
-    }
-    s->out_fd = fds[1];
-    s->out_off = (int64_t)out.offset;
-    s->out_left = out.length;
-    if (out.counted)
-        s->flags |= NW_MGR_F_OUT_COUNTED;
-    if (out.keep_alive)
-        s->flags |= NW_MGR_F_OUT_KEEP;
-    data += sizeof out;
-    size_t len = f->data_len - sizeof out;
-    size_t skip = s->flags & NW_MGR_F_PROXY ? 0 : nw_manager_blank_prefix(data, len);
-    /* (a response is begun: no 503 can follow it) */
-    if (len - skip > 0 && nw_mgr_table_keep(s, data + skip, len - skip) < 0) {
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 0, 0);
-        return;
-    }
-    struct epoll_event ev = { .events = EPOLLOUT, .data.fd = fd };
-    if (epoll_ctl(m->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 0, errno);
-        return;
-    }
-    nw_mgr_table_enlist(&m->table, fd, NW_MGR_WRITING, m->clock.now + m->write_ms);
-    nw_manager_write_some(m, fd);     /* the client may have read meanwhile */
-}
-
-/* A frame with OUTPUT must hold what it says: two fds, the output
- * record, and counted bytes that are none or all of the rest. */
-static int nw_manager_output_frame_ok(const nw_frame *f, const int *fds, const char *data)
-{
-    nw_frame_output out;
-    if (fds[0] < 0 || fds[1] < 0 || f->data_len < sizeof out)
-        return 0;
-    memcpy(&out, data, sizeof out);
-    return out.counted == 0 || out.counted == out.length;
-}
-
-/* ------------------------------------------------------------ client input */
-
-/* Bytes on a connection with nothing buffered: the head may begin here. */
-static void nw_manager_first_bytes(nw_manager *m, int fd, const char *p, size_t n)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    size_t skip = s->flags & NW_MGR_F_PROXY ? 0 : nw_manager_blank_prefix(p, n);
-    p += skip;
-    n -= skip;
-    if (n == 0)
-        return;
-    if (s->kind == NW_MGR_IDLE) {   /* the read timeout runs from the first byte */
-        nw_mgr_table_delist(&m->table, fd);
-        s->head_started = m->clock.now;
-        nw_mgr_table_enlist(&m->table, fd, NW_MGR_READING, nw_head_deadline(m->clock.now, n,
-                          m->read_timeout, m->read_timeout_max, m->min_head_rate));
-    }
-    if (nw_manager_head_done(m, s, p, n, 0)) {
-        nw_mgr_table_detach(&m->table, fd);
-        nw_manager_hand_over(m, fd, p, n);
-    } else if (nw_mgr_table_keep(s, p, n) < 0) {
-        nw_mgr_table_detach(&m->table, fd);
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 1, 0);
-    }
-}
-
-static void nw_manager_more_bytes(nw_manager *m, int fd, const char *p, size_t n)
-{
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    size_t old = s->head_len;
-    if (s->kind == NW_MGR_IDLE) {   /* after a PROXY header: the head begins now */
-        nw_mgr_table_delist(&m->table, fd);
-        s->head_started = m->clock.now;
-        nw_mgr_table_enlist(&m->table, fd, NW_MGR_READING, nw_head_deadline(m->clock.now, n,
-                          m->read_timeout, m->read_timeout_max, m->min_head_rate));
-    }
-    if (nw_mgr_table_keep(s, p, n) < 0) {
-        nw_mgr_table_detach(&m->table, fd);
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 1, 0);
-        return;
-    }
-    if (!(s->flags & NW_MGR_F_PROXY) && (s->head[0] == '\r' || s->head[0] == '\n')) {
-        /* a lone CR kept, and now its LF: an empty line, dropped; the
-         * head had begun (its read timeout stands, as in a worker) */
-        size_t skip = nw_manager_blank_prefix(s->head, s->head_len);
-        if (skip > 0) {
-            memmove(s->head, s->head + skip, s->head_len - skip);
-            s->head_len -= (uint32_t)skip;
-            old = 0;
-        }
-        if (s->head_len == 0)
-            return;
-    }
-    if (nw_manager_head_done(m, s, s->head, s->head_len, old)) {
-        nw_mgr_table_detach(&m->table, fd);
-        nw_manager_hand_over(m, fd, s->head, s->head_len);
-        return;
-    }
-    /* still arriving: fast enough, and its deadline moves on */
-    nw_msec later = nw_head_deadline(s->head_started, s->head_len, m->read_timeout,
-                                     m->read_timeout_max, m->min_head_rate);
-    if (s->kind == NW_MGR_READING && later > s->deadline) {
-        nw_mgr_table_delist(&m->table, fd);
-        nw_mgr_table_enlist(&m->table, fd, NW_MGR_READING, later);
-    }
-}
-
-/* A half-closed connection: what the client still sends is dropped; its
- * end (or an error) closes ours. */
-static void nw_manager_closing_readable(nw_manager *m, int fd)
-{
-    char sink[NW_READ_CHUNK];
-    ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return;
-    if (n <= 0)
-        nw_mgr_table_drop(&m->table, fd);
-}
-
-static void nw_manager_client_readable(nw_manager *m, int fd)
-{
-    char buf[NW_READ_CHUNK];
-    size_t room = NW_FRAME_MAX_DATA - nw_mgr_table_slot(&m->table, fd)->head_len;
-    if (room > sizeof buf)
-        room = sizeof buf;
-    m->arrived_ns = 0;
-    ssize_t n = nw_io_recv_stamped(fd, buf, room, MSG_DONTWAIT, &m->arrived_ns);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return;
-    if (n <= 0) {
-        m->st.closed_peer++;
-        nw_mgr_table_drop(&m->table, fd);
-        return;
-    }
-    if ((size_t)n < room)
-        nw_mgr_table_slot(&m->table, fd)->flags |= NW_MGR_F_DRAINED;
-    else
-        nw_mgr_table_slot(&m->table, fd)->flags &= (uint8_t)~NW_MGR_F_DRAINED;
-    if (nw_mgr_table_slot(&m->table, fd)->head_len == 0)
-        nw_manager_first_bytes(m, fd, buf, (size_t)n);
-    else
-        nw_manager_more_bytes(m, fd, buf, (size_t)n);
-    m->arrived_ns = 0;
 }
 
 /* ------------------------------------------------------------ channels */
@@ -745,13 +310,14 @@ static void nw_manager_handoff_frame(nw_manager *m, const nw_frame *f, int *fds)
     if (f->type == NW_FRAME_HANDOFF && fds[0] >= 0)
         nw_manager_custody_handed(m, fds[0]);
     if (f->type == NW_FRAME_HANDOFF && (f->flags & NW_FRAME_F_OUTPUT)) {
-        if (nw_manager_output_frame_ok(f, fds, m->frame_data)) {
-            nw_manager_take_output(m, fds, f, m->frame_data);
+        if (nw_mgr_offload_take(&m->offload, fds, f, m->frame_data) == 0) {
+            m->st.received++;
             return;
         }
         nw_manager_bad_frame(m, "a worker");
     } else if (f->type == NW_FRAME_HANDOFF && fds[0] >= 0 && fds[1] < 0) {
-        nw_manager_take(m, fds[0], f, m->frame_data);
+        m->st.received++;
+        nw_mgr_heads_take(&m->heads, fds[0], f, m->frame_data);
         return;
     }
     nw_manager_close_fds(fds);   /* fds a frame should not carry */
@@ -848,33 +414,6 @@ static int nw_manager_listener_index(const nw_manager *m, int fd)
     return -1;
 }
 
-/* A new connection from listener i: held like one a worker handed over,
- * and read at once (its request is usually there: TCP_DEFER_ACCEPT). */
-static void nw_manager_accept_one(nw_manager *m, int i, int fd)
-{
-    m->st.accepted++;
-    if (nw_mgr_table_reserve(&m->table, fd) < 0) {
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 1, 0);
-        return;
-    }
-    nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-    memset(s, 0, sizeof *s);
-    s->listener = (uint16_t)i;
-    if (m->proxy_protocol)
-        s->flags = NW_MGR_F_PROXY;
-    if (!nw_mgr_table_make_room(&m->table)) {
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_FULL, 1, 0);
-        return;
-    }
-    if (nw_mgr_table_watch(&m->table, fd, EPOLLIN) < 0) {
-        nw_mgr_handover_refuse(&m->handover, fd, NW_REFUSED_MEMORY, 1, errno);
-        return;
-    }
-    s->head_started = m->clock.now;
-    nw_mgr_table_enlist(&m->table, fd, NW_MGR_IDLE, m->clock.now + m->read_ms);
-    nw_manager_client_readable(m, fd);
-}
-
 /* The listeners stay readable (level-triggered): out of epoll until the
  * next look at the pool, or the loop would spin on them. */
 static void nw_manager_accept_pause(nw_manager *m)
@@ -905,7 +444,8 @@ static void nw_manager_accept(nw_manager *m, int i)
             nw_manager_accept_pause(m);
             return;
         }
-        nw_manager_accept_one(m, i, fd);
+        m->st.accepted++;
+        nw_mgr_heads_accepted(&m->heads, fd, i, m->proxy_protocol);
     }
 }
 
@@ -996,6 +536,8 @@ static void gather_counts(const nw_manager *m, nw_manager_stats *st)
     st->closed_full += m->table.closed_full;
     nw_mgr_handover_count(&m->handover, st);
     nw_mgr_shed_count(&m->shed, st);
+    nw_mgr_heads_count(&m->heads, st);
+    nw_mgr_offload_count(&m->offload, st);
 }
 
 /* The manager's part of a status page (nw_status_numbers_fn). */
@@ -1032,32 +574,8 @@ static void nw_manager_status_numbers(void *arg, nw_status_manager *sm)
 
 static void nw_manager_expire(nw_manager *m)
 {
-    int fd;
-    while ((fd = nw_mgr_table_due(&m->table, NW_MGR_IDLE, m->clock.now)) != NW_MGR_NONE) {
-        nw_mgr_table_delist(&m->table, fd);
-        if (nw_manager_wait_sent(m, fd))
-            continue;   /* not idle: a worker's response is still in the socket */
-        nw_mgr_table_unwatch(&m->table, fd);
-        nw_mgr_table_forget(&m->table, fd);
-        m->st.closed_timeout++;
-    }
-    while ((fd = nw_mgr_table_due(&m->table, NW_MGR_READING, m->clock.now)) != NW_MGR_NONE) {
-        nw_mgr_table_detach(&m->table, fd);
-        nw_mgr_answer(fd, 408);
-        nw_mgr_table_forget(&m->table, fd);
-        m->st.closed_timeout++;
-    }
-    while ((fd = nw_mgr_table_due(&m->table, NW_MGR_WRITING, m->clock.now)) != NW_MGR_NONE) {
-        nw_mgr_slot *s = nw_mgr_table_slot(&m->table, fd);
-        if ((s->flags & NW_MGR_F_UNSENT) && nw_io_unsent(fd) < s->out_left) {
-            nw_manager_sent_yet(m, fd);     /* the client reads on: not a timeout */
-            continue;
-        }
-        nw_mgr_table_drop(&m->table, fd);   /* read nothing for --timeout */
-        m->st.closed_timeout++;
-    }
-    while ((fd = nw_mgr_table_due(&m->table, NW_MGR_CLOSING, m->clock.now)) != NW_MGR_NONE)
-        nw_mgr_table_drop(&m->table, fd);
+    nw_mgr_heads_expire(&m->heads);
+    nw_mgr_offload_expire(&m->offload);
 }
 
 /* Counts to the master once a second (stats_ms). A full control socket
@@ -1087,10 +605,8 @@ static void nw_manager_send_stats(nw_manager *m)
 static int nw_manager_timeout(const nw_manager *m)
 {
     nw_msec next = m->next_stats;
-    next = nw_mgr_table_earliest(&m->table, NW_MGR_IDLE, next);
-    next = nw_mgr_table_earliest(&m->table, NW_MGR_READING, next);
-    next = nw_mgr_table_earliest(&m->table, NW_MGR_WRITING, next);
-    next = nw_mgr_table_earliest(&m->table, NW_MGR_CLOSING, next);
+    next = nw_mgr_heads_next(&m->heads, next);
+    next = nw_mgr_offload_next(&m->offload, next);
     next = nw_mgr_shed_next(&m->shed, next);
     next = nw_mgr_handover_next(&m->handover, next);
     if (m->board && m->nlisteners && m->next_look < next)
@@ -1151,11 +667,11 @@ static void nw_manager_event(nw_manager *m, int fd)
     } else if ((size_t)fd < m->table.nslots) {
         int kind = nw_mgr_table_slot(&m->table, fd)->kind;
         if (kind == NW_MGR_IDLE || kind == NW_MGR_READING)
-            nw_manager_client_readable(m, fd);
+            nw_mgr_heads_readable(&m->heads, fd);
         else if (kind == NW_MGR_WRITING)
-            nw_manager_write_some(m, fd);
+            nw_mgr_offload_writable(&m->offload, fd);
         else if (kind == NW_MGR_CLOSING)
-            nw_manager_closing_readable(m, fd);
+            nw_mgr_offload_closing_readable(&m->offload, fd);
         else if (kind == NW_MGR_CUSTODY)
             nw_manager_custody_drop(m, fd);     /* the worker or the client hung up */
         else if (kind == NW_MGR_WORKER)
@@ -1216,6 +732,19 @@ static void init_parts(nw_manager *m, const nw_manager_config *cfg, int serve_qu
                          m->serve_queued);
     nw_mgr_shed_init(&m->shed, &m->table, &m->clock, &m->handover, cfg->serve_reader_fd,
                      nw_manager_ms(cfg->max_queue_wait), m->frame_data, m->serve_queued);
+    nw_mgr_head_limits lim = {
+        .keepalive_ms = nw_manager_ms(cfg->keepalive_timeout),
+        .read_ms = nw_manager_ms(cfg->read_timeout),
+        .read_timeout = cfg->read_timeout,
+        .read_timeout_max = cfg->read_timeout_max,
+        .min_head_rate = cfg->min_head_rate,
+        .max_header = cfg->max_header_bytes,
+        .max_line = cfg->max_request_line,
+    };
+    nw_mgr_heads_init(&m->heads, &m->table, &m->clock, &m->handover, &m->offload, &lim);
+    nw_mgr_offload_init(&m->offload, &m->table, &m->clock, &m->handover, &m->heads,
+                        nw_manager_ms(cfg->timeout ? cfg->timeout : NW_DEFAULT_TIMEOUT),
+                        m->offload_bytes);
 }
 
 static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int control,
@@ -1226,14 +755,6 @@ static int nw_manager_open(nw_manager *m, const nw_manager_config *cfg, int cont
     m->ep = m->sigfd = -1;
     m->control = control;
     m->handoff_queue = handoff_queue;
-    m->write_ms = nw_manager_ms(cfg->timeout ? cfg->timeout : NW_DEFAULT_TIMEOUT);
-    m->keepalive_ms = nw_manager_ms(cfg->keepalive_timeout);
-    m->read_ms = nw_manager_ms(cfg->read_timeout);
-    m->read_timeout = cfg->read_timeout;
-    m->read_timeout_max = cfg->read_timeout_max;
-    m->min_head_rate = cfg->min_head_rate;
-    m->max_header = cfg->max_header_bytes;
-    m->max_line = cfg->max_request_line;
     nw_mgr_clock_init(&m->clock, cfg->test_clock_fd);
     m->stats_ms = cfg->stats_ms > 0 ? cfg->stats_ms : NW_MANAGER_STATS_MS;
     m->next_stats = m->clock.now + m->stats_ms;
@@ -1318,7 +839,7 @@ static void nw_manager_serve_arrived(nw_manager *m)
     for (size_t fd = 0; fd < m->table.nslots; fd++) {
         int kind = nw_mgr_table_slot(&m->table, fd)->kind;
         if (kind == NW_MGR_IDLE || kind == NW_MGR_READING)
-            nw_manager_client_readable(m, (int)fd);
+            nw_mgr_heads_readable(&m->heads, (int)fd);
     }
     nw_mgr_handover_drain(&m->handover);
 }
