@@ -33,6 +33,12 @@ static inline int nw_mgr_clock_stands(const nw_mgr_clock *c)
     return c->test_fd >= 0;
 }
 
+/* Tests only: the test clock's socket, or -1. */
+static inline int nw_mgr_clock_fd(const nw_mgr_clock *c)
+{
+    return c->test_fd;
+}
+
 /* Tests only: an advance of the test clock (an int64_t of milliseconds,
  * one SOCK_SEQPACKET message) came on test_fd. It is taken once the rest
  * of this wake's events are (nw_mgr_clock_step): whatever the test sent

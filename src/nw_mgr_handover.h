@@ -50,6 +50,11 @@ void nw_mgr_handover_retry(nw_mgr_handover *h);
 /* Connections left the manager's queue other than through the serve
  * queue: stop waiting for room once it is empty. */
 void nw_mgr_handover_queue_shrank(nw_mgr_handover *h);
+/* Whether fd is the serve queue (its EPOLLOUT: room). */
+static inline int nw_mgr_handover_is_queue(const nw_mgr_handover *h, int fd)
+{
+    return fd == h->serve_queue;
+}
 /* next, or the time of a retry due sooner. */
 nw_msec nw_mgr_handover_next(const nw_mgr_handover *h, nw_msec next);
 

@@ -32,7 +32,8 @@ typedef struct nw_mgr_heads {
     nw_mgr_handover *handover;
     struct nw_mgr_offload *offload; /* where an idle one goes whose response is still unsent */
     nw_mgr_head_limits lim;
-    int64_t  arrived_ns;            /* the kernel's receive time of the bytes being read (0: none) */
+    int64_t  arrived_ns;            /* the kernel's receive time of the bytes being
+                                     * read (0: none) */
     uint64_t closed_peer;           /* closed by the client while idle, total */
     uint64_t closed_timeout;        /* closed by keep-alive or read timeout, total */
 } nw_mgr_heads;

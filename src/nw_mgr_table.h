@@ -21,9 +21,9 @@ enum {
     NW_MGR_FREE = 0,    /* no record (or a connection being passed on) */
     NW_MGR_IDLE,        /* client, no head yet: epoll + idle list */
     NW_MGR_READING,     /* client, part of a head: epoll + reading list */
-    NW_MGR_QUEUED,      /* client, head complete, the serve queue full: queue, not in epoll */
+    NW_MGR_QUEUED,      /* client, head complete, the serve queue full: queue, no epoll */
     NW_MGR_WRITING,     /* client, the rest of a response to write: epoll (out) + writing list */
-    NW_MGR_CLOSING,     /* client, written and half-closed: epoll + closing list, read and dropped */
+    NW_MGR_CLOSING,     /* client, written and half-closed: epoll + closing list, drained */
     NW_MGR_CUSTODY,     /* a copy of a connection a worker holds: epoll (hang-up only), the
                          * custody index; never read (DESIGN.md, "Custody") */
     NW_MGR_WORKER,      /* a pidfd of a worker that has connections in custody: epoll */
@@ -95,6 +95,18 @@ static inline nw_mgr_slot *nw_mgr_table_slot(const nw_mgr_table *t, int fd)
 static inline int nw_mgr_table_has(const nw_mgr_table *t, int fd)
 {
     return fd >= 0 && (size_t)fd < t->nslots;
+}
+
+/* One past the highest fd that can have a record. */
+static inline size_t nw_mgr_table_size(const nw_mgr_table *t)
+{
+    return t->nslots;
+}
+
+/* Connections closed to stay under --max-connections, total. */
+static inline uint64_t nw_mgr_table_closed_full(const nw_mgr_table *t)
+{
+    return t->closed_full;
 }
 
 /* A zeroed record for fd (reserved). */
