@@ -111,7 +111,7 @@ long nw_chunked_decode(nw_chunked *d, const char *in, size_t in_len,
 size_t nw_percent_decode(const char *in, size_t len, char *out);
 
 /* Finding where a request head ends while it arrives in pieces: the one
- * scanner both the worker (nw_conn.c) and the manager (nw_manager.c) use.
+ * scanner both the worker (nw_conn.c) and the manager (nw_mgr_heads.c) use.
  * Empty lines before the request line are skipped (RFC 9112 2.2, the
  * rule of nw_http_empty_lines; from a bare CR on, the bytes are searched
  * as a head, which the parser refuses); the head ends with an empty line,
