@@ -153,6 +153,7 @@ static void step_aside(nw_worker *w, nw_msec now)
         nw_msec again = now + NW_ADOPT_LOOK_AGAIN_MS;
         w->adopt_ready = 0;
         w->adopt_aside_until = w->standby || longer < again ? longer : again;
+        nw_deadlines_set(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, w->adopt_aside_until);
         nw_adopt_pass_on(w, 0);  /* (a full queue: adopted here at once) */
     }
 }
@@ -243,6 +244,7 @@ void nw_adopt_step_back(nw_worker *w)
     if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->adopt_in, &ev) < 0 && errno != EEXIST)
         return;                 /* (tried again at the next look) */
     w->adopt_aside_until = 0;
+    nw_deadlines_set(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, 0);
     w->adopt_ready = 1;
 }
 

@@ -7,16 +7,6 @@ void nw_deadlines_init(nw_deadlines *d)
         d->at[k] = 0;
 }
 
-void nw_deadlines_set(nw_deadlines *d, nw_deadline_kind kind, nw_msec at)
-{
-    d->at[kind] = at;
-}
-
-int nw_deadlines_passed(const nw_deadlines *d, nw_deadline_kind kind, nw_msec now)
-{
-    return d->at[kind] && now >= d->at[kind];
-}
-
 nw_msec nw_deadlines_nearest(const nw_deadlines *d)
 {
     nw_msec nearest = 0;

@@ -23,11 +23,18 @@ typedef struct {
 /* None registered. */
 void nw_deadlines_init(nw_deadlines *d);
 
-/* Kind's next deadline is at (0: it has none any more). */
-void nw_deadlines_set(nw_deadlines *d, nw_deadline_kind kind, nw_msec at);
+/* Kind's next deadline is at (0: it has none any more). (Inline: the
+ * worker registers and asks on every request.) */
+static inline void nw_deadlines_set(nw_deadlines *d, nw_deadline_kind kind, nw_msec at)
+{
+    d->at[kind] = at;
+}
 
 /* Kind's deadline has come by now (one is registered, and now >= it). */
-int nw_deadlines_passed(const nw_deadlines *d, nw_deadline_kind kind, nw_msec now);
+static inline int nw_deadlines_passed(const nw_deadlines *d, nw_deadline_kind kind, nw_msec now)
+{
+    return d->at[kind] && now >= d->at[kind];
+}
 
 /* The nearest registered deadline, 0 when there is none. */
 nw_msec nw_deadlines_nearest(const nw_deadlines *d);

@@ -53,8 +53,6 @@ nw_wconn *nw_wconn_new(nw_worker *w, int index, int fd,
 /* The connection whose request is running (the request watchdog's). */
 static nw_wconn *volatile serving;
 
-static void custody_forget(nw_worker *w, nw_wconn *wc);
-
 void nw_wconn_free(nw_wconn *wc)
 {
     if (!wc)
@@ -62,7 +60,7 @@ void nw_wconn_free(nw_wconn *wc)
     if (serving == wc)
         serving = NULL;
     if (wc->custody_wait)
-        custody_forget(wc->worker, wc);
+        nw_custody_wait_forget(&wc->worker->custody, wc);
     nw_conn_destroy(wc->c);
     free(wc);
 }
@@ -331,53 +329,6 @@ static int sources_ready(const nw_worker *w)
     return w->listener_ready || w->serve_queue_ready || w->adopt_ready;
 }
 
-/* ---- custody -------------------------------------------------------- */
-
-/* A parked connection's copy for the manager (DESIGN.md, "Custody of
- * parked connections"), sent NW_CUSTODY_DELAY_MS after its first park
- * here (a waiting worker wakes for it): a client that closes its
- * connection sooner costs nothing. Once per connection (a full queue: at
- * its next park). */
-static void custody_flush(nw_worker *w)
-{
-    for (int i = 0; i < w->ncustody_wait; i++) {
-        nw_wconn *wc = w->custody_wait[i];
-        wc->custody_wait = 0;
-        if (wc->c->fd >= 0 && !wc->c->custody)
-            nw_conn_custody(wc->c, w->handoff_queue, w->pid);
-    }
-    w->ncustody_wait = 0;
-}
-
-static void custody_forget(nw_worker *w, nw_wconn *wc)
-{
-    int i = wc->custody_wait - 1;
-    nw_wconn *last = w->custody_wait[--w->ncustody_wait];
-    w->custody_wait[i] = last;
-    last->custody_wait = i + 1;
-    wc->custody_wait = 0;
-}
-
-static void custody_defer(nw_worker *w, nw_wconn *wc, nw_msec now)
-{
-    if (wc->c->custody || wc->custody_wait || !w->cfg.custody || w->pid <= 0
-        || w->handoff_queue < 0 || w->serve_queue < 0)
-        return;
-    if (w->ncustody_wait == NW_CUSTODY_WAIT_MAX)
-        custody_flush(w);
-    if (w->ncustody_wait == 0)
-        w->custody_due = now + NW_CUSTODY_DELAY_MS;
-    w->custody_wait[w->ncustody_wait++] = wc;
-    wc->custody_wait = w->ncustody_wait;
-}
-
-/* Their copies are not wanted any more: the parked set is let go. */
-static void custody_drop_waiting(nw_worker *w)
-{
-    while (w->ncustody_wait)
-        custody_forget(w, w->custody_wait[w->ncustody_wait - 1]);
-}
-
 /* ---- parking ------------------------------------------------------- */
 
 #define CACHE_LINE 64    /* bytes (x86-64, and most of the rest) */
@@ -500,7 +451,7 @@ int nw_worker_park(nw_worker *w, nw_wconn *wc)
         w->ops.hold(wc->owner);
     /* custody: the manager will hold a copy, so that this process's
      * death does not take the connection with it */
-    custody_defer(w, wc, now);
+    nw_custody_wait_add(&w->custody, wc, now);
     return 0;
 }
 
@@ -692,38 +643,32 @@ static void standby_follow(nw_worker *w, nw_msec now)
         w->slot->standby = w->standby;
 }
 
-static nw_wconn *next_conn(nw_worker *w, int wait_ms)
+/* Before the turns: a standby worker follows its requests (DESIGN.md,
+ * "Requests that block"); a draining one sees what has arrived, parked
+ * connections included. Returns 0 when a deferred signal is pending. */
+static int look_first(nw_worker *w, nw_msec now)
 {
-    nw_msec now = w->looked = nw_now_ms(), until = now + (wait_ms > 0 ? wait_ms : 0);
-    nw_wconn *wc;
     if (w->standby_chosen && !w->draining)
         standby_follow(w, now);
-    if (w->draining) {
-        /* The listeners too are watched until then: a handshake that
-         * completed as the stop began may bring its request a little
-         * later (TCP_DEFER_ACCEPT queues it only then), and once every
-         * worker is gone it would be reset. */
-        until = w->drain_until > now ? w->drain_until : now;
-        poll_events(w, 0);          /* what has arrived, parked connections included */
-    } else if (signal_pending(w, now)) {
-        errno = EINTR;
-        return NULL;
-    }
-    if (w->kept) {
-        /* (the watcher took it for the manager, which refused it) */
-        wc = w->kept;
-        w->kept = NULL;
-        return wc;
-    }
-    /* A new worker, until it has taken its first connection, takes one
-     * waiting batch at each look before it accepts or reads the serve
-     * queue: what a worker that left (a crash too) held, with the requests
-     * that came meanwhile, is older than what waits to be accepted, and a
-     * worker that dies young (a URL that crashes every worker) would
-     * otherwise never take it. */
+    if (w->draining)
+        poll_events(w, 0);
+    else if (signal_pending(w, now))
+        return 0;
+    return 1;
+}
+
+/* What a busy worker looks at before each connection it takes: adoption
+ * and the parked connections whose time is up. A new worker, until it has
+ * taken its first connection, takes one waiting batch at each look before
+ * it accepts or reads the serve queue: what a worker that left (a crash
+ * too) held, with the requests that came meanwhile, is older than what
+ * waits to be accepted, and a worker that dies young (a URL that crashes
+ * every worker) would otherwise never take it. */
+static void look_busy(nw_worker *w, nw_msec now)
+{
     if (w->adopt_ready && !w->taken_any && !w->standby && nw_adopt_when_new(w, now))
         poll_events(w, 0);
-    if (w->adopt_aside_until && now >= w->adopt_aside_until)
+    if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, now))
         nw_adopt_step_back(w);
     if (w->adopt_ready)
         nw_adopt_when_busy(w, now); /* a leaving worker's parked connections */
@@ -732,49 +677,98 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
         if (!w->park.ready_count && sources_ready(w))
             poll_events(w, 0);      /* so that parked connections get their turn */
     }
-    for (;;) {
-        /* readable parked connections take turns with the rest (the serve
-         * queue and the listeners) */
-        if (w->park.ready_count && !w->took_parked) {
-            w->took_parked = 1;
-            return take_parked(w);
-        }
-        /* The rest's turn, but epoll has not reported them lately: ask
-         * again (one call for all of them), at most once per millisecond
-         * while parked connections keep the worker busy. */
-        if (!sources_ready(w) && w->park.ready_count && w->looked != w->last_poll)
-            poll_events(w, 0);
-        if ((wc = take_new(w))) {
-            w->took_parked = 0;
-            return wc;
-        }
+}
+
+/* One turn: readable parked connections take turns with the rest (the
+ * serve queue and the listeners). NULL: nothing to take. */
+static nw_wconn *take_turn(nw_worker *w)
+{
+    nw_wconn *wc;
+    if (w->park.ready_count && !w->took_parked) {
         w->took_parked = 1;
-        if ((wc = take_parked(w)))
+        return take_parked(w);
+    }
+    /* The rest's turn, but epoll has not reported them lately: ask again
+     * (one call for all of them), at most once per millisecond while
+     * parked connections keep the worker busy. */
+    if (!sources_ready(w) && w->park.ready_count && w->looked != w->last_poll)
+        poll_events(w, 0);
+    if ((wc = take_new(w))) {
+        w->took_parked = 0;
+        return wc;
+    }
+    w->took_parked = 1;
+    return take_parked(w);
+}
+
+/* Nothing to take: what is due is done (expired parked connections,
+ * adoption's step back, custody's copies). Returns 1 when an idle worker
+ * adopted a batch: any of them with a request is taken at the next turn. */
+static int look_idle(nw_worker *w, nw_msec now)
+{
+    if (!w->draining)
+        park_expire(w, now, 0);
+    if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, now))
+        nw_adopt_step_back(w);
+    if (w->adopt_ready && nw_adopt_when_idle(w, now)) {
+        poll_events(w, 0);
+        return 1;
+    }
+    if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_CUSTODY, now))
+        nw_custody_wait_flush(&w->custody);
+    return 0;
+}
+
+/* Wait in epoll until something comes, the nearest deadline of the
+ * worker's parts or until. The parked set's is registered here, when it
+ * is ahead (while the server closes, expired ones stay: see park_expire).
+ * Returns -1 (errno EINTR) for a signal: the caller looks at its flags. */
+static int wait_events(nw_worker *w, nw_msec now, nw_msec until)
+{
+    nw_msec parked = w->draining ? 0 : nw_park_nearest(&w->park);
+    nw_deadlines_set(&w->deadlines, NW_DEADLINE_PARKED, parked > now ? parked : 0);
+    int wait_ms = nw_deadlines_wait_ms(&w->deadlines, now, until);
+    if ((poll_events(w, wait_ms) < 0 && errno == EINTR) || w->signal_ready) {
+        errno = EINTR;
+        return -1;
+    }
+    w->next_signal_look = w->last_poll + NW_SIGNAL_LOOK_MS;    /* epoll would have said */
+    return 0;
+}
+
+/* The end of next_conn's wait: wait_ms from now, or, draining, the
+ * drain's end. The listeners too are watched until then: a handshake
+ * that completed as the stop began may bring its request a little later
+ * (TCP_DEFER_ACCEPT queues it only then), and once every worker is gone
+ * it would be reset. */
+static nw_msec wait_end(const nw_worker *w, nw_msec now, int wait_ms)
+{
+    if (w->draining)
+        return w->drain_until > now ? w->drain_until : now;
+    return now + (wait_ms > 0 ? wait_ms : 0);
+}
+
+static nw_wconn *next_conn(nw_worker *w, int wait_ms)
+{
+    nw_msec now = w->looked = nw_now_ms(), until = wait_end(w, now, wait_ms);
+    nw_wconn *wc;
+    if (!look_first(w, now)) {
+        errno = EINTR;
+        return NULL;
+    }
+    if ((wc = w->kept)) {
+        w->kept = NULL;     /* (the watcher took it for the manager, which refused it) */
+        return wc;
+    }
+    look_busy(w, now);
+    for (;;) {
+        if ((wc = take_turn(w)))
             return wc;
-        if (!w->draining)
-            park_expire(w, now, 0);
-        if (w->adopt_aside_until && now >= w->adopt_aside_until)
-            nw_adopt_step_back(w);
-        if (w->adopt_ready && nw_adopt_when_idle(w, now)) {
-            poll_events(w, 0);      /* idle: adopted a batch; any of them with a request? */
+        if (look_idle(w, now))
             continue;
-        }
-        if (w->ncustody_wait && now >= w->custody_due)
-            custody_flush(w);
-        if (now >= until)
+        if (now >= until || wait_events(w, now, until) < 0)
             return NULL;
-        nw_msec nearest = w->draining ? 0 : nw_park_nearest(&w->park);
-        nw_msec wake = nearest && nearest < until ? nearest : until;
-        if (w->ncustody_wait && w->custody_due < wake)
-            wake = w->custody_due;  /* (custody: the copies are due then) */
-        if (w->adopt_aside_until && w->adopt_aside_until < wake)
-            wake = w->adopt_aside_until;    /* (back in the adopt queue's wake-ups) */
-        if ((poll_events(w, (int)(wake - now)) < 0 && errno == EINTR) || w->signal_ready) {
-            errno = EINTR;
-            return NULL;            /* a signal: let the caller look at its flags */
-        }
         now = w->last_poll;         /* (poll_events read the clock) */
-        w->next_signal_look = now + NW_SIGNAL_LOOK_MS;  /* epoll would have said */
     }
 }
 
@@ -783,8 +777,8 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
     nw_wconn *wc = next_conn(w, wait_ms);
     if (wc)
         w->taken_any = 1;
-    if (w->ncustody_wait && w->looked >= w->custody_due)
-        custody_flush(w);
+    if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_CUSTODY, w->looked))
+        nw_custody_wait_flush(&w->custody);
     if (wc && w->slot)  /* custody: the manager closes this one if we die now */
         w->slot->serving_cookie = wc->c->custody ? wc->c->cookie : 0;
     return wc;
@@ -910,7 +904,7 @@ static void parked_released(nw_worker *w)
 void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 {
     parked_released(w);
-    custody_drop_waiting(w);
+    nw_custody_wait_drop(&w->custody);
     kept_let_go(w);
     if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing()) {
         /* (a wake-up for a frame may have been ours) */
@@ -944,7 +938,7 @@ void nw_worker_lend_socket(nw_wconn *wc)
 {
     nw_worker *w = nw_worker_of_process();
     if (wc->custody_wait)
-        custody_forget(wc->worker, wc);     /* (its copy is not to be sent now) */
+        nw_custody_wait_forget(&wc->worker->custody, wc); /* (its copy is not to be sent now) */
     if (!w || !wc->c->custody || w->handoff_queue < 0)
         return;
     nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS;
@@ -1192,7 +1186,7 @@ void nw_worker_start(nw_worker *w)
     if (!atfork_done && pthread_atfork(NULL, NULL, watcher_after_fork_child) == 0)
         atfork_done = 1;
     process_worker = w;
-    process_pid = w->pid = getpid();
+    process_pid = w->pid = w->custody.pid = getpid();
     if (w->handoff_queue >= 0 && !w->has_watcher) {
         watcher_start(w);
         nw_worker_leave(w);
@@ -1409,6 +1403,9 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
     w->serve_queue_ready = 1;
     w->adopt_in = w->adopt_out = -1;
+    nw_deadlines_init(&w->deadlines);
+    nw_custody_wait_init(&w->custody, w->cfg.custody && w->serve_queue >= 0
+                         && w->handoff_queue >= 0 ? w->handoff_queue : -1, &w->deadlines);
     /* A parked connection is an idle one: it is let go (to the manager,
      * which closes what is past its time) by --keepalive-timeout at the
      * latest, however long --keepalive-wait is. */
@@ -1480,7 +1477,7 @@ void nw_worker_free(nw_worker *w)
 {
     if (!w)
         return;
-    custody_drop_waiting(w);
+    nw_custody_wait_drop(&w->custody);
     if (w->has_watcher) {
         nw_worker_enter(w);
         nw_worker_stop_watcher(w);

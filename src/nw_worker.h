@@ -26,35 +26,15 @@
 #include <sys/socket.h>
 #include "nw_block_meter.h"
 #include "nw_conn.h"
+#include "nw_custody_wait.h"
+#include "nw_deadlines.h"
+#include "nw_wconn.h"
 #include "nw_limits.h"
 #include "nw_park.h"
 #include "nw_proxy.h"
 #include "nw_scoreboard.h"
 
 
-struct nw_worker;
-
-/* One connection inside a worker: the C side of what the caller serves. */
-typedef struct {
-    nw_conn *c;
-    struct nw_worker *worker;       /* the worker it is in */
-    int custody_wait;               /* 1 + its place in worker->custody_wait; 0: none */
-    struct sockaddr_storage peer;   /* the client's address, from accept4 or getpeername */
-    socklen_t peer_len;             /* 0 when unknown */
-    nw_msec started;                /* the current request's head was complete then; 0 between requests */
-    uint64_t started_us;            /* the same, in microseconds (its duration's start) */
-    nw_msec ended;                  /* the last request ended then; 0 once parked */
-    uint32_t ready_ms;              /* from the manager (SERVE): its head was complete then
-                                     * (monotonic ms mod 2^32), valid while queued is set */
-    int queued;                     /* its next request waited in the manager's queue */
-    nw_park_watch watch;            /* its registration in the worker's epoll set */
-    int peer_closed;                /* its peer's FIN was reported while parked */
-    int socket_lent;                /* the app got a dup of the socket (psgix.io): it may
-                                     * have read from it behind our back */
-    void *owner;                    /* the caller's object for it (NULL: none yet) */
-    void *owner_mem;                /* ... and the memory it owns (only ever prefetched) */
-    int handed_off;                 /* the manager has it (with the rest of a response) */
-} nw_wconn;
 
 /* Why the caller lets a connection go (nw_worker_release). The worker
  * decides what that means: park it, hand it to the manager, or close it. */
@@ -148,9 +128,8 @@ typedef struct nw_worker {
     nw_msec looked;             /* when the main thread last looked for a connection
                                  * (nw_worker_next), or polled since */
     int pid;                    /* this worker's process (custody frames name it) */
-    nw_wconn *custody_wait[NW_CUSTODY_WAIT_MAX]; /* parked, their copies not sent yet */
-    int ncustody_wait;
-    nw_msec custody_due;        /* send them by then */
+    nw_deadlines deadlines;     /* when a wait must end for its parts' sake */
+    nw_custody_wait custody;    /* parked connections whose copies are not sent yet */
     nw_worker_owner_ops ops;
 
     /* The park watcher: see "Fairness and slow apps" in docs/DESIGN.md.
