@@ -289,7 +289,8 @@ void
 hand_off_on_crash(self)
     nw_xs_acceptor *self
   CODE:
-    nw_worker_hand_off_on_crash(self->w);
+    PERL_UNUSED_VAR(self);
+    nw_worker_hand_off_on_crash();
 
 void
 drain(self, serve_ms = NW_STOP_SERVE_MS)

@@ -17,14 +17,12 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <time.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "nw_adopt.h"
 #include "nw_frame.h"
 #include "nw_scoreboard.h"
 #include "nw_worker_internal.h"
-#include "nw_worker_signals.h"
 #include "nw_log.h"
 
 /* ---- connections --------------------------------------------------- */
@@ -314,7 +312,7 @@ static int poll_events(nw_worker *w, int timeout_ms)
             w->adopt_ready = 1;
             sources++;
         } else if (data == SIGNAL_EVENT) {
-            w->signal_ready = 1;
+            w->signals.ready = 1;
             sources++;
         } else {
             nw_park_event(&w->park, data, ev[k].events);
@@ -575,22 +573,6 @@ static void kept_let_go(nw_worker *w)
 
 /* ---- the public verbs ---------------------------------------------- */
 
-/* Whether a deferred signal is pending: reported by epoll, or, for a
- * worker that has not waited lately, asked of the kernel now and then. */
-static int signal_pending(nw_worker *w, nw_msec now)
-{
-    if (w->sigfd < 0)
-        return 0;
-    if (!w->signal_ready && now >= w->next_signal_look) {
-        sigset_t pending;
-        w->next_signal_look = now + NW_SIGNAL_LOOK_MS;
-        if (sigpending(&pending) == 0)
-            for (int sig = 1; sig < NSIG && !w->signal_ready; sig++)
-                w->signal_ready = sigismember(&w->deferred, sig) && sigismember(&pending, sig);
-    }
-    return w->signal_ready;
-}
-
 /* Listener i in this worker's epoll (op ADD) or out of it (DEL):
  * EPOLLEXCLUSIVE, as every worker watches it. */
 static int watch_listener(nw_worker *w, int i, int op)
@@ -652,7 +634,7 @@ static int look_first(nw_worker *w, nw_msec now)
         standby_follow(w, now);
     if (w->draining)
         poll_events(w, 0);
-    else if (signal_pending(w, now))
+    else if (nw_deferred_signals_pending(&w->signals, now))
         return 0;
     return 1;
 }
@@ -728,11 +710,11 @@ static int wait_events(nw_worker *w, nw_msec now, nw_msec until)
     nw_msec parked = w->draining ? 0 : nw_park_nearest(&w->park);
     nw_deadlines_set(&w->deadlines, NW_DEADLINE_PARKED, parked > now ? parked : 0);
     int wait_ms = nw_deadlines_wait_ms(&w->deadlines, now, until);
-    if ((poll_events(w, wait_ms) < 0 && errno == EINTR) || w->signal_ready) {
+    if ((poll_events(w, wait_ms) < 0 && errno == EINTR) || w->signals.ready) {
         errno = EINTR;
         return -1;
     }
-    w->next_signal_look = w->last_poll + NW_SIGNAL_LOOK_MS;    /* epoll would have said */
+    nw_deferred_signals_waited(&w->signals, w->last_poll);
     return 0;
 }
 
@@ -1180,6 +1162,19 @@ static void watcher_start(nw_worker *w)
     w->main_holds = w->has_watcher;
 }
 
+/* What the signal handlers (nw_worker_signals.h) ask of this process's
+ * worker. */
+static nw_conn *serving_conn(void)
+{
+    nw_wconn *wc = serving;
+    return wc ? wc->c : NULL;
+}
+
+static const nw_worker_signal_ops signal_ops = {
+    .serving = serving_conn,
+    .hand_off_parked = nw_worker_hand_off_parked_from_handler,
+};
+
 void nw_worker_start(nw_worker *w)
 {
     static int atfork_done;
@@ -1187,6 +1182,7 @@ void nw_worker_start(nw_worker *w)
         atfork_done = 1;
     process_worker = w;
     process_pid = w->pid = w->custody.pid = getpid();
+    nw_worker_signals_attach(&signal_ops);
     if (w->handoff_queue >= 0 && !w->has_watcher) {
         watcher_start(w);
         nw_worker_leave(w);
@@ -1302,79 +1298,16 @@ void nw_worker_stop_watcher(nw_worker *w)
         watched_worker = NULL;
 }
 
-/* ---- deferred signals ---------------------------------------------- */
-
-static sigset_t deferred_in_parent;     /* for the fork handler */
-
-/* A child of the worker (the app's fork, system, a pipe open) starts with
- * the deferred signals unblocked, as it would under any other server. */
-static void deferred_after_fork_child(void)
-{
-    sigprocmask(SIG_UNBLOCK, &deferred_in_parent, NULL);
-}
+/* ---- deferred signals, and the handlers' view of the worker --------- */
 
 int nw_worker_defer_signals(nw_worker *w, const int *signals, int n)
 {
-    static int atfork_done;
-    sigemptyset(&w->deferred);
-    for (int i = 0; i < n; i++)
-        sigaddset(&w->deferred, signals[i]);
-    if (!atfork_done) {
-        if (pthread_atfork(NULL, NULL, deferred_after_fork_child) != 0)
-            return -1;
-        atfork_done = 1;
-    }
-    deferred_in_parent = w->deferred;
-    if (sigprocmask(SIG_BLOCK, &w->deferred, NULL) < 0)
-        return -1;
-    w->sigfd = signalfd(-1, &w->deferred, SFD_NONBLOCK | SFD_CLOEXEC);
-    struct epoll_event ev = { .events = EPOLLIN, .data.u64 = SIGNAL_EVENT };
-    if (w->sigfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->sigfd, &ev) < 0) {
-        sigprocmask(SIG_UNBLOCK, &w->deferred, NULL);
-        return -1;
-    }
-    return 0;
+    return nw_deferred_signals_start(&w->signals, signals, n, w->epfd, SIGNAL_EVENT);
 }
 
 uint64_t nw_worker_deliver_signals(nw_worker *w)
 {
-    uint64_t others = 0;
-    if (w->sigfd < 0 || !signal_pending(w, nw_now_ms()))
-        return 0;           /* a clock read, and a sigpending every NW_SIGNAL_LOOK_MS */
-    w->signal_ready = 0;
-    struct signalfd_siginfo si;
-    while (read(w->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        int sig = (int)si.ssi_signo;
-        if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT)
-            nw_worker_stop_sent_by((long)si.ssi_pid);   /* (no handler runs to note it) */
-        if (!nw_worker_life_signal(&w->life, sig) && sig > 0 && sig < 64)
-            others |= (uint64_t)1 << sig;
-    }
-    return others;
-}
-
-int nw_worker_life_signal(nw_worker_life *life, int sig)
-{
-    if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
-        life->stopping = life->closing = 1;
-        return 1;
-    }
-    if (sig == SIGUSR2) {
-        life->stopping = 1;
-        if (!life->exit_reason)
-            life->exit_reason = life->replacing ? NW_EXIT_MAX_REQUESTS : NW_EXIT_RETIRED;
-        return 1;
-    }
-    return 0;
-}
-
-void nw_worker_life_stop(nw_worker_life *life, int closing, int reason)
-{
-    life->stopping = 1;
-    if (closing)
-        life->closing = 1;
-    if (reason && !life->exit_reason)
-        life->exit_reason = reason;
+    return nw_deferred_signals_deliver(&w->signals, &w->life);
 }
 
 /* ---- life ---------------------------------------------------------- */
@@ -1392,7 +1325,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     }
     w->cfg = *cfg;
     w->cfg.offload = handoff_queue >= 0;    /* a manager can finish responses */
-    w->sigfd = -1;
+    nw_deferred_signals_init(&w->signals);
     nw_block_meter_init(&w->meter);
     if (ops)
         w->ops = *ops;
@@ -1492,8 +1425,7 @@ void nw_worker_free(nw_worker *w)
         wc->watch.registered = 0;
         nw_worker_drop_owner(w, wc);
     }
-    if (w->sigfd >= 0)
-        close(w->sigfd);
+    nw_deferred_signals_close(&w->signals);
     if (w->serve_queue >= 0)
         close(w->serve_queue);
     if (w->handoff_queue >= 0)

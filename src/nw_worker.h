@@ -29,6 +29,7 @@
 #include "nw_custody_wait.h"
 #include "nw_deadlines.h"
 #include "nw_wconn.h"
+#include "nw_worker_signals.h"
 #include "nw_limits.h"
 #include "nw_park.h"
 #include "nw_proxy.h"
@@ -72,21 +73,6 @@ typedef struct {
     int fd;
     int is_tcp;
 } nw_worker_listener;
-
-/* Whether the worker leaves, why, and what it has served: the one record
- * of its life. C sets it (the request sequence; a stop signal read from
- * the signalfd by nw_worker_deliver_signals), Perl through the XS setters
- * for what it decides (an orphaned worker, psgix.harakiri.commit), and
- * Perl reads it when serve returns. */
-typedef struct {
-    int stopping;       /* leave once the current request is done */
-    int closing;        /* the server stops: serve what has arrived (Connection:
-                         * close), close what is parked */
-    int replacing;      /* it asked the master for its replacement (a USR2 then
-                         * is still a recycle) */
-    int exit_reason;    /* enum nw_exit_reason; NW_EXIT_NONE until one is known */
-    uint64_t served;    /* requests finished */
-} nw_worker_life;
 
 typedef struct nw_worker {
     nw_worker_listener listener[NW_MAX_LISTENERS];
@@ -152,16 +138,10 @@ typedef struct nw_worker {
     nw_wconn *kept;             /* taken by the watcher from a wake-up left, refused by the
                                  * manager: the main thread's next connection */
 
-    /* Deferred signals (nw_worker_defer_signals): blocked while the app
-     * runs, seen through a signalfd while the worker waits, delivered
-     * between requests. */
-    int sigfd;                  /* -1 when signals are not deferred */
-    sigset_t deferred;
-    int signal_ready;           /* the signalfd was reported readable */
+    nw_deferred_signals signals;    /* blocked while the app runs (nw_worker_defer_signals) */
     int draining;               /* stopping: serve what has arrived, and parked
                                  * connections' next requests until drain_until */
     nw_msec drain_until;
-    nw_msec next_signal_look;   /* a busy worker looks for pending signals then */
 
     nw_proxy_cidr *proxy_from;  /* --proxy-from: the peers that may connect (none: any) */
     size_t proxy_from_n;
@@ -261,21 +241,12 @@ int nw_worker_defer_signals(nw_worker *w, const int *signals, int n);
 
 /* Take the deferred signals that are pending from the signalfd: a stop
  * signal (TERM, INT, QUIT: the server stops; USR2: this worker retires)
- * goes into w->life here (nw_worker_life_signal); any other is returned
+ * goes into w->life here (nw_worker_life_signal, nw_worker_signals.h);
+ * any other is returned
  * for the caller to act on, as a mask of (1 << signo). Cheap enough to
  * call after every request: when epoll has not reported one, it asks the
  * kernel at most every NW_SIGNAL_LOOK_MS. */
 uint64_t nw_worker_deliver_signals(nw_worker *w);
-
-/* What a stop signal means for the worker's life: TERM, INT and QUIT
- * stop and close; USR2 stops, and the reason is a retirement (or a
- * recycle, once it asked for its replacement). Returns 1 when sig is one
- * of those, else 0 (nothing changes). Async-signal-safe. */
-int nw_worker_life_signal(nw_worker_life *life, int sig);
-
-/* Decided elsewhere: leave (closing: the server stops), with a reason
- * when none is known yet (0: none given). */
-void nw_worker_life_stop(nw_worker_life *life, int closing, int reason);
 
 /* A request's head and body are in: note the time (a slow request pauses
  * parking). */
@@ -296,8 +267,8 @@ int nw_worker_has_manager(const nw_worker *w);
 int nw_worker_proxy_from(nw_worker *w, const char *cidr);
 
 /* The connection whose request is running (from nw_worker_request_started
- * until it is released or freed), or NULL. Async-signal-safe: for the
- * request watchdog's handler (nw_worker_signals.h). */
+ * until it is released or freed), or NULL. Async-signal-safe: the request
+ * watchdog's handler asks for its nw_conn (nw_worker_signals.h). */
 nw_wconn *nw_worker_serving(void);
 
 /* Stop the watcher (it reads the parked connections, which the caller is

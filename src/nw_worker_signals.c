@@ -1,11 +1,15 @@
-/* A worker process's signal handlers and its memory limit (see
- * nw_worker_signals.h; the scheduling they serve is nw_worker.c's). Every
- * handler here runs in a signal's own context: only async-signal-safe
- * calls, and only this file's statics or what nw_worker.h says is safe. */
+/* A worker process's signal handlers, its memory limit and its deferred
+ * signals (see nw_worker_signals.h; the scheduling they serve is
+ * nw_worker.c's). Every handler here runs in a signal's own context: only
+ * async-signal-safe calls, and only this file's statics or the attached
+ * worker's call-backs. */
 #include "nw_worker_signals.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -17,7 +21,21 @@
 #include "nw_response.h"
 #include "nw_scoreboard.h"
 #include "nw_signal.h"
-#include "nw_worker.h"
+
+/* The attached worker's call-backs (nw_worker_signals_attach). */
+static nw_worker_signal_ops worker_ops;
+
+void nw_worker_signals_attach(const nw_worker_signal_ops *ops)
+{
+    worker_ops = *ops;
+}
+
+/* The parked connections on, when a worker is attached. */
+static void hand_off_parked(void)
+{
+    if (worker_ops.hand_off_parked)
+        worker_ops.hand_off_parked();
+}
 
 /* ---- crashes ------------------------------------------------------- */
 
@@ -25,12 +43,12 @@ static const int crash_signals[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT };
 
 static void crash_hand_off(int sig)
 {
-    nw_worker_hand_off_parked_from_handler();
+    hand_off_parked();
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
-void nw_worker_hand_off_on_crash(nw_worker *w)
+void nw_worker_hand_off_on_crash(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -39,7 +57,6 @@ void nw_worker_hand_off_on_crash(nw_worker *w)
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < sizeof crash_signals / sizeof crash_signals[0]; i++)
         sigaction(crash_signals[i], &sa, NULL);
-    (void)w;
 }
 
 /* ---- the memory limit ---------------------------------------------- */
@@ -75,24 +92,24 @@ int nw_worker_watchdog_reply(void)
     static const char rest[] = "Content-Type: text/plain\r\n"
         "Content-Length: 20\r\nConnection: close\r\n\r\n504 Gateway Timeout\n";
     char resp[sizeof status_line + NW_DATE_FIELD_LEN + sizeof rest];
-    nw_wconn *wc = nw_worker_serving();
-    if (!wc || !wc->c || wc->c->fd < 0)
+    nw_conn *c = worker_ops.serving ? worker_ops.serving() : NULL;
+    if (!c || c->fd < 0)
         return 0;
     int answered = 0;
-    if (!wc->c->responded && !wc->c->broken) {
+    if (!c->responded && !c->broken) {
         /* (time and nw_date_field are safe in a signal handler) */
         size_t n = sizeof status_line - 1;
         memcpy(resp, status_line, n);
         n += nw_date_field(resp + n, time(NULL));
         memcpy(resp + n, rest, sizeof rest - 1);
         n += sizeof rest - 1;
-        answered = send(wc->c->fd, resp, n, MSG_DONTWAIT | MSG_NOSIGNAL) > 0;
+        answered = send(c->fd, resp, n, MSG_DONTWAIT | MSG_NOSIGNAL) > 0;
     }
-    wc->c->broken = 1;
-    shutdown(wc->c->fd, SHUT_WR);
+    c->broken = 1;
+    shutdown(c->fd, SHUT_WR);
     if (watchdog_slot) {    /* counted as what the client got */
-        nw_scoreboard_request_end(watchdog_slot, answered || !wc->c->status ? 504 : wc->c->status,
-                                  wc->c->body_sent, nw_now_us());
+        nw_scoreboard_request_end(watchdog_slot, answered || !c->status ? 504 : c->status,
+                                  c->body_sent, nw_now_us());
         watchdog_slot->exit_reason = NW_EXIT_WATCHDOG;
         watchdog_slot->state = NW_WORKER_STOPPING;
     }
@@ -108,7 +125,7 @@ static void watchdog_last_resort(void)
         "that does not return), so no Perl backtrace; answering 504 and exiting";
     (void)nw_log_write(2, "error", msg, sizeof msg - 1);
     nw_worker_watchdog_reply();
-    nw_worker_hand_off_parked_from_handler();
+    hand_off_parked();
     if (watchdog_before_exit)
         watchdog_before_exit();
     _exit(NW_WORKER_EXIT_WATCHDOG);
@@ -159,3 +176,109 @@ long nw_worker_stop_sender(void)
 {
     return stop_sender_pid;
 }
+
+/* ---- deferred signals ---------------------------------------------- */
+
+static sigset_t deferred_in_parent;     /* for the fork handler */
+
+/* A child of the worker (the app's fork, system, a pipe open) starts with
+ * the deferred signals unblocked, as it would under any other server. */
+static void deferred_after_fork_child(void)
+{
+    sigprocmask(SIG_UNBLOCK, &deferred_in_parent, NULL);
+}
+
+void nw_deferred_signals_init(nw_deferred_signals *d)
+{
+    memset(d, 0, sizeof *d);
+    d->fd = -1;
+}
+
+int nw_deferred_signals_start(nw_deferred_signals *d, const int *signals, int n,
+                              int epfd, uint64_t event)
+{
+    static int atfork_done;
+    sigemptyset(&d->set);
+    for (int i = 0; i < n; i++)
+        sigaddset(&d->set, signals[i]);
+    if (!atfork_done) {
+        if (pthread_atfork(NULL, NULL, deferred_after_fork_child) != 0)
+            return -1;
+        atfork_done = 1;
+    }
+    deferred_in_parent = d->set;
+    if (sigprocmask(SIG_BLOCK, &d->set, NULL) < 0)
+        return -1;
+    d->fd = signalfd(-1, &d->set, SFD_NONBLOCK | SFD_CLOEXEC);
+    struct epoll_event ev = { .events = EPOLLIN, .data.u64 = event };
+    if (d->fd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, d->fd, &ev) < 0) {
+        sigprocmask(SIG_UNBLOCK, &d->set, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+int nw_deferred_signals_pending(nw_deferred_signals *d, nw_msec now)
+{
+    if (d->fd < 0)
+        return 0;
+    if (!d->ready && now >= d->next_look) {
+        sigset_t pending;
+        d->next_look = now + NW_SIGNAL_LOOK_MS;
+        if (sigpending(&pending) == 0)
+            for (int sig = 1; sig < NSIG && !d->ready; sig++)
+                d->ready = sigismember(&d->set, sig) && sigismember(&pending, sig);
+    }
+    return d->ready;
+}
+
+uint64_t nw_deferred_signals_deliver(nw_deferred_signals *d, nw_worker_life *life)
+{
+    uint64_t others = 0;
+    if (d->fd < 0 || !nw_deferred_signals_pending(d, nw_now_ms()))
+        return 0;           /* a clock read, and a sigpending every NW_SIGNAL_LOOK_MS */
+    d->ready = 0;
+    struct signalfd_siginfo si;
+    while (read(d->fd, &si, sizeof si) == (ssize_t)sizeof si) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT)
+            nw_worker_stop_sent_by((long)si.ssi_pid);   /* (no handler runs to note it) */
+        if (!nw_worker_life_signal(life, sig) && sig > 0 && sig < 64)
+            others |= (uint64_t)1 << sig;
+    }
+    return others;
+}
+
+void nw_deferred_signals_close(nw_deferred_signals *d)
+{
+    if (d->fd >= 0)
+        close(d->fd);
+    d->fd = -1;
+}
+
+/* ---- the worker's life ---------------------------------------------- */
+
+int nw_worker_life_signal(nw_worker_life *life, int sig)
+{
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
+        life->stopping = life->closing = 1;
+        return 1;
+    }
+    if (sig == SIGUSR2) {
+        life->stopping = 1;
+        if (!life->exit_reason)
+            life->exit_reason = life->replacing ? NW_EXIT_MAX_REQUESTS : NW_EXIT_RETIRED;
+        return 1;
+    }
+    return 0;
+}
+
+void nw_worker_life_stop(nw_worker_life *life, int closing, int reason)
+{
+    life->stopping = 1;
+    if (closing)
+        life->closing = 1;
+    if (reason && !life->exit_reason)
+        life->exit_reason = reason;
+}
+

@@ -187,7 +187,8 @@ static void child_parks_then(int serve_fd, int handoff_fd, void (*end)(nw_worker
 
 static void end_by_crash(nw_worker *w)
 {
-    nw_worker_hand_off_on_crash(w);
+    (void)w;
+    nw_worker_hand_off_on_crash();
     raise(SIGABRT);
 }
 
