@@ -559,10 +559,10 @@ static void pass_on_waiting(nw_worker *w)
  * pass_on_waiting does, or closed gently. */
 static void kept_let_go(nw_worker *w)
 {
-    nw_wconn *wc = w->kept;
+    nw_wconn *wc = w->watcher.kept;
     if (!wc)
         return;
-    w->kept = NULL;
+    w->watcher.kept = NULL;
     if (nw_conn_server_closing()) {
         nw_conn_close_gently(wc->c);
         nw_wconn_free(wc);
@@ -738,8 +738,8 @@ static nw_wconn *next_conn(nw_worker *w, int wait_ms)
         errno = EINTR;
         return NULL;
     }
-    if ((wc = w->kept)) {
-        w->kept = NULL;     /* (the watcher took it for the manager, which refused it) */
+    if ((wc = w->watcher.kept)) {
+        w->watcher.kept = NULL;     /* (the watcher took it for the manager, which refused it) */
         return wc;
     }
     look_busy(w, now);
@@ -902,7 +902,7 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
 
 void nw_worker_drain(nw_worker *w, int serve_ms)
 {
-    int enter = w->has_watcher && !w->main_holds;   /* (the watcher reads the flags) */
+    int enter = nw_watcher_main_outside(&w->watcher);   /* (the watcher reads the flags) */
     if (enter)
         nw_worker_enter(w);
     w->draining = 1;
@@ -968,10 +968,9 @@ enum evict_result {
 /* Hand every parked connection to the manager, without waiting for room in
  * its queue. Runs in the watcher, with the lock: it touches the
  * connections' C side only. */
-static enum evict_result evict_parked(nw_worker *w)
+static enum evict_result evict_parked(nw_worker *w, nw_msec now)
 {
     nw_wconn *wc;
-    nw_msec now = nw_now_ms();
     if (nw_conn_server_closing())
         return EVICT_MANAGER_GONE;  /* (see park_expire) they stay parked */
     while ((wc = nw_park_take_expired(&w->park, now, 1))) {
@@ -980,20 +979,13 @@ static enum evict_result evict_parked(nw_worker *w)
             int full = nw_conn_handoff_waits(errno);
             if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, 0, &wc->watch) < 0) {
                 nw_conn_close_fd(wc->c);  /* cannot be watched any more */
-                w->evicted[w->nevicted++] = wc;
+                nw_watcher_evicted(&w->watcher, wc);
             }
             return full ? EVICT_QUEUE_FULL : EVICT_MANAGER_GONE;
         }
-        w->evicted[w->nevicted++] = wc;
+        nw_watcher_evicted(&w->watcher, wc);
     }
     return EVICTED;
-}
-
-/* Wait on wake until the monotonic millisecond `until`. */
-static void watcher_sleep(nw_worker *w, nw_msec until)
-{
-    struct timespec ts = { (time_t)(until / 1000), (long)(until % 1000) * 1000000L };
-    pthread_cond_timedwait(&w->wake, &w->lock, &ts);
 }
 
 /* A wake-up this worker took and left: epoll reported a listener or the
@@ -1017,7 +1009,7 @@ static int pass_on_one(nw_worker *w, nw_wconn *wc)
         nw_wconn_free(wc);
         return 1;
     }
-    w->kept = wc;
+    w->watcher.kept = wc;
     return 0;
 }
 
@@ -1036,7 +1028,7 @@ static int hand_off_room(const nw_worker *w)
 static void pass_on_left(nw_worker *w)
 {
     nw_wconn *wc;
-    if (w->kept || !w->board || !nw_scoreboard_other_idle(w->board, w->slot)
+    if (w->watcher.kept || !w->board || !nw_scoreboard_other_idle(w->board, w->slot)
         || nw_conn_server_closing() || !hand_off_room(w))
         return;     /* (a full queue: the watcher looks again) */
     for (int i = 0; i < NW_PASS_ON_MAX && (wc = take_served(w)); i++)
@@ -1055,111 +1047,41 @@ static void pass_on_left(nw_worker *w)
     }
 }
 
-/* The main thread has been out for NW_PARK_SLOW_REQUEST_MS: the parked
+/* The main thread has been out for NW_PARK_SLOW_REQUEST_MS (the
+ * watcher's call-back, on its thread with the lock): the parked
  * connections go to the manager, and what a wake-up left. */
-static void watcher_act(nw_worker *w, nw_msec now)
+static nw_watcher_verdict watcher_act(void *ctx, nw_msec now)
 {
-    enum evict_result r = w->park.count ? evict_parked(w) : EVICTED;
-    if (r == EVICT_MANAGER_GONE) {
-        w->evict_gave_up = w->out_since;
-        return;
-    }
+    nw_worker *w = ctx;
+    enum evict_result r = w->park.count ? evict_parked(w, now) : EVICTED;
+    if (r == EVICT_MANAGER_GONE)
+        return NW_WATCHER_GAVE_UP;
     if (wakeup_left(w))
         pass_on_left(w);
     if (r == EVICT_QUEUE_FULL)
-        watcher_sleep(w, now + NW_PARK_EVICT_RETRY_MS);
-    else if (wakeup_left(w))
-        watcher_sleep(w, now + NW_PARK_SLOW_REQUEST_MS);    /* (no worker idle: look again) */
+        return NW_WATCHER_RETRY_SOON;
+    return wakeup_left(w) ? NW_WATCHER_LOOK_AGAIN : NW_WATCHER_DONE;
 }
 
-static void *park_watcher(void *arg)
+/* Whether the watcher has something to watch (its call-back). */
+static int watcher_has_work(void *ctx)
 {
-    nw_worker *w = arg;
-    pthread_mutex_lock(&w->lock);
-    while (!w->watcher_quit) {
-        if (w->park.count == 0 && !wakeup_left(w)) {
-            w->watcher_idle = 1;
-            pthread_cond_wait(&w->wake, &w->lock);
-            w->watcher_idle = 0;
-            continue;
-        }
-        nw_msec now = nw_now_ms();
-        if (!w->out_since || w->out_since == w->evict_gave_up)
-            watcher_sleep(w, now + NW_PARK_SLOW_REQUEST_MS);
-        else if (now - w->out_since < NW_PARK_SLOW_REQUEST_MS)
-            watcher_sleep(w, w->out_since + NW_PARK_SLOW_REQUEST_MS);
-        else
-            watcher_act(w, now);
-    }
-    pthread_mutex_unlock(&w->lock);
-    return NULL;
+    nw_worker *w = ctx;
+    return w->park.count || wakeup_left(w);
 }
 
-static nw_worker *watched_worker;   /* this process's, for fork */
+static const nw_watcher_ops watcher_ops = {
+    .has_work = watcher_has_work,
+    .act = watcher_act,
+};
+
 static nw_worker *process_worker;   /* this process's, for exit and crash hooks */
 static pid_t process_pid;           /* the process it belongs to */
 
-/* A fork by the app: the parked set must not be half-way through an
- * eviction, so the lock is taken around it (unless the main thread holds
- * it already). The child has no watcher thread: it starts afresh, without. */
-static void watcher_before_fork(void)
+/* A child of the app's is not the worker. */
+static void worker_after_fork_child(void)
 {
-    nw_worker *w = watched_worker;
-    if (w && w->has_watcher && !w->main_holds) {
-        pthread_mutex_lock(&w->lock);
-        w->fork_locked = 1;
-    }
-}
-
-static void watcher_after_fork_parent(void)
-{
-    nw_worker *w = watched_worker;
-    if (w && w->fork_locked) {
-        w->fork_locked = 0;
-        pthread_mutex_unlock(&w->lock);
-    }
-}
-
-static void watcher_after_fork_child(void)
-{
-    nw_worker *w = watched_worker;
-    if (w && w->has_watcher) {
-        w->has_watcher = 0;
-        w->fork_locked = 0;
-        w->main_holds = 0;
-        pthread_mutex_init(&w->lock, NULL);
-        pthread_cond_init(&w->wake, NULL);
-    }
-    watched_worker = NULL;
-    process_worker = NULL;      /* a child of the app's: not the worker */
-}
-
-/* Start the watcher with every signal blocked in it, so that the caller's
- * signal handlers run only in the main thread. */
-static void watcher_start(nw_worker *w)
-{
-    static int atfork_done;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->wake, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_mutex_lock(&w->lock);          /* the main thread is inside */
-    w->main_holds = 1;
-    if (!atfork_done && pthread_atfork(watcher_before_fork, watcher_after_fork_parent,
-                                       watcher_after_fork_child) == 0)
-        atfork_done = 1;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    w->has_watcher = atfork_done && pthread_create(&w->watcher, NULL, park_watcher, w) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (w->has_watcher)
-        watched_worker = w;
-    else
-        pthread_mutex_unlock(&w->lock);
-    w->main_holds = w->has_watcher;
+    process_worker = NULL;
 }
 
 /* What the signal handlers (nw_worker_signals.h) ask of this process's
@@ -1178,13 +1100,13 @@ static const nw_worker_signal_ops signal_ops = {
 void nw_worker_start(nw_worker *w)
 {
     static int atfork_done;
-    if (!atfork_done && pthread_atfork(NULL, NULL, watcher_after_fork_child) == 0)
+    if (!atfork_done && pthread_atfork(NULL, NULL, worker_after_fork_child) == 0)
         atfork_done = 1;
     process_worker = w;
     process_pid = w->pid = w->custody.pid = getpid();
     nw_worker_signals_attach(&signal_ops);
-    if (w->handoff_queue >= 0 && !w->has_watcher) {
-        watcher_start(w);
+    if (w->handoff_queue >= 0 && !w->watcher.running) {
+        nw_watcher_start(&w->watcher);
         nw_worker_leave(w);
     }
 }
@@ -1213,23 +1135,6 @@ void nw_worker_leave_process(nw_worker *w)
 
 /* ---- the parked set from a signal handler ---------------------------- */
 
-/* The lock, from a signal handler: the watcher holds it for moments (it
- * is often just awake, since the main thread wakes it when it goes out to
- * run the app), so try for a while; never if the crashing main thread
- * holds it itself (then the set may be half-changed). */
-static int crash_lock(nw_worker *w)
-{
-    if (w->main_holds)
-        return 0;
-    for (int i = 0; i < NW_CRASH_LOCK_TRIES; i++) {
-        if (pthread_mutex_trylock(&w->lock) == 0)
-            return 1;
-        struct timespec pause = { 0, 100000 };     /* 0.1 ms */
-        nanosleep(&pause, NULL);
-    }
-    return 0;
-}
-
 /* Runs in the crashing thread, with only async-signal-safe calls on the
  * parked set's C side (nw_adopt_give_away's crashing mode: to the other
  * workers in a few ADOPT frames, else the manager). The set is touched
@@ -1240,8 +1145,7 @@ void nw_worker_hand_off_parked_from_handler(void)
 {
     nw_worker *w = process_worker;
     if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->park.count > 0) {
-        int locked = w->has_watcher ? crash_lock(w) : !w->main_holds;
-        if (locked) {
+        if (nw_watcher_lock_from_handler(&w->watcher)) {
             parked_released(w);
             nw_adopt_give_away(w, 1);
         }
@@ -1263,39 +1167,23 @@ int nw_worker_proxy_from(nw_worker *w, const char *cidr)
 
 void nw_worker_enter(nw_worker *w)
 {
-    if (!w->has_watcher)
+    nw_wconn *wc;
+    if (!nw_watcher_enter(&w->watcher))
         return;
-    pthread_mutex_lock(&w->lock);
-    w->main_holds = 1;
-    w->out_since = 0;
-    while (w->nevicted > 0)
-        nw_worker_drop_owner(w, w->evicted[--w->nevicted]); /* its socket went to the manager */
+    while ((wc = nw_watcher_take_evicted(&w->watcher)))
+        nw_worker_drop_owner(w, wc);    /* its socket went to the manager */
 }
 
 void nw_worker_leave(nw_worker *w)
 {
-    if (!w->has_watcher || !w->main_holds)
-        return;
-    w->out_since = nw_coarse_ms() + w->coarse_lag;    /* (a fifth of a precise reading's cost) */
-    if (w->watcher_idle && (w->park.count || wakeup_left(w)))
-        pthread_cond_signal(&w->wake);
-    w->main_holds = 0;
-    pthread_mutex_unlock(&w->lock);
+    nw_watcher_leave(&w->watcher);
 }
 
 /* With the main thread inside (or no watcher). */
 void nw_worker_stop_watcher(nw_worker *w)
 {
-    if (!w || !w->has_watcher)
-        return;
-    w->watcher_quit = 1;
-    pthread_cond_signal(&w->wake);
-    w->main_holds = 0;
-    pthread_mutex_unlock(&w->lock);
-    pthread_join(w->watcher, NULL);
-    w->has_watcher = 0;
-    if (watched_worker == w)
-        watched_worker = NULL;
+    if (w)
+        nw_watcher_stop(&w->watcher);
 }
 
 /* ---- deferred signals, and the handlers' view of the worker --------- */
@@ -1345,7 +1233,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     if (cfg->keepalive_timeout > 0 && park_seconds > cfg->keepalive_timeout)
         park_seconds = cfg->keepalive_timeout;
     w->park_ms = park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
-    w->coarse_lag = nw_coarse_tick_ms() + 1;
+    nw_watcher_init(&w->watcher, &watcher_ops, w);
     nw_park_init(&w->park, w->epfd, PARKED_EVENT);
     if (serve_queue >= 0) {
         struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
@@ -1385,7 +1273,7 @@ int nw_worker_standby(nw_worker *w)
         return -1;
     }
     /* (the park watcher runs already, and reads listener_ready: with its lock) */
-    int enter = w->has_watcher && !w->main_holds;
+    int enter = nw_watcher_main_outside(&w->watcher);
     if (enter)
         nw_worker_enter(w);
     int r = standby_begin(w);
@@ -1408,19 +1296,19 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
 
 void nw_worker_free(nw_worker *w)
 {
+    nw_wconn *wc;
     if (!w)
         return;
     nw_custody_wait_drop(&w->custody);
-    if (w->has_watcher) {
+    if (w->watcher.running) {
         nw_worker_enter(w);
         nw_worker_stop_watcher(w);
     }
     free(w->proxy_from);    /* (after the watcher: its accepts read it) */
-    while (w->nevicted > 0)
-        nw_worker_drop_owner(w, w->evicted[--w->nevicted]);
-    nw_wconn_free(w->kept);
-    w->kept = NULL;
-    nw_wconn *wc;
+    while ((wc = nw_watcher_take_evicted(&w->watcher)))
+        nw_worker_drop_owner(w, wc);
+    nw_wconn_free(w->watcher.kept);
+    w->watcher.kept = NULL;
     while ((wc = nw_park_take_expired(&w->park, 0, 1))) {
         wc->watch.registered = 0;
         nw_worker_drop_owner(w, wc);

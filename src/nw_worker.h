@@ -28,6 +28,7 @@
 #include "nw_conn.h"
 #include "nw_custody_wait.h"
 #include "nw_deadlines.h"
+#include "nw_watcher.h"
 #include "nw_wconn.h"
 #include "nw_worker_signals.h"
 #include "nw_limits.h"
@@ -118,25 +119,9 @@ typedef struct nw_worker {
     nw_custody_wait custody;    /* parked connections whose copies are not sent yet */
     nw_worker_owner_ops ops;
 
-    /* The park watcher: see "Fairness and slow apps" in docs/DESIGN.md.
-     * The main thread holds lock whenever it is inside the worker. */
-    int has_watcher;
-    pthread_t watcher;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    int watcher_idle;           /* waiting for a parked connection or a wake-up left */
-    int main_holds;             /* the main thread holds lock */
-    int fork_locked;            /* the fork handler took lock */
-    int watcher_quit;           /* set to make the watcher return */
-    nw_msec evict_gave_up;      /* out_since of a round the watcher gave up on */
-    nw_msec out_since;          /* the main thread went out to serve then (or up to a
-                                 * coarse tick later: never earlier); 0: inside */
-    nw_msec coarse_lag;         /* how far nw_coarse_ms may be behind: a tick and 1 ms */
     nw_conn_spares spares;      /* its connections' buffers while they need none */
-    nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread to let go */
-    int nevicted;
-    nw_wconn *kept;             /* taken by the watcher from a wake-up left, refused by the
-                                 * manager: the main thread's next connection */
+    nw_watcher watcher;         /* the park watcher thread; its lock is held by the main
+                                 * thread whenever it is inside */
 
     nw_deferred_signals signals;    /* blocked while the app runs (nw_worker_defer_signals) */
     int draining;               /* stopping: serve what has arrived, and parked

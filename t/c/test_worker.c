@@ -555,7 +555,7 @@ static void test_watcher_evicts_behind_a_slow_request(void)
     rig r;
     g_holds = g_drops = 0;
     rig_open(&r, 5, 1);
-    ok(r.w->has_watcher, "the watcher runs with a manager and parking");
+    ok(r.w->watcher.running, "the watcher runs with a manager and parking");
     int s1 = client(), s2 = client();
     nw_wconn *a = next_conn(r.w), *b = next_conn(r.w);
     if (!ok(a && b, "watcher: two clients"))

@@ -1,0 +1,100 @@
+/* The park watcher (docs/DESIGN.md, "Fairness and slow apps"): a thread
+ * of the worker that, when the main thread has been out serving one
+ * request for NW_PARK_SLOW_REQUEST_MS, asks the worker to let its parked
+ * connections and any wake-up it took and left go to the manager, so that
+ * they do not wait behind a slow request. This part owns the thread, its
+ * lock (which the main thread holds whenever it is inside the worker),
+ * its timing and its fork handling; what is done to the worker is the
+ * worker's (the call-backs below, run on the watcher's thread with the
+ * lock held). Part of the worker (nw_worker.c), its only caller. */
+#ifndef NW_WATCHER_H
+#define NW_WATCHER_H
+
+#include <pthread.h>
+#include "nw_io.h"
+#include "nw_limits.h"
+#include "nw_wconn.h"
+
+/* What a round of the watcher's work came to. */
+typedef enum {
+    NW_WATCHER_DONE,        /* nothing left to do for this slow request */
+    NW_WATCHER_GAVE_UP,     /* the manager is gone: not tried again this time out */
+    NW_WATCHER_RETRY_SOON,  /* the manager's queue was full: again after
+                             * NW_PARK_EVICT_RETRY_MS */
+    NW_WATCHER_LOOK_AGAIN,  /* a wake-up is still left: again after
+                             * NW_PARK_SLOW_REQUEST_MS */
+} nw_watcher_verdict;
+
+typedef struct {
+    int (*has_work)(void *ctx);     /* parked connections, or a wake-up left */
+    nw_watcher_verdict (*act)(void *ctx, nw_msec now);  /* the main thread is out too long */
+} nw_watcher_ops;
+
+typedef struct {
+    nw_watcher_ops ops;
+    void *ctx;                  /* the worker, for ops */
+    int running;                /* the thread runs */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int idle;                   /* waiting for work or a wake-up */
+    int main_holds;             /* the main thread holds lock */
+    int fork_locked;            /* the fork handler took lock */
+    int quit;                   /* set to make the thread return */
+    nw_msec gave_up;            /* out_since of a time out the watcher gave up on */
+    nw_msec out_since;          /* the main thread went out to serve then (or up to a
+                                 * coarse tick later: never earlier); 0: inside */
+    nw_msec coarse_lag;         /* how far nw_coarse_ms may be behind: a tick and 1 ms */
+    nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread
+                                 * to let go */
+    int nevicted;
+    nw_wconn *kept;             /* taken by the watcher from a wake-up left, refused by
+                                 * the manager: the main thread's next connection */
+} nw_watcher;
+
+/* A watcher not started, whose work is ops on ctx. */
+void nw_watcher_init(nw_watcher *wt, const nw_watcher_ops *ops, void *ctx);
+
+/* Start the thread, with every signal blocked in it (the caller's signal
+ * handlers run only in the main thread), the main thread inside. Returns
+ * whether it runs. */
+int nw_watcher_start(nw_watcher *wt);
+
+/* The main thread comes inside (takes the lock; 1), or there is no
+ * watcher (0). */
+int nw_watcher_enter(nw_watcher *wt);
+
+/* The main thread goes out to serve (safe to call twice): the lock is
+ * let go, and the watcher woken when it has work. */
+void nw_watcher_leave(nw_watcher *wt);
+
+/* Whether the watcher runs while the main thread is out: a call into the
+ * worker from outside must enter first. */
+static inline int nw_watcher_main_outside(const nw_watcher *wt)
+{
+    return wt->running && !wt->main_holds;
+}
+
+/* A connection the watcher handed to the manager, for the main thread to
+ * let go (nw_watcher_take_evicted) when it comes inside. */
+static inline void nw_watcher_evicted(nw_watcher *wt, nw_wconn *wc)
+{
+    wt->evicted[wt->nevicted++] = wc;
+}
+
+/* The next of those, or NULL. */
+static inline nw_wconn *nw_watcher_take_evicted(nw_watcher *wt)
+{
+    return wt->nevicted > 0 ? wt->evicted[--wt->nevicted] : NULL;
+}
+
+/* Stop the thread (idempotent). With the main thread inside. */
+void nw_watcher_stop(nw_watcher *wt);
+
+/* From a signal handler in a process about to die: whether the parked set
+ * may be touched, the lock taken (tried for a while: the watcher holds it
+ * for moments) when the main thread does not hold it itself; without a
+ * watcher, when the main thread was not inside. Async-signal-safe. */
+int nw_watcher_lock_from_handler(nw_watcher *wt);
+
+#endif
