@@ -13,8 +13,6 @@
 #include <unistd.h>
 
 #include "nw_frame.h"
-#include "nw_scoreboard.h"
-#include "nw_worker_internal.h"
 
 /* What the record says is the connection's own, back on the connection:
  * its request count, its keep-alive deadline, its PROXY header's state. */
@@ -41,64 +39,59 @@ static void adoptee_restore(nw_conn *c, const nw_frame_adoptee *a, nw_msec now)
 /* Park a connection another worker left, as if this one had just served
  * it: the ADD that registers it reports a request that is there already.
  * What does not fit goes to the manager. */
-static void adopt_one(nw_worker *w, const nw_frame_adoptee *a, int fd)
+static void adopt_one(nw_adopt *ad, const nw_frame_adoptee *a, int fd)
 {
     struct sockaddr_storage peer;
     socklen_t plen = a->peer_len;
-    if (a->listener >= w->count) {
-        close(fd);
-        return;
-    }
     if (plen > 0 && plen <= sizeof a->peer)
         memcpy(&peer, &a->peer, plen);
     else if (plen = sizeof peer, getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
         plen = 0;
-    nw_wconn *wc = nw_wconn_new(w, a->listener, fd, &peer, plen);
+    nw_wconn *wc = ad->ops.conn_new(ad->ctx, a->listener, fd, &peer, plen);
     if (!wc)
-        return;
-    if (w->counts)
-        w->counts->adopted++;
+        return;     /* (closed: a listener this worker does not have, or no memory) */
+    if (ad->counts)
+        ad->counts->adopted++;
     adoptee_restore(wc->c, a, nw_now_ms());
     wc->c->drained = 0;
-    if (nw_worker_park(w, wc) == 0)
-        return;
-    nw_worker_let_go(w, wc);
+    if (ad->ops.park(ad->ctx, wc) < 0)
+        ad->ops.let_go(ad->ctx, wc);
 }
 
 /* Whether a whole batch of descriptors can be installed here now (with
  * the limit nw_worker_adopt_queue asks for, always: a frame must never
  * wait for a worker with room). What does not fit in the parked set goes
  * on to the manager. */
-static int adopt_room(const nw_worker *w)
+static int adopt_room(const nw_adopt *ad)
 {
-    return w->park.count + NW_ADOPT_BATCH <= w->adopt_fd_limit;
+    return ad->park->count + NW_ADOPT_BATCH <= ad->fd_limit;
 }
 
 /* Take one ADOPT frame, if one is waiting and there is room. Returns 1
  * when it took one. */
-static int take_adopted(nw_worker *w)
+static int take_adopted(nw_adopt *ad)
 {
     nw_frame f;
     int fds[NW_ADOPT_BATCH], nfds;
-    w->adopt_seen = 0;
-    if (!w->adopt_ready || !adopt_room(w))
+    ad->seen = 0;
+    if (!ad->ready || !adopt_room(ad))
         return 0;
-    int r = nw_frame_recv_many(w->adopt_in, &f, w->frame_data, NW_FRAME_MAX_DATA,
+    int r = nw_frame_recv_many(ad->in, &f, ad->frame_data, NW_FRAME_MAX_DATA,
                                fds, NW_ADOPT_BATCH, &nfds);
     if (r <= 0) {
-        w->adopt_ready = 0;     /* nothing waiting, another worker took it, or a bad frame */
+        ad->ready = 0;     /* nothing waiting, another worker took it, or a bad frame */
         return 0;
     }
-    const nw_frame_adoptee *a = (const nw_frame_adoptee *)w->frame_data;
+    const nw_frame_adoptee *a = (const nw_frame_adoptee *)ad->frame_data;
     int records = f.type == NW_FRAME_ADOPT ? (int)(f.data_len / sizeof *a) : 0;
     for (int i = 0; i < nfds; i++) {
         if (i < records)
-            adopt_one(w, &a[i], fds[i]);
+            adopt_one(ad, &a[i], fds[i]);
         else
             close(fds[i]);
     }
     /* (counted here now, or gone: no longer on their way) */
-    nw_scoreboard_queued_add(w->passing, -(int64_t)(nfds < records ? nfds : records));
+    nw_scoreboard_queued_add(ad->passing, -(int64_t)(nfds < records ? nfds : records));
     return 1;
 }
 
@@ -112,27 +105,28 @@ static int take_adopted(nw_worker *w)
  * the pool lopsided for good (docs/PERFORMANCE.md, thirteenth round). One
  * over the mean takes it after NW_ADOPT_OVER_MEAN_WAIT_MS, in case the
  * others are held up by the app. */
-static int adopt_may_take(nw_worker *w, nw_msec now, nw_msec waited)
+static int adopt_may_take(nw_adopt *ad, nw_msec now, nw_msec waited)
 {
-    if (w->standby)     /* (as one over the mean: the accepting workers first) */
+    nw_adopt_standing standing = ad->ops.standing(ad->ctx);
+    if (standing == NW_ADOPT_STANDBY)   /* (as one over the mean: the accepting workers first) */
         return waited >= NW_ADOPT_OVER_MEAN_WAIT_MS;
-    if (!w->taken_any || waited >= NW_ADOPT_OVER_MEAN_WAIT_MS || !w->board)
+    if (standing == NW_ADOPT_NEW || waited >= NW_ADOPT_OVER_MEAN_WAIT_MS || !ad->board)
         return 1;
-    return nw_worker_within_share(w, now);
+    return ad->ops.within_share(ad->ctx, now);
 }
 
-static nw_msec adopt_waited(nw_worker *w, nw_msec now)
+static nw_msec adopt_waited(nw_adopt *ad, nw_msec now)
 {
-    if (!w->adopt_seen)
-        w->adopt_seen = now ? now : 1;
-    return now - w->adopt_seen;
+    if (!ad->seen)
+        ad->seen = now ? now : 1;
+    return now - ad->seen;
 }
 
 /* Whether frames wait in the adopt queue. */
-static int frames_waiting(const nw_worker *w)
+static int frames_waiting(const nw_adopt *ad)
 {
     int waiting = 0;
-    return w->adopt_in >= 0 && ioctl(w->adopt_in, FIONREAD, &waiting) == 0 && waiting > 0;
+    return ad->in >= 0 && ioctl(ad->in, FIONREAD, &waiting) == 0 && waiting > 0;
 }
 
 /* This worker may not take the waiting batches yet: the adopt queue
@@ -146,15 +140,16 @@ static int frames_waiting(const nw_worker *w)
  * the mean looks again after NW_ADOPT_LOOK_AGAIN_MS, since the mean moves
  * as the others take (a replacement that took its share leaves the rest
  * to it: docs/PERFORMANCE.md, nineteenth round). */
-static void step_aside(nw_worker *w, nw_msec now)
+static void step_aside(nw_adopt *ad, nw_msec now)
 {
-    if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->adopt_in, NULL) == 0) {
-        nw_msec longer = (w->adopt_seen ? w->adopt_seen : now) + NW_ADOPT_OVER_MEAN_WAIT_MS;
+    if (epoll_ctl(ad->epfd, EPOLL_CTL_DEL, ad->in, NULL) == 0) {
+        nw_msec longer = (ad->seen ? ad->seen : now) + NW_ADOPT_OVER_MEAN_WAIT_MS;
         nw_msec again = now + NW_ADOPT_LOOK_AGAIN_MS;
-        w->adopt_ready = 0;
-        w->adopt_aside_until = w->standby || longer < again ? longer : again;
-        nw_deadlines_set(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, w->adopt_aside_until);
-        nw_adopt_pass_on(w, 0);  /* (a full queue: adopted here at once) */
+        ad->ready = 0;
+        int standby = ad->ops.standing(ad->ctx) == NW_ADOPT_STANDBY;
+        ad->aside_until = standby || longer < again ? longer : again;
+        nw_deadlines_set(ad->deadlines, NW_DEADLINE_ADOPT_ASIDE, ad->aside_until);
+        nw_adopt_pass_on(ad, 0);  /* (a full queue: adopted here at once) */
     }
 }
 
@@ -167,15 +162,16 @@ static void step_aside(nw_worker *w, nw_msec now)
  * the mean with batches left, it steps aside: they are the others'
  * (docs/PERFORMANCE.md, nineteenth round: left here, they waited for
  * NW_ADOPT_OVER_MEAN_WAIT_MS). */
-static void take_within_share(nw_worker *w, nw_msec now)
+static void take_within_share(nw_adopt *ad, nw_msec now)
 {
-    for (int i = 1; i < NW_PASS_ON_MAX && w->board && w->adopt_ready && !w->standby; i++) {
-        if (!nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count)) {
-            if (frames_waiting(w))
-                step_aside(w, now);
+    for (int i = 1; i < NW_PASS_ON_MAX && ad->board && ad->ready
+                    && ad->ops.standing(ad->ctx) != NW_ADOPT_STANDBY; i++) {
+        if (!nw_scoreboard_at_most_mean_parked(ad->board, (uint32_t)ad->park->count)) {
+            if (frames_waiting(ad))
+                step_aside(ad, now);
             return;
         }
-        if (!take_adopted(w))
+        if (!take_adopted(ad))
             return;
     }
 }
@@ -185,37 +181,37 @@ static void take_within_share(nw_worker *w, nw_msec now)
  * was: the batches behind it have waited as long (a leaving worker sends
  * about NW_ADOPT_FRAMES at once), and are taken at the next looks until
  * the queue is empty, not 50 ms later each. */
-static int adopt_take(nw_worker *w, nw_msec now, nw_msec waited)
+static int adopt_take(nw_adopt *ad, nw_msec now, nw_msec waited)
 {
-    nw_msec seen = w->adopt_seen;
-    if (!take_adopted(w))
+    nw_msec seen = ad->seen;
+    if (!take_adopted(ad))
         return 0;
     if (waited >= NW_ADOPT_OVER_MEAN_WAIT_MS)
-        w->adopt_seen = seen;
+        ad->seen = seen;
     else
-        take_within_share(w, now);
+        take_within_share(ad, now);
     return 1;
 }
 
-/* New: see nw_adopt.h, and next_conn in nw_worker.c for why. */
-int nw_adopt_when_new(nw_worker *w, nw_msec now)
+/* New: see nw_adopt.h, and look_busy in nw_worker.c for why. */
+int nw_adopt_when_new(nw_adopt *ad, nw_msec now)
 {
-    if (!take_adopted(w))
+    if (!take_adopted(ad))
         return 0;
-    take_within_share(w, now);
+    take_within_share(ad, now);
     return 1;
 }
 
 /* Busy. One that may not take the batch steps aside, as an idle one
  * does. Returns 1 when it took a batch. */
-int nw_adopt_when_busy(nw_worker *w, nw_msec now)
+int nw_adopt_when_busy(nw_adopt *ad, nw_msec now)
 {
-    nw_msec waited = adopt_waited(w, now);
+    nw_msec waited = adopt_waited(ad, now);
     if (waited < NW_ADOPT_BUSY_WAIT_MS)
         return 0;
-    if (adopt_may_take(w, now, waited))
-        return adopt_take(w, now, waited);
-    step_aside(w, now);
+    if (adopt_may_take(ad, now, waited))
+        return adopt_take(ad, now, waited);
+    step_aside(ad, now);
     return 0;
 }
 
@@ -227,25 +223,25 @@ int nw_adopt_when_busy(nw_worker *w, nw_msec now)
  * they registered (oldest first), so without that the wake-up would stop
  * here and a new worker asleep would never hear of it. Returns 1 when it
  * took a batch. */
-int nw_adopt_when_idle(nw_worker *w, nw_msec now)
+int nw_adopt_when_idle(nw_adopt *ad, nw_msec now)
 {
-    nw_msec waited = adopt_waited(w, now);
-    if (adopt_may_take(w, now, waited))
-        return adopt_take(w, now, waited);
-    step_aside(w, now);
+    nw_msec waited = adopt_waited(ad, now);
+    if (adopt_may_take(ad, now, waited))
+        return adopt_take(ad, now, waited);
+    step_aside(ad, now);
     return 0;
 }
 
 /* Back in the adopt queue's wake-ups after stepping aside; a batch still
  * waiting is taken at the next look. */
-void nw_adopt_step_back(nw_worker *w)
+void nw_adopt_step_back(nw_adopt *ad)
 {
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ADOPT_QUEUE_EVENT };
-    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->adopt_in, &ev) < 0 && errno != EEXIST)
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ad->event };
+    if (epoll_ctl(ad->epfd, EPOLL_CTL_ADD, ad->in, &ev) < 0 && errno != EEXIST)
         return;                 /* (tried again at the next look) */
-    w->adopt_aside_until = 0;
-    nw_deadlines_set(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, 0);
-    w->adopt_ready = 1;
+    ad->aside_until = 0;
+    nw_deadlines_set(ad->deadlines, NW_DEADLINE_ADOPT_ASIDE, 0);
+    ad->ready = 1;
 }
 
 /* The record that carries a connection to another worker. Returns 0, or
@@ -284,7 +280,7 @@ static int adoptee_record(const nw_wconn *wc, nw_frame_adoptee *a, nw_msec now)
 
 /* Send n records and their sockets as one ADOPT frame. Returns 0 (the
  * other workers have them; ours are still open), or -1. */
-static int send_adopt_batch(nw_worker *w, const nw_frame_adoptee *a, const int *fds, int n,
+static int send_adopt_batch(nw_adopt *ad, const nw_frame_adoptee *a, const int *fds, int n,
                             int patience_ms)
 {
     nw_frame f;
@@ -294,30 +290,17 @@ static int send_adopt_batch(nw_worker *w, const nw_frame_adoptee *a, const int *
      * waited for patience_ms, as a hand-off to the manager would be. */
     nw_msec until = nw_now_ms() + (nw_msec)patience_ms;
     /* on their way to another worker (narwhal_connections) until one takes them */
-    nw_scoreboard_queued_add(w->passing, n);
-    while (nw_frame_send_fds(w->adopt_out, &f, NULL, 0, a, fds, n) < 0) {
+    nw_scoreboard_queued_add(ad->passing, n);
+    while (nw_frame_send_fds(ad->out, &f, NULL, 0, a, fds, n) < 0) {
         if ((errno != EAGAIN && errno != EWOULDBLOCK) || nw_now_ms() >= until) {
             int e = errno;
-            nw_scoreboard_queued_add(w->passing, -n);
+            nw_scoreboard_queued_add(ad->passing, -n);
             errno = e;
             return -1;
         }
-        nw_io_wait(w->adopt_out, POLLOUT, until);
+        nw_io_wait(ad->out, POLLOUT, until);
     }
     return 0;
-}
-
-/* One connection to the manager (closed gently when it cannot take it);
- * crashing: nothing is closed or freed (see nw_adopt_give_away). */
-static void give_to_manager(nw_worker *w, nw_wconn *wc, int crashing)
-{
-    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing) {
-        if (w->handoff_queue >= 0)
-            nw_worker_refused(w, errno, 0);
-        nw_conn_close_gently(wc->c);
-    }
-    if (!crashing)
-        nw_worker_drop_owner(w, wc);
 }
 
 /* A leaving worker's parked connections: to the other workers, a batch a
@@ -325,46 +308,46 @@ static void give_to_manager(nw_worker *w, nw_wconn *wc, int crashing)
  * crashing: called from the crash handler, so only async-signal-safe
  * calls (sendmsg, poll, clock_gettime): nothing is freed or closed, the
  * process dies right after. */
-void nw_adopt_give_away(nw_worker *w, int crashing)
+void nw_adopt_give_away(nw_adopt *ad, int crashing)
 {
     nw_wconn *batch[NW_ADOPT_BATCH], *wc;
     nw_frame_adoptee records[NW_ADOPT_BATCH];
     int fds[NW_ADOPT_BATCH];
-    int n = 0, adopting = w->adopt_out >= 0;
+    int n = 0, adopting = ad->out >= 0;
     nw_msec now = nw_now_ms();
     /* about NW_ADOPT_FRAMES batches, so that several workers share them;
      * never more than the queue holds without waiting (about ten) */
-    int size = (w->park.count + NW_ADOPT_FRAMES - 1) / NW_ADOPT_FRAMES;
+    int size = (ad->park->count + NW_ADOPT_FRAMES - 1) / NW_ADOPT_FRAMES;
     if (size > NW_ADOPT_BATCH)
         size = NW_ADOPT_BATCH;
     for (;;) {
-        wc = nw_park_take_expired(&w->park, 0, 1);
+        wc = nw_park_take_expired(ad->park, 0, 1);
         if (wc) {
             wc->watch.registered = 0;   /* (taken out of epoll) */
             if (wc->c->fd >= 0 && adopting && adoptee_record(wc, &records[n], now) == 0) {
                 fds[n] = wc->c->fd;
                 batch[n++] = wc;
             } else if (wc->c->fd >= 0) {
-                give_to_manager(w, wc, crashing);   /* its record would not say it all */
+                ad->ops.give_to_manager(ad->ctx, wc, crashing);   /* its record would not say it all */
             } else if (!crashing) {
-                nw_worker_drop_owner(w, wc);
+                ad->ops.drop(ad->ctx, wc);
             }
         }
         if (n == 0 && !wc)
             return;
         if (wc && n < size)
             continue;
-        if (adopting && send_adopt_batch(w, records, fds, n, NW_HANDOFF_PATIENCE_MS) == 0) {
+        if (adopting && send_adopt_batch(ad, records, fds, n, NW_HANDOFF_PATIENCE_MS) == 0) {
             for (int i = 0; !crashing && i < n; i++) {
                 close(batch[i]->c->fd);  /* our copy; the socket lives on elsewhere */
                 batch[i]->c->fd = -1;
                 nw_conn_fd_gone(batch[i]->c);
-                nw_worker_drop_owner(w, batch[i]);
+                ad->ops.drop(ad->ctx, batch[i]);
             }
         } else {
             adopting = 0;               /* the rest go to the manager too */
             for (int i = 0; i < n; i++)
-                give_to_manager(w, batch[i], crashing);
+                ad->ops.give_to_manager(ad->ctx, batch[i], crashing);
         }
         n = 0;
     }
@@ -384,38 +367,68 @@ void nw_adopt_give_away(nw_worker *w, int crashing)
  * aside (nw_adopt_when_idle) does not wait: a queue full enough to refuse
  * says it has room only when three quarters of it are free, and it would
  * sit idle NW_HANDOFF_PATIENCE_MS a frame with those clients unanswered. */
-void nw_adopt_pass_on(nw_worker *w, int patience_ms)
+void nw_adopt_pass_on(nw_adopt *ad, int patience_ms)
 {
     int waiting = 0;
-    if (w->adopt_in < 0 || w->adopt_out < 0 || ioctl(w->adopt_in, FIONREAD, &waiting) < 0)
+    if (ad->in < 0 || ad->out < 0 || ioctl(ad->in, FIONREAD, &waiting) < 0)
         return;
-    for (int i = 0; waiting > 0 && i < NW_PASS_ON_MAX && adopt_room(w); i++) {
+    for (int i = 0; waiting > 0 && i < NW_PASS_ON_MAX && adopt_room(ad); i++) {
         nw_frame f;
         int fds[NW_ADOPT_BATCH], nfds;
-        if (nw_frame_recv_many(w->adopt_in, &f, w->frame_data, NW_FRAME_MAX_DATA,
+        if (nw_frame_recv_many(ad->in, &f, ad->frame_data, NW_FRAME_MAX_DATA,
                                fds, NW_ADOPT_BATCH, &nfds) <= 0)
             return;     /* nothing waiting any more (another worker took it), or a bad frame */
         waiting -= (int)(sizeof f + f.data_len);
-        const nw_frame_adoptee *a = (const nw_frame_adoptee *)w->frame_data;
+        const nw_frame_adoptee *a = (const nw_frame_adoptee *)ad->frame_data;
         int records = f.type == NW_FRAME_ADOPT ? (int)(f.data_len / sizeof *a) : 0;
         int n = nfds < records ? nfds : records;
         for (int k = n; k < nfds; k++)
             close(fds[k]);      /* (as take_adopted does) */
-        if (n > 0 && send_adopt_batch(w, a, fds, n, patience_ms) == 0) {
+        if (n > 0 && send_adopt_batch(ad, a, fds, n, patience_ms) == 0) {
             for (int k = 0; k < n; k++)
                 close(fds[k]);  /* our copies: the sockets are in the queue again */
         } else {
             for (int k = 0; k < n; k++)
-                adopt_one(w, &a[k], fds[k]);
+                adopt_one(ad, &a[k], fds[k]);
         }
-        nw_scoreboard_queued_add(w->passing, -(int64_t)n);  /* (taken off once: sent again, or ours) */
+        nw_scoreboard_queued_add(ad->passing, -(int64_t)n);  /* (taken off once: sent again, or ours) */
     }
 }
 
-int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
+void nw_adopt_init(nw_adopt *ad, const nw_adopt_ops *ops, void *ctx,
+                   const nw_adopt_shared *shared)
+{
+    memset(ad, 0, sizeof *ad);
+    ad->ops = *ops;
+    ad->ctx = ctx;
+    ad->in = ad->out = -1;
+    ad->epfd = shared->epfd;
+    ad->event = shared->event;
+    ad->park = shared->park;
+    ad->deadlines = shared->deadlines;
+}
+
+void nw_adopt_count_in(nw_adopt *ad, const nw_scoreboard *board, nw_score_counts *counts,
+                       volatile int64_t *passing)
+{
+    ad->board = board;
+    ad->counts = counts;
+    ad->passing = passing;
+}
+
+void nw_adopt_close(nw_adopt *ad)
+{
+    if (ad->in >= 0)
+        close(ad->in);
+    if (ad->out >= 0)
+        close(ad->out);
+    ad->in = ad->out = -1;
+}
+
+int nw_adopt_open(nw_adopt *ad, int in_fd, int out_fd, char *frame_data)
 {
     struct rlimit rl;
-    if (w->serve_queue < 0 || w->handoff_queue < 0 || in_fd < 0 || out_fd < 0)
+    if (in_fd < 0 || out_fd < 0 || !frame_data)
         return 0;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
         return -1;
@@ -434,21 +447,22 @@ int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
      * frame could wait for ever: below that, the manager it is. */
     if (limit - NW_ADOPT_FD_RESERVE < NW_MAX_PARKED + NW_ADOPT_BATCH)
         return 0;
-    w->adopt_in = fcntl(in_fd, F_DUPFD_CLOEXEC, 3);
-    w->adopt_out = fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ADOPT_QUEUE_EVENT };
-    if (w->adopt_in < 0 || w->adopt_out < 0
-        || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->adopt_in, &ev) < 0) {
+    ad->in = fcntl(in_fd, F_DUPFD_CLOEXEC, 3);
+    ad->out = fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = ad->event };
+    if (ad->in < 0 || ad->out < 0
+        || epoll_ctl(ad->epfd, EPOLL_CTL_ADD, ad->in, &ev) < 0) {
         int e = errno;
-        if (w->adopt_in >= 0)
-            close(w->adopt_in);
-        if (w->adopt_out >= 0)
-            close(w->adopt_out);
-        w->adopt_in = w->adopt_out = -1;
+        if (ad->in >= 0)
+            close(ad->in);
+        if (ad->out >= 0)
+            close(ad->out);
+        ad->in = ad->out = -1;
         errno = e;
         return -1;
     }
-    w->adopt_fd_limit = limit - NW_ADOPT_FD_RESERVE;
-    w->adopt_ready = 1;
+    ad->fd_limit = limit - NW_ADOPT_FD_RESERVE;
+    ad->frame_data = frame_data;
+    ad->ready = 1;
     return 0;
 }

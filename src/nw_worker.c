@@ -19,16 +19,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nw_adopt.h"
 #include "nw_frame.h"
 #include "nw_scoreboard.h"
-#include "nw_worker_internal.h"
 #include "nw_log.h"
+
+/* The epoll data that says which source an event is for. */
+#define SIGNAL_EVENT      63    /* the signalfd (listeners are 0..62) */
+#define SERVE_QUEUE_EVENT 64    /* the serve queue */
+#define ADOPT_QUEUE_EVENT 65    /* the adopt queue */
+#define PARKED_EVENT      66    /* parked slot i: PARKED_EVENT + i */
+#define EVENTS_MAX (PARKED_EVENT + NW_MAX_PARKED)
 
 /* ---- connections --------------------------------------------------- */
 
-nw_wconn *nw_wconn_new(nw_worker *w, int index, int fd,
-                       const struct sockaddr_storage *peer, socklen_t plen)
+static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
+                           const struct sockaddr_storage *peer, socklen_t plen)
 {
     nw_wconn *wc = calloc(1, sizeof *wc);
     nw_conn *c = wc ? nw_conn_new(fd, w->listener[index].is_tcp, &w->cfg) : NULL;
@@ -81,7 +86,7 @@ static void unwatch(nw_worker *w, nw_wconn *wc)
 
 /* A connection let go: its owner dropped (which frees it), or, without
  * one, freed here. */
-void nw_worker_drop_owner(nw_worker *w, nw_wconn *wc)
+static void drop_owner(nw_worker *w, nw_wconn *wc)
 {
     if (w->ops.drop && wc->owner)
         w->ops.drop(wc->owner);
@@ -113,7 +118,7 @@ static void fd_limit_reached(nw_worker *w, const nw_worker_listener *l)
  * serving workers do on average (with a board; the least loaded one always
  * does). The board's slots are read again NW_SHARE_LOOK_MS later at the
  * soonest: a busy worker may ask before every request. */
-int nw_worker_within_share(nw_worker *w, nw_msec now)
+static int within_share(nw_worker *w, nw_msec now)
 {
     if (w->standby)
         return 0;       /* (the load belongs to the accepting workers) */
@@ -137,7 +142,7 @@ static int accept_deferred(nw_worker *w)
     if (!w->board || !w->taken_any || !w->park.ready_count)
         return 0;
     nw_msec now = nw_now_ms();
-    if (nw_worker_within_share(w, now)) {
+    if (within_share(w, now)) {
         w->accept_deferred_since = 0;
         return 0;
     }
@@ -165,7 +170,7 @@ static nw_wconn *accept_on(nw_worker *w, int idx)
                                          (struct sockaddr *)&peer, plen, nw_now_ms());
             continue;
         }
-        return nw_wconn_new(w, idx, fd, &peer, plen);
+        return wconn_new(w, idx, fd, &peer, plen);
     }
 }
 
@@ -225,7 +230,7 @@ static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
                                      (struct sockaddr *)&peer, plen, nw_now_ms());
         return NULL;
     }
-    nw_wconn *wc = nw_wconn_new(w, f->listener, fd, &peer, plen);
+    nw_wconn *wc = wconn_new(w, f->listener, fd, &peer, plen);
     if (!wc)
         return NULL;
     if (nw_buf_append(&wc->c->in, w->frame_data, f->data_len) < 0) {
@@ -309,7 +314,7 @@ static int poll_events(nw_worker *w, int timeout_ms)
             w->serve_queue_ready = 1;
             sources++;
         } else if (data == ADOPT_QUEUE_EVENT) {
-            w->adopt_ready = 1;
+            w->adopt.ready = 1;
             sources++;
         } else if (data == SIGNAL_EVENT) {
             w->signals.ready = 1;
@@ -324,7 +329,7 @@ static int poll_events(nw_worker *w, int timeout_ms)
 
 static int sources_ready(const nw_worker *w)
 {
-    return w->listener_ready || w->serve_queue_ready || w->adopt_ready;
+    return w->listener_ready || w->serve_queue_ready || w->adopt.ready;
 }
 
 /* ---- parking ------------------------------------------------------- */
@@ -380,7 +385,7 @@ static nw_wconn *take_parked(nw_worker *w)
 
 /* Hand a connection to the manager, waiting up to wait_ms for room in the
  * queue. Returns 0, or -1 (still ours). */
-int nw_worker_hand_off(nw_worker *w, nw_wconn *wc, int wait_ms)
+static int hand_off(nw_worker *w, nw_wconn *wc, int wait_ms)
 {
     if (w->handoff_queue < 0 || wc->c->fd < 0)
         return -1;
@@ -393,7 +398,7 @@ int nw_worker_hand_off(nw_worker *w, nw_wconn *wc, int wait_ms)
  * said in the log (the first in NW_LOG_LIMIT_MS, then a count). asked:
  * the caller answers 503 (a request waits on it), else it closes an idle
  * one. err: why the hand-off failed. */
-void nw_worker_refused(nw_worker *w, int err, int asked)
+static void handoff_refused(nw_worker *w, int err, int asked)
 {
     static nw_log_limit said;
     if (w->counts)
@@ -405,14 +410,14 @@ void nw_worker_refused(nw_worker *w, int err, int asked)
 /* A connection this worker lets go of for good (a leaving worker's
  * waiting request or new client): to the manager, waiting
  * NW_HANDOFF_PATIENCE_MS for room, or, when it cannot take it, answered
- * 503 and closed gently (nw_worker_refused); freed either way. */
-void nw_worker_let_go(nw_worker *w, nw_wconn *wc)
+ * 503 and closed gently (handoff_refused); freed either way. */
+static void let_go(nw_worker *w, nw_wconn *wc)
 {
-    if (wc->c->fd >= 0 && nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0) {
+    if (wc->c->fd >= 0 && hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0) {
         if (w->handoff_queue < 0) {
             nw_conn_close_gently(wc->c);
         } else {
-            nw_worker_refused(w, errno, 1);
+            handoff_refused(w, errno, 1);
             nw_conn_send_error(wc->c, 503);
         }
     }
@@ -424,7 +429,7 @@ void nw_worker_let_go(nw_worker *w, nw_wconn *wc)
  * already). A request that took NW_PARK_SLOW_REQUEST_MS or more pauses
  * parking: with a slow app, a connection parked here could wait behind
  * this worker's next slow request while another worker is free. */
-int nw_worker_park(nw_worker *w, nw_wconn *wc)
+static int park_conn(nw_worker *w, nw_wconn *wc)
 {
     nw_msec now = wc->ended ? wc->ended : nw_now_ms();  /* (a request just ended: its end) */
     if (wc->started && now - wc->started >= NW_PARK_SLOW_REQUEST_MS)
@@ -469,12 +474,12 @@ static void park_expire(nw_worker *w, nw_msec now, int everything)
         return;
     while ((wc = nw_park_take_expired(&w->park, now, everything))) {
         wc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
-        if (wc->c->fd >= 0 && nw_worker_hand_off(w, wc, patience) < 0) {
+        if (wc->c->fd >= 0 && hand_off(w, wc, patience) < 0) {
             if (w->handoff_queue >= 0)
-                nw_worker_refused(w, errno, 0);
+                handoff_refused(w, errno, 0);
             patience = 0;           /* dropping it below closes it */
         }
-        nw_worker_drop_owner(w, wc);
+        drop_owner(w, wc);
     }
 }
 
@@ -492,7 +497,7 @@ static void park_close_all(nw_worker *w)
     while ((wc = nw_park_take_expired(&w->park, 0, 1))) {
         wc->watch.registered = 0;
         if (wc->c->fd < 0) {
-            nw_worker_drop_owner(w, wc);
+            drop_owner(w, wc);
             continue;
         }
         shutdown(wc->c->fd, SHUT_WR);
@@ -516,7 +521,7 @@ static void park_close_all(nw_worker *w)
         }
     }
     for (int k = 0; k < n; k++)
-        nw_worker_drop_owner(w, held[k]);   /* closes the socket */
+        drop_owner(w, held[k]);   /* closes the socket */
 }
 
 /* Whether anything but the connection being served waits for this
@@ -545,13 +550,13 @@ static void pass_on_waiting(nw_worker *w)
         w->serve_queue_ready = 1;
         if (!(wc = take_served(w)))
             break;
-        nw_worker_let_go(w, wc);
+        let_go(w, wc);
     }
     if (w->standby)
         return;         /* (it took no listener's wake-up) */
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     for (int i = 0; i < NW_PASS_ON_MAX * w->count && (wc = accept_ready(w)); i++)
-        nw_worker_let_go(w, wc);
+        let_go(w, wc);
 }
 
 /* A connection the watcher kept for the main thread (pass_on_one), when
@@ -567,7 +572,7 @@ static void kept_let_go(nw_worker *w)
         nw_conn_close_gently(wc->c);
         nw_wconn_free(wc);
     } else {
-        nw_worker_let_go(w, wc);
+        let_go(w, wc);
     }
 }
 
@@ -648,12 +653,12 @@ static int look_first(nw_worker *w, nw_msec now)
  * every worker) would otherwise never take it. */
 static void look_busy(nw_worker *w, nw_msec now)
 {
-    if (w->adopt_ready && !w->taken_any && !w->standby && nw_adopt_when_new(w, now))
+    if (w->adopt.ready && !w->taken_any && !w->standby && nw_adopt_when_new(&w->adopt, now))
         poll_events(w, 0);
     if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, now))
-        nw_adopt_step_back(w);
-    if (w->adopt_ready)
-        nw_adopt_when_busy(w, now); /* a leaving worker's parked connections */
+        nw_adopt_step_back(&w->adopt);
+    if (w->adopt.ready)
+        nw_adopt_when_busy(&w->adopt, now); /* a leaving worker's parked connections */
     if (w->park.count && !w->draining) {
         park_expire(w, now, 0);    /* even when there is work to do */
         if (!w->park.ready_count && sources_ready(w))
@@ -691,8 +696,8 @@ static int look_idle(nw_worker *w, nw_msec now)
     if (!w->draining)
         park_expire(w, now, 0);
     if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, now))
-        nw_adopt_step_back(w);
-    if (w->adopt_ready && nw_adopt_when_idle(w, now)) {
+        nw_adopt_step_back(&w->adopt);
+    if (w->adopt.ready && nw_adopt_when_idle(&w->adopt, now)) {
         poll_events(w, 0);
         return 1;
     }
@@ -780,11 +785,11 @@ static nw_release_result close_gently(nw_worker *w, nw_wconn *wc)
 /* Park it, or else hand it to the manager. */
 static nw_release_result park_or_hand_off(nw_worker *w, nw_wconn *wc)
 {
-    if (nw_worker_park(w, wc) == 0)
+    if (park_conn(w, wc) == 0)
         return NW_RELEASE_PARKED;
     if (nw_conn_server_closing())
         return NW_RELEASE_KEPT;     /* (see park_expire) the worker waits for it itself */
-    if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
+    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
         return NW_RELEASE_HANDED_OFF;
     return NW_RELEASE_KEPT;
 }
@@ -841,12 +846,12 @@ static nw_release_result release(nw_worker *w, nw_wconn *wc, nw_release_reason w
         return others_waiting(w) ? park_or_hand_off(w, wc) : NW_RELEASE_KEPT;
     case NW_RELEASE_RETIRE:
         /* parked, it goes to the other workers with the rest (adoption) */
-        if (w->adopt_out >= 0 && !nw_conn_server_closing() && nw_worker_park(w, wc) == 0)
+        if (w->adopt.out >= 0 && !nw_conn_server_closing() && park_conn(w, wc) == 0)
             return NW_RELEASE_PARKED;
-        if (nw_worker_hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
+        if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
             return NW_RELEASE_HANDED_OFF;
         if (wc->c->fd >= 0 && w->handoff_queue >= 0)
-            nw_worker_refused(w, errno, 0);
+            handoff_refused(w, errno, 0);
         return close_gently(w, wc);     /* nobody to take it */
     case NW_RELEASE_STOP:
         return close_gently(w, wc);
@@ -890,9 +895,9 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
     kept_let_go(w);
     if (why == NW_RELEASE_RETIRE && !nw_conn_server_closing()) {
         /* (a wake-up for a frame may have been ours) */
-        nw_adopt_pass_on(w, NW_HANDOFF_PATIENCE_MS);
+        nw_adopt_pass_on(&w->adopt, NW_HANDOFF_PATIENCE_MS);
         pass_on_waiting(w);     /* (or one for a request or a new connection) */
-        nw_adopt_give_away(w, 0);
+        nw_adopt_give_away(&w->adopt, 0);
     } else if (why == NW_RELEASE_RETIRE) {
         park_expire(w, nw_now_ms(), 1);
     } else {
@@ -911,7 +916,7 @@ void nw_worker_drain(nw_worker *w, int serve_ms)
     w->drain_until = nw_now_ms() + serve_ms;
     w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
     w->serve_queue_ready = 1;
-    w->adopt_ready = w->adopt_in >= 0;
+    w->adopt.ready = w->adopt.in >= 0;
     if (enter)
         nw_worker_leave(w);
 }
@@ -1005,7 +1010,7 @@ static int wakeup_left(const nw_worker *w)
  * 0 it would expire at once). Returns 0 then: the rest are not tried. */
 static int pass_on_one(nw_worker *w, nw_wconn *wc)
 {
-    if (nw_worker_hand_off(w, wc, 0) == 0) {
+    if (hand_off(w, wc, 0) == 0) {
         nw_wconn_free(wc);
         return 1;
     }
@@ -1125,7 +1130,7 @@ void nw_worker_leave_process(nw_worker *w)
     kept_let_go(w);
     if (!nw_conn_server_closing()) {
         /* (an app's exit too may end a worker after a wake-up) */
-        nw_adopt_pass_on(w, NW_HANDOFF_PATIENCE_MS);
+        nw_adopt_pass_on(&w->adopt, NW_HANDOFF_PATIENCE_MS);
         pass_on_waiting(w);
     }
     if (w->park.count)
@@ -1147,7 +1152,7 @@ void nw_worker_hand_off_parked_from_handler(void)
     if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->park.count > 0) {
         if (nw_watcher_lock_from_handler(&w->watcher)) {
             parked_released(w);
-            nw_adopt_give_away(w, 1);
+            nw_adopt_give_away(&w->adopt, 1);
         }
     }
 }
@@ -1171,7 +1176,7 @@ void nw_worker_enter(nw_worker *w)
     if (!nw_watcher_enter(&w->watcher))
         return;
     while ((wc = nw_watcher_take_evicted(&w->watcher)))
-        nw_worker_drop_owner(w, wc);    /* its socket went to the manager */
+        drop_owner(w, wc);    /* its socket went to the manager */
 }
 
 void nw_worker_leave(nw_worker *w)
@@ -1196,6 +1201,79 @@ int nw_worker_defer_signals(nw_worker *w, const int *signals, int n)
 uint64_t nw_worker_deliver_signals(nw_worker *w)
 {
     return nw_deferred_signals_deliver(&w->signals, &w->life);
+}
+
+/* ---- what adoption asks of the worker (nw_adopt.h) ------------------- */
+
+static nw_wconn *adopt_conn_new(void *ctx, int listener, int fd,
+                                const struct sockaddr_storage *peer, socklen_t plen)
+{
+    nw_worker *w = ctx;
+    if (listener < 0 || listener >= w->count) {
+        close(fd);
+        return NULL;
+    }
+    return wconn_new(w, listener, fd, peer, plen);
+}
+
+static int adopt_park(void *ctx, nw_wconn *wc)
+{
+    return park_conn(ctx, wc);
+}
+
+static void adopt_let_go(void *ctx, nw_wconn *wc)
+{
+    let_go(ctx, wc);
+}
+
+/* One connection to the manager (closed gently when it cannot take it);
+ * crashing: nothing is closed or freed (see nw_adopt_give_away). */
+static void adopt_give_to_manager(void *ctx, nw_wconn *wc, int crashing)
+{
+    nw_worker *w = ctx;
+    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing) {
+        if (w->handoff_queue >= 0)
+            handoff_refused(w, errno, 0);
+        nw_conn_close_gently(wc->c);
+    }
+    if (!crashing)
+        drop_owner(w, wc);
+}
+
+static void adopt_drop(void *ctx, nw_wconn *wc)
+{
+    drop_owner(ctx, wc);
+}
+
+static nw_adopt_standing adopt_standing(void *ctx)
+{
+    const nw_worker *w = ctx;
+    if (w->standby)
+        return NW_ADOPT_STANDBY;
+    return w->taken_any ? NW_ADOPT_SERVING : NW_ADOPT_NEW;
+}
+
+static int adopt_within_share(void *ctx, nw_msec now)
+{
+    return within_share(ctx, now);
+}
+
+static const nw_adopt_ops adopt_ops = {
+    .conn_new = adopt_conn_new,
+    .park = adopt_park,
+    .let_go = adopt_let_go,
+    .give_to_manager = adopt_give_to_manager,
+    .drop = adopt_drop,
+    .standing = adopt_standing,
+    .within_share = adopt_within_share,
+};
+
+/* Adoption needs a manager (what does not fit goes there). */
+int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
+{
+    if (w->serve_queue < 0 || w->handoff_queue < 0)
+        return 0;
+    return nw_adopt_open(&w->adopt, in_fd, out_fd, w->frame_data);
 }
 
 /* ---- life ---------------------------------------------------------- */
@@ -1223,7 +1301,8 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     w->serve_queue = serve_queue >= 0 ? fcntl(serve_queue, F_DUPFD_CLOEXEC, 3) : -1;
     w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
     w->serve_queue_ready = 1;
-    w->adopt_in = w->adopt_out = -1;
+    nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->park, &w->deadlines };
+    nw_adopt_init(&w->adopt, &adopt_ops, w, &adopt_shared);
     nw_deadlines_init(&w->deadlines);
     nw_custody_wait_init(&w->custody, w->cfg.custody && w->serve_queue >= 0
                          && w->handoff_queue >= 0 ? w->handoff_queue : -1, &w->deadlines);
@@ -1290,7 +1369,8 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
     w->counts = slot ? &slot->counts : NULL;
     /* (the worker's mapping of the board is writable: this word and its slot are its to write) */
     w->serve_queued = slot && board ? (volatile int64_t *)&board->h.serve_queued : NULL;
-    w->passing = slot && board ? (volatile int64_t *)&board->h.handoff_queued : NULL;
+    nw_adopt_count_in(&w->adopt, w->board, w->counts,
+                      slot && board ? (volatile int64_t *)&board->h.handoff_queued : NULL);
     nw_park_publish(&w->park, slot ? &slot->parked : NULL);
 }
 
@@ -1306,22 +1386,19 @@ void nw_worker_free(nw_worker *w)
     }
     free(w->proxy_from);    /* (after the watcher: its accepts read it) */
     while ((wc = nw_watcher_take_evicted(&w->watcher)))
-        nw_worker_drop_owner(w, wc);
+        drop_owner(w, wc);
     nw_wconn_free(w->watcher.kept);
     w->watcher.kept = NULL;
     while ((wc = nw_park_take_expired(&w->park, 0, 1))) {
         wc->watch.registered = 0;
-        nw_worker_drop_owner(w, wc);
+        drop_owner(w, wc);
     }
     nw_deferred_signals_close(&w->signals);
     if (w->serve_queue >= 0)
         close(w->serve_queue);
     if (w->handoff_queue >= 0)
         close(w->handoff_queue);
-    if (w->adopt_in >= 0)
-        close(w->adopt_in);
-    if (w->adopt_out >= 0)
-        close(w->adopt_out);
+    nw_adopt_close(&w->adopt);
     close(w->epfd);
     nw_block_meter_close(&w->meter);
     nw_conn_spares_free(&w->spares);

@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include "nw_adopt.h"
 #include "nw_block_meter.h"
 #include "nw_conn.h"
 #include "nw_custody_wait.h"
@@ -95,28 +96,22 @@ typedef struct nw_worker {
                                  * its requests block (DESIGN.md, "Requests that block") */
     nw_block_meter meter;       /* whether its requests block */
     int serve_queue_ready;      /* the serve queue may hold a connection */
-    int adopt_in, adopt_out;    /* the adopt queue's ends; -1: no adoption */
-    int adopt_ready;            /* the adopt queue may hold a frame */
     int taken_any;              /* nw_worker_next has given a connection */
-    nw_msec adopt_seen;         /* a busy worker saw it ready then (0: not yet) */
-    nw_msec adopt_aside_until;  /* out of the adopt queue's wake-ups until then (0: in them) */
     nw_msec share_at;           /* the pool's parked counts were last compared then */
     int within_share;           /* ... and this worker held no more than their mean */
     nw_msec accept_deferred_since; /* over the mean, it left new clients to others since */
-    long adopt_fd_limit;        /* take a frame only while parked + a batch stays under this */
-    nw_score_counts *counts;    /* the scoreboard slot's counts (adoptions), or NULL */
+    nw_score_counts *counts;    /* the scoreboard slot's counts, or NULL */
     nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
     const nw_scoreboard *board; /* the board it is in (the pool's parked counts), or NULL */
     volatile int64_t *serve_queued; /* the board's count of frames on the serve queue, which
                                  * each frame taken lowers (narwhal_connections), or NULL */
-    volatile int64_t *passing;  /* the board's count of connections on their way from a
-                                 * worker (handoff_queued): an ADOPT frame's add to it */
     nw_msec last_poll;          /* when epoll was last asked */
     nw_msec looked;             /* when the main thread last looked for a connection
                                  * (nw_worker_next), or polled since */
     int pid;                    /* this worker's process (custody frames name it) */
     nw_deadlines deadlines;     /* when a wait must end for its parts' sake */
     nw_custody_wait custody;    /* parked connections whose copies are not sent yet */
+    nw_adopt adopt;             /* the adopt queue: leaving workers' parked connections */
     nw_worker_owner_ops ops;
 
     nw_conn_spares spares;      /* its connections' buffers while they need none */

@@ -639,7 +639,7 @@ static void test_adoption(void)
        "adoption: both workers have the queue");
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
-    if (a.w->adopt_out < 0 && rl.rlim_max != RLIM_INFINITY
+    if (a.w->adopt.out < 0 && rl.rlim_max != RLIM_INFINITY
         && rl.rlim_max < NW_MAX_PARKED + NW_ADOPT_BATCH + NW_ADOPT_FD_RESERVE) {
         printf("# adoption is off: the hard open-file limit %lu is too low\n", (unsigned long)rl.rlim_max);
         rig_close(&a);
@@ -648,7 +648,7 @@ static void test_adoption(void)
         close(q[1]);
         return;
     }
-    ok(a.w->adopt_out >= 0, "adoption is on (the soft open-file limit raised as needed)");
+    ok(a.w->adopt.out >= 0, "adoption is on (the soft open-file limit raised as needed)");
     int s1 = client(), s2 = client(), s3 = client();
     struct sockaddr_in me;
     socklen_t mlen = sizeof me;
@@ -840,7 +840,7 @@ static void test_adoption_wakeup_passed_on(void)
     nw_worker_adopt_queue(a.w, q[1], q[0]);
     nw_worker_adopt_queue(l.w, q[1], q[0]);
     nw_worker_adopt_queue(n.w, q[1], q[0]);
-    if (a.w->adopt_out < 0 || l.w->adopt_out < 0 || n.w->adopt_out < 0) {
+    if (a.w->adopt.out < 0 || l.w->adopt.out < 0 || n.w->adopt.out < 0) {
         printf("# adoption is off: the open-file limit is too low\n");
     } else {
         int s = client();
@@ -971,7 +971,7 @@ static int pool_o_and_a(pool *p, rig *o, rig *a, int a_state)
     nw_worker_adopt_queue(a->w, p->q[1], p->q[0]);
     pool_slot(p, 0, NW_WORKER_IDLE, o);
     pool_slot(p, 1, a_state, a);
-    if (o->w->adopt_out >= 0 && a->w->adopt_out >= 0)
+    if (o->w->adopt.out >= 0 && a->w->adopt.out >= 0)
         return 1;
     printf("# adoption is off: the open-file limit is too low\n");
     return 0;
@@ -1023,7 +1023,7 @@ static void test_adoption_goes_below_the_mean(void)
     rig *rigs[] = { &o, &n, &a };
     for (int i = 0; i < 3; i++)
         pool_slot(&p, i, NW_WORKER_IDLE, rigs[i]);
-    if (o.w->adopt_out < 0 || n.w->adopt_out < 0 || a.w->adopt_out < 0) {
+    if (o.w->adopt.out < 0 || n.w->adopt.out < 0 || a.w->adopt.out < 0) {
         printf("# adoption is off: the open-file limit is too low\n");
     } else {
         int oc[2], nc, ac;
@@ -1181,7 +1181,7 @@ static void test_adoption_looks_again(void)
     rig *rigs[] = { &b, &n, &a };
     for (int i = 0; i < 3; i++)
         pool_slot(&p, i, NW_WORKER_IDLE, rigs[i]);
-    if (n.w->adopt_out < 0 || b.w->adopt_out < 0 || a.w->adopt_out < 0) {
+    if (n.w->adopt.out < 0 || b.w->adopt.out < 0 || a.w->adopt.out < 0) {
         printf("# adoption is off: the open-file limit is too low\n");
     } else {
         int bc[2], ac[LEAVING];
@@ -1193,7 +1193,7 @@ static void test_adoption_looks_again(void)
         p.board->slot[2].state = NW_WORKER_STOPPING;
         nw_msec start = nw_now_ms(), last = 0;
         nw_worker_release_parked(a.w, NW_RELEASE_RETIRE);
-        ok(nw_worker_next(b.w, 0) == NULL && b.w->adopt_aside_until != 0,
+        ok(nw_worker_next(b.w, 0) == NULL && b.w->adopt.aside_until != 0,
            "again: B, over the mean, steps aside");
         int served = 0, by_b = 0;
         while (served < LEAVING && nw_now_ms() - start < 1000) {
