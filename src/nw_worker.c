@@ -36,7 +36,7 @@ static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
                            const struct sockaddr_storage *peer, socklen_t plen)
 {
     nw_wconn *wc = calloc(1, sizeof *wc);
-    nw_conn *c = wc ? nw_conn_new(fd, w->listener[index].is_tcp, &w->cfg) : NULL;
+    nw_conn *c = wc ? nw_conn_new(fd, w->sources.listener[index].is_tcp, &w->cfg) : NULL;
     if (!c) {
         free(wc);
         close(fd);
@@ -94,207 +94,48 @@ static void drop_owner(nw_worker *w, nw_wconn *wc)
         nw_wconn_free(wc);
 }
 
-/* ---- where new work comes from ------------------------------------- */
+/* ---- what the sources and the pool place ask of the worker ---------- */
 
-/* accept4 refused a client for want of a descriptor: counted, and said
- * in the log (the first time in NW_LOG_LIMIT_MS, then a count). The
- * client stays in the listen queue for a later try. */
-static void fd_limit_reached(nw_worker *w, const nw_worker_listener *l)
+static nw_wconn *sources_conn_new(void *ctx, int listener, int fd,
+                                  const struct sockaddr_storage *peer, socklen_t plen)
 {
-    static nw_log_limit fd_log;
-    int e = errno;
-    struct rlimit rl;
-    if (w->counts)
-        w->counts->fd_limit++;
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-        rl.rlim_cur = 0;
-    nw_log_limited(&fd_log, nw_now_ms(), "error",
-                   "cannot accept a connection on listener %d: %s (open-file limit %llu); "
-                   "it waits in the listen queue", (int)(l - w->listener), strerror(e),
-                   (unsigned long long)rl.rlim_cur);
+    return wconn_new(ctx, listener, fd, peer, plen);
 }
 
-/* Whether this worker holds no more parked connections than the pool's
- * serving workers do on average (with a board; the least loaded one always
- * does). The board's slots are read again NW_SHARE_LOOK_MS later at the
- * soonest: a busy worker may ask before every request. */
-static int within_share(nw_worker *w, nw_msec now)
+static int sources_defer_accept(void *ctx)
 {
-    if (w->standby)
-        return 0;       /* (the load belongs to the accepting workers) */
-    if (!w->share_at || now - w->share_at >= NW_SHARE_LOOK_MS) {
-        w->share_at = now ? now : 1;
-        w->within_share = nw_scoreboard_at_most_mean_parked(w->board, (uint32_t)w->park.count);
-    }
-    return w->within_share;
+    nw_worker *w = ctx;
+    return nw_pool_place_defers_accept(&w->place, w->taken_any, (uint32_t)w->park.count,
+                                       w->park.ready_count);
 }
 
-/* A burst of new clients: a worker over the pool's mean that has parked
- * connections with a request to serve leaves the listeners to the others
- * for up to NW_ACCEPT_OVER_MEAN_WAIT_MS, so that the first worker woken
- * does not take the most of them for the connections' whole lives (1,000
- * clients opened at once were held 359, 237, 204 and 200, and the
- * busiest worker's share set the time for all; PERFORMANCE.md,
- * thirteenth round). With nothing else to do it accepts: the listener,
- * level-triggered, would wake it again at once. */
-static int accept_deferred(nw_worker *w)
+static void sources_accepted(void *ctx)
 {
-    if (!w->board || !w->taken_any || !w->park.ready_count)
-        return 0;
-    nw_msec now = nw_now_ms();
-    if (within_share(w, now)) {
-        w->accept_deferred_since = 0;
-        return 0;
-    }
-    if (!w->accept_deferred_since)
-        w->accept_deferred_since = now ? now : 1;
-    return now - w->accept_deferred_since < NW_ACCEPT_OVER_MEAN_WAIT_MS;
+    nw_worker *w = ctx;
+    nw_pool_place_accepted(&w->place);
 }
 
-/* A client from listener idx, or NULL (errno: EAGAIN when it has none).
- * One that --proxy-from does not allow to send a PROXY header is closed
- * and the next one taken. */
-static nw_wconn *accept_on(nw_worker *w, int idx)
+static const nw_sources_ops sources_ops = {
+    .conn_new = sources_conn_new,
+    .defer_accept = sources_defer_accept,
+    .accepted = sources_accepted,
+};
+
+/* The listeners in or out of the epoll; back in, each is tried. */
+static int place_watch_listeners(void *ctx, int watched)
 {
-    nw_worker_listener *l = &w->listener[idx];
-    for (;;) {
-        struct sockaddr_storage peer;
-        unsigned plen = sizeof peer;
-        int fd = nw_io_accept(l->fd, l->is_tcp, (struct sockaddr *)&peer, &plen);
-        if (fd < 0)
-            return NULL;
-        if (w->proxy_from_n
-            && !nw_proxy_cidr_match(w->proxy_from, w->proxy_from_n, (struct sockaddr *)&peer)) {
-            close(fd);      /* --proxy-from: not a peer that may send a PROXY header */
-            nw_scoreboard_proxy_rejected(w->slot, NW_PROXY_REJECT_NOT_ALLOWED,
-                                         (struct sockaddr *)&peer, plen, nw_now_ms());
-            continue;
-        }
-        return wconn_new(w, idx, fd, &peer, plen);
-    }
+    nw_worker *w = ctx;
+    int r = nw_sources_watch_listeners(&w->sources, watched);
+    if (watched)
+        nw_sources_all_ready(&w->sources);
+    return r;
 }
 
-/* Listener idx has no client now: it is not tried again until epoll
- * reports it readable. */
-static void listener_empty(nw_worker *w, int idx)
-{
-    nw_worker_listener *l = &w->listener[idx];
-    w->listener_ready &= ~((uint64_t)1 << idx);
-    if (errno == EMFILE || errno == ENFILE)
-        fd_limit_reached(w, l);
-    if (!l->is_tcp && nw_io_listener_shut(l->fd))
-        epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->fd, NULL);    /* (it would read ready forever) */
-}
+static const nw_pool_place_ops place_ops = {
+    .watch_listeners = place_watch_listeners,
+};
 
-/* Try each listener that may have a client once, starting after the last
- * one that gave a client. A listener that has none is not tried again
- * until epoll reports it readable: an accept4 that fails costs as much as
- * one that succeeds. */
-static nw_wconn *accept_ready(nw_worker *w)
-{
-    if (w->listener_ready && accept_deferred(w))
-        return NULL;
-    for (int i = 0; i < w->count; i++) {
-        int idx = (w->next + i) % w->count;
-        if (!(w->listener_ready & ((uint64_t)1 << idx)))
-            continue;
-        nw_wconn *wc = accept_on(w, idx);
-        if (wc) {
-            w->next = idx + 1;
-            w->accept_deferred_since = 0;
-            return wc;
-        }
-        if (errno == ENOMEM)
-            return NULL;    /* (accepted, and closed: no memory for it) */
-        listener_empty(w, idx);
-    }
-    return NULL;
-}
-
-/* A connection the manager serves (SERVE): the bytes it read become the
- * start of our buffer, its request count carries on. */
-static nw_wconn *wconn_from_frame(nw_worker *w, const nw_frame *f, int fd)
-{
-    struct sockaddr_storage peer;
-    socklen_t plen = sizeof peer;
-    if (f->type != NW_FRAME_SERVE || f->listener >= w->count) {
-        close(fd);
-        return NULL;
-    }
-    if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
-        plen = 0;   /* (the socket is non-blocking already: that flag travels with it) */
-    if ((f->flags & NW_FRAME_F_PROXY) && w->proxy_from_n
-        && !nw_proxy_cidr_match(w->proxy_from, w->proxy_from_n, (struct sockaddr *)&peer)) {
-        close(fd);  /* --proxy-from: one the manager took from a listener itself */
-        nw_scoreboard_proxy_rejected(w->slot, NW_PROXY_REJECT_NOT_ALLOWED,
-                                     (struct sockaddr *)&peer, plen, nw_now_ms());
-        return NULL;
-    }
-    nw_wconn *wc = wconn_new(w, f->listener, fd, &peer, plen);
-    if (!wc)
-        return NULL;
-    if (nw_buf_append(&wc->c->in, w->frame_data, f->data_len) < 0) {
-        wc->c->fd = -1;
-        close(fd);
-        nw_conn_fd_gone(wc->c);
-    }
-    wc->c->requests = f->requests;
-    wc->c->proxy_pending = (f->flags & NW_FRAME_F_PROXY) != 0;
-    wc->c->drained = (f->flags & NW_FRAME_F_DRAINED) != 0;  /* (a close needs no lingering) */
-    wc->ready_ms = f->ready_ms;     /* (narwhal_request_queue_seconds) */
-    wc->queued = 1;
-    return wc;
-}
-
-/* The next connection on the shared serve queue, if any: whichever free
- * worker looks first gets it. */
-static nw_wconn *take_served(nw_worker *w)
-{
-    while (w->serve_queue >= 0 && w->serve_queue_ready) {
-        nw_frame f;
-        int fd;
-        int r = nw_frame_recv(w->serve_queue, &f, w->frame_data, NW_FRAME_MAX_DATA, &fd);
-        if (r == 0) {
-            /* end of stream: the master and the manager are gone. Stop
-             * watching it, or epoll would report it ready forever. */
-            epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->serve_queue, NULL);
-            w->serve_queue_ready = 0;
-            return NULL;
-        }
-        if (r < 0) {
-            w->serve_queue_ready = 0;  /* nothing waiting (another worker took it), or a bad frame */
-            return NULL;
-        }
-        nw_wconn *wc = fd >= 0 ? wconn_from_frame(w, &f, fd) : NULL;
-        /* Off the queue, and (nw_conn_new) counted in this worker's slot
-         * already: the connection is in one of the two counts all along
-         * (narwhal_connections), never in neither. */
-        nw_scoreboard_queued_add(w->serve_queued, -1);
-        if (wc)
-            return wc;
-    }
-    return NULL;
-}
-
-/* The listeners and the serve queue take turns, so that connections
- * circulating through the manager cannot starve new ones in the listen
- * queue, nor the other way round. */
-static nw_wconn *take_new(nw_worker *w)
-{
-    nw_wconn *wc;
-    if (w->took_served) {
-        if ((wc = accept_ready(w)))
-            w->took_served = 0;
-        else if ((wc = take_served(w)))
-            w->took_served = 1;
-    } else {
-        if ((wc = take_served(w)))
-            w->took_served = 1;
-        else if ((wc = accept_ready(w)))
-            w->took_served = 0;
-    }
-    return wc;
-}
+/* ---- waiting ------------------------------------------------------- */
 
 /* Wait up to timeout_ms for events and note which parked connections
  * became readable. Returns how many events were work for this worker (a
@@ -308,10 +149,10 @@ static int poll_events(nw_worker *w, int timeout_ms)
     for (int k = 0; k < n; k++) {
         uint64_t data = ev[k].data.u64;
         if (data < NW_MAX_LISTENERS) {
-            w->listener_ready |= (uint64_t)1 << data;
+            w->sources.listener_ready |= (uint64_t)1 << data;
             sources++;
         } else if (data == SERVE_QUEUE_EVENT) {
-            w->serve_queue_ready = 1;
+            w->sources.serve_queue_ready = 1;
             sources++;
         } else if (data == ADOPT_QUEUE_EVENT) {
             w->adopt.ready = 1;
@@ -329,7 +170,7 @@ static int poll_events(nw_worker *w, int timeout_ms)
 
 static int sources_ready(const nw_worker *w)
 {
-    return w->listener_ready || w->serve_queue_ready || w->adopt.ready;
+    return nw_sources_ready(&w->sources) || w->adopt.ready;
 }
 
 /* ---- parking ------------------------------------------------------- */
@@ -440,7 +281,7 @@ static int park_conn(nw_worker *w, nw_wconn *wc)
         return -1;
     /* Its requests block: the next one goes through the serve queue, where
      * any free worker takes it (DESIGN.md, "Requests that block"). */
-    if (w->handoff_queue >= 0 && nw_block_meter_blocking(&w->meter, now))
+    if (w->handoff_queue >= 0 && nw_pool_place_blocking(&w->place, now))
         return -1;
     /* Not drained if the app may have read from the socket behind our
      * back, or if a FIN came with the last bytes (it raised no edge of its
@@ -545,17 +386,18 @@ static void pass_on_waiting(nw_worker *w)
     int waiting = 0;
     if (w->handoff_queue < 0)
         return;
-    for (int i = 0; i < NW_PASS_ON_MAX && w->serve_queue >= 0
-                    && ioctl(w->serve_queue, FIONREAD, &waiting) == 0 && waiting > 0; i++) {
-        w->serve_queue_ready = 1;
-        if (!(wc = take_served(w)))
+    nw_sources *src = &w->sources;
+    for (int i = 0; i < NW_PASS_ON_MAX && src->serve_queue >= 0
+                    && ioctl(src->serve_queue, FIONREAD, &waiting) == 0 && waiting > 0; i++) {
+        src->serve_queue_ready = 1;
+        if (!(wc = nw_sources_take_served(src)))
             break;
         let_go(w, wc);
     }
-    if (w->standby)
+    if (w->place.standby)
         return;         /* (it took no listener's wake-up) */
-    w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
-    for (int i = 0; i < NW_PASS_ON_MAX * w->count && (wc = accept_ready(w)); i++)
+    nw_sources_all_ready(src);
+    for (int i = 0; i < NW_PASS_ON_MAX * src->count && (wc = nw_sources_accept_ready(src)); i++)
         let_go(w, wc);
 }
 
@@ -578,65 +420,13 @@ static void kept_let_go(nw_worker *w)
 
 /* ---- the public verbs ---------------------------------------------- */
 
-/* Listener i in this worker's epoll (op ADD) or out of it (DEL):
- * EPOLLEXCLUSIVE, as every worker watches it. */
-static int watch_listener(nw_worker *w, int i, int op)
-{
-    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)i };
-    return epoll_ctl(w->epfd, op, w->listener[i].fd, &ev);
-}
-
-/* A standby worker back among the accepting ones when the server stops
- * (nw_worker_drain): the manager stops first and takes no new client
- * then, so nothing would bring them here, and the accepting workers alone
- * would serve the listen queue (a blocking app's clients one after
- * another). The listeners are back in its epoll (the drain tries them). */
-static void standby_end(nw_worker *w)
-{
-    for (int i = 0; i < w->count; i++)
-        if (watch_listener(w, i, EPOLL_CTL_ADD) < 0 && errno != EEXIST)
-            return;
-    w->standby = 0;
-}
-
-/* A standby worker out of its epoll's listeners (nw_worker_standby). */
-static int standby_begin(nw_worker *w)
-{
-    for (int i = 0; i < w->count; i++)
-        if (watch_listener(w, i, EPOLL_CTL_DEL) < 0 && errno != ENOENT)
-            return -1;
-    w->listener_ready = 0;
-    w->standby = 1;
-    return 0;
-}
-
-/* A standby worker accepts while its requests block, and stands by again
- * once they do not (DESIGN.md, "Requests that block"); its slot says
- * which, for the manager's look and the status pages. */
-static void standby_follow(nw_worker *w, nw_msec now)
-{
-    int accepts = nw_block_meter_blocking(&w->meter, now);
-    if (w->slot && w->slot->blocking != accepts)
-        w->slot->blocking = accepts;
-    if (accepts == !w->standby)
-        return;
-    if (accepts) {
-        standby_end(w);
-        w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
-    } else {
-        standby_begin(w);
-    }
-    if (w->slot)
-        w->slot->standby = w->standby;
-}
-
 /* Before the turns: a standby worker follows its requests (DESIGN.md,
  * "Requests that block"); a draining one sees what has arrived, parked
  * connections included. Returns 0 when a deferred signal is pending. */
 static int look_first(nw_worker *w, nw_msec now)
 {
-    if (w->standby_chosen && !w->draining)
-        standby_follow(w, now);
+    if (w->place.chosen && !w->draining)
+        nw_pool_place_follow(&w->place, now);
     if (w->draining)
         poll_events(w, 0);
     else if (nw_deferred_signals_pending(&w->signals, now))
@@ -653,7 +443,8 @@ static int look_first(nw_worker *w, nw_msec now)
  * every worker) would otherwise never take it. */
 static void look_busy(nw_worker *w, nw_msec now)
 {
-    if (w->adopt.ready && !w->taken_any && !w->standby && nw_adopt_when_new(&w->adopt, now))
+    if (w->adopt.ready && !w->taken_any && !w->place.standby
+        && nw_adopt_when_new(&w->adopt, now))
         poll_events(w, 0);
     if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, now))
         nw_adopt_step_back(&w->adopt);
@@ -680,7 +471,7 @@ static nw_wconn *take_turn(nw_worker *w)
      * parked connections keep the worker busy. */
     if (!sources_ready(w) && w->park.ready_count && w->looked != w->last_poll)
         poll_events(w, 0);
-    if ((wc = take_new(w))) {
+    if ((wc = nw_sources_take_new(&w->sources))) {
         w->took_parked = 0;
         return wc;
     }
@@ -911,11 +702,11 @@ void nw_worker_drain(nw_worker *w, int serve_ms)
     if (enter)
         nw_worker_enter(w);
     w->draining = 1;
-    if (w->standby)
-        standby_end(w);     /* (the listeners are watched until drain_until) */
+    if (w->place.standby)
+        nw_pool_place_accept(&w->place);   /* (the listeners are watched until drain_until) */
     w->drain_until = nw_now_ms() + serve_ms;
-    w->listener_ready = w->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << w->count) - 1;
-    w->serve_queue_ready = 1;
+    nw_sources_all_ready(&w->sources);
+    w->sources.serve_queue_ready = 1;
     w->adopt.ready = w->adopt.in >= 0;
     if (enter)
         nw_worker_leave(w);
@@ -938,7 +729,7 @@ void nw_worker_request_started(nw_wconn *wc)
 {
     serving = wc;
     if (wc->worker)
-        nw_block_meter_start(&wc->worker->meter);
+        nw_pool_place_request_started(&wc->worker->place);
     wc->started_us = nw_now_us();
     wc->started = (nw_msec)(wc->started_us / 1000);
     wc->ended = 0;
@@ -950,14 +741,13 @@ void nw_worker_request_ended(nw_wconn *wc, uint64_t now_us)
     nw_worker *w = wc->worker;
     if (!w || !wc->started_us)
         return;
-    nw_block_meter_end(&w->meter, now_us > wc->started_us ? now_us - wc->started_us : 0, wc->ended);
-    if (w->slot && w->slot->blocking != w->meter.blocking)
-        w->slot->blocking = w->meter.blocking;  /* (the elastic pool reads it) */
+    nw_pool_place_request_ended(&w->place, now_us > wc->started_us ? now_us - wc->started_us : 0,
+                                wc->ended);
 }
 
 int nw_worker_has_manager(const nw_worker *w)
 {
-    return w->serve_queue >= 0 && w->handoff_queue >= 0;
+    return w->sources.serve_queue >= 0 && w->handoff_queue >= 0;
 }
 
 /* ---- the park watcher thread --------------------------------------- */
@@ -999,7 +789,8 @@ static enum evict_result evict_parked(nw_worker *w, nw_msec now)
  * of it (DESIGN.md, "Parking": "A wake-up taken and left"). */
 static int wakeup_left(const nw_worker *w)
 {
-    return w->listener_ready || (w->serve_queue >= 0 && w->serve_queue_ready);
+    const nw_sources *s = &w->sources;
+    return s->listener_ready || (s->serve_queue >= 0 && s->serve_queue_ready);
 }
 
 /* One that the watcher passes on goes to the manager, without waiting
@@ -1036,14 +827,15 @@ static void pass_on_left(nw_worker *w)
     if (w->watcher.kept || !w->board || !nw_scoreboard_other_idle(w->board, w->slot)
         || nw_conn_server_closing() || !hand_off_room(w))
         return;     /* (a full queue: the watcher looks again) */
-    for (int i = 0; i < NW_PASS_ON_MAX && (wc = take_served(w)); i++)
+    nw_sources *src = &w->sources;
+    for (int i = 0; i < NW_PASS_ON_MAX && (wc = nw_sources_take_served(src)); i++)
         if (!pass_on_one(w, wc))
             return;
-    for (int idx = 0; idx < w->count; idx++) {
-        for (int i = 0; i < NW_PASS_ON_MAX && (w->listener_ready & ((uint64_t)1 << idx)); i++) {
-            if (!(wc = accept_on(w, idx))) {
+    for (int idx = 0; idx < src->count; idx++) {
+        for (int i = 0; i < NW_PASS_ON_MAX && (src->listener_ready & ((uint64_t)1 << idx)); i++) {
+            if (!(wc = nw_sources_accept_on(src, idx))) {
                 if (errno != ENOMEM)
-                    listener_empty(w, idx);
+                    nw_sources_listener_empty(src, idx);
                 break;
             }
             if (!pass_on_one(w, wc))
@@ -1159,15 +951,7 @@ void nw_worker_hand_off_parked_from_handler(void)
 
 int nw_worker_proxy_from(nw_worker *w, const char *cidr)
 {
-    nw_proxy_cidr one;
-    if (nw_proxy_cidr_parse(cidr, &one) < 0)
-        return -1;
-    nw_proxy_cidr *p = realloc(w->proxy_from, (w->proxy_from_n + 1) * sizeof *p);
-    if (!p)
-        return -1;
-    p[w->proxy_from_n++] = one;
-    w->proxy_from = p;
-    return 0;
+    return nw_sources_proxy_from(&w->sources, cidr);
 }
 
 void nw_worker_enter(nw_worker *w)
@@ -1209,7 +993,7 @@ static nw_wconn *adopt_conn_new(void *ctx, int listener, int fd,
                                 const struct sockaddr_storage *peer, socklen_t plen)
 {
     nw_worker *w = ctx;
-    if (listener < 0 || listener >= w->count) {
+    if (listener < 0 || listener >= w->sources.count) {
         close(fd);
         return NULL;
     }
@@ -1248,14 +1032,15 @@ static void adopt_drop(void *ctx, nw_wconn *wc)
 static nw_adopt_standing adopt_standing(void *ctx)
 {
     const nw_worker *w = ctx;
-    if (w->standby)
+    if (w->place.standby)
         return NW_ADOPT_STANDBY;
     return w->taken_any ? NW_ADOPT_SERVING : NW_ADOPT_NEW;
 }
 
 static int adopt_within_share(void *ctx, nw_msec now)
 {
-    return within_share(ctx, now);
+    nw_worker *w = ctx;
+    return nw_pool_place_within_share(&w->place, now, (uint32_t)w->park.count);
 }
 
 static const nw_adopt_ops adopt_ops = {
@@ -1271,9 +1056,9 @@ static const nw_adopt_ops adopt_ops = {
 /* Adoption needs a manager (what does not fit goes there). */
 int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
 {
-    if (w->serve_queue < 0 || w->handoff_queue < 0)
+    if (w->sources.serve_queue < 0 || w->handoff_queue < 0)
         return 0;
-    return nw_adopt_open(&w->adopt, in_fd, out_fd, w->frame_data);
+    return nw_adopt_open(&w->adopt, in_fd, out_fd, w->sources.frame_data);
 }
 
 /* ---- life ---------------------------------------------------------- */
@@ -1292,19 +1077,18 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     w->cfg = *cfg;
     w->cfg.offload = handoff_queue >= 0;    /* a manager can finish responses */
     nw_deferred_signals_init(&w->signals);
-    nw_block_meter_init(&w->meter);
+    nw_pool_place_init(&w->place, &place_ops, w);
+    nw_sources_init(&w->sources, &sources_ops, w, w->epfd);
     if (ops)
         w->ops = *ops;
     /* Copies of our own: the caller's handles on the queues may be closed
      * while the worker still needs them (an app's exit unwinds Perl's
      * scopes before the exit hook hands the parked connections over). */
-    w->serve_queue = serve_queue >= 0 ? fcntl(serve_queue, F_DUPFD_CLOEXEC, 3) : -1;
     w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
-    w->serve_queue_ready = 1;
+    nw_deadlines_init(&w->deadlines);
     nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->park, &w->deadlines };
     nw_adopt_init(&w->adopt, &adopt_ops, w, &adopt_shared);
-    nw_deadlines_init(&w->deadlines);
-    nw_custody_wait_init(&w->custody, w->cfg.custody && w->serve_queue >= 0
+    nw_custody_wait_init(&w->custody, w->cfg.custody && serve_queue >= 0
                          && w->handoff_queue >= 0 ? w->handoff_queue : -1, &w->deadlines);
     /* A parked connection is an idle one: it is let go (to the manager,
      * which closes what is past its time) by --keepalive-timeout at the
@@ -1314,40 +1098,24 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     w->park_ms = park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
     nw_watcher_init(&w->watcher, &watcher_ops, w);
     nw_park_init(&w->park, w->epfd, PARKED_EVENT);
-    if (serve_queue >= 0) {
-        struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
-                                  .data.u64 = SERVE_QUEUE_EVENT };
-        w->frame_data = malloc(NW_FRAME_MAX_DATA);
-        if (!w->frame_data || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->serve_queue, &ev) < 0) {
-            int e = errno;
-            nw_worker_free(w);
-            errno = e;
-            return NULL;
-        }
+    if (serve_queue >= 0
+        && nw_sources_open_serve_queue(&w->sources, serve_queue, SERVE_QUEUE_EVENT) < 0) {
+        int e = errno;
+        nw_worker_free(w);
+        errno = e;
+        return NULL;
     }
     return w;
 }
 
 int nw_worker_listen(nw_worker *w, int fd, int is_tcp)
 {
-    if (w->count >= NW_MAX_LISTENERS) {
-        errno = EMFILE;
-        return -1;
-    }
-    int i = w->count;
-    nw_io_set_nonblocking(fd);
-    w->listener[i].fd = fd;
-    if (watch_listener(w, i, EPOLL_CTL_ADD) < 0)
-        return -1;
-    w->listener[i].is_tcp = is_tcp;
-    w->listener_ready |= (uint64_t)1 << i;     /* not tried yet */
-    w->count++;
-    return 0;
+    return nw_sources_listen(&w->sources, fd, is_tcp);
 }
 
 int nw_worker_standby(nw_worker *w)
 {
-    if (w->serve_queue < 0) {
+    if (w->sources.serve_queue < 0) {
         errno = EINVAL;
         return -1;
     }
@@ -1355,8 +1123,7 @@ int nw_worker_standby(nw_worker *w)
     int enter = nw_watcher_main_outside(&w->watcher);
     if (enter)
         nw_worker_enter(w);
-    int r = standby_begin(w);
-    w->standby_chosen = r == 0;
+    int r = nw_pool_place_stand_by(&w->place, 1);
     if (enter)
         nw_worker_leave(w);
     return r;
@@ -1368,7 +1135,9 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
     w->slot = slot;
     w->counts = slot ? &slot->counts : NULL;
     /* (the worker's mapping of the board is writable: this word and its slot are its to write) */
-    w->serve_queued = slot && board ? (volatile int64_t *)&board->h.serve_queued : NULL;
+    nw_sources_count_in(&w->sources, slot, w->counts,
+                        slot && board ? (volatile int64_t *)&board->h.serve_queued : NULL);
+    nw_pool_place_count_in(&w->place, w->board, slot);
     nw_adopt_count_in(&w->adopt, w->board, w->counts,
                       slot && board ? (volatile int64_t *)&board->h.handoff_queued : NULL);
     nw_park_publish(&w->park, slot ? &slot->parked : NULL);
@@ -1384,7 +1153,6 @@ void nw_worker_free(nw_worker *w)
         nw_worker_enter(w);
         nw_worker_stop_watcher(w);
     }
-    free(w->proxy_from);    /* (after the watcher: its accepts read it) */
     while ((wc = nw_watcher_take_evicted(&w->watcher)))
         drop_owner(w, wc);
     nw_wconn_free(w->watcher.kept);
@@ -1394,14 +1162,12 @@ void nw_worker_free(nw_worker *w)
         drop_owner(w, wc);
     }
     nw_deferred_signals_close(&w->signals);
-    if (w->serve_queue >= 0)
-        close(w->serve_queue);
+    nw_sources_close(&w->sources);  /* (after the watcher: its accepts read it) */
     if (w->handoff_queue >= 0)
         close(w->handoff_queue);
     nw_adopt_close(&w->adopt);
     close(w->epfd);
-    nw_block_meter_close(&w->meter);
+    nw_pool_place_close(&w->place);
     nw_conn_spares_free(&w->spares);
-    free(w->frame_data);
     free(w);
 }

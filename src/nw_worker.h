@@ -25,10 +25,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include "nw_adopt.h"
-#include "nw_block_meter.h"
 #include "nw_conn.h"
 #include "nw_custody_wait.h"
 #include "nw_deadlines.h"
+#include "nw_pool_place.h"
 #include "nw_watcher.h"
 #include "nw_wconn.h"
 #include "nw_worker_signals.h"
@@ -36,6 +36,7 @@
 #include "nw_park.h"
 #include "nw_proxy.h"
 #include "nw_scoreboard.h"
+#include "nw_sources.h"
 
 
 
@@ -71,62 +72,46 @@ typedef struct {
     void (*drop)(void *owner);
 } nw_worker_owner_ops;
 
-typedef struct {
-    int fd;
-    int is_tcp;
-} nw_worker_listener;
 
+/* A worker: its own fields, then its parts, each owning its state in
+ * its own file; the worker is their only caller, and they reach back only
+ * through the call-backs they were given. */
 typedef struct nw_worker {
-    nw_worker_listener listener[NW_MAX_LISTENERS];
-    int count;
-    int next;                   /* where the next accept round starts */
-    int epfd;
-    int serve_queue;            /* -1 without a manager */
+    int epfd;                   /* every source, parked connection and the signalfd */
     int handoff_queue;          /* -1 without a manager */
-    int took_served;            /* the last connection came from the serve queue */
-    int took_parked;            /* the last connection was a parked one */
-    char *frame_data;           /* NW_FRAME_MAX_DATA bytes for incoming frames */
     nw_conn_config cfg;
-    nw_park park;               /* items: nw_wconn * */
-    nw_msec park_ms;            /* how long a connection may stay parked (--keepalive-wait) */
-    nw_msec no_park_until;      /* parking paused after a slow request */
-    uint64_t listener_ready;    /* bit i: listener i may have a client */
-    int standby;                /* the listeners are not in its epoll (nw_worker_standby) */
-    int standby_chosen;         /* the master made it a standby worker; it accepts while
-                                 * its requests block (DESIGN.md, "Requests that block") */
-    nw_block_meter meter;       /* whether its requests block */
-    int serve_queue_ready;      /* the serve queue may hold a connection */
+    nw_worker_owner_ops ops;
+    nw_conn_spares spares;      /* its connections' buffers while they need none */
+    int took_parked;            /* the last connection was a parked one */
     int taken_any;              /* nw_worker_next has given a connection */
-    nw_msec share_at;           /* the pool's parked counts were last compared then */
-    int within_share;           /* ... and this worker held no more than their mean */
-    nw_msec accept_deferred_since; /* over the mean, it left new clients to others since */
-    nw_score_counts *counts;    /* the scoreboard slot's counts, or NULL */
-    nw_score_slot *slot;        /* that slot (refused PROXY peers), or NULL */
-    const nw_scoreboard *board; /* the board it is in (the pool's parked counts), or NULL */
-    volatile int64_t *serve_queued; /* the board's count of frames on the serve queue, which
-                                 * each frame taken lowers (narwhal_connections), or NULL */
     nw_msec last_poll;          /* when epoll was last asked */
     nw_msec looked;             /* when the main thread last looked for a connection
                                  * (nw_worker_next), or polled since */
-    int pid;                    /* this worker's process (custody frames name it) */
-    nw_deadlines deadlines;     /* when a wait must end for its parts' sake */
-    nw_custody_wait custody;    /* parked connections whose copies are not sent yet */
-    nw_adopt adopt;             /* the adopt queue: leaving workers' parked connections */
-    nw_worker_owner_ops ops;
-
-    nw_conn_spares spares;      /* its connections' buffers while they need none */
-    nw_watcher watcher;         /* the park watcher thread; its lock is held by the main
-                                 * thread whenever it is inside */
-
-    nw_deferred_signals signals;    /* blocked while the app runs (nw_worker_defer_signals) */
     int draining;               /* stopping: serve what has arrived, and parked
                                  * connections' next requests until drain_until */
     nw_msec drain_until;
+    int pid;                    /* this worker's process (custody frames name it) */
+    nw_score_counts *counts;    /* the scoreboard slot's counts, or NULL */
+    nw_score_slot *slot;        /* that slot (the connection in flight), or NULL */
+    const nw_scoreboard *board; /* the board it is in, or NULL */
+    nw_worker_life life;        /* whether it leaves, and why (nw_worker_signals.h) */
 
-    nw_proxy_cidr *proxy_from;  /* --proxy-from: the peers that may connect (none: any) */
-    size_t proxy_from_n;
+    /* parking: the parked set (nw_park.h) and when to use it */
+    nw_park park;               /* items: nw_wconn * */
+    nw_msec park_ms;            /* how long a connection may stay parked (--keepalive-wait) */
+    nw_msec no_park_until;      /* parking paused after a slow request */
 
-    nw_worker_life life;
+    /* the parts */
+    nw_deadlines deadlines;     /* when a wait must end for its parts' sake (nw_deadlines.h) */
+    nw_sources sources;         /* the listeners and the serve queue (nw_sources.h) */
+    nw_pool_place place;        /* accepting or standby; its share (nw_pool_place.h) */
+    nw_custody_wait custody;    /* parked connections whose copies are not sent yet
+                                 * (nw_custody_wait.h) */
+    nw_adopt adopt;             /* the adopt queue: leaving workers' parked connections
+                                 * (nw_adopt.h) */
+    nw_watcher watcher;         /* the park watcher thread; its lock is held by the main
+                                 * thread whenever it is inside (nw_watcher.h) */
+    nw_deferred_signals signals;    /* blocked while the app runs (nw_worker_signals.h) */
 } nw_worker;
 
 

@@ -170,7 +170,7 @@ static void rig_open(rig *r, double park_seconds, int with_manager)
 
 static void rig_close(rig *r)
 {
-    int lfd = r->w->listener[0].fd;
+    int lfd = r->w->sources.listener[0].fd;
     nw_worker_leave(r->w);      /* nw_worker_free enters itself */
     nw_worker_free(r->w);
     close(lfd);

@@ -153,7 +153,7 @@ static void test_watchdog_reply(void)
     close(s);                   /* (as a client does: the release's lingering close ends then) */
     nw_worker_release(w, wc, NW_RELEASE_CLOSE);
     nw_wconn_free(wc);
-    int lfd = w->listener[0].fd;
+    int lfd = w->sources.listener[0].fd;
     nw_worker_free(w);
     close(lfd);
     nw_worker_watchdog_arm(SIGUSR2, NULL, NULL);

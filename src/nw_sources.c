@@ -1,0 +1,275 @@
+/* A worker's listeners and serve queue (see nw_sources.h). */
+#include "nw_sources.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "nw_frame.h"
+#include "nw_log.h"
+
+void nw_sources_init(nw_sources *s, const nw_sources_ops *ops, void *ctx, int epfd)
+{
+    memset(s, 0, sizeof *s);
+    s->ops = *ops;
+    s->ctx = ctx;
+    s->epfd = epfd;
+    s->serve_queue = -1;
+    s->serve_queue_ready = 1;
+}
+
+int nw_sources_open_serve_queue(nw_sources *s, int fd, uint64_t event)
+{
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = event };
+    s->serve_queue = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    s->frame_data = malloc(NW_FRAME_MAX_DATA);
+    if (s->serve_queue < 0 || !s->frame_data)
+        return -1;
+    return epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->serve_queue, &ev);
+}
+
+void nw_sources_count_in(nw_sources *s, nw_score_slot *slot, nw_score_counts *counts,
+                         volatile int64_t *serve_queued)
+{
+    s->slot = slot;
+    s->counts = counts;
+    s->serve_queued = serve_queued;
+}
+
+/* Listener i in the worker's epoll (op ADD) or out of it (DEL):
+ * EPOLLEXCLUSIVE, as every worker watches it. */
+static int watch_listener(nw_sources *s, int i, int op)
+{
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)i };
+    return epoll_ctl(s->epfd, op, s->listener[i].fd, &ev);
+}
+
+int nw_sources_listen(nw_sources *s, int fd, int is_tcp)
+{
+    if (s->count >= NW_MAX_LISTENERS) {
+        errno = EMFILE;
+        return -1;
+    }
+    int i = s->count;
+    nw_io_set_nonblocking(fd);
+    s->listener[i].fd = fd;
+    if (watch_listener(s, i, EPOLL_CTL_ADD) < 0)
+        return -1;
+    s->listener[i].is_tcp = is_tcp;
+    s->listener_ready |= (uint64_t)1 << i;     /* not tried yet */
+    s->count++;
+    return 0;
+}
+
+int nw_sources_watch_listeners(nw_sources *s, int watched)
+{
+    for (int i = 0; i < s->count; i++) {
+        if (watched && watch_listener(s, i, EPOLL_CTL_ADD) < 0 && errno != EEXIST)
+            return -1;
+        if (!watched && watch_listener(s, i, EPOLL_CTL_DEL) < 0 && errno != ENOENT)
+            return -1;
+    }
+    if (!watched)
+        s->listener_ready = 0;
+    return 0;
+}
+
+void nw_sources_all_ready(nw_sources *s)
+{
+    s->listener_ready = s->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << s->count) - 1;
+}
+
+int nw_sources_proxy_from(nw_sources *s, const char *cidr)
+{
+    nw_proxy_cidr one;
+    if (nw_proxy_cidr_parse(cidr, &one) < 0)
+        return -1;
+    nw_proxy_cidr *p = realloc(s->proxy_from, (s->proxy_from_n + 1) * sizeof *p);
+    if (!p)
+        return -1;
+    p[s->proxy_from_n++] = one;
+    s->proxy_from = p;
+    return 0;
+}
+
+/* Whether --proxy-from lets this peer send a PROXY header; one it does
+ * not is counted as refused. */
+static int proxy_allowed(nw_sources *s, const struct sockaddr_storage *peer, socklen_t plen)
+{
+    if (!s->proxy_from_n
+        || nw_proxy_cidr_match(s->proxy_from, s->proxy_from_n, (const struct sockaddr *)peer))
+        return 1;
+    nw_scoreboard_proxy_rejected(s->slot, NW_PROXY_REJECT_NOT_ALLOWED,
+                                 (const struct sockaddr *)peer, plen, nw_now_ms());
+    return 0;
+}
+
+/* ---- the listeners ------------------------------------------------- */
+
+/* accept4 refused a client for want of a descriptor: counted, and said
+ * in the log (the first time in NW_LOG_LIMIT_MS, then a count). The
+ * client stays in the listen queue for a later try. */
+static void fd_limit_reached(nw_sources *s, int idx)
+{
+    static nw_log_limit fd_log;
+    int e = errno;
+    struct rlimit rl;
+    if (s->counts)
+        s->counts->fd_limit++;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        rl.rlim_cur = 0;
+    nw_log_limited(&fd_log, nw_now_ms(), "error",
+                   "cannot accept a connection on listener %d: %s (open-file limit %llu); "
+                   "it waits in the listen queue", idx, strerror(e),
+                   (unsigned long long)rl.rlim_cur);
+}
+
+/* One that --proxy-from does not allow to send a PROXY header is closed
+ * and the next one taken. */
+nw_wconn *nw_sources_accept_on(nw_sources *s, int idx)
+{
+    nw_worker_listener *l = &s->listener[idx];
+    for (;;) {
+        struct sockaddr_storage peer;
+        unsigned plen = sizeof peer;
+        int fd = nw_io_accept(l->fd, l->is_tcp, (struct sockaddr *)&peer, &plen);
+        if (fd < 0)
+            return NULL;
+        if (!proxy_allowed(s, &peer, plen)) {
+            close(fd);      /* --proxy-from: not a peer that may send a PROXY header */
+            continue;
+        }
+        return s->ops.conn_new(s->ctx, idx, fd, &peer, plen);
+    }
+}
+
+void nw_sources_listener_empty(nw_sources *s, int idx)
+{
+    nw_worker_listener *l = &s->listener[idx];
+    s->listener_ready &= ~((uint64_t)1 << idx);
+    if (errno == EMFILE || errno == ENFILE)
+        fd_limit_reached(s, idx);
+    if (!l->is_tcp && nw_io_listener_shut(l->fd))
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, l->fd, NULL);    /* (it would read ready forever) */
+}
+
+/* Try each listener that may have a client once, starting after the last
+ * one that gave a client. A listener that has none is not tried again
+ * until epoll reports it readable: an accept4 that fails costs as much as
+ * one that succeeds. */
+nw_wconn *nw_sources_accept_ready(nw_sources *s)
+{
+    if (s->listener_ready && s->ops.defer_accept(s->ctx))
+        return NULL;
+    for (int i = 0; i < s->count; i++) {
+        int idx = (s->next + i) % s->count;
+        if (!(s->listener_ready & ((uint64_t)1 << idx)))
+            continue;
+        nw_wconn *wc = nw_sources_accept_on(s, idx);
+        if (wc) {
+            s->next = idx + 1;
+            s->ops.accepted(s->ctx);
+            return wc;
+        }
+        if (errno == ENOMEM)
+            return NULL;    /* (accepted, and closed: no memory for it) */
+        nw_sources_listener_empty(s, idx);
+    }
+    return NULL;
+}
+
+/* ---- the serve queue ----------------------------------------------- */
+
+/* A connection the manager serves (SERVE): the bytes it read become the
+ * start of our buffer, its request count carries on. */
+static nw_wconn *wconn_from_frame(nw_sources *s, const nw_frame *f, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    if (f->type != NW_FRAME_SERVE || f->listener >= s->count) {
+        close(fd);
+        return NULL;
+    }
+    if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
+        plen = 0;   /* (the socket is non-blocking already: that flag travels with it) */
+    if ((f->flags & NW_FRAME_F_PROXY) && !proxy_allowed(s, &peer, plen)) {
+        close(fd);  /* --proxy-from: one the manager took from a listener itself */
+        return NULL;
+    }
+    nw_wconn *wc = s->ops.conn_new(s->ctx, f->listener, fd, &peer, plen);
+    if (!wc)
+        return NULL;
+    if (nw_buf_append(&wc->c->in, s->frame_data, f->data_len) < 0) {
+        wc->c->fd = -1;
+        close(fd);
+        nw_conn_fd_gone(wc->c);
+    }
+    wc->c->requests = f->requests;
+    wc->c->proxy_pending = (f->flags & NW_FRAME_F_PROXY) != 0;
+    wc->c->drained = (f->flags & NW_FRAME_F_DRAINED) != 0;  /* (a close needs no lingering) */
+    wc->ready_ms = f->ready_ms;     /* (narwhal_request_queue_seconds) */
+    wc->queued = 1;
+    return wc;
+}
+
+/* Whichever free worker looks first gets it. */
+nw_wconn *nw_sources_take_served(nw_sources *s)
+{
+    while (s->serve_queue >= 0 && s->serve_queue_ready) {
+        nw_frame f;
+        int fd;
+        int r = nw_frame_recv(s->serve_queue, &f, s->frame_data, NW_FRAME_MAX_DATA, &fd);
+        if (r == 0) {
+            /* end of stream: the master and the manager are gone. Stop
+             * watching it, or epoll would report it ready forever. */
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->serve_queue, NULL);
+            s->serve_queue_ready = 0;
+            return NULL;
+        }
+        if (r < 0) {
+            s->serve_queue_ready = 0;  /* nothing waiting (another worker took it), or a bad frame */
+            return NULL;
+        }
+        nw_wconn *wc = fd >= 0 ? wconn_from_frame(s, &f, fd) : NULL;
+        /* Off the queue, and (nw_conn_new) counted in this worker's slot
+         * already: the connection is in one of the two counts all along
+         * (narwhal_connections), never in neither. */
+        nw_scoreboard_queued_add(s->serve_queued, -1);
+        if (wc)
+            return wc;
+    }
+    return NULL;
+}
+
+nw_wconn *nw_sources_take_new(nw_sources *s)
+{
+    nw_wconn *wc;
+    if (s->took_served) {
+        if ((wc = nw_sources_accept_ready(s)))
+            s->took_served = 0;
+        else if ((wc = nw_sources_take_served(s)))
+            s->took_served = 1;
+    } else {
+        if ((wc = nw_sources_take_served(s)))
+            s->took_served = 1;
+        else if ((wc = nw_sources_accept_ready(s)))
+            s->took_served = 0;
+    }
+    return wc;
+}
+
+void nw_sources_close(nw_sources *s)
+{
+    if (s->serve_queue >= 0)
+        close(s->serve_queue);
+    s->serve_queue = -1;
+    free(s->proxy_from);
+    s->proxy_from = NULL;
+    s->proxy_from_n = 0;
+    free(s->frame_data);
+    s->frame_data = NULL;
+}
