@@ -23,8 +23,7 @@ typedef struct {
 /* None registered. */
 void nw_deadlines_init(nw_deadlines *d);
 
-/* Kind's next deadline is at (0: it has none any more). (Inline: the
- * worker registers and asks on every request.) */
+/* Kind's next deadline is at (0: it has none any more). */
 static inline void nw_deadlines_set(nw_deadlines *d, nw_deadline_kind kind, nw_msec at)
 {
     d->at[kind] = at;
@@ -36,11 +35,24 @@ static inline int nw_deadlines_passed(const nw_deadlines *d, nw_deadline_kind ki
     return d->at[kind] && now >= d->at[kind];
 }
 
-/* The nearest registered deadline, 0 when there is none. */
-nw_msec nw_deadlines_nearest(const nw_deadlines *d);
+/* The nearest registered deadline, 0 when there is none. (Inline, as
+ * the wait reads it on every request: the loop unrolls.) */
+static inline nw_msec nw_deadlines_nearest(const nw_deadlines *d)
+{
+    nw_msec nearest = 0;
+    for (int k = 0; k < NW_DEADLINE_KINDS; k++)
+        if (d->at[k] && (!nearest || d->at[k] < nearest))
+            nearest = d->at[k];
+    return nearest;
+}
 
 /* How long a wait that begins at now may last: until the nearest deadline
  * or until, whichever comes first (0 when either has passed). */
-int nw_deadlines_wait_ms(const nw_deadlines *d, nw_msec now, nw_msec until);
+static inline int nw_deadlines_wait_ms(const nw_deadlines *d, nw_msec now, nw_msec until)
+{
+    nw_msec nearest = nw_deadlines_nearest(d);
+    nw_msec wake = nearest && nearest < until ? nearest : until;
+    return wake > now ? (int)(wake - now) : 0;
+}
 
 #endif

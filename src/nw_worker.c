@@ -105,8 +105,8 @@ static nw_wconn *sources_conn_new(void *ctx, int listener, int fd,
 static int sources_defer_accept(void *ctx)
 {
     nw_worker *w = ctx;
-    return nw_pool_place_defers_accept(&w->place, w->taken_any, (uint32_t)w->park.count,
-                                       w->park.ready_count);
+    return nw_pool_place_defers_accept(&w->place, w->taken_any, (uint32_t)w->parking.set.count,
+                                       w->parking.set.ready_count);
 }
 
 static void sources_accepted(void *ctx)
@@ -145,7 +145,7 @@ static int poll_events(nw_worker *w, int timeout_ms)
 {
     struct epoll_event ev[EVENTS_MAX];
     int n = epoll_wait(w->epfd, ev, EVENTS_MAX, timeout_ms);
-    int ready_before = w->park.ready_count, sources = 0;
+    int ready_before = w->parking.set.ready_count, sources = 0;
     for (int k = 0; k < n; k++) {
         uint64_t data = ev[k].data.u64;
         if (data < NW_MAX_LISTENERS) {
@@ -161,11 +161,11 @@ static int poll_events(nw_worker *w, int timeout_ms)
             w->signals.ready = 1;
             sources++;
         } else {
-            nw_park_event(&w->park, data, ev[k].events);
+            nw_park_event(&w->parking.set, data, ev[k].events);
         }
     }
     w->last_poll = w->looked = nw_now_ms();
-    return n < 0 ? -1 : sources + (w->park.ready_count - ready_before);
+    return n < 0 ? -1 : sources + (w->parking.set.ready_count - ready_before);
 }
 
 static int sources_ready(const nw_worker *w)
@@ -173,56 +173,7 @@ static int sources_ready(const nw_worker *w)
     return nw_sources_ready(&w->sources) || w->adopt.ready;
 }
 
-/* ---- parking ------------------------------------------------------- */
-
-#define CACHE_LINE 64    /* bytes (x86-64, and most of the rest) */
-
-/* Ask the CPU for n bytes at p, a cache line at a time. */
-static void prefetch_bytes(const void *p, size_t n)
-{
-    for (size_t off = 0; off < n; off += CACHE_LINE)
-        __builtin_prefetch((const char *)p + off);
-}
-
-/* With hundreds of parked connections a worker cycles through more
- * connection state than its caches hold, and a request's first touches of
- * its nw_wconn, nw_conn and the caller's object miss (PERFORMANCE.md,
- * eighteenth round). So, as one is taken, the CPU is asked for the next
- * one's: it arrives while this request is served. (The park keeps the
- * pointers: reading them from the nw_wconn would wait for that miss.) */
-static void prefetch_ready(nw_worker *w)
-{
-    const void *const *warm;
-    void *next = nw_park_peek_ready(&w->park, &warm);
-    if (!next)
-        return;
-    prefetch_bytes(next, sizeof(nw_wconn));
-    prefetch_bytes(warm[0], sizeof(nw_conn));
-    __builtin_prefetch(warm[1]);    /* the owner, and what it owns (one line each) */
-    __builtin_prefetch(warm[2]);
-}
-
-/* The pointers prefetch_ready asks for. The owner's are NULL until the
- * connection is first served (an adopted one): a prefetch never faults. */
-static void keep_warm(nw_worker *w, nw_wconn *wc)
-{
-    const void **warm = w->park.warm[wc->watch.slot];
-    warm[0] = wc->c;
-    warm[1] = wc->owner;
-    warm[2] = wc->owner_mem;
-}
-
-/* A readable parked connection, or NULL. */
-static nw_wconn *take_parked(nw_worker *w)
-{
-    int hangup;
-    nw_wconn *wc = nw_park_take_ready(&w->park, &hangup);
-    if (wc && hangup)
-        wc->peer_closed = 1;
-    if (wc && w->park.ready_count)
-        prefetch_ready(w);
-    return wc;
-}
+/* ---- hand-offs ----------------------------------------------------- */
 
 /* Hand a connection to the manager, waiting up to wait_ms for room in the
  * queue. Returns 0, or -1 (still ours). */
@@ -265,112 +216,60 @@ static void let_go(nw_worker *w, nw_wconn *wc)
     nw_wconn_free(wc);
 }
 
-/* Park a connection. Returns 0, or -1 when it should be handed off
- * instead (parking paused or full, or bytes of its next request read
- * already). A request that took NW_PARK_SLOW_REQUEST_MS or more pauses
- * parking: with a slow app, a connection parked here could wait behind
- * this worker's next slow request while another worker is free. */
-static int park_conn(nw_worker *w, nw_wconn *wc)
+/* ---- what parking asks of the worker (nw_parking.h) ------------------ */
+
+static int parking_hand_off(void *ctx, nw_wconn *wc, int patience_ms)
 {
-    nw_msec now = wc->ended ? wc->ended : nw_now_ms();  /* (a request just ended: its end) */
-    if (wc->started && now - wc->started >= NW_PARK_SLOW_REQUEST_MS)
-        w->no_park_until = now + NW_PARK_PAUSE_MS;
-    wc->started = 0;
-    wc->ended = 0;
-    if (w->park_ms <= 0 || now < w->no_park_until || wc->c->in.len > 0 || wc->c->fd < 0)
-        return -1;
-    /* Its requests block: the next one goes through the serve queue, where
-     * any free worker takes it (DESIGN.md, "Requests that block"). */
-    if (w->handoff_queue >= 0 && nw_pool_place_blocking(&w->place, now))
-        return -1;
-    /* Not drained if the app may have read from the socket behind our
-     * back, or if a FIN came with the last bytes (it raised no edge of its
-     * own): then the watch is re-armed, which reports it. */
-    int drained = wc->c->drained && !wc->peer_closed && !wc->socket_lent;
-    if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, drained, &wc->watch) < 0)
-        return -1;
-    keep_warm(w, wc);
-    nw_conn_shed_buffers(wc->c);    /* (none is buffered: see above) */
+    return hand_off(ctx, wc, patience_ms);
+}
+
+static void parking_refused(void *ctx, int err)
+{
+    nw_worker *w = ctx;
+    if (w->handoff_queue >= 0)
+        handoff_refused(w, err, 0);
+}
+
+static void parking_drop(void *ctx, nw_wconn *wc)
+{
+    drop_owner(ctx, wc);
+}
+
+/* The caller's object stays alive while parked, and the manager will hold
+ * a copy (custody), so that this process's death does not take the
+ * connection with it. */
+static void parking_parked(void *ctx, nw_wconn *wc, nw_msec now)
+{
+    nw_worker *w = ctx;
     if (w->ops.hold && wc->owner)   /* (an adopted one has none until it is served) */
         w->ops.hold(wc->owner);
-    /* custody: the manager will hold a copy, so that this process's
-     * death does not take the connection with it */
     nw_custody_wait_add(&w->custody, wc, now);
-    return 0;
 }
 
-/* Hand the parked connections whose time is up (all, with everything) to
- * the manager. If the manager does not take one within the patience, the
- * rest of this round are not waited for: they are closed (a parked
- * connection has nothing unread, so a plain close is a clean FIN). */
-static void park_expire(nw_worker *w, nw_msec now, int everything)
+/* Its requests block: the next one goes through the serve queue, where
+ * any free worker takes it (DESIGN.md, "Requests that block"). */
+static int parking_blocking(void *ctx, nw_msec now)
 {
-    nw_wconn *wc;
-    int patience = NW_HANDOFF_PATIENCE_MS;
-    /* The server is draining or stopping: the manager may stop reading the
-     * handoff queue at any moment, and a connection left there would be
-     * lost. Parked ones stay here: the worker's own stop serves their next
-     * request or closes them. */
-    if (!everything && nw_conn_server_closing())
-        return;
-    while ((wc = nw_park_take_expired(&w->park, now, everything))) {
-        wc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
-        if (wc->c->fd >= 0 && hand_off(w, wc, patience) < 0) {
-            if (w->handoff_queue >= 0)
-                handoff_refused(w, errno, 0);
-            patience = 0;           /* dropping it below closes it */
-        }
-        drop_owner(w, wc);
-    }
+    nw_worker *w = ctx;
+    return w->handoff_queue >= 0 && nw_pool_place_blocking(&w->place, now);
 }
 
-/* Close every parked connection the way a stopping server should: a FIN to
- * all at once, then read and drop what they still send until each closes
- * too or NW_PARK_CLOSE_LINGER_MS passes, so that none is reset. Waits with
- * poll on the parked fds alone: the epoll set also holds listeners whose
- * fds may be closed already and that would keep reporting readiness. */
-static void park_close_all(nw_worker *w)
-{
-    nw_msec until = nw_now_ms() + NW_PARK_CLOSE_LINGER_MS, now;
-    nw_wconn *held[NW_MAX_PARKED], *wc;
-    struct pollfd pf[NW_MAX_PARKED];
-    int n = 0;
-    while ((wc = nw_park_take_expired(&w->park, 0, 1))) {
-        wc->watch.registered = 0;
-        if (wc->c->fd < 0) {
-            drop_owner(w, wc);
-            continue;
-        }
-        shutdown(wc->c->fd, SHUT_WR);
-        pf[n].fd = wc->c->fd;
-        pf[n].events = POLLIN;
-        held[n++] = wc;
-    }
-    int open_count = n;
-    while (open_count > 0 && (now = nw_now_ms()) < until) {
-        if (poll(pf, (nfds_t)n, (int)(until - now)) <= 0)
-            continue;
-        for (int k = 0; k < n; k++) {
-            if (pf[k].fd < 0 || !pf[k].revents)
-                continue;
-            char drop[4096];
-            ssize_t r = read(pf[k].fd, drop, sizeof drop);
-            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-                pf[k].fd = -1;          /* poll skips it from now on */
-                open_count--;
-            }
-        }
-    }
-    for (int k = 0; k < n; k++)
-        drop_owner(w, held[k]);   /* closes the socket */
-}
+static const nw_parking_ops parking_ops = {
+    .hand_off = parking_hand_off,
+    .refused = parking_refused,
+    .drop = parking_drop,
+    .parked = parking_parked,
+    .blocking = parking_blocking,
+};
+
+/* ---- leaving ------------------------------------------------------- */
 
 /* Whether anything but the connection being served waits for this
  * worker. Through poll_events, which notes the parked connections' events
  * (they would be lost otherwise) and does not count this connection's own. */
 static int others_waiting(nw_worker *w)
 {
-    return w->park.ready_count || poll_events(w, 0) > 0;
+    return w->parking.set.ready_count || poll_events(w, 0) > 0;
 }
 
 /* The serve queue and the listeners are in every worker's epoll with
@@ -450,9 +349,9 @@ static void look_busy(nw_worker *w, nw_msec now)
         nw_adopt_step_back(&w->adopt);
     if (w->adopt.ready)
         nw_adopt_when_busy(&w->adopt, now); /* a leaving worker's parked connections */
-    if (w->park.count && !w->draining) {
-        park_expire(w, now, 0);    /* even when there is work to do */
-        if (!w->park.ready_count && sources_ready(w))
+    if (w->parking.set.count && !w->draining) {
+        nw_parking_expire(&w->parking, now, 0);    /* even when there is work to do */
+        if (!w->parking.set.ready_count && sources_ready(w))
             poll_events(w, 0);      /* so that parked connections get their turn */
     }
 }
@@ -462,21 +361,21 @@ static void look_busy(nw_worker *w, nw_msec now)
 static nw_wconn *take_turn(nw_worker *w)
 {
     nw_wconn *wc;
-    if (w->park.ready_count && !w->took_parked) {
+    if (w->parking.set.ready_count && !w->took_parked) {
         w->took_parked = 1;
-        return take_parked(w);
+        return nw_parking_take_ready(&w->parking);
     }
     /* The rest's turn, but epoll has not reported them lately: ask again
      * (one call for all of them), at most once per millisecond while
      * parked connections keep the worker busy. */
-    if (!sources_ready(w) && w->park.ready_count && w->looked != w->last_poll)
+    if (!sources_ready(w) && w->parking.set.ready_count && w->looked != w->last_poll)
         poll_events(w, 0);
     if ((wc = nw_sources_take_new(&w->sources))) {
         w->took_parked = 0;
         return wc;
     }
     w->took_parked = 1;
-    return take_parked(w);
+    return nw_parking_take_ready(&w->parking);
 }
 
 /* Nothing to take: what is due is done (expired parked connections,
@@ -485,7 +384,7 @@ static nw_wconn *take_turn(nw_worker *w)
 static int look_idle(nw_worker *w, nw_msec now)
 {
     if (!w->draining)
-        park_expire(w, now, 0);
+        nw_parking_expire(&w->parking, now, 0);
     if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, now))
         nw_adopt_step_back(&w->adopt);
     if (w->adopt.ready && nw_adopt_when_idle(&w->adopt, now)) {
@@ -499,11 +398,11 @@ static int look_idle(nw_worker *w, nw_msec now)
 
 /* Wait in epoll until something comes, the nearest deadline of the
  * worker's parts or until. The parked set's is registered here, when it
- * is ahead (while the server closes, expired ones stay: see park_expire).
+ * is ahead (while the server closes, expired ones stay: see nw_parking_expire).
  * Returns -1 (errno EINTR) for a signal: the caller looks at its flags. */
 static int wait_events(nw_worker *w, nw_msec now, nw_msec until)
 {
-    nw_msec parked = w->draining ? 0 : nw_park_nearest(&w->park);
+    nw_msec parked = w->draining ? 0 : nw_park_nearest(&w->parking.set);
     nw_deadlines_set(&w->deadlines, NW_DEADLINE_PARKED, parked > now ? parked : 0);
     int wait_ms = nw_deadlines_wait_ms(&w->deadlines, now, until);
     if ((poll_events(w, wait_ms) < 0 && errno == EINTR) || w->signals.ready) {
@@ -576,10 +475,10 @@ static nw_release_result close_gently(nw_worker *w, nw_wconn *wc)
 /* Park it, or else hand it to the manager. */
 static nw_release_result park_or_hand_off(nw_worker *w, nw_wconn *wc)
 {
-    if (park_conn(w, wc) == 0)
+    if (nw_parking_add(&w->parking, wc) == 0)
         return NW_RELEASE_PARKED;
     if (nw_conn_server_closing())
-        return NW_RELEASE_KEPT;     /* (see park_expire) the worker waits for it itself */
+        return NW_RELEASE_KEPT;     /* (see nw_parking_expire) the worker waits for it itself */
     if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
         return NW_RELEASE_HANDED_OFF;
     return NW_RELEASE_KEPT;
@@ -637,7 +536,7 @@ static nw_release_result release(nw_worker *w, nw_wconn *wc, nw_release_reason w
         return others_waiting(w) ? park_or_hand_off(w, wc) : NW_RELEASE_KEPT;
     case NW_RELEASE_RETIRE:
         /* parked, it goes to the other workers with the rest (adoption) */
-        if (w->adopt.out >= 0 && !nw_conn_server_closing() && park_conn(w, wc) == 0)
+        if (w->adopt.out >= 0 && !nw_conn_server_closing() && nw_parking_add(&w->parking, wc) == 0)
             return NW_RELEASE_PARKED;
         if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
             return NW_RELEASE_HANDED_OFF;
@@ -690,9 +589,9 @@ void nw_worker_release_parked(nw_worker *w, nw_release_reason why)
         pass_on_waiting(w);     /* (or one for a request or a new connection) */
         nw_adopt_give_away(&w->adopt, 0);
     } else if (why == NW_RELEASE_RETIRE) {
-        park_expire(w, nw_now_ms(), 1);
+        nw_parking_expire(&w->parking, nw_now_ms(), 1);
     } else {
-        park_close_all(w);
+        nw_parking_close_all(&w->parking);
     }
 }
 
@@ -767,12 +666,12 @@ static enum evict_result evict_parked(nw_worker *w, nw_msec now)
 {
     nw_wconn *wc;
     if (nw_conn_server_closing())
-        return EVICT_MANAGER_GONE;  /* (see park_expire) they stay parked */
-    while ((wc = nw_park_take_expired(&w->park, now, 1))) {
+        return EVICT_MANAGER_GONE;  /* (see nw_parking_expire) they stay parked */
+    while ((wc = nw_park_take_expired(&w->parking.set, now, 1))) {
         wc->watch.registered = 0;     /* it left the epoll set */
         if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, w->handoff_queue) < 0) {
             int full = nw_conn_handoff_waits(errno);
-            if (nw_park_add(&w->park, wc->c->fd, wc, now + w->park_ms, 0, &wc->watch) < 0) {
+            if (nw_park_add(&w->parking.set, wc->c->fd, wc, now + w->parking.keep_ms, 0, &wc->watch) < 0) {
                 nw_conn_close_fd(wc->c);  /* cannot be watched any more */
                 nw_watcher_evicted(&w->watcher, wc);
             }
@@ -850,7 +749,7 @@ static void pass_on_left(nw_worker *w)
 static nw_watcher_verdict watcher_act(void *ctx, nw_msec now)
 {
     nw_worker *w = ctx;
-    enum evict_result r = w->park.count ? evict_parked(w, now) : EVICTED;
+    enum evict_result r = w->parking.set.count ? evict_parked(w, now) : EVICTED;
     if (r == EVICT_MANAGER_GONE)
         return NW_WATCHER_GAVE_UP;
     if (wakeup_left(w))
@@ -864,7 +763,7 @@ static nw_watcher_verdict watcher_act(void *ctx, nw_msec now)
 static int watcher_has_work(void *ctx)
 {
     nw_worker *w = ctx;
-    return w->park.count || wakeup_left(w);
+    return w->parking.set.count || wakeup_left(w);
 }
 
 static const nw_watcher_ops watcher_ops = {
@@ -925,7 +824,7 @@ void nw_worker_leave_process(nw_worker *w)
         nw_adopt_pass_on(&w->adopt, NW_HANDOFF_PATIENCE_MS);
         pass_on_waiting(w);
     }
-    if (w->park.count)
+    if (w->parking.set.count)
         nw_worker_release_parked(w, NW_RELEASE_RETIRE);
     process_worker = NULL;
 }
@@ -941,7 +840,7 @@ void nw_worker_leave_process(nw_worker *w)
 void nw_worker_hand_off_parked_from_handler(void)
 {
     nw_worker *w = process_worker;
-    if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->park.count > 0) {
+    if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->parking.set.count > 0) {
         if (nw_watcher_lock_from_handler(&w->watcher)) {
             parked_released(w);
             nw_adopt_give_away(&w->adopt, 1);
@@ -1002,7 +901,8 @@ static nw_wconn *adopt_conn_new(void *ctx, int listener, int fd,
 
 static int adopt_park(void *ctx, nw_wconn *wc)
 {
-    return park_conn(ctx, wc);
+    nw_worker *w = ctx;
+    return nw_parking_add(&w->parking, wc);
 }
 
 static void adopt_let_go(void *ctx, nw_wconn *wc)
@@ -1040,7 +940,7 @@ static nw_adopt_standing adopt_standing(void *ctx)
 static int adopt_within_share(void *ctx, nw_msec now)
 {
     nw_worker *w = ctx;
-    return nw_pool_place_within_share(&w->place, now, (uint32_t)w->park.count);
+    return nw_pool_place_within_share(&w->place, now, (uint32_t)w->parking.set.count);
 }
 
 static const nw_adopt_ops adopt_ops = {
@@ -1086,7 +986,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
      * scopes before the exit hook hands the parked connections over). */
     w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
     nw_deadlines_init(&w->deadlines);
-    nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->park, &w->deadlines };
+    nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->parking.set, &w->deadlines };
     nw_adopt_init(&w->adopt, &adopt_ops, w, &adopt_shared);
     nw_custody_wait_init(&w->custody, w->cfg.custody && serve_queue >= 0
                          && w->handoff_queue >= 0 ? w->handoff_queue : -1, &w->deadlines);
@@ -1095,9 +995,9 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
      * latest, however long --keepalive-wait is. */
     if (cfg->keepalive_timeout > 0 && park_seconds > cfg->keepalive_timeout)
         park_seconds = cfg->keepalive_timeout;
-    w->park_ms = park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
+    nw_parking_init(&w->parking, &parking_ops, w, w->epfd, PARKED_EVENT,
+                    park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0);
     nw_watcher_init(&w->watcher, &watcher_ops, w);
-    nw_park_init(&w->park, w->epfd, PARKED_EVENT);
     if (serve_queue >= 0
         && nw_sources_open_serve_queue(&w->sources, serve_queue, SERVE_QUEUE_EVENT) < 0) {
         int e = errno;
@@ -1140,7 +1040,7 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
     nw_pool_place_count_in(&w->place, w->board, slot);
     nw_adopt_count_in(&w->adopt, w->board, w->counts,
                       slot && board ? (volatile int64_t *)&board->h.handoff_queued : NULL);
-    nw_park_publish(&w->park, slot ? &slot->parked : NULL);
+    nw_park_publish(&w->parking.set, slot ? &slot->parked : NULL);
 }
 
 void nw_worker_free(nw_worker *w)
@@ -1157,10 +1057,8 @@ void nw_worker_free(nw_worker *w)
         drop_owner(w, wc);
     nw_wconn_free(w->watcher.kept);
     w->watcher.kept = NULL;
-    while ((wc = nw_park_take_expired(&w->park, 0, 1))) {
-        wc->watch.registered = 0;
+    while ((wc = nw_parking_take_any(&w->parking)))
         drop_owner(w, wc);
-    }
     nw_deferred_signals_close(&w->signals);
     nw_sources_close(&w->sources);  /* (after the watcher: its accepts read it) */
     if (w->handoff_queue >= 0)

@@ -28,6 +28,7 @@
 #include "nw_conn.h"
 #include "nw_custody_wait.h"
 #include "nw_deadlines.h"
+#include "nw_parking.h"
 #include "nw_pool_place.h"
 #include "nw_watcher.h"
 #include "nw_wconn.h"
@@ -96,12 +97,8 @@ typedef struct nw_worker {
     const nw_scoreboard *board; /* the board it is in, or NULL */
     nw_worker_life life;        /* whether it leaves, and why (nw_worker_signals.h) */
 
-    /* parking: the parked set (nw_park.h) and when to use it */
-    nw_park park;               /* items: nw_wconn * */
-    nw_msec park_ms;            /* how long a connection may stay parked (--keepalive-wait) */
-    nw_msec no_park_until;      /* parking paused after a slow request */
-
     /* the parts */
+    nw_parking parking;         /* the parked set, and what may park (nw_parking.h) */
     nw_deadlines deadlines;     /* when a wait must end for its parts' sake (nw_deadlines.h) */
     nw_sources sources;         /* the listeners and the serve queue (nw_sources.h) */
     nw_pool_place place;        /* accepting or standby; its share (nw_pool_place.h) */

@@ -694,7 +694,7 @@ static void test_adoption(void)
         }
     }
     ok(nw_worker_next(b.w, 50) == NULL, "the silent one is adopted when B is idle, and waits");
-    is(b.w->park.count, 2, "B holds both");
+    is(b.w->parking.set.count, 2, "B holds both");
     is(handed_to_manager(&a, 0) + handed_to_manager(&b, 0), 0, "still nothing through the manager");
     rig_close(&a);
     rig_close(&b);              /* frees the ones still parked, owned or never served */

@@ -1,0 +1,165 @@
+/* Parking (see nw_parking.h). */
+#include "nw_parking.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "nw_limits.h"
+
+void nw_parking_init(nw_parking *p, const nw_parking_ops *ops, void *ctx, int epfd,
+                     uint32_t event_base, nw_msec keep_ms)
+{
+    p->ops = *ops;
+    p->ctx = ctx;
+    p->keep_ms = keep_ms;
+    p->paused_until = 0;
+    nw_park_init(&p->set, epfd, event_base);
+}
+
+nw_wconn *nw_parking_take_any(nw_parking *p)
+{
+    nw_wconn *wc = nw_park_take_expired(&p->set, 0, 1);
+    if (wc)
+        wc->watch.registered = 0;   /* (taken out of epoll) */
+    return wc;
+}
+
+#define CACHE_LINE 64    /* bytes (x86-64, and most of the rest) */
+
+/* Ask the CPU for n bytes at p, a cache line at a time. */
+static void prefetch_bytes(const void *p, size_t n)
+{
+    for (size_t off = 0; off < n; off += CACHE_LINE)
+        __builtin_prefetch((const char *)p + off);
+}
+
+/* With hundreds of parked connections a worker cycles through more
+ * connection state than its caches hold, and a request's first touches of
+ * its nw_wconn, nw_conn and the caller's object miss (PERFORMANCE.md,
+ * eighteenth round). So, as one is taken, the CPU is asked for the next
+ * one's: it arrives while this request is served. (The park keeps the
+ * pointers: reading them from the nw_wconn would wait for that miss.) */
+static void prefetch_ready(nw_parking *p)
+{
+    const void *const *warm;
+    void *next = nw_park_peek_ready(&p->set, &warm);
+    if (!next)
+        return;
+    prefetch_bytes(next, sizeof(nw_wconn));
+    prefetch_bytes(warm[0], sizeof(nw_conn));
+    __builtin_prefetch(warm[1]);    /* the owner, and what it owns (one line each) */
+    __builtin_prefetch(warm[2]);
+}
+
+/* The pointers prefetch_ready asks for. The owner's are NULL until the
+ * connection is first served (an adopted one): a prefetch never faults. */
+static void keep_warm(nw_parking *p, nw_wconn *wc)
+{
+    const void **warm = p->set.warm[wc->watch.slot];
+    warm[0] = wc->c;
+    warm[1] = wc->owner;
+    warm[2] = wc->owner_mem;
+}
+
+nw_wconn *nw_parking_take_ready(nw_parking *p)
+{
+    int hangup;
+    nw_wconn *wc = nw_park_take_ready(&p->set, &hangup);
+    if (wc && hangup)
+        wc->peer_closed = 1;
+    if (wc && p->set.ready_count)
+        prefetch_ready(p);
+    return wc;
+}
+
+/* A request that took NW_PARK_SLOW_REQUEST_MS or more pauses
+ * parking: with a slow app, a connection parked here could wait behind
+ * this worker's next slow request while another worker is free. */
+int nw_parking_add(nw_parking *p, nw_wconn *wc)
+{
+    nw_msec now = wc->ended ? wc->ended : nw_now_ms();  /* (a request just ended: its end) */
+    if (wc->started && now - wc->started >= NW_PARK_SLOW_REQUEST_MS)
+        p->paused_until = now + NW_PARK_PAUSE_MS;
+    wc->started = 0;
+    wc->ended = 0;
+    if (p->keep_ms <= 0 || now < p->paused_until || wc->c->in.len > 0 || wc->c->fd < 0)
+        return -1;
+    if (p->ops.blocking(p->ctx, now))     /* (through the serve queue instead) */
+        return -1;
+    /* Not drained if the app may have read from the socket behind our
+     * back, or if a FIN came with the last bytes (it raised no edge of its
+     * own): then the watch is re-armed, which reports it. */
+    int drained = wc->c->drained && !wc->peer_closed && !wc->socket_lent;
+    if (nw_park_add(&p->set, wc->c->fd, wc, now + p->keep_ms, drained, &wc->watch) < 0)
+        return -1;
+    keep_warm(p, wc);
+    nw_conn_shed_buffers(wc->c);    /* (none is buffered: see above) */
+    p->ops.parked(p->ctx, wc, now);
+    return 0;
+}
+
+/* If the manager does not take one within the patience, the
+ * rest of this round are not waited for: they are closed (a parked
+ * connection has nothing unread, so a plain close is a clean FIN). */
+void nw_parking_expire(nw_parking *p, nw_msec now, int everything)
+{
+    nw_wconn *wc;
+    int patience = NW_HANDOFF_PATIENCE_MS;
+    /* The server is draining or stopping: the manager may stop reading the
+     * handoff queue at any moment, and a connection left there would be
+     * lost. Parked ones stay here: the worker's own stop serves their next
+     * request or closes them. */
+    if (!everything && nw_conn_server_closing())
+        return;
+    while ((wc = nw_park_take_expired(&p->set, now, everything))) {
+        wc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
+        if (wc->c->fd >= 0 && p->ops.hand_off(p->ctx, wc, patience) < 0) {
+            p->ops.refused(p->ctx, errno);
+            patience = 0;           /* dropping it below closes it */
+        }
+        p->ops.drop(p->ctx, wc);
+    }
+}
+
+/* A FIN to all at once, then read and drop what they still send until each closes
+ * too or NW_PARK_CLOSE_LINGER_MS passes, so that none is reset. Waits with
+ * poll on the parked fds alone: the epoll set also holds listeners whose
+ * fds may be closed already and that would keep reporting readiness. */
+void nw_parking_close_all(nw_parking *p)
+{
+    nw_msec until = nw_now_ms() + NW_PARK_CLOSE_LINGER_MS, now;
+    nw_wconn *held[NW_MAX_PARKED], *wc;
+    struct pollfd pf[NW_MAX_PARKED];
+    int n = 0;
+    while ((wc = nw_park_take_expired(&p->set, 0, 1))) {
+        wc->watch.registered = 0;
+        if (wc->c->fd < 0) {
+            p->ops.drop(p->ctx, wc);
+            continue;
+        }
+        shutdown(wc->c->fd, SHUT_WR);
+        pf[n].fd = wc->c->fd;
+        pf[n].events = POLLIN;
+        held[n++] = wc;
+    }
+    int open_count = n;
+    while (open_count > 0 && (now = nw_now_ms()) < until) {
+        if (poll(pf, (nfds_t)n, (int)(until - now)) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (pf[k].fd < 0 || !pf[k].revents)
+                continue;
+            char drop[4096];
+            ssize_t r = read(pf[k].fd, drop, sizeof drop);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+                pf[k].fd = -1;          /* poll skips it from now on */
+                open_count--;
+            }
+        }
+    }
+    for (int k = 0; k < n; k++)
+        p->ops.drop(p->ctx, held[k]);   /* closes the socket */
+}
+

@@ -1,0 +1,61 @@
+/* Parking (docs/DESIGN.md, "Parking"): a keep-alive connection waits for
+ * its next request in the worker's own epoll (the parked set, nw_park.h)
+ * rather than going to the manager, for up to --keepalive-wait; readable
+ * ones take turns with new work, and one whose time is up goes to the
+ * manager. This part owns the parked set and decides what may park; what
+ * that does to the rest of the worker (the owner held, custody's copy, a
+ * hand-off) goes through the call-backs below. Part of the worker
+ * (nw_worker.c), its only caller (adoption and the park watcher work on
+ * the set through it too). */
+#ifndef NW_PARKING_H
+#define NW_PARKING_H
+
+#include <stdint.h>
+#include "nw_io.h"
+#include "nw_park.h"
+#include "nw_wconn.h"
+
+/* What parking asks of the worker (ctx). */
+typedef struct {
+    /* To the manager, waiting up to patience_ms for room: 0, or -1 with
+     * errno (still ours). */
+    int (*hand_off)(void *ctx, nw_wconn *wc, int patience_ms);
+    void (*refused)(void *ctx, int err);    /* an idle one the manager did not take */
+    void (*drop)(void *ctx, nw_wconn *wc);  /* let go of it (freed) */
+    void (*parked)(void *ctx, nw_wconn *wc, nw_msec now);  /* it is parked now */
+    int (*blocking)(void *ctx, nw_msec now);    /* its requests go through the serve queue */
+} nw_parking_ops;
+
+typedef struct {
+    nw_parking_ops ops;
+    void *ctx;
+    nw_park set;                /* items: nw_wconn * */
+    nw_msec keep_ms;            /* how long a connection may stay parked (--keepalive-wait);
+                                 * 0: parking is off */
+    nw_msec paused_until;       /* parking paused after a slow request */
+} nw_parking;
+
+/* An empty set in epoll epfd (slot i's data: event_base + i), keeping
+ * connections keep_ms. */
+void nw_parking_init(nw_parking *p, const nw_parking_ops *ops, void *ctx, int epfd,
+                     uint32_t event_base, nw_msec keep_ms);
+
+/* Park a connection. Returns 0, or -1 when it should be handed off
+ * instead (parking paused or full, or bytes of its next request read
+ * already). */
+int nw_parking_add(nw_parking *p, nw_wconn *wc);
+
+/* A readable parked connection, or NULL. */
+nw_wconn *nw_parking_take_ready(nw_parking *p);
+
+/* Any parked connection (out of epoll), or NULL: the set is let go. */
+nw_wconn *nw_parking_take_any(nw_parking *p);
+
+/* Hand the parked connections whose time is up by now (all, with
+ * everything) to the manager. */
+void nw_parking_expire(nw_parking *p, nw_msec now, int everything);
+
+/* The server stops: close every parked connection without resetting any. */
+void nw_parking_close_all(nw_parking *p);
+
+#endif
