@@ -1,16 +1,28 @@
 /* The park watcher thread (see nw_watcher.h). */
 #include "nw_watcher.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <time.h>
 
 static nw_watcher *watched;     /* this process's running watcher, for fork */
 
-void nw_watcher_init(nw_watcher *wt, const nw_watcher_ops *ops, void *ctx)
+void nw_watcher_init(nw_watcher *wt, const nw_watcher_ops *ops, void *ctx,
+                     const nw_watcher_shared *shared)
 {
     wt->ops = *ops;
     wt->ctx = ctx;
+    wt->parking = shared->parking;
+    wt->sources = shared->sources;
+    wt->handoff_queue = shared->handoff_queue;
     wt->coarse_lag = nw_coarse_tick_ms() + 1;
+}
+
+void nw_watcher_count_in(nw_watcher *wt, const nw_scoreboard *board, nw_score_slot *slot)
+{
+    wt->board = board;
+    wt->slot = slot;
 }
 
 /* Wait on wake until the monotonic millisecond `until`. */
@@ -20,21 +32,138 @@ static void watcher_sleep(nw_watcher *wt, nw_msec until)
     pthread_cond_timedwait(&wt->wake, &wt->lock, &ts);
 }
 
-/* The main thread has been out for NW_PARK_SLOW_REQUEST_MS: the worker's
- * work, and when to look again. */
+/* What an eviction round came to. */
+enum evict_result {
+    EVICTED,                /* every parked connection went to the manager */
+    EVICT_QUEUE_FULL,       /* the rest stay parked (none is closed here, readable
+                             * ones hold a request): try again soon */
+    EVICT_MANAGER_GONE,     /* another error: leave them */
+};
+
+/* Hand every parked connection to the manager, without waiting for room in
+ * its queue. Runs in the watcher, with the lock: it touches the
+ * connections' C side only. */
+static enum evict_result evict_parked(nw_watcher *wt, nw_msec now)
+{
+    nw_wconn *wc;
+    if (nw_conn_server_closing())
+        return EVICT_MANAGER_GONE;  /* (see nw_parking_expire) they stay parked */
+    while ((wc = nw_park_take_expired(&wt->parking->set, now, 1))) {
+        wc->watch.registered = 0;     /* it left the epoll set */
+        if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, wt->handoff_queue) < 0) {
+            int full = nw_conn_handoff_waits(errno);
+            if (nw_park_add(&wt->parking->set, wc->c->fd, wc, now + wt->parking->keep_ms, 0, &wc->watch) < 0) {
+                nw_conn_close_fd(wc->c);  /* cannot be watched any more */
+                nw_watcher_evicted(wt, wc);
+            }
+            return full ? EVICT_QUEUE_FULL : EVICT_MANAGER_GONE;
+        }
+        nw_watcher_evicted(wt, wc);
+    }
+    return EVICTED;
+}
+
+/* A wake-up this worker took and left: epoll reported a listener or the
+ * serve queue, and the worker went out to serve something else before it
+ * read them to EAGAIN. They are EPOLLEXCLUSIVE, so no other worker heard
+ * of it (DESIGN.md, "Parking": "A wake-up taken and left"). */
+static int wakeup_left(const nw_watcher *wt)
+{
+    const nw_sources *s = wt->sources;
+    return s->listener_ready || (s->serve_queue >= 0 && s->serve_queue_ready);
+}
+
+/* One that the watcher passes on goes to the manager, without waiting
+ * for room in its queue (the watcher holds the lock). One the manager
+ * does not take is kept for the main thread, which takes it next, as it
+ * would have without the watcher: it is not closed (a queued request
+ * has its client waiting for an answer) nor parked (with --keepalive-wait
+ * 0 it would expire at once). Returns 0 then: the rest are not tried. */
+static int pass_on_one(nw_watcher *wt, nw_wconn *wc)
+{
+    if (wt->ops.pass_on(wt->ctx, wc) == 0)
+        return 1;
+    wt->kept = wc;
+    return 0;
+}
+
+/* Whether the manager's queue has room for a frame now. */
+static int hand_off_room(const nw_watcher *wt)
+{
+    struct pollfd p = { .fd = wt->handoff_queue, .events = POLLOUT };
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) && !(p.revents & (POLLERR | POLLHUP));
+}
+
+/* In the watcher, the main thread out for NW_PARK_SLOW_REQUEST_MS: what
+ * waits in the serve queue and on the listeners that epoll reported goes
+ * to the manager, which queues it with a wake-up of its own, when another
+ * worker is idle to take it. (With none idle, the first one free sees the
+ * wake-up too, and the manager takes a stuck pool's listeners itself.) */
+static void pass_on_left(nw_watcher *wt)
+{
+    nw_wconn *wc;
+    if (wt->kept || !wt->board || !nw_scoreboard_other_idle(wt->board, wt->slot)
+        || nw_conn_server_closing() || !hand_off_room(wt))
+        return;     /* (a full queue: the watcher looks again) */
+    nw_sources *src = wt->sources;
+    for (int i = 0; i < NW_PASS_ON_MAX && (wc = nw_sources_take_served(src)); i++)
+        if (!pass_on_one(wt, wc))
+            return;
+    for (int idx = 0; idx < src->count; idx++) {
+        for (int i = 0; i < NW_PASS_ON_MAX && (src->listener_ready & ((uint64_t)1 << idx)); i++) {
+            if (!(wc = nw_sources_accept_on(src, idx))) {
+                if (errno != ENOMEM)
+                    nw_sources_listener_empty(src, idx);
+                break;
+            }
+            if (!pass_on_one(wt, wc))
+                return;
+        }
+    }
+}
+
+/* What a round of the watcher's work came to. */
+typedef enum {
+    WATCHER_DONE,           /* nothing left to do for this slow request */
+    WATCHER_GAVE_UP,        /* the manager is gone: not tried again this time out */
+    WATCHER_RETRY_SOON,     /* the manager's queue was full */
+    WATCHER_LOOK_AGAIN,     /* a wake-up is still left (no worker was idle) */
+} watcher_verdict;
+
+/* The main thread has been out for NW_PARK_SLOW_REQUEST_MS: the parked
+ * connections go to the manager, and what a wake-up left. */
+static watcher_verdict watcher_work(nw_watcher *wt, nw_msec now)
+{
+    enum evict_result r = wt->parking->set.count ? evict_parked(wt, now) : EVICTED;
+    if (r == EVICT_MANAGER_GONE)
+        return WATCHER_GAVE_UP;
+    if (wakeup_left(wt))
+        pass_on_left(wt);
+    if (r == EVICT_QUEUE_FULL)
+        return WATCHER_RETRY_SOON;
+    return wakeup_left(wt) ? WATCHER_LOOK_AGAIN : WATCHER_DONE;
+}
+
+/* Whether the watcher has something to watch. */
+static int has_work(const nw_watcher *wt)
+{
+    return wt->parking->set.count || wakeup_left(wt);
+}
+
+/* The watcher's work, and when to look again. */
 static void watcher_act(nw_watcher *wt, nw_msec now)
 {
-    switch (wt->ops.act(wt->ctx, now)) {
-    case NW_WATCHER_GAVE_UP:
+    switch (watcher_work(wt, now)) {
+    case WATCHER_GAVE_UP:
         wt->gave_up = wt->out_since;
         break;
-    case NW_WATCHER_RETRY_SOON:
+    case WATCHER_RETRY_SOON:
         watcher_sleep(wt, now + NW_PARK_EVICT_RETRY_MS);
         break;
-    case NW_WATCHER_LOOK_AGAIN:
-        watcher_sleep(wt, now + NW_PARK_SLOW_REQUEST_MS);   /* (no worker idle: look again) */
+    case WATCHER_LOOK_AGAIN:
+        watcher_sleep(wt, now + NW_PARK_SLOW_REQUEST_MS);
         break;
-    case NW_WATCHER_DONE:
+    case WATCHER_DONE:
         break;
     }
 }
@@ -44,7 +173,7 @@ static void *watcher_main(void *arg)
     nw_watcher *wt = arg;
     pthread_mutex_lock(&wt->lock);
     while (!wt->quit) {
-        if (!wt->ops.has_work(wt->ctx)) {
+        if (!has_work(wt)) {
             wt->idle = 1;
             pthread_cond_wait(&wt->wake, &wt->lock);
             wt->idle = 0;
@@ -138,7 +267,7 @@ void nw_watcher_leave(nw_watcher *wt)
     if (!wt->running || !wt->main_holds)
         return;
     wt->out_since = nw_coarse_ms() + wt->coarse_lag;  /* (a fifth of a precise reading's cost) */
-    if (wt->idle && wt->ops.has_work(wt->ctx))
+    if (wt->idle && has_work(wt))
         pthread_cond_signal(&wt->wake);
     wt->main_holds = 0;
     pthread_mutex_unlock(&wt->lock);

@@ -1,38 +1,48 @@
 /* The park watcher (docs/DESIGN.md, "Fairness and slow apps"): a thread
  * of the worker that, when the main thread has been out serving one
- * request for NW_PARK_SLOW_REQUEST_MS, asks the worker to let its parked
- * connections and any wake-up it took and left go to the manager, so that
- * they do not wait behind a slow request. This part owns the thread, its
- * lock (which the main thread holds whenever it is inside the worker),
- * its timing and its fork handling; what is done to the worker is the
- * worker's (the call-backs below, run on the watcher's thread with the
- * lock held). Part of the worker (nw_worker.c), its only caller. */
+ * request for NW_PARK_SLOW_REQUEST_MS, lets the parked connections and
+ * any wake-up the worker took and left (a listener, the serve queue) go
+ * to the manager, so that they do not wait behind a slow request. This
+ * part owns the thread, its lock (which the main thread holds whenever it
+ * is inside the worker), its timing, its fork handling and the
+ * connections it hands back to the main thread; it works on the worker's
+ * parking and sources parts with the lock held, and asks the worker
+ * through the call-back below. Part of the worker (nw_worker.c), its only
+ * caller. */
 #ifndef NW_WATCHER_H
 #define NW_WATCHER_H
 
 #include <pthread.h>
 #include "nw_io.h"
 #include "nw_limits.h"
+#include "nw_parking.h"
+#include "nw_scoreboard.h"
+#include "nw_sources.h"
 #include "nw_wconn.h"
 
-/* What a round of the watcher's work came to. */
-typedef enum {
-    NW_WATCHER_DONE,        /* nothing left to do for this slow request */
-    NW_WATCHER_GAVE_UP,     /* the manager is gone: not tried again this time out */
-    NW_WATCHER_RETRY_SOON,  /* the manager's queue was full: again after
-                             * NW_PARK_EVICT_RETRY_MS */
-    NW_WATCHER_LOOK_AGAIN,  /* a wake-up is still left: again after
-                             * NW_PARK_SLOW_REQUEST_MS */
-} nw_watcher_verdict;
-
+/* What the watcher asks of the worker (ctx). */
 typedef struct {
-    int (*has_work)(void *ctx);     /* parked connections, or a wake-up left */
-    nw_watcher_verdict (*act)(void *ctx, nw_msec now);  /* the main thread is out too long */
+    /* A connection taken from a wake-up left, to the manager without
+     * waiting: 0 (it is there, and freed), or -1 (still ours). */
+    int (*pass_on)(void *ctx, nw_wconn *wc);
 } nw_watcher_ops;
+
+/* The worker's parts the watcher works on (with the lock). */
+typedef struct {
+    nw_parking *parking;        /* the parked connections it hands to the manager */
+    nw_sources *sources;        /* the wake-ups left it passes on */
+    int handoff_queue;          /* the manager's queue (-1: none, no watcher) */
+} nw_watcher_shared;
 
 typedef struct {
     nw_watcher_ops ops;
     void *ctx;                  /* the worker, for ops */
+    nw_parking *parking;
+    nw_sources *sources;
+    int handoff_queue;
+    const nw_scoreboard *board; /* whether another worker is idle (pass on what a wake-up
+                                 * left only then), or NULL */
+    nw_score_slot *slot;        /* this worker's slot there */
     int running;                /* the thread runs */
     pthread_t thread;
     pthread_mutex_t lock;
@@ -52,8 +62,12 @@ typedef struct {
                                  * the manager: the main thread's next connection */
 } nw_watcher;
 
-/* A watcher not started, whose work is ops on ctx. */
-void nw_watcher_init(nw_watcher *wt, const nw_watcher_ops *ops, void *ctx);
+/* A watcher not started, for the parts in shared, asking ctx through ops. */
+void nw_watcher_init(nw_watcher *wt, const nw_watcher_ops *ops, void *ctx,
+                     const nw_watcher_shared *shared);
+
+/* The pool on board, this worker in slot (NULL: none). */
+void nw_watcher_count_in(nw_watcher *wt, const nw_scoreboard *board, nw_score_slot *slot);
 
 /* Start the thread, with every signal blocked in it (the caller's signal
  * handlers run only in the main thread), the main thread inside. Returns

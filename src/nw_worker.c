@@ -651,124 +651,19 @@ int nw_worker_has_manager(const nw_worker *w)
 
 /* ---- the park watcher thread --------------------------------------- */
 
-/* What an eviction round came to. */
-enum evict_result {
-    EVICTED,                /* every parked connection went to the manager */
-    EVICT_QUEUE_FULL,       /* the rest stay parked (none is closed here, readable
-                             * ones hold a request): try again soon */
-    EVICT_MANAGER_GONE,     /* another error: leave them */
-};
-
-/* Hand every parked connection to the manager, without waiting for room in
- * its queue. Runs in the watcher, with the lock: it touches the
- * connections' C side only. */
-static enum evict_result evict_parked(nw_worker *w, nw_msec now)
+/* What the watcher passes on goes to the manager, without waiting for
+ * room in its queue (the watcher holds the lock); freed once it is
+ * there. */
+static int watcher_pass_on(void *ctx, nw_wconn *wc)
 {
-    nw_wconn *wc;
-    if (nw_conn_server_closing())
-        return EVICT_MANAGER_GONE;  /* (see nw_parking_expire) they stay parked */
-    while ((wc = nw_park_take_expired(&w->parking.set, now, 1))) {
-        wc->watch.registered = 0;     /* it left the epoll set */
-        if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, w->handoff_queue) < 0) {
-            int full = nw_conn_handoff_waits(errno);
-            if (nw_park_add(&w->parking.set, wc->c->fd, wc, now + w->parking.keep_ms, 0, &wc->watch) < 0) {
-                nw_conn_close_fd(wc->c);  /* cannot be watched any more */
-                nw_watcher_evicted(&w->watcher, wc);
-            }
-            return full ? EVICT_QUEUE_FULL : EVICT_MANAGER_GONE;
-        }
-        nw_watcher_evicted(&w->watcher, wc);
-    }
-    return EVICTED;
-}
-
-/* A wake-up this worker took and left: epoll reported a listener or the
- * serve queue, and the worker went out to serve something else before it
- * read them to EAGAIN. They are EPOLLEXCLUSIVE, so no other worker heard
- * of it (DESIGN.md, "Parking": "A wake-up taken and left"). */
-static int wakeup_left(const nw_worker *w)
-{
-    const nw_sources *s = &w->sources;
-    return s->listener_ready || (s->serve_queue >= 0 && s->serve_queue_ready);
-}
-
-/* One that the watcher passes on goes to the manager, without waiting
- * for room in its queue (the watcher holds the lock). One the manager
- * does not take is kept for the main thread, which takes it next, as it
- * would have without the watcher: it is not closed (a queued request
- * has its client waiting for an answer) nor parked (with --keepalive-wait
- * 0 it would expire at once). Returns 0 then: the rest are not tried. */
-static int pass_on_one(nw_worker *w, nw_wconn *wc)
-{
-    if (hand_off(w, wc, 0) == 0) {
-        nw_wconn_free(wc);
-        return 1;
-    }
-    w->watcher.kept = wc;
+    if (hand_off(ctx, wc, 0) < 0)
+        return -1;
+    nw_wconn_free(wc);
     return 0;
 }
 
-/* Whether the manager's queue has room for a frame now. */
-static int hand_off_room(const nw_worker *w)
-{
-    struct pollfd p = { .fd = w->handoff_queue, .events = POLLOUT };
-    return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) && !(p.revents & (POLLERR | POLLHUP));
-}
-
-/* In the watcher, the main thread out for NW_PARK_SLOW_REQUEST_MS: what
- * waits in the serve queue and on the listeners that epoll reported goes
- * to the manager, which queues it with a wake-up of its own, when another
- * worker is idle to take it. (With none idle, the first one free sees the
- * wake-up too, and the manager takes a stuck pool's listeners itself.) */
-static void pass_on_left(nw_worker *w)
-{
-    nw_wconn *wc;
-    if (w->watcher.kept || !w->board || !nw_scoreboard_other_idle(w->board, w->slot)
-        || nw_conn_server_closing() || !hand_off_room(w))
-        return;     /* (a full queue: the watcher looks again) */
-    nw_sources *src = &w->sources;
-    for (int i = 0; i < NW_PASS_ON_MAX && (wc = nw_sources_take_served(src)); i++)
-        if (!pass_on_one(w, wc))
-            return;
-    for (int idx = 0; idx < src->count; idx++) {
-        for (int i = 0; i < NW_PASS_ON_MAX && (src->listener_ready & ((uint64_t)1 << idx)); i++) {
-            if (!(wc = nw_sources_accept_on(src, idx))) {
-                if (errno != ENOMEM)
-                    nw_sources_listener_empty(src, idx);
-                break;
-            }
-            if (!pass_on_one(w, wc))
-                return;
-        }
-    }
-}
-
-/* The main thread has been out for NW_PARK_SLOW_REQUEST_MS (the
- * watcher's call-back, on its thread with the lock): the parked
- * connections go to the manager, and what a wake-up left. */
-static nw_watcher_verdict watcher_act(void *ctx, nw_msec now)
-{
-    nw_worker *w = ctx;
-    enum evict_result r = w->parking.set.count ? evict_parked(w, now) : EVICTED;
-    if (r == EVICT_MANAGER_GONE)
-        return NW_WATCHER_GAVE_UP;
-    if (wakeup_left(w))
-        pass_on_left(w);
-    if (r == EVICT_QUEUE_FULL)
-        return NW_WATCHER_RETRY_SOON;
-    return wakeup_left(w) ? NW_WATCHER_LOOK_AGAIN : NW_WATCHER_DONE;
-}
-
-/* Whether the watcher has something to watch (its call-back). */
-static int watcher_has_work(void *ctx)
-{
-    nw_worker *w = ctx;
-    return w->parking.set.count || wakeup_left(w);
-}
-
 static const nw_watcher_ops watcher_ops = {
-    .has_work = watcher_has_work,
-    .act = watcher_act,
+    .pass_on = watcher_pass_on,
 };
 
 static nw_worker *process_worker;   /* this process's, for exit and crash hooks */
@@ -997,7 +892,8 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
         park_seconds = cfg->keepalive_timeout;
     nw_parking_init(&w->parking, &parking_ops, w, w->epfd, PARKED_EVENT,
                     park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0);
-    nw_watcher_init(&w->watcher, &watcher_ops, w);
+    nw_watcher_shared watched = { &w->parking, &w->sources, w->handoff_queue };
+    nw_watcher_init(&w->watcher, &watcher_ops, w, &watched);
     if (serve_queue >= 0
         && nw_sources_open_serve_queue(&w->sources, serve_queue, SERVE_QUEUE_EVENT) < 0) {
         int e = errno;
@@ -1038,6 +934,7 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
     nw_sources_count_in(&w->sources, slot, w->counts,
                         slot && board ? (volatile int64_t *)&board->h.serve_queued : NULL);
     nw_pool_place_count_in(&w->place, w->board, slot);
+    nw_watcher_count_in(&w->watcher, w->board, slot);
     nw_adopt_count_in(&w->adopt, w->board, w->counts,
                       slot && board ? (volatile int64_t *)&board->h.handoff_queued : NULL);
     nw_park_publish(&w->parking.set, slot ? &slot->parked : NULL);
