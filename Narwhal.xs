@@ -19,12 +19,15 @@
 #include "src/nw_sched.h"
 #include <strings.h>
 
-static HV *conn_stash, *acceptor_stash;   /* for the typemap's quick check */
+static HV *acceptor_stash;   /* for the typemap's quick check */
 
-static void flush_access_log(void)
+/* The access log's buffered lines out now (report: an acceptor's; the
+ * request watchdog's last words too). */
+static void flush_access_log(void *report)
 {
-    if (nw_xs_access_log)
-        nw_access_log_flush(nw_xs_access_log);
+    nw_xs_report *rep = report;
+    if (rep->access_log)
+        nw_access_log_flush(rep->access_log);
 }
 
 /* The master's scoreboard memfd (Narwhal::Scoreboard->fd), for the manager. */
@@ -161,6 +164,7 @@ serve_setup(self, worker, app, conn, opts)
     }
     nw_serve_setup s = {
         .worker = worker, .app = app, .conn = SvRV(conn), .life = &self->w->life,
+        .report = &self->report,
         .limit = (IV)v[0], .replace_at = (IV)v[1], .keepalive = (int)v[2], .managed = (int)v[3],
         .quantum = v[4] >= 1 ? (int)v[4] : 1, .rss_limit_mb = v[5], .idle_wait = v[6],
         .wake_master_fd = (int)v[7], .limit_step = (IV)v[0],
@@ -271,11 +275,18 @@ adopt_queue(self, in_fd, out_fd)
         croak("adopt queue: %s\n", strerror(errno));
 
 void
-count_in_scoreboard(self)
+count_in_scoreboard(self, board, index)
     nw_xs_acceptor *self
+    SV *board
+    unsigned index
   CODE:
-    /* (after the scoreboard's attach: the slot this worker writes) */
-    nw_worker_count_in(self->w, nw_xs_scoreboard, nw_xs_score_slot);
+    /* (after the scoreboard's attach: the slot this worker writes, on
+     * every request from now on, and its board) */
+    nw_xs_report *rep = &self->report;
+    rep->board = board_of(aTHX_ board);
+    rep->slot = slot_of(aTHX_ board, index);
+    rep->header = &rep->board->h;
+    nw_worker_count_in(self->w, rep->board, rep->slot);
 
 void
 standby(self)
@@ -344,6 +355,7 @@ DESTROY(self)
   CODE:
     nw_serve_setup_clear(aTHX_ &self->serve);
     nw_worker_free(self->w);
+    nw_serve_report_clear(&self->report);
     for (int i = 0; i < self->count; i++)
         nw_env_recycler_unref(aTHX_ self->env[i]);
     Safefree(self);
@@ -355,7 +367,7 @@ arm_watchdog(self, sig)
   CODE:
     /* After $SIG{sig} is set: a C handler goes in front of Perl's. */
     PERL_UNUSED_VAR(self);
-    nw_worker_watchdog_arm(sig, nw_xs_score_slot, flush_access_log);
+    nw_worker_watchdog_arm(sig, self->report.slot, flush_access_log, &self->report);
 
 void
 proxy_from(self, cidr)
@@ -379,15 +391,14 @@ watchdog_end(self, conn = NULL)
     /* The watchdog's Perl handler: 504 unless the response began; the
      * slot says why the worker leaves; the access log has its line, and is
      * flushed. Returns 1 when the 504 went out. */
-    PERL_UNUSED_VAR(self);
     RETVAL = nw_worker_watchdog_reply();
-    if (nw_xs_access_log && conn && SvROK(conn) && sv_derived_from(conn, "Narwhal::Conn")) {
+    if (self->report.access_log && conn && nw_serve_is_conn(aTHX_ conn)) {
         nw_xs_conn *xc = INT2PTR(nw_xs_conn *, SvIV(SvRV(conn)));
         if (RETVAL)
             xc->c->status = 504;
-        nw_serve_log_request(aTHX_ xc, 1, nw_now_us());
+        nw_serve_log_request(aTHX_ &self->report, xc, 1, nw_now_us());
     }
-    flush_access_log();
+    flush_access_log(&self->report);
   OUTPUT:
     RETVAL
 
@@ -568,29 +579,27 @@ attach(self, index)
     SV *self
     unsigned index
   CODE:
-    /* In a worker: its slot, written on every request from now on. */
-    nw_xs_score_slot = slot_of(aTHX_ self, index);
-    nw_xs_score_slot->pid = (int32_t)getpid();
-    nw_xs_score_slot->state = NW_WORKER_IDLE;
+    /* In a worker: its slot, which its acceptor writes on every request
+     * (count_in_scoreboard), and the board's words its connections read. */
+    nw_score_slot *slot = slot_of(aTHX_ self, index);
+    slot->pid = (int32_t)getpid();
+    slot->state = NW_WORKER_IDLE;
     nw_conn_watch_closing(&board_of(aTHX_ self)->h.stopping);
     nw_conn_watch_offload(&board_of(aTHX_ self)->h.offload_bytes);
     nw_conn_count_handoffs(&board_of(aTHX_ self)->h.handoff_queued);
-    nw_conn_count_held(&nw_xs_score_slot->conns);
-    nw_xs_score_header = &board_of(aTHX_ self)->h;
-    nw_xs_scoreboard = board_of(aTHX_ self);
+    nw_conn_count_held(&slot->conns);
 
 void
-leaving(self, reason = 0)
+leaving(self, index, reason = 0)
     SV *self
+    unsigned index
     int reason
   CODE:
     /* In a worker: it is on its way out, and why (enum nw_exit_reason). */
-    PERL_UNUSED_VAR(self);
-    if (nw_xs_score_slot) {
-        if (reason)
-            nw_xs_score_slot->exit_reason = reason;
-        nw_xs_score_slot->state = NW_WORKER_STOPPING;
-    }
+    nw_score_slot *slot = slot_of(aTHX_ self, index);
+    if (reason)
+        slot->exit_reason = reason;
+    slot->state = NW_WORKER_STOPPING;
 
 SV *
 slot(self, index)
@@ -815,60 +824,69 @@ cidr_ok(text)
   OUTPUT:
     RETVAL
 
-MODULE = Narwhal    PACKAGE = Narwhal::AccessLog
+MODULE = Narwhal    PACKAGE = Narwhal::Acceptor
 
 void
-open(path, json)
+access_log_open(self, path, json)
+    nw_xs_acceptor *self
     const char *path
     int json
   CODE:
     /* In a worker, as its user: --access-log. */
-    if (nw_xs_access_log)
-        nw_access_log_close(nw_xs_access_log);
-    nw_xs_access_log = nw_access_log_open(path, json ? NW_ACCESS_JSON : NW_ACCESS_COMBINED);
-    if (!nw_xs_access_log)
+    nw_xs_report *rep = &self->report;
+    if (rep->access_log)
+        nw_access_log_close(rep->access_log);
+    rep->access_log = nw_access_log_open(path, json ? NW_ACCESS_JSON : NW_ACCESS_COMBINED);
+    if (!rep->access_log)
         croak("cannot open the access log %s: %s\n", path, strerror(errno));
-    nw_xs_access_log_pid = (int)getpid();
+    rep->access_log_pid = (int)getpid();
 
 void
-forwarded(...)
+access_log_forwarded(self, ...)
+    nw_xs_acceptor *self
   CODE:
     /* --access-log-client forwarded: the client field from the last
      * X-Forwarded-For address when a trusted proxy sent it (unix-socket
      * peers, and the --forwarded-from addresses given here). */
-    nw_xs_access_forwarded = 1;
-    free(nw_xs_forwarded_from);
-    nw_xs_forwarded_from = items ? calloc((size_t)items, sizeof *nw_xs_forwarded_from) : NULL;
-    nw_xs_forwarded_from_n = 0;
-    for (int i = 0; i < items && nw_xs_forwarded_from; i++) {
-        if (nw_proxy_cidr_parse(SvPV_nolen(ST(i)), &nw_xs_forwarded_from[nw_xs_forwarded_from_n]) < 0)
+    nw_xs_report *rep = &self->report;
+    int n = items - 1;
+    rep->access_forwarded = 1;
+    free(rep->forwarded_from);
+    rep->forwarded_from = n ? calloc((size_t)n, sizeof *rep->forwarded_from) : NULL;
+    rep->forwarded_from_n = 0;
+    for (int i = 1; i < items && rep->forwarded_from; i++) {
+        if (nw_proxy_cidr_parse(SvPV_nolen(ST(i)), &rep->forwarded_from[rep->forwarded_from_n]) < 0)
             croak("--forwarded-from: not an address or CIDR: '%s'\n", SvPV_nolen(ST(i)));
-        nw_xs_forwarded_from_n++;
+        rep->forwarded_from_n++;
     }
 
 int
-reopen()
+access_log_reopen(self)
+    nw_xs_acceptor *self
   CODE:
-    RETVAL = !nw_xs_access_log || nw_access_log_reopen(nw_xs_access_log) == 0;
+    RETVAL = !self->report.access_log || nw_access_log_reopen(self->report.access_log) == 0;
   OUTPUT:
     RETVAL
 
 void
-tick()
+access_log_tick(self)
+    nw_xs_acceptor *self
   CODE:
-    if (nw_xs_access_log)
-        nw_access_log_tick(nw_xs_access_log, nw_now_ms());
+    if (self->report.access_log)
+        nw_access_log_tick(self->report.access_log, nw_now_ms());
 
 void
-close()
+access_log_close(self)
+    nw_xs_acceptor *self
   CODE:
-    nw_access_log_close(nw_xs_access_log);
-    nw_xs_access_log = NULL;
+    nw_access_log_close(self->report.access_log);
+    self->report.access_log = NULL;
 
 double
-lost()
+access_log_lost(self)
+    nw_xs_acceptor *self
   CODE:
-    RETVAL = nw_xs_access_log ? (double)nw_access_log_lost(nw_xs_access_log) : 0;
+    RETVAL = self->report.access_log ? (double)nw_access_log_lost(self->report.access_log) : 0;
   OUTPUT:
     RETVAL
 
@@ -1020,7 +1038,7 @@ MODULE = Narwhal    PACKAGE = Narwhal
 BOOT:
     nw_env_boot(aTHX);
     nw_config_export_limits(aTHX);
-    conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
+    nw_serve_boot(aTHX);
     acceptor_stash = gv_stashpvs("Narwhal::Acceptor", GV_ADD);
     {
         /* Why a worker leaves (Narwhal::Scoreboard->leaving) and why the

@@ -83,7 +83,8 @@ uint64_t nw_worker_rss_over(uint64_t limit_kb)
 
 static struct sigaction watchdog_next;      /* the handler in front of which ours sits */
 static nw_score_slot *watchdog_slot;        /* the worker's scoreboard slot, or NULL */
-static void (*watchdog_before_exit)(void);  /* the last resort's last words (flush a log) */
+static void (*watchdog_before_exit)(void *);   /* the last resort's last words (flush a log) */
+static void *watchdog_before_exit_arg;
 static volatile sig_atomic_t watchdog_hits;
 
 int nw_worker_watchdog_reply(void)
@@ -127,7 +128,7 @@ static void watchdog_last_resort(void)
     nw_worker_watchdog_reply();
     hand_off_parked();
     if (watchdog_before_exit)
-        watchdog_before_exit();
+        watchdog_before_exit(watchdog_before_exit_arg);
     _exit(NW_WORKER_EXIT_WATCHDOG);
 }
 
@@ -143,10 +144,12 @@ void nw_worker_watchdog_rearm(void)
     watchdog_hits = 0;
 }
 
-void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void))
+void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void *arg),
+                            void *arg)
 {
     watchdog_slot = slot;
     watchdog_before_exit = before_exit;
+    watchdog_before_exit_arg = arg;
     nw_signal_in_front(sig, watchdog_handler, &watchdog_next);
 }
 

@@ -117,9 +117,10 @@ uint64_t nw_worker_rss_over(uint64_t limit_kb);
  * next safe point); a second one means Perl never got there, and the
  * handler answers 504, hands the parked connections to the manager and
  * exits with NW_WORKER_EXIT_WATCHDOG. The request is counted on slot (if
- * any) with the status the client got; before_exit (if any) runs just
- * before the last resort exits, in the signal handler. */
-void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void));
+ * any) with the status the client got; before_exit(arg) (if any) runs
+ * just before the last resort exits, in the signal handler. */
+void nw_worker_watchdog_arm(int sig, nw_score_slot *slot, void (*before_exit)(void *arg),
+                            void *arg);
 
 /* A first signal was let go (its request had ended): the next is a first. */
 void nw_worker_watchdog_rearm(void);

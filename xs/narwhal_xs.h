@@ -28,6 +28,21 @@ typedef struct {
     int crash_refused;  /* --crash-backoff: this request is answered 503, not by the app */
 } nw_xs_conn;
 
+/* Where a worker reports its requests: its scoreboard slot and its access
+ * log. Its Narwhal::Acceptor's (count_in_scoreboard, the access_log_*
+ * methods); NULL pointers: not reported there. */
+typedef struct {
+    nw_score_slot *slot;            /* this worker's slot, written on every request */
+    nw_score_header *header;        /* the board's header: routes answered 503 */
+    nw_scoreboard *board;           /* the whole board: the pool's parked counts, the
+                                     * recycling turn */
+    nw_access_log *access_log;
+    int access_log_pid;             /* the process its lines name */
+    int access_forwarded;           /* --access-log-client forwarded */
+    nw_proxy_cidr *forwarded_from;  /* --forwarded-from */
+    size_t forwarded_from_n;
+} nw_xs_report;
+
 /* What the request sequence (xs/serve.c) is given once by the worker
  * loop: its app, its object (for the uncommon parts) and the option
  * values. Whether the worker leaves, and what it served, are the C
@@ -39,6 +54,7 @@ typedef struct {
                          * worker's own scalar (psgix.informational and the
                          * watchdog read it) */
     nw_worker_life *life;   /* the acceptor's worker's */
+    const nw_xs_report *report; /* the acceptor's */
     IV limit;           /* requests before the worker leaves; 0: no limit */
     IV replace_at;      /* requests after which it asks for its replacement; 0: never */
     IV replace_ahead;   /* limit - replace_at as set up: a recycling worker's turn is waited
@@ -62,6 +78,7 @@ typedef struct {
     env_recycler *env[NW_MAX_LISTENERS];
     int count;
     nw_serve_setup serve;   /* serve.app is NULL until serve_setup */
+    nw_xs_report report;    /* its scoreboard slot and access log */
     SV *current_obj;        /* the object serve.conn referred to when last seen */
     nw_xs_conn *current;    /* and its connection */
     double wait;            /* for the current connection's next request */
@@ -110,30 +127,30 @@ int nw_env_needs_after(pTHX_ SV *env_rv);
  * kinds were pending. */
 int nw_serve_deliver_signals(pTHX_ nw_xs_acceptor *a);
 
-/* This worker's scoreboard slot and access log (NULL: none). */
-extern nw_score_slot *nw_xs_score_slot;
-extern nw_score_header *nw_xs_score_header;   /* the board's header: routes answered 503 */
-extern nw_scoreboard *nw_xs_scoreboard; /* the whole board: the pool's parked counts,
-                                         * the recycling turn */
-extern nw_access_log *nw_xs_access_log;
-extern int nw_xs_access_log_pid;
-extern int nw_xs_access_forwarded;
-extern nw_proxy_cidr *nw_xs_forwarded_from;
-extern size_t nw_xs_forwarded_from_n;
+/* Called once at load (BOOT). */
+void nw_serve_boot(pTHX);
+
+/* Whether sv is a Narwhal::Conn (its stash compared first: the quick check). */
+int nw_serve_is_conn(pTHX_ SV *sv);
+
+/* Let go of what the report holds (the access log closed: its lines
+ * written). */
+void nw_serve_report_clear(nw_xs_report *r);
 
 /* Read the next request on xc (self_rv: its Narwhal::Conn) into a new
  * $env, or NULL with *result the reason there is none (NW_REQ_AGAIN,
  * CLOSED, TIMEOUT, or ERROR once the error was answered). */
-HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_partial,
-                  int *result);
+HV *nw_serve_read(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, SV *self_rv, double max_wait,
+                  int wait_partial, int *result);
 
 /* The end of a request: the scoreboard, the access log, and the $env
  * cleaned for reuse; with finish_conn, the connection is made ready for
  * the next request. */
-void nw_serve_end(pTHX_ nw_xs_conn *xc, SV *env_rv, int finish_conn);
+void nw_serve_end(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, SV *env_rv, int finish_conn);
 
 /* The access log's line for the request that ends on xc. */
-void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us);
+void nw_serve_log_request(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, int parsed,
+                          uint64_t now_us);
 
 /* The Narwhal::Conn for a connection nw_worker_next gave (a new
  * reference): a parked one has its object (the worker's hold passes to

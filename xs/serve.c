@@ -8,15 +8,6 @@
 
 #include <strings.h>
 
-nw_score_slot *nw_xs_score_slot;
-nw_score_header *nw_xs_score_header;
-nw_scoreboard *nw_xs_scoreboard;
-nw_access_log *nw_xs_access_log;
-int nw_xs_access_log_pid;
-int nw_xs_access_forwarded;                 /* --access-log-client forwarded */
-nw_proxy_cidr *nw_xs_forwarded_from;        /* --forwarded-from */
-size_t nw_xs_forwarded_from_n;
-
 void nw_xs_worker_leave_on_unwind(pTHX_ void *w)
 {
     nw_worker_leave((nw_worker *)w);
@@ -55,18 +46,19 @@ static nw_str header_value(const nw_request *r, const char *name, size_t len)
 /* --access-log-client forwarded: whether X-Forwarded-For on this
  * connection comes from a proxy we trust (a unix-socket peer: the socket's
  * mode decides who connects; or an address in --forwarded-from). */
-static int forwarded_trusted(const nw_wconn *wc)
+static int forwarded_trusted(const nw_xs_report *rep, const nw_wconn *wc)
 {
     if (wc->peer_len == 0 || wc->peer.ss_family == AF_UNIX)
         return 1;
-    return nw_xs_forwarded_from_n
-        && nw_proxy_cidr_match(nw_xs_forwarded_from, nw_xs_forwarded_from_n,
+    return rep->forwarded_from_n
+        && nw_proxy_cidr_match(rep->forwarded_from, rep->forwarded_from_n,
                                (const struct sockaddr *)&wc->peer);
 }
 
 /* One line for the request that ends on xc (parsed: its request line and
  * headers are there to read). */
-void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
+void nw_serve_log_request(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, int parsed,
+                          uint64_t now_us)
 {
     nw_conn *c = xc->c;
     nw_access_entry e;
@@ -76,7 +68,7 @@ void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
     e.remote_addr = (nw_str){ addr, alen };
     e.minor_version = -1;
     char forwarded[64];
-    if (nw_xs_access_forwarded && parsed && forwarded_trusted(xc->wc)) {
+    if (rep->access_forwarded && parsed && forwarded_trusted(rep, xc->wc)) {
         nw_str f = nw_access_forwarded_for(header_value(&c->req, "X-Forwarded-For", 15),
                                            forwarded, sizeof forwarded);
         if (f.p)
@@ -95,20 +87,20 @@ void nw_serve_log_request(pTHX_ nw_xs_conn *xc, int parsed, uint64_t now_us)
         e.request_id = (nw_str){ c->request_id, c->request_id_len };
     e.status = c->status;
     e.bytes = c->body_sent;
-    e.pid = nw_xs_access_log_pid;
-    nw_access_log_record(nw_xs_access_log, &e, (nw_msec)(now_us / 1000));
+    e.pid = rep->access_log_pid;
+    nw_access_log_record(rep->access_log, &e, (nw_msec)(now_us / 1000));
 }
 
 /* --crash-backoff: the request's route killed workers again and again,
  * and the master says to answer it 503 for a while (a route it watches
  * has its request counted). */
-static int route_blocked(nw_conn *c)
+static int route_blocked(const nw_xs_report *rep, nw_conn *c)
 {
     uint64_t route = nw_route_hash(c->req.method, c->req.method_len, c->req.target, c->req.target_len);
-    if (!nw_scoreboard_route_check(nw_xs_score_header, route, nw_now_ms()))
+    if (!nw_scoreboard_route_check(rep->header, route, nw_now_ms()))
         return 0;
-    if (nw_xs_score_slot)
-        nw_xs_score_slot->counts.crash_refused++;
+    if (rep->slot)
+        rep->slot->counts.crash_refused++;
     return 1;
 }
 
@@ -139,7 +131,7 @@ static SV *crash_refusal(pTHX)
  * recorded). */
 #define WAIT_BEYOND_BELIEF_NS (3600LL * 1000000000)   /* an hour: the clock was set meanwhile */
 
-static void record_queue_wait(nw_xs_conn *xc)
+static void record_queue_wait(nw_score_slot *slot, nw_xs_conn *xc)
 {
     nw_wconn *wc = xc->wc;
     if (wc->queued) {
@@ -147,17 +139,18 @@ static void record_queue_wait(nw_xs_conn *xc)
         uint32_t waited_ms = (uint32_t)(at / 1000) - wc->ready_ms;
         wc->queued = 0;
         if (waited_ms < 0x80000000u)
-            nw_scoreboard_queue_wait(nw_xs_score_slot, (uint64_t)waited_ms * 1000 + at % 1000);
+            nw_scoreboard_queue_wait(slot, (uint64_t)waited_ms * 1000 + at % 1000);
     } else if (xc->c->arrived_ns) {
         int64_t waited_ns = nw_wall_clock_ns() - xc->c->arrived_ns;
         if (waited_ns >= 0 && waited_ns < WAIT_BEYOND_BELIEF_NS)   /* (not across a clock step) */
-            nw_scoreboard_queue_wait(nw_xs_score_slot, (uint64_t)waited_ns / 1000);
+            nw_scoreboard_queue_wait(slot, (uint64_t)waited_ns / 1000);
     }
 }
 
-HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_partial,
-                  int *result)
+HV *nw_serve_read(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, SV *self_rv, double max_wait,
+                  int wait_partial, int *result)
 {
+    nw_score_slot *slot = rep->slot;
     nw_conn *c = xc->c;
     HV *env = NULL;
     int r = c->fd < 0 ? NW_REQ_CLOSED : nw_conn_read_head(c, max_wait, wait_partial);
@@ -166,21 +159,21 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
         if (!c->proxy.local && c->proxy.src_len)
             nw_env_peer(aTHX_ xc, &c->proxy.src, c->proxy.src_len);
     }
-    xc->crash_refused = r == NW_REQ_READY && nw_xs_score_header && nw_xs_score_header->crash_routes
-                        && route_blocked(c);    /* --crash-backoff: 503, the app is not run */
+    xc->crash_refused = r == NW_REQ_READY && rep->header && rep->header->crash_routes
+                        && route_blocked(rep, c);    /* --crash-backoff: 503, the app is not run */
     if (r == NW_REQ_READY) {
         env = nw_env_build(aTHX_ xc, self_rv);
         r = nw_conn_read_body(c);
         if (r == NW_REQ_READY) {
             nw_worker_request_started(xc->wc);
-            if (nw_xs_score_slot) {
+            if (slot) {
                 int px = !c->proxy.local && c->proxy.src_len;   /* a PROXY header said */
-                nw_scoreboard_request_begin(nw_xs_score_slot, c->req.method, c->req.method_len,
+                nw_scoreboard_request_begin(slot, c->req.method, c->req.method_len,
                                             c->req.target, c->req.target_len, xc->wc->started_us,
                                             px ? (struct sockaddr *)&c->proxy.src
                                                : (struct sockaddr *)&xc->wc->peer,
                                             px ? c->proxy.src_len : xc->wc->peer_len);
-                record_queue_wait(xc);
+                record_queue_wait(slot, xc);
             }
             nw_env_body(aTHX_ env, c);
         } else {
@@ -190,34 +183,34 @@ HV *nw_serve_read(pTHX_ nw_xs_conn *xc, SV *self_rv, double max_wait, int wait_p
     }
     if (r == NW_REQ_CLOSED && c->proxy_refused) {   /* not a valid PROXY header */
         c->proxy_refused = 0;
-        if (nw_xs_score_slot)
-            nw_scoreboard_proxy_rejected(nw_xs_score_slot, NW_PROXY_REJECT_BAD_HEADER,
+        if (slot)
+            nw_scoreboard_proxy_rejected(slot, NW_PROXY_REJECT_BAD_HEADER,
                                          (struct sockaddr *)&xc->wc->peer, xc->wc->peer_len,
                                          nw_now_ms());
     }
     if (r == NW_REQ_ERROR) {
-        if (nw_xs_score_slot) {   /* (first: the close lingers) */
-            nw_scoreboard_count_error(nw_xs_score_slot, c->error_status);
+        if (slot) {   /* (first: the close lingers) */
+            nw_scoreboard_count_error(slot, c->error_status);
             if (c->spool_errno)
-                nw_xs_score_slot->counts.spool_failed++;
+                slot->counts.spool_failed++;
         }
         nw_conn_send_error(c, c->error_status);
-        if (nw_xs_access_log)
-            nw_serve_log_request(aTHX_ xc, c->req.method_len > 0 && c->req.target_len > 0,
+        if (rep->access_log)
+            nw_serve_log_request(aTHX_ rep, xc, c->req.method_len > 0 && c->req.target_len > 0,
                                  nw_now_us());
     }
     *result = r;
     return env;
 }
 
-void nw_serve_end(pTHX_ nw_xs_conn *xc, SV *env_rv, int finish_conn)
+void nw_serve_end(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, SV *env_rv, int finish_conn)
 {
     uint64_t now = nw_now_us();     /* (the one reading: the next deadlines use it too) */
     nw_worker_request_ended(xc->wc, now);
-    if (nw_xs_score_slot)
-        nw_scoreboard_request_end(nw_xs_score_slot, xc->c->status, xc->c->body_sent, now);
-    if (nw_xs_access_log)
-        nw_serve_log_request(aTHX_ xc, 1, now);
+    if (rep->slot)
+        nw_scoreboard_request_end(rep->slot, xc->c->status, xc->c->body_sent, now);
+    if (rep->access_log)
+        nw_serve_log_request(aTHX_ rep, xc, 1, now);
     if (finish_conn)
         nw_conn_finish_request(xc->c, (nw_msec)(now / 1000));
     if (env_rv && SvROK(env_rv) && SvTYPE(SvRV(env_rv)) == SVt_PVHV)
@@ -316,9 +309,10 @@ static void extend_if_young(nw_serve_setup *s)
  * to whoever is there. */
 static void wait_turn_if_other_recycling(nw_serve_setup *s)
 {
-    if ((IV)s->life->served != s->replace_at || !nw_xs_score_slot || !nw_xs_scoreboard)
+    const nw_xs_report *rep = s->report;
+    if ((IV)s->life->served != s->replace_at || !rep->slot || !rep->board)
         return;
-    if (nw_scoreboard_take_recycle_turn(nw_xs_scoreboard, nw_xs_score_slot->pid, nw_now_ms(),
+    if (nw_scoreboard_take_recycle_turn(rep->board, rep->slot->pid, nw_now_ms(),
                                         s->recycle_turn_ms))
         return;
     s->limit += s->replace_ahead;
@@ -336,10 +330,11 @@ static void wait_turn_if_other_recycling(nw_serve_setup *s)
  * there. */
 static void wait_for_successor(nw_serve_setup *s)
 {
-    if (!s->asked_ms || !nw_xs_score_slot || !nw_xs_scoreboard)
+    const nw_xs_report *rep = s->report;
+    if (!s->asked_ms || !rep->slot || !rep->board)
         return;
     if (nw_now_ms() - s->asked_ms >= NW_RECYCLE_SUCCESSOR_WAIT_MS
-        || nw_scoreboard_ready_since(nw_xs_scoreboard, nw_xs_score_slot->generation, s->asked_ms))
+        || nw_scoreboard_ready_since(rep->board, rep->slot->generation, s->asked_ms))
         return;
     s->limit += s->replace_ahead / 8 + 1;
 }
@@ -401,8 +396,8 @@ static void want_replacement(nw_serve_setup *s)
 {
     s->life->replacing = 1;
     s->asked_ms = nw_now_ms();
-    if (nw_xs_score_slot)
-        nw_xs_score_slot->exit_reason = NW_EXIT_MAX_REQUESTS;
+    if (s->report->slot)
+        s->report->slot->exit_reason = NW_EXIT_MAX_REQUESTS;
     if (s->wake_master_fd >= 0 && write(s->wake_master_fd, "r", 1) < 0) {
         /* (a full pipe: the master is awake already) */
     }
@@ -456,7 +451,7 @@ static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, d
     int r, outcome;
     ENTER;
     SAVETMPS;
-    HV *env = nw_serve_read(aTHX_ xc, conn_rv, wait, s->managed, &r);
+    HV *env = nw_serve_read(aTHX_ s->report, xc, conn_rv, wait, s->managed, &r);
     if (!env) {
         FREETMPS;
         LEAVE;
@@ -489,11 +484,11 @@ static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, d
         call_worker(aTHX_ s, "_after_request", 1, env_rv);
     }
     if (!kept) {
-        nw_serve_end(aTHX_ xc, env_rv, 0);
+        nw_serve_end(aTHX_ s->report, xc, env_rv, 0);
         release(aTHX_ a, xc, NW_RELEASE_CLOSE);
         outcome = SERVED_LET_GO;
     } else {
-        nw_serve_end(aTHX_ xc, env_rv, 1);
+        nw_serve_end(aTHX_ s->report, xc, env_rv, 1);
         outcome = after_kept(aTHX_ a, xc);
     }
     FREETMPS;
@@ -504,6 +499,17 @@ static int serve_request(pTHX_ nw_xs_acceptor *a, nw_xs_conn *xc, SV *conn_rv, d
 /* ---- the current connection -------------------------------------------- */
 
 static HV *conn_stash;      /* Narwhal::Conn's, for a quick check */
+
+void nw_serve_boot(pTHX)
+{
+    conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
+}
+
+int nw_serve_is_conn(pTHX_ SV *sv)
+{
+    return SvROK(sv) && SvOBJECT(SvRV(sv))
+        && (SvSTASH(SvRV(sv)) == conn_stash || sv_derived_from(sv, "Narwhal::Conn"));
+}
 
 SV *nw_serve_conn_object(pTHX_ nw_xs_acceptor *a, nw_wconn *wc)
 {
@@ -532,7 +538,7 @@ static nw_xs_conn *current(pTHX_ nw_xs_acceptor *a)
         return NULL;
     SV *obj = SvRV(slot);
     if (obj != a->current_obj) {
-        if (!(SvOBJECT(obj) && SvSTASH(obj) == conn_stash) && !sv_derived_from(slot, "Narwhal::Conn"))
+        if (!nw_serve_is_conn(aTHX_ slot))
             croak("the worker's current connection is not a Narwhal::Conn");
         a->current_obj = obj;
         a->current = INT2PTR(nw_xs_conn *, SvIV(obj));
@@ -635,7 +641,6 @@ void nw_serve_setup_set(pTHX_ nw_serve_setup *s, const nw_serve_setup *from)
 {
     nw_serve_setup_clear(aTHX_ s);
     *s = *from;
-    conn_stash = gv_stashpvs("Narwhal::Conn", GV_ADD);
     SV *refs[] = SETUP_REFS(s);
     for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
         SvREFCNT_inc_simple_void(refs[i]);
@@ -647,4 +652,11 @@ void nw_serve_setup_clear(pTHX_ nw_serve_setup *s)
     for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
         SvREFCNT_dec(refs[i]);
     memset(s, 0, sizeof *s);
+}
+
+void nw_serve_report_clear(nw_xs_report *r)
+{
+    nw_access_log_close(r->access_log);
+    free(r->forwarded_from);
+    memset(r, 0, sizeof *r);
 }

@@ -31,6 +31,10 @@ use constant REPLACE_AHEAD => 20;     # a recycled worker asks for its replaceme
                                       # 1/REPLACE_AHEAD of its requests left (under
                                       # REPLACE_AHEAD requests: at the end, as it leaves)
 
+# This process's acceptor (weak: it lives as long as its worker), whose
+# access log the END block closes whatever way the worker exits.
+my $process_acceptor;
+
 sub new {
     my ($class, %args) = @_;
     my $self = bless { %args }, $class;
@@ -78,13 +82,15 @@ sub run {
     $board = undef unless $board && defined $self->{score_slot};
     if ($board) {
         $board->attach($self->{score_slot});
-        $acceptor->count_in_scoreboard;     # (adoptions, for the metrics)
+        $acceptor->count_in_scoreboard($board, $self->{score_slot});  # (its requests, adoptions)
     }
     my $access_log = defined $self->{options}{access_log};
-    Narwhal::AccessLog::open($self->{options}{access_log},
-                             $self->{options}{access_log_format} eq 'json') if $access_log;
-    Narwhal::AccessLog::forwarded(@{ $self->{options}{forwarded_from} || [] })
+    $acceptor->access_log_open($self->{options}{access_log},
+                               $self->{options}{access_log_format} eq 'json') if $access_log;
+    $acceptor->access_log_forwarded(@{ $self->{options}{forwarded_from} || [] })
         if $access_log && $self->{options}{access_log_client} eq 'forwarded';
+    $process_acceptor = $acceptor;
+    Scalar::Util::weaken($process_acceptor);
     # --request-timeout: the master's XCPU; a C handler in front of the
     # Perl one takes a second XCPU when the app is stuck outside Perl.
     Narwhal::Acceptor::arm_watchdog($acceptor, POSIX::SIGXCPU())
@@ -124,7 +130,7 @@ sub run {
     while (1) {
         my $r = Narwhal::Acceptor::serve($acceptor);
         if ($r == Narwhal::Acceptor::SERVE_IDLE) {    # no connection came within WAIT
-            Narwhal::AccessLog::tick() if $access_log;    # what is buffered goes out
+            $acceptor->access_log_tick if $access_log;    # what is buffered goes out
             Narwhal::Acceptor::deliver_signals($acceptor);
             $self->_leave_if_orphaned($master);
             next;
@@ -144,9 +150,10 @@ sub run {
     # (always a reason: a worker that exits 0 with none said left from
     # elsewhere, an app's exit, and the master logs it)
     my $life = $acceptor->life;
-    $board->leaving($life->{exit_reason} || Narwhal::Scoreboard::EXIT_STOPPED()) if $board;
+    $board->leaving($self->{score_slot}, $life->{exit_reason} || Narwhal::Scoreboard::EXIT_STOPPED())
+        if $board;
     $acceptor->release_parked($life->{closing} ? Narwhal::Acceptor::STOP : Narwhal::Acceptor::RETIRE);
-    Narwhal::AccessLog::close() if $access_log;
+    $acceptor->access_log_close if $access_log;
     $self->_exit(0);
 }
 
@@ -189,7 +196,7 @@ END {
     Narwhal::Acceptor::leave_process() if defined &Narwhal::Acceptor::leave_process;
     # (summed-up log lines still counting, a stop must not lose them)
     Narwhal::Log::flush_limited() if defined &Narwhal::Log::flush_limited;
-    Narwhal::AccessLog::close() if defined &Narwhal::AccessLog::close;
+    $process_acceptor->access_log_close if $process_acceptor;
 }
 
 # --request-timeout: the master's XCPU, run by Perl at the next safe point
@@ -241,7 +248,7 @@ sub _reopen_logs {
     my $self = shift;
     Narwhal::reopen_error_log($self->{options})
         or Narwhal::log_line(error => "cannot reopen the error log: $!");
-    Narwhal::AccessLog::reopen()
+    !$self->{acceptor} || $self->{acceptor}->access_log_reopen
         or Narwhal::log_line(error => "cannot reopen the access log: $!");
 }
 

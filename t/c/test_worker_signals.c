@@ -99,7 +99,7 @@ static void test_rss_over(void)
 static void test_watchdog_first_signal(void)
 {
     signal(SIGUSR2, behind);
-    nw_worker_watchdog_arm(SIGUSR2, NULL, NULL);
+    nw_worker_watchdog_arm(SIGUSR2, NULL, NULL, NULL);
     behind_ran = 0;
     raise(SIGUSR2);
     is(behind_ran, 1, "the watchdog's first signal goes on to the handler behind");
@@ -116,7 +116,7 @@ static void test_watchdog_reply(void)
     nw_score_slot slot;
     memset(&slot, 0, sizeof slot);
     slot.state = NW_WORKER_BUSY;
-    nw_worker_watchdog_arm(SIGUSR2, &slot, NULL);
+    nw_worker_watchdog_arm(SIGUSR2, &slot, NULL, NULL);
     nw_worker *w = nw_worker_new(&c, 0, -1, -1, NULL);
     if (!w || nw_worker_listen(w, dup(g_listener), 1) < 0)
         die("nw_worker_new");
@@ -156,7 +156,7 @@ static void test_watchdog_reply(void)
     int lfd = w->sources.listener[0].fd;
     nw_worker_free(w);
     close(lfd);
-    nw_worker_watchdog_arm(SIGUSR2, NULL, NULL);
+    nw_worker_watchdog_arm(SIGUSR2, NULL, NULL, NULL);
 }
 
 /* The child of the two tests below: a worker with the manager's queues
@@ -164,8 +164,9 @@ static void test_watchdog_reply(void)
  * as if to serve a request, and is then ended by `end`. */
 static int g_last_words[2] = { -1, -1 };
 
-static void last_words(void)
+static void last_words(void *arg)
 {
+    (void)arg;
     (void)write(g_last_words[1], "!", 1);
 }
 
@@ -198,7 +199,7 @@ static void end_by_watchdog(nw_worker *w)
     dup2(g_last_words[1], 2);       /* its line in the error log, for the parent */
     signal(SIGUSR2, SIG_IGN);
     nw_worker_watchdog_rearm();
-    nw_worker_watchdog_arm(SIGUSR2, NULL, last_words);
+    nw_worker_watchdog_arm(SIGUSR2, NULL, last_words, NULL);
     raise(SIGUSR2);                 /* the first: passed on (ignored) */
     raise(SIGUSR2);                 /* the second: the last resort */
 }
