@@ -12,7 +12,7 @@
 #include "nw_limits.h"
 #include "nw_wconn.h"
 
-typedef struct {
+typedef struct nw_custody_wait {
     nw_wconn *conn[NW_CUSTODY_WAIT_MAX];    /* parked, their copies not sent yet */
     int count;
     int queue;              /* where the copies go (the handoff queue); -1: custody off */

@@ -21,7 +21,7 @@ typedef struct {
     int (*watch_listeners)(void *ctx, int watched);
 } nw_pool_place_ops;
 
-typedef struct {
+typedef struct nw_pool_place {
     nw_pool_place_ops ops;
     void *ctx;
     int standby;                /* the listeners are not in its epoll */

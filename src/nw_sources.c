@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -260,6 +261,24 @@ nw_wconn *nw_sources_take_new(nw_sources *s)
             s->took_served = 0;
     }
     return wc;
+}
+
+void nw_sources_pass_on_waiting(nw_sources *s, int standby)
+{
+    nw_wconn *wc;
+    int waiting = 0;
+    for (int i = 0; i < NW_PASS_ON_MAX && s->serve_queue >= 0
+                    && ioctl(s->serve_queue, FIONREAD, &waiting) == 0 && waiting > 0; i++) {
+        s->serve_queue_ready = 1;
+        if (!(wc = nw_sources_take_served(s)))
+            break;
+        s->ops.let_go(s->ctx, wc);
+    }
+    if (standby)
+        return;
+    nw_sources_all_ready(s);
+    for (int i = 0; i < NW_PASS_ON_MAX * s->count && (wc = nw_sources_accept_ready(s)); i++)
+        s->ops.let_go(s->ctx, wc);
 }
 
 void nw_sources_close(nw_sources *s)

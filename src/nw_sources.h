@@ -27,6 +27,7 @@ typedef struct {
     /* A connection on listener for fd, or NULL with fd closed (no memory). */
     nw_wconn *(*conn_new)(void *ctx, int listener, int fd,
                           const struct sockaddr_storage *peer, socklen_t plen);
+    void (*let_go)(void *ctx, nw_wconn *wc);    /* to the manager for good, or closed; freed */
     int (*defer_accept)(void *ctx);     /* leave new clients to the other workers now */
     void (*accepted)(void *ctx);        /* a new client was taken */
 } nw_sources_ops;
@@ -95,6 +96,15 @@ nw_wconn *nw_sources_take_served(nw_sources *s);
  * not tried again until epoll reports it readable. */
 nw_wconn *nw_sources_accept_on(nw_sources *s, int idx);
 void nw_sources_listener_empty(nw_sources *s, int idx);
+
+/* A leaving worker: it may have taken the wake-up for a request waiting
+ * in the serve queue, or for a new client (EPOLLEXCLUSIVE: no other worker
+ * had it), and that one would wait for the next arrival to wake a worker.
+ * Each (at most NW_PASS_ON_MAX from the queue and from each listener; none
+ * from the listeners of a standby worker, which took no wake-up of theirs)
+ * is let go (to the manager, which serves it again, or reads its head,
+ * with a wake-up of its own). */
+void nw_sources_pass_on_waiting(nw_sources *s, int standby);
 
 /* Whether epoll reported a source that was not read to its end. */
 static inline int nw_sources_ready(const nw_sources *s)

@@ -1,6 +1,7 @@
 /* One connection inside a worker (nw_worker.h): the C side of what the
  * caller serves, which the worker's parts (parking, custody, adoption,
- * the park watcher) pass between them. */
+ * the park watcher) pass between them; and its requests' start and end,
+ * and which one is running. The worker (nw_worker.c) makes them. */
 #ifndef NW_WCONN_H
 #define NW_WCONN_H
 
@@ -9,12 +10,14 @@
 #include "nw_conn.h"
 #include "nw_park.h"
 
-struct nw_worker;
+struct nw_custody_wait;
+struct nw_pool_place;
 
 /* One connection inside a worker: the C side of what the caller serves. */
 typedef struct {
     nw_conn *c;
-    struct nw_worker *worker;       /* the worker it is in */
+    struct nw_custody_wait *custody;    /* its worker's custody wait list */
+    struct nw_pool_place *place;    /* its worker's place in the pool (the block meter) */
     int custody_wait;               /* 1 + its place in its worker's custody wait list
                                      * (nw_custody_wait.h); 0: none */
     struct sockaddr_storage peer;   /* the client's address, from accept4 or getpeername */
@@ -33,5 +36,25 @@ typedef struct {
     void *owner_mem;                /* ... and the memory it owns (only ever prefetched) */
     int handed_off;                 /* the manager has it (with the rest of a response) */
 } nw_wconn;
+
+/* A request's head and body are in: note the time (a slow request pauses
+ * parking). */
+void nw_wconn_request_started(nw_wconn *wc);
+
+/* Its response is written: now_us is the caller's reading of nw_now_us
+ * then, which parking it next uses rather than reading the clock again. */
+void nw_wconn_request_ended(nw_wconn *wc, uint64_t now_us);
+
+/* The connection whose request is running (from nw_wconn_request_started
+ * until it is released or freed), or NULL. Async-signal-safe: the request
+ * watchdog's handler asks for its nw_conn (nw_worker_signals.h). */
+nw_wconn *nw_wconn_serving(void);
+
+/* Its request is over for the worker (released): not the one running. */
+void nw_wconn_not_serving(nw_wconn *wc);
+
+/* Close and free a connection (the caller's, or one it got from
+ * nw_worker_next and did not keep). */
+void nw_wconn_free(nw_wconn *wc);
 
 #endif

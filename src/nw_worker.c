@@ -1,26 +1,23 @@
 /* A worker's scheduling (see nw_worker.h and "The worker" in
- * docs/DESIGN.md): taking the next connection, parking, hand-offs, and the
- * park watcher thread. The handlers that end a worker's process (a crash,
- * the request watchdog) and the stop sender's are in nw_worker_signals.c;
- * adoption (a leaving worker's parked connections to the other workers)
- * is in nw_adopt.c. */
+ * docs/DESIGN.md): taking the next connection in turns, waiting, and
+ * where a connection goes when let go (park, hand-off, close), with the
+ * worker's life (new, start, drain, leave, free). Each part owns its state
+ * in its own file, and this one is their only caller: the listeners and
+ * the serve queue (nw_sources.c), the parked set (nw_parking.c), custody's
+ * wait list (nw_custody_wait.c), adoption (nw_adopt.c), the park watcher
+ * thread (nw_watcher.c), the pool place (nw_pool_place.c), the deferred
+ * signals and the process's handlers (nw_worker_signals.c), the deadline
+ * list (nw_deadlines.c), the connections (nw_wconn.c). */
 #include "nw_worker.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
-#include <sys/resource.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "nw_frame.h"
-#include "nw_scoreboard.h"
 #include "nw_log.h"
 
 /* The epoll data that says which source an event is for. */
@@ -45,32 +42,13 @@ static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
     c->listener = index;
     c->spares = &w->spares;
     wc->c = c;
-    wc->worker = w;
+    wc->custody = &w->custody;
+    wc->place = &w->place;
     if (plen > 0 && plen <= sizeof wc->peer) {
         memcpy(&wc->peer, peer, plen);
         wc->peer_len = plen;
     }
     return wc;
-}
-
-/* The connection whose request is running (the request watchdog's). */
-static nw_wconn *volatile serving;
-
-void nw_wconn_free(nw_wconn *wc)
-{
-    if (!wc)
-        return;
-    if (serving == wc)
-        serving = NULL;
-    if (wc->custody_wait)
-        nw_custody_wait_forget(&wc->worker->custody, wc);
-    nw_conn_destroy(wc->c);
-    free(wc);
-}
-
-nw_wconn *nw_worker_serving(void)
-{
-    return serving;
 }
 
 /* Take a connection out of the epoll set before it leaves the worker: the
@@ -115,8 +93,16 @@ static void sources_accepted(void *ctx)
     nw_pool_place_accepted(&w->place);
 }
 
+static void let_go(nw_worker *w, nw_wconn *wc);
+
+static void sources_let_go(void *ctx, nw_wconn *wc)
+{
+    let_go(ctx, wc);
+}
+
 static const nw_sources_ops sources_ops = {
     .conn_new = sources_conn_new,
+    .let_go = sources_let_go,
     .defer_accept = sources_defer_accept,
     .accepted = sources_accepted,
 };
@@ -272,32 +258,12 @@ static int others_waiting(nw_worker *w)
     return w->parking.set.ready_count || poll_events(w, 0) > 0;
 }
 
-/* The serve queue and the listeners are in every worker's epoll with
- * EPOLLEXCLUSIVE too, and a leaving worker may have taken the wake-up for
- * a request waiting in the queue, or for a new connection, the same way:
- * that request would wait for the next arrival to wake a worker. The
- * leaving worker hands each (at most NW_PASS_ON_MAX from the queue and
- * from each listener) to the manager, which serves it again, or reads
- * its head, with a wake-up of its own. */
+/* A leaving worker hands the wake-ups it may have taken to the manager
+ * (nw_sources_pass_on_waiting). */
 static void pass_on_waiting(nw_worker *w)
 {
-    nw_wconn *wc;
-    int waiting = 0;
-    if (w->handoff_queue < 0)
-        return;
-    nw_sources *src = &w->sources;
-    for (int i = 0; i < NW_PASS_ON_MAX && src->serve_queue >= 0
-                    && ioctl(src->serve_queue, FIONREAD, &waiting) == 0 && waiting > 0; i++) {
-        src->serve_queue_ready = 1;
-        if (!(wc = nw_sources_take_served(src)))
-            break;
-        let_go(w, wc);
-    }
-    if (w->place.standby)
-        return;         /* (it took no listener's wake-up) */
-    nw_sources_all_ready(src);
-    for (int i = 0; i < NW_PASS_ON_MAX * src->count && (wc = nw_sources_accept_ready(src)); i++)
-        let_go(w, wc);
+    if (w->handoff_queue >= 0)
+        nw_sources_pass_on_waiting(&w->sources, w->place.standby);
 }
 
 /* A connection the watcher kept for the main thread (pass_on_one), when
@@ -508,11 +474,39 @@ int nw_worker_hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive)
     return wc->handed_off = hand_off_rest(w, wc, keep_alive);
 }
 
+/* A leaving worker's connection: parked, it goes to the other workers
+ * with the rest (adoption); else to the manager; else closed. */
+static nw_release_result release_retiring(nw_worker *w, nw_wconn *wc)
+{
+    if (w->adopt.out >= 0 && !nw_conn_server_closing() && nw_parking_add(&w->parking, wc) == 0)
+        return NW_RELEASE_PARKED;
+    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
+        return NW_RELEASE_HANDED_OFF;
+    if (wc->c->fd >= 0 && w->handoff_queue >= 0)
+        handoff_refused(w, errno, 0);
+    return close_gently(w, wc);     /* nobody to take it */
+}
+
+/* Done with it. Requests the client sent that were not read (pipelined
+ * past --max-keepalive-reqs): a plain close would reset the connection
+ * and destroy responses it has not read yet. Half-close and drain
+ * (bounded) instead: a lingering close. Nothing left unread (the last
+ * read was short and used up): a plain close, at no cost. */
+static nw_release_result release_closing(nw_worker *w, nw_wconn *wc)
+{
+    nw_conn *c = wc->c;
+    if (c->fd >= 0 && !c->lent && (c->in.len > c->consumed || (c->responded && !c->drained)))
+        return close_gently(w, wc);   /* (an idle timeout has nothing unread) */
+    unwatch(w, wc);
+    nw_conn_close_fd(c);
+    nw_conn_shed_buffers(c);    /* (for the next connection) */
+    return NW_RELEASE_CLOSED;
+}
+
 static nw_release_result release(nw_worker *w, nw_wconn *wc, nw_release_reason why)
 {
     nw_conn *c = wc->c;
-    if (serving == wc)
-        serving = NULL;
+    nw_wconn_not_serving(wc);
     if (wc->handed_off)
         return NW_RELEASE_HANDED_OFF;   /* (nw_worker_hand_off_rest) */
     if (c->rest_fd >= 0) {
@@ -535,29 +529,11 @@ static nw_release_result release(nw_worker *w, nw_wconn *wc, nw_release_reason w
     case NW_RELEASE_QUANTUM:
         return others_waiting(w) ? park_or_hand_off(w, wc) : NW_RELEASE_KEPT;
     case NW_RELEASE_RETIRE:
-        /* parked, it goes to the other workers with the rest (adoption) */
-        if (w->adopt.out >= 0 && !nw_conn_server_closing() && nw_parking_add(&w->parking, wc) == 0)
-            return NW_RELEASE_PARKED;
-        if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
-            return NW_RELEASE_HANDED_OFF;
-        if (wc->c->fd >= 0 && w->handoff_queue >= 0)
-            handoff_refused(w, errno, 0);
-        return close_gently(w, wc);     /* nobody to take it */
+        return release_retiring(w, wc);
     case NW_RELEASE_STOP:
         return close_gently(w, wc);
     case NW_RELEASE_CLOSE:
-        /* Requests the client sent that were not read (pipelined past
-         * --max-keepalive-reqs): a plain close would reset the connection
-         * and destroy responses it has not read yet. Half-close and drain
-         * (bounded) instead: a lingering close. Nothing left unread (the
-         * last read was short and used up): a plain close, at no cost. */
-        if (c->fd >= 0 && !c->lent
-            && (c->in.len > c->consumed || (c->responded && !c->drained)))
-            return close_gently(w, wc);   /* (an idle timeout has nothing unread) */
-        unwatch(w, wc);
-        nw_conn_close_fd(c);
-        nw_conn_shed_buffers(c);    /* (for the next connection) */
-        return NW_RELEASE_CLOSED;
+        return release_closing(w, wc);
     }
     return NW_RELEASE_KEPT;
 }
@@ -615,33 +591,13 @@ void nw_worker_lend_socket(nw_wconn *wc)
 {
     nw_worker *w = nw_worker_of_process();
     if (wc->custody_wait)
-        nw_custody_wait_forget(&wc->worker->custody, wc); /* (its copy is not to be sent now) */
+        nw_custody_wait_forget(wc->custody, wc);  /* (its copy is not to be sent now) */
     if (!w || !wc->c->custody || w->handoff_queue < 0)
         return;
     nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS;
     while (nw_conn_custody_release(wc->c, w->handoff_queue, w->pid) < 0
            && (errno == EAGAIN || errno == EWOULDBLOCK) && nw_now_ms() < until)
         nw_io_wait(w->handoff_queue, POLLOUT, until);
-}
-
-void nw_worker_request_started(nw_wconn *wc)
-{
-    serving = wc;
-    if (wc->worker)
-        nw_pool_place_request_started(&wc->worker->place);
-    wc->started_us = nw_now_us();
-    wc->started = (nw_msec)(wc->started_us / 1000);
-    wc->ended = 0;
-}
-
-void nw_worker_request_ended(nw_wconn *wc, uint64_t now_us)
-{
-    wc->ended = (nw_msec)(now_us / 1000);
-    nw_worker *w = wc->worker;
-    if (!w || !wc->started_us)
-        return;
-    nw_pool_place_request_ended(&w->place, now_us > wc->started_us ? now_us - wc->started_us : 0,
-                                wc->ended);
 }
 
 int nw_worker_has_manager(const nw_worker *w)
@@ -679,7 +635,7 @@ static void worker_after_fork_child(void)
  * worker. */
 static nw_conn *serving_conn(void)
 {
-    nw_wconn *wc = serving;
+    nw_wconn *wc = nw_wconn_serving();
     return wc ? wc->c : NULL;
 }
 
@@ -858,6 +814,32 @@ int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
 
 /* ---- life ---------------------------------------------------------- */
 
+/* How long a connection stays parked: --keepalive-wait, and, as a parked
+ * connection is an idle one, let go (to the manager, which closes what is
+ * past its time) by --keepalive-timeout at the latest. */
+static nw_msec park_ms(const nw_conn_config *cfg, double park_seconds)
+{
+    if (cfg->keepalive_timeout > 0 && park_seconds > cfg->keepalive_timeout)
+        park_seconds = cfg->keepalive_timeout;
+    return park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0;
+}
+
+/* The parts, each given the pieces it works on and its call-backs here. */
+static void parts_init(nw_worker *w, nw_msec keep_ms, int with_serve_queue)
+{
+    nw_deferred_signals_init(&w->signals);
+    nw_pool_place_init(&w->place, &place_ops, w);
+    nw_sources_init(&w->sources, &sources_ops, w, w->epfd);
+    nw_deadlines_init(&w->deadlines);
+    nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->parking.set, &w->deadlines };
+    nw_adopt_init(&w->adopt, &adopt_ops, w, &adopt_shared);
+    nw_custody_wait_init(&w->custody, w->cfg.custody && with_serve_queue
+                         && w->handoff_queue >= 0 ? w->handoff_queue : -1, &w->deadlines);
+    nw_parking_init(&w->parking, &parking_ops, w, w->epfd, PARKED_EVENT, keep_ms);
+    nw_watcher_shared watched = { &w->parking, &w->sources, w->handoff_queue };
+    nw_watcher_init(&w->watcher, &watcher_ops, w, &watched);
+}
+
 nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
                          int serve_queue, int handoff_queue, const nw_worker_owner_ops *ops)
 {
@@ -871,29 +853,13 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     }
     w->cfg = *cfg;
     w->cfg.offload = handoff_queue >= 0;    /* a manager can finish responses */
-    nw_deferred_signals_init(&w->signals);
-    nw_pool_place_init(&w->place, &place_ops, w);
-    nw_sources_init(&w->sources, &sources_ops, w, w->epfd);
     if (ops)
         w->ops = *ops;
     /* Copies of our own: the caller's handles on the queues may be closed
      * while the worker still needs them (an app's exit unwinds Perl's
      * scopes before the exit hook hands the parked connections over). */
     w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
-    nw_deadlines_init(&w->deadlines);
-    nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->parking.set, &w->deadlines };
-    nw_adopt_init(&w->adopt, &adopt_ops, w, &adopt_shared);
-    nw_custody_wait_init(&w->custody, w->cfg.custody && serve_queue >= 0
-                         && w->handoff_queue >= 0 ? w->handoff_queue : -1, &w->deadlines);
-    /* A parked connection is an idle one: it is let go (to the manager,
-     * which closes what is past its time) by --keepalive-timeout at the
-     * latest, however long --keepalive-wait is. */
-    if (cfg->keepalive_timeout > 0 && park_seconds > cfg->keepalive_timeout)
-        park_seconds = cfg->keepalive_timeout;
-    nw_parking_init(&w->parking, &parking_ops, w, w->epfd, PARKED_EVENT,
-                    park_seconds > 0 ? (nw_msec)(park_seconds * 1000 + 0.5) : 0);
-    nw_watcher_shared watched = { &w->parking, &w->sources, w->handoff_queue };
-    nw_watcher_init(&w->watcher, &watcher_ops, w, &watched);
+    parts_init(w, park_ms(cfg, park_seconds), serve_queue >= 0);
     if (serve_queue >= 0
         && nw_sources_open_serve_queue(&w->sources, serve_queue, SERVE_QUEUE_EVENT) < 0) {
         int e = errno;

@@ -210,14 +210,6 @@ int nw_worker_defer_signals(nw_worker *w, const int *signals, int n);
  * kernel at most every NW_SIGNAL_LOOK_MS. */
 uint64_t nw_worker_deliver_signals(nw_worker *w);
 
-/* A request's head and body are in: note the time (a slow request pauses
- * parking). */
-void nw_worker_request_started(nw_wconn *wc);
-
-/* Its response is written: now_us is the caller's reading of nw_now_us
- * then, which parking it next uses rather than reading the clock again. */
-void nw_worker_request_ended(nw_wconn *wc, uint64_t now_us);
-
 /* The app took the socket (psgix.io): the manager lets go of its copy, so
  * that the app's close ends the connection as it would without custody. */
 void nw_worker_lend_socket(nw_wconn *wc);
@@ -227,11 +219,6 @@ int nw_worker_has_manager(const nw_worker *w);
 /* --proxy-from: add a CIDR to the peers allowed to connect (then only
  * those may). -1 when it does not parse. */
 int nw_worker_proxy_from(nw_worker *w, const char *cidr);
-
-/* The connection whose request is running (from nw_worker_request_started
- * until it is released or freed), or NULL. Async-signal-safe: the request
- * watchdog's handler asks for its nw_conn (nw_worker_signals.h). */
-nw_wconn *nw_worker_serving(void);
 
 /* Stop the watcher (it reads the parked connections, which the caller is
  * about to free). Idempotent. */
@@ -259,9 +246,5 @@ void nw_worker_hand_off_parked_from_handler(void);
 
 /* Free the worker: stop the watcher, let go of the parked connections. */
 void nw_worker_free(nw_worker *w);
-
-/* Close and free a connection (the caller's, or one it got from
- * nw_worker_next and did not keep). */
-void nw_wconn_free(nw_wconn *wc);
 
 #endif

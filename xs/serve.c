@@ -165,7 +165,7 @@ HV *nw_serve_read(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, SV *self_rv, do
         env = nw_env_build(aTHX_ xc, self_rv);
         r = nw_conn_read_body(c);
         if (r == NW_REQ_READY) {
-            nw_worker_request_started(xc->wc);
+            nw_wconn_request_started(xc->wc);
             if (slot) {
                 int px = !c->proxy.local && c->proxy.src_len;   /* a PROXY header said */
                 nw_scoreboard_request_begin(slot, c->req.method, c->req.method_len,
@@ -206,7 +206,7 @@ HV *nw_serve_read(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, SV *self_rv, do
 void nw_serve_end(pTHX_ const nw_xs_report *rep, nw_xs_conn *xc, SV *env_rv, int finish_conn)
 {
     uint64_t now = nw_now_us();     /* (the one reading: the next deadlines use it too) */
-    nw_worker_request_ended(xc->wc, now);
+    nw_wconn_request_ended(xc->wc, now);
     if (rep->slot)
         nw_scoreboard_request_end(rep->slot, xc->c->status, xc->c->body_sent, now);
     if (rep->access_log)

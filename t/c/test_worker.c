@@ -365,7 +365,7 @@ static void test_clocks(void)
 }
 
 /* A request that took NW_PARK_SLOW_REQUEST_MS or more pauses parking:
- * its duration counts (from its start to nw_worker_request_ended), not
+ * its duration counts (from its start to nw_wconn_request_ended), not
  * the time until the caller releases it. */
 static void test_slow_request_pauses_parking(void)
 {
@@ -375,8 +375,8 @@ static void test_slow_request_pauses_parking(void)
     nw_wconn *wc = next_conn(r.w);
     if (!ok(wc != NULL, "slow request: a client"))
         return;
-    nw_worker_request_started(wc);
-    nw_worker_request_ended(wc, nw_now_us());
+    nw_wconn_request_started(wc);
+    nw_wconn_request_ended(wc, nw_now_us());
     usleep((NW_PARK_SLOW_REQUEST_MS + 20) * 1000);    /* (the caller is slow to release it) */
     is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED,
        "a quick request released late: parked");
@@ -386,9 +386,9 @@ static void test_slow_request_pauses_parking(void)
     if (!ok(wc != NULL, "it comes back with a request"))
         return;
     is(nw_conn_read_head(wc->c, 0, 1), NW_REQ_READY, "its request is read");
-    nw_worker_request_started(wc);
+    nw_wconn_request_started(wc);
     usleep((NW_PARK_SLOW_REQUEST_MS + 20) * 1000);    /* (the app is slow) */
-    nw_worker_request_ended(wc, nw_now_us());
+    nw_wconn_request_ended(wc, nw_now_us());
     nw_conn_finish_request(wc->c, wc->ended);
     is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_HANDED_OFF,
        "a slow request: not parked, handed to the manager");

@@ -125,8 +125,8 @@ static void test_watchdog_reply(void)
     nw_wconn *wc = next_conn(w);
     if (!ok(wc != NULL, "watchdog: a client"))
         return;
-    nw_worker_request_started(wc);
-    ok(nw_worker_serving() == wc, "its request runs: it is the one being served");
+    nw_wconn_request_started(wc);
+    ok(nw_wconn_serving() == wc, "its request runs: it is the one being served");
     is(nw_worker_watchdog_reply(), 1, "the watchdog answers it");
     char buf[1024];
     read_all(s, buf, sizeof buf);
@@ -136,7 +136,7 @@ static void test_watchdog_reply(void)
     is(slot.exit_reason, NW_EXIT_WATCHDOG, "the slot says the watchdog ends the worker");
     is(slot.state, NW_WORKER_STOPPING, "and that it is stopping");
     nw_worker_release(w, wc, NW_RELEASE_CLOSE);
-    ok(nw_worker_serving() == NULL, "released: nothing is being served");
+    ok(nw_wconn_serving() == NULL, "released: nothing is being served");
     is(nw_worker_watchdog_reply(), 0, "and the watchdog has nothing to answer");
     nw_wconn_free(wc);
     close(s);
@@ -146,7 +146,7 @@ static void test_watchdog_reply(void)
     wc = next_conn(w);
     if (!ok(wc != NULL, "watchdog: another client"))
         return;
-    nw_worker_request_started(wc);
+    nw_wconn_request_started(wc);
     wc->c->responded = 1;
     is(nw_worker_watchdog_reply(), 0, "a response begun: no 504");
     is(read_all(s, buf, sizeof buf), 0, "the client sees end-of-stream only");
