@@ -8,11 +8,10 @@
 
 #include "nw_limits.h"
 
-void nw_parking_init(nw_parking *p, const nw_parking_ops *ops, void *ctx, int epfd,
+void nw_parking_init(nw_parking *p, const nw_parking_shared *with, int epfd,
                      uint32_t event_base, nw_msec keep_ms)
 {
-    p->ops = *ops;
-    p->ctx = ctx;
+    p->with = *with;
     p->keep_ms = keep_ms;
     p->paused_until = 0;
     nw_park_init(&p->set, epfd, event_base);
@@ -86,7 +85,9 @@ int nw_parking_add(nw_parking *p, nw_wconn *wc)
     wc->ended = 0;
     if (p->keep_ms <= 0 || now < p->paused_until || wc->c->in.len > 0 || wc->c->fd < 0)
         return -1;
-    if (p->ops.blocking(p->ctx, now))     /* (through the serve queue instead) */
+    /* Its requests block: the next one goes through the serve queue, where
+     * any free worker takes it (DESIGN.md, "Requests that block"). */
+    if (p->with.handoff->queue >= 0 && nw_pool_place_blocking(p->with.place, now))
         return -1;
     /* Not drained if the app may have read from the socket behind our
      * back, or if a FIN came with the last bytes (it raised no edge of its
@@ -96,7 +97,11 @@ int nw_parking_add(nw_parking *p, nw_wconn *wc)
         return -1;
     keep_warm(p, wc);
     nw_conn_shed_buffers(wc->c);    /* (none is buffered: see above) */
-    p->ops.parked(p->ctx, wc, now);
+    if (p->with.owner->hold && wc->owner)   /* (an adopted one has none until it is served) */
+        p->with.owner->hold(wc->owner);
+    /* custody: the manager will hold a copy, so that this process's
+     * death does not take the connection with it */
+    nw_custody_wait_add(p->with.custody, wc, now);
     return 0;
 }
 
@@ -115,11 +120,12 @@ void nw_parking_expire(nw_parking *p, nw_msec now, int everything)
         return;
     while ((wc = nw_park_take_expired(&p->set, now, everything))) {
         wc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
-        if (wc->c->fd >= 0 && p->ops.hand_off(p->ctx, wc, patience) < 0) {
-            p->ops.refused(p->ctx, errno);
+        if (wc->c->fd >= 0 && nw_handoff_give(p->with.handoff, wc, patience) < 0) {
+            if (p->with.handoff->queue >= 0)
+                nw_handoff_refused(p->with.handoff, errno, 0);
             patience = 0;           /* dropping it below closes it */
         }
-        p->ops.drop(p->ctx, wc);
+        nw_wconn_drop(wc, p->with.owner);
     }
 }
 
@@ -136,7 +142,7 @@ void nw_parking_close_all(nw_parking *p)
     while ((wc = nw_park_take_expired(&p->set, 0, 1))) {
         wc->watch.registered = 0;
         if (wc->c->fd < 0) {
-            p->ops.drop(p->ctx, wc);
+            nw_wconn_drop(wc, p->with.owner);
             continue;
         }
         shutdown(wc->c->fd, SHUT_WR);
@@ -160,6 +166,6 @@ void nw_parking_close_all(nw_parking *p)
         }
     }
     for (int k = 0; k < n; k++)
-        p->ops.drop(p->ctx, held[k]);   /* closes the socket */
+        nw_wconn_drop(held[k], p->with.owner);   /* closes the socket */
 }
 

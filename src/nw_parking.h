@@ -3,32 +3,33 @@
  * rather than going to the manager, for up to --keepalive-wait; readable
  * ones take turns with new work, and one whose time is up goes to the
  * manager. This part owns the parked set and decides what may park; what
- * that does to the rest of the worker (the owner held, custody's copy, a
- * hand-off) goes through the call-backs below. Part of the worker
+ * that does to the rest of the worker (the owner held, custody's copy)
+ * is done through the pieces it is given; expired ones go to the handoff
+ * queue (nw_handoff.h). Part of the worker
  * (nw_worker.c), its only caller (adoption and the park watcher work on
  * the set through it too). */
 #ifndef NW_PARKING_H
 #define NW_PARKING_H
 
 #include <stdint.h>
+#include "nw_custody_wait.h"
+#include "nw_handoff.h"
 #include "nw_io.h"
 #include "nw_park.h"
+#include "nw_pool_place.h"
 #include "nw_wconn.h"
 
-/* What parking asks of the worker (ctx). */
+/* The worker's pieces parking works with. */
 typedef struct {
-    /* To the manager, waiting up to patience_ms for room: 0, or -1 with
-     * errno (still ours). */
-    int (*hand_off)(void *ctx, nw_wconn *wc, int patience_ms);
-    void (*refused)(void *ctx, int err);    /* an idle one the manager did not take */
-    void (*drop)(void *ctx, nw_wconn *wc);  /* let go of it (freed) */
-    void (*parked)(void *ctx, nw_wconn *wc, nw_msec now);  /* it is parked now */
-    int (*blocking)(void *ctx, nw_msec now);    /* its requests go through the serve queue */
-} nw_parking_ops;
+    const nw_worker_owner_ops *owner;   /* the caller's hold on a parked connection's
+                                         * object, and its drop */
+    nw_handoff *handoff;        /* where expired ones go */
+    nw_custody_wait *custody;   /* a parked connection's copy for the manager */
+    nw_pool_place *place;       /* whether its requests block (then none is parked) */
+} nw_parking_shared;
 
 typedef struct {
-    nw_parking_ops ops;
-    void *ctx;
+    nw_parking_shared with;
     nw_park set;                /* items: nw_wconn * */
     nw_msec keep_ms;            /* how long a connection may stay parked (--keepalive-wait);
                                  * 0: parking is off */
@@ -36,8 +37,8 @@ typedef struct {
 } nw_parking;
 
 /* An empty set in epoll epfd (slot i's data: event_base + i), keeping
- * connections keep_ms. */
-void nw_parking_init(nw_parking *p, const nw_parking_ops *ops, void *ctx, int epfd,
+ * connections keep_ms, then handing them off. */
+void nw_parking_init(nw_parking *p, const nw_parking_shared *with, int epfd,
                      uint32_t event_base, nw_msec keep_ms);
 
 /* Park a connection. Returns 0, or -1 when it should be handed off

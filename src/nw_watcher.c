@@ -8,14 +8,11 @@
 
 static nw_watcher *watched;     /* this process's running watcher, for fork */
 
-void nw_watcher_init(nw_watcher *wt, const nw_watcher_ops *ops, void *ctx,
-                     const nw_watcher_shared *shared)
+void nw_watcher_init(nw_watcher *wt, const nw_watcher_shared *shared)
 {
-    wt->ops = *ops;
-    wt->ctx = ctx;
     wt->parking = shared->parking;
     wt->sources = shared->sources;
-    wt->handoff_queue = shared->handoff_queue;
+    wt->handoff = shared->handoff;
     wt->coarse_lag = nw_coarse_tick_ms() + 1;
 }
 
@@ -50,7 +47,7 @@ static enum evict_result evict_parked(nw_watcher *wt, nw_msec now)
         return EVICT_MANAGER_GONE;  /* (see nw_parking_expire) they stay parked */
     while ((wc = nw_park_take_expired(&wt->parking->set, now, 1))) {
         wc->watch.registered = 0;     /* it left the epoll set */
-        if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, wt->handoff_queue) < 0) {
+        if (wc->c->fd >= 0 && nw_conn_handoff(wc->c, wt->handoff->queue) < 0) {
             int full = nw_conn_handoff_waits(errno);
             if (nw_park_add(&wt->parking->set, wc->c->fd, wc, now + wt->parking->keep_ms, 0, &wc->watch) < 0) {
                 nw_conn_close_fd(wc->c);  /* cannot be watched any more */
@@ -81,8 +78,10 @@ static int wakeup_left(const nw_watcher *wt)
  * 0 it would expire at once). Returns 0 then: the rest are not tried. */
 static int pass_on_one(nw_watcher *wt, nw_wconn *wc)
 {
-    if (wt->ops.pass_on(wt->ctx, wc) == 0)
+    if (nw_handoff_give(wt->handoff, wc, 0) == 0) {
+        nw_wconn_free(wc);
         return 1;
+    }
     wt->kept = wc;
     return 0;
 }
@@ -90,7 +89,7 @@ static int pass_on_one(nw_watcher *wt, nw_wconn *wc)
 /* Whether the manager's queue has room for a frame now. */
 static int hand_off_room(const nw_watcher *wt)
 {
-    struct pollfd p = { .fd = wt->handoff_queue, .events = POLLOUT };
+    struct pollfd p = { .fd = wt->handoff->queue, .events = POLLOUT };
     return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) && !(p.revents & (POLLERR | POLLHUP));
 }
 

@@ -6,40 +6,31 @@
  * part owns the thread, its lock (which the main thread holds whenever it
  * is inside the worker), its timing, its fork handling and the
  * connections it hands back to the main thread; it works on the worker's
- * parking and sources parts with the lock held, and asks the worker
- * through the call-back below. Part of the worker (nw_worker.c), its only
- * caller. */
+ * parking, sources and handoff parts with the lock held. Part of the
+ * worker (nw_worker.c), its only caller. */
 #ifndef NW_WATCHER_H
 #define NW_WATCHER_H
 
 #include <pthread.h>
 #include "nw_io.h"
+#include "nw_handoff.h"
 #include "nw_limits.h"
 #include "nw_parking.h"
 #include "nw_scoreboard.h"
 #include "nw_sources.h"
 #include "nw_wconn.h"
 
-/* What the watcher asks of the worker (ctx). */
-typedef struct {
-    /* A connection taken from a wake-up left, to the manager without
-     * waiting: 0 (it is there, and freed), or -1 (still ours). */
-    int (*pass_on)(void *ctx, nw_wconn *wc);
-} nw_watcher_ops;
-
 /* The worker's parts the watcher works on (with the lock). */
 typedef struct {
     nw_parking *parking;        /* the parked connections it hands to the manager */
     nw_sources *sources;        /* the wake-ups left it passes on */
-    int handoff_queue;          /* the manager's queue (-1: none, no watcher) */
+    nw_handoff *handoff;        /* to the manager */
 } nw_watcher_shared;
 
 typedef struct {
-    nw_watcher_ops ops;
-    void *ctx;                  /* the worker, for ops */
     nw_parking *parking;
     nw_sources *sources;
-    int handoff_queue;
+    nw_handoff *handoff;
     const nw_scoreboard *board; /* whether another worker is idle (pass on what a wake-up
                                  * left only then), or NULL */
     nw_score_slot *slot;        /* this worker's slot there */
@@ -62,9 +53,8 @@ typedef struct {
                                  * the manager: the main thread's next connection */
 } nw_watcher;
 
-/* A watcher not started, for the parts in shared, asking ctx through ops. */
-void nw_watcher_init(nw_watcher *wt, const nw_watcher_ops *ops, void *ctx,
-                     const nw_watcher_shared *shared);
+/* A watcher not started, for the parts in shared. */
+void nw_watcher_init(nw_watcher *wt, const nw_watcher_shared *shared);
 
 /* The pool on board, this worker in slot (NULL: none). */
 void nw_watcher_count_in(nw_watcher *wt, const nw_scoreboard *board, nw_score_slot *slot);

@@ -2,6 +2,7 @@
 #include "nw_wconn.h"
 
 #include <stdlib.h>
+#include <sys/epoll.h>
 
 #include "nw_custody_wait.h"
 #include "nw_pool_place.h"
@@ -37,6 +38,21 @@ void nw_wconn_not_serving(nw_wconn *wc)
 {
     if (serving == wc)
         serving = NULL;
+}
+
+void nw_wconn_unwatch(nw_wconn *wc, int epfd)
+{
+    if (wc->watch.registered && wc->c->fd >= 0)
+        epoll_ctl(epfd, EPOLL_CTL_DEL, wc->c->fd, NULL);
+    wc->watch.registered = 0;
+}
+
+void nw_wconn_drop(nw_wconn *wc, const nw_worker_owner_ops *ops)
+{
+    if (ops->drop && wc->owner)
+        ops->drop(wc->owner);
+    else
+        nw_wconn_free(wc);
 }
 
 void nw_wconn_free(nw_wconn *wc)

@@ -13,6 +13,13 @@
 struct nw_custody_wait;
 struct nw_pool_place;
 
+/* How the worker keeps the caller's object of a parked connection alive.
+ * Both run on the main thread. */
+typedef struct {
+    void (*hold)(void *owner);
+    void (*drop)(void *owner);
+} nw_worker_owner_ops;
+
 /* One connection inside a worker: the C side of what the caller serves. */
 typedef struct {
     nw_conn *c;
@@ -52,6 +59,16 @@ nw_wconn *nw_wconn_serving(void);
 
 /* Its request is over for the worker (released): not the one running. */
 void nw_wconn_not_serving(nw_wconn *wc);
+
+/* Take a connection out of the worker's epoll (epfd) before it leaves the
+ * worker: the registration is keyed by (file, fd) and the file lives on
+ * in the manager, so a stale one would refuse the same connection if it
+ * came back under the same fd number. */
+void nw_wconn_unwatch(nw_wconn *wc, int epfd);
+
+/* A connection let go: its owner dropped (which frees it), or, without
+ * one, freed here. */
+void nw_wconn_drop(nw_wconn *wc, const nw_worker_owner_ops *ops);
 
 /* Close and free a connection (the caller's, or one it got from
  * nw_worker_next and did not keep). */

@@ -51,25 +51,10 @@ static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
     return wc;
 }
 
-/* Take a connection out of the epoll set before it leaves the worker: the
- * registration is keyed by (file, fd) and the file lives on in the
- * manager, so a stale one would refuse the same connection if it came
- * back under the same fd number. */
-static void unwatch(nw_worker *w, nw_wconn *wc)
-{
-    if (wc->watch.registered && wc->c->fd >= 0)
-        epoll_ctl(w->epfd, EPOLL_CTL_DEL, wc->c->fd, NULL);
-    wc->watch.registered = 0;
-}
-
-/* A connection let go: its owner dropped (which frees it), or, without
- * one, freed here. */
+/* A connection let go: its owner dropped (which frees it), or freed. */
 static void drop_owner(nw_worker *w, nw_wconn *wc)
 {
-    if (w->ops.drop && wc->owner)
-        w->ops.drop(wc->owner);
-    else
-        nw_wconn_free(wc);
+    nw_wconn_drop(wc, &w->ops);
 }
 
 /* ---- what the sources and the pool place ask of the worker ---------- */
@@ -93,11 +78,10 @@ static void sources_accepted(void *ctx)
     nw_pool_place_accepted(&w->place);
 }
 
-static void let_go(nw_worker *w, nw_wconn *wc);
-
 static void sources_let_go(void *ctx, nw_wconn *wc)
 {
-    let_go(ctx, wc);
+    nw_worker *w = ctx;
+    nw_handoff_let_go(&w->handoff, wc);
 }
 
 static const nw_sources_ops sources_ops = {
@@ -159,95 +143,6 @@ static int sources_ready(const nw_worker *w)
     return nw_sources_ready(&w->sources) || w->adopt.ready;
 }
 
-/* ---- hand-offs ----------------------------------------------------- */
-
-/* Hand a connection to the manager, waiting up to wait_ms for room in the
- * queue. Returns 0, or -1 (still ours). */
-static int hand_off(nw_worker *w, nw_wconn *wc, int wait_ms)
-{
-    if (w->handoff_queue < 0 || wc->c->fd < 0)
-        return -1;
-    unwatch(w, wc);
-    return nw_conn_handoff_patiently(wc->c, w->handoff_queue, wait_ms);
-}
-
-/* A hand-off to the manager that did not happen, so that its connection
- * is closed here: counted (narwhal_refused_total{reason="handoff"}) and
- * said in the log (the first in NW_LOG_LIMIT_MS, then a count). asked:
- * the caller answers 503 (a request waits on it), else it closes an idle
- * one. err: why the hand-off failed. */
-static void handoff_refused(nw_worker *w, int err, int asked)
-{
-    static nw_log_limit said;
-    if (w->counts)
-        w->counts->handoff_refused++;
-    nw_log_limited(&said, nw_now_ms(), "error", "closed a connection%s: the connection manager "
-                   "could not be given it (%s)", asked ? " with 503" : "", strerror(err));
-}
-
-/* A connection this worker lets go of for good (a leaving worker's
- * waiting request or new client): to the manager, waiting
- * NW_HANDOFF_PATIENCE_MS for room, or, when it cannot take it, answered
- * 503 and closed gently (handoff_refused); freed either way. */
-static void let_go(nw_worker *w, nw_wconn *wc)
-{
-    if (wc->c->fd >= 0 && hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0) {
-        if (w->handoff_queue < 0) {
-            nw_conn_close_gently(wc->c);
-        } else {
-            handoff_refused(w, errno, 1);
-            nw_conn_send_error(wc->c, 503);
-        }
-    }
-    nw_wconn_free(wc);
-}
-
-/* ---- what parking asks of the worker (nw_parking.h) ------------------ */
-
-static int parking_hand_off(void *ctx, nw_wconn *wc, int patience_ms)
-{
-    return hand_off(ctx, wc, patience_ms);
-}
-
-static void parking_refused(void *ctx, int err)
-{
-    nw_worker *w = ctx;
-    if (w->handoff_queue >= 0)
-        handoff_refused(w, err, 0);
-}
-
-static void parking_drop(void *ctx, nw_wconn *wc)
-{
-    drop_owner(ctx, wc);
-}
-
-/* The caller's object stays alive while parked, and the manager will hold
- * a copy (custody), so that this process's death does not take the
- * connection with it. */
-static void parking_parked(void *ctx, nw_wconn *wc, nw_msec now)
-{
-    nw_worker *w = ctx;
-    if (w->ops.hold && wc->owner)   /* (an adopted one has none until it is served) */
-        w->ops.hold(wc->owner);
-    nw_custody_wait_add(&w->custody, wc, now);
-}
-
-/* Its requests block: the next one goes through the serve queue, where
- * any free worker takes it (DESIGN.md, "Requests that block"). */
-static int parking_blocking(void *ctx, nw_msec now)
-{
-    nw_worker *w = ctx;
-    return w->handoff_queue >= 0 && nw_pool_place_blocking(&w->place, now);
-}
-
-static const nw_parking_ops parking_ops = {
-    .hand_off = parking_hand_off,
-    .refused = parking_refused,
-    .drop = parking_drop,
-    .parked = parking_parked,
-    .blocking = parking_blocking,
-};
-
 /* ---- leaving ------------------------------------------------------- */
 
 /* Whether anything but the connection being served waits for this
@@ -262,7 +157,7 @@ static int others_waiting(nw_worker *w)
  * (nw_sources_pass_on_waiting). */
 static void pass_on_waiting(nw_worker *w)
 {
-    if (w->handoff_queue >= 0)
+    if (w->handoff.queue >= 0)
         nw_sources_pass_on_waiting(&w->sources, w->place.standby);
 }
 
@@ -279,7 +174,7 @@ static void kept_let_go(nw_worker *w)
         nw_conn_close_gently(wc->c);
         nw_wconn_free(wc);
     } else {
-        let_go(w, wc);
+        nw_handoff_let_go(&w->handoff, wc);
     }
 }
 
@@ -432,7 +327,7 @@ nw_wconn *nw_worker_next(nw_worker *w, int wait_ms)
  * as a plain close's do (the main thread's: only release calls this). */
 static nw_release_result close_gently(nw_worker *w, nw_wconn *wc)
 {
-    unwatch(w, wc);
+    nw_wconn_unwatch(wc, w->epfd);
     nw_conn_close_gently(wc->c);
     nw_conn_shed_buffers(wc->c);
     return NW_RELEASE_CLOSED;
@@ -445,33 +340,16 @@ static nw_release_result park_or_hand_off(nw_worker *w, nw_wconn *wc)
         return NW_RELEASE_PARKED;
     if (nw_conn_server_closing())
         return NW_RELEASE_KEPT;     /* (see nw_parking_expire) the worker waits for it itself */
-    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
+    if (nw_handoff_give(&w->handoff, wc, NW_HANDOFF_PATIENCE_MS) == 0)
         return NW_RELEASE_HANDED_OFF;
     return NW_RELEASE_KEPT;
-}
-
-/* A response whose rest could not be written yet (output offload,
- * DESIGN.md) goes to the manager with it, which then keeps the connection
- * for its next request or closes it. 1: handed off. 0: the manager did
- * not take it, and the rest was written here, waiting (or failed: broken). */
-static int hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive)
-{
-    nw_conn *c = wc->c;
-    if (w->handoff_queue >= 0 && c->fd >= 0 && !c->broken) {
-        unwatch(w, wc);
-        if (nw_conn_handoff_output_patiently(c, w->handoff_queue, keep_alive,
-                                             NW_HANDOFF_PATIENCE_MS) == 0)
-            return 1;
-    }
-    nw_conn_finish_rest(c);
-    return 0;
 }
 
 int nw_worker_hand_off_rest(nw_worker *w, nw_wconn *wc, int keep_alive)
 {
     if (wc->c->rest_fd < 0 || wc->handed_off)
         return 0;
-    return wc->handed_off = hand_off_rest(w, wc, keep_alive);
+    return wc->handed_off = nw_handoff_rest(&w->handoff, wc, keep_alive);
 }
 
 /* A leaving worker's connection: parked, it goes to the other workers
@@ -480,10 +358,10 @@ static nw_release_result release_retiring(nw_worker *w, nw_wconn *wc)
 {
     if (w->adopt.out >= 0 && !nw_conn_server_closing() && nw_parking_add(&w->parking, wc) == 0)
         return NW_RELEASE_PARKED;
-    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) == 0)
+    if (nw_handoff_give(&w->handoff, wc, NW_HANDOFF_PATIENCE_MS) == 0)
         return NW_RELEASE_HANDED_OFF;
-    if (wc->c->fd >= 0 && w->handoff_queue >= 0)
-        handoff_refused(w, errno, 0);
+    if (wc->c->fd >= 0 && w->handoff.queue >= 0)
+        nw_handoff_refused(&w->handoff, errno, 0);
     return close_gently(w, wc);     /* nobody to take it */
 }
 
@@ -497,7 +375,7 @@ static nw_release_result release_closing(nw_worker *w, nw_wconn *wc)
     nw_conn *c = wc->c;
     if (c->fd >= 0 && !c->lent && (c->in.len > c->consumed || (c->responded && !c->drained)))
         return close_gently(w, wc);   /* (an idle timeout has nothing unread) */
-    unwatch(w, wc);
+    nw_wconn_unwatch(wc, w->epfd);
     nw_conn_close_fd(c);
     nw_conn_shed_buffers(c);    /* (for the next connection) */
     return NW_RELEASE_CLOSED;
@@ -512,7 +390,7 @@ static nw_release_result release(nw_worker *w, nw_wconn *wc, nw_release_reason w
     if (c->rest_fd >= 0) {
         if (why == NW_RELEASE_STOP)
             nw_conn_finish_rest(c);         /* the server stops: finish it here */
-        else if (hand_off_rest(w, wc, why != NW_RELEASE_CLOSE))
+        else if (nw_handoff_rest(&w->handoff, wc, why != NW_RELEASE_CLOSE))
             return NW_RELEASE_HANDED_OFF;
         if (c->broken)
             why = NW_RELEASE_CLOSE;
@@ -592,35 +470,20 @@ void nw_worker_lend_socket(nw_wconn *wc)
     nw_worker *w = nw_worker_of_process();
     if (wc->custody_wait)
         nw_custody_wait_forget(wc->custody, wc);  /* (its copy is not to be sent now) */
-    if (!w || !wc->c->custody || w->handoff_queue < 0)
+    if (!w || !wc->c->custody || w->handoff.queue < 0)
         return;
     nw_msec until = nw_now_ms() + NW_HANDOFF_PATIENCE_MS;
-    while (nw_conn_custody_release(wc->c, w->handoff_queue, w->pid) < 0
+    while (nw_conn_custody_release(wc->c, w->handoff.queue, w->pid) < 0
            && (errno == EAGAIN || errno == EWOULDBLOCK) && nw_now_ms() < until)
-        nw_io_wait(w->handoff_queue, POLLOUT, until);
+        nw_io_wait(w->handoff.queue, POLLOUT, until);
 }
 
 int nw_worker_has_manager(const nw_worker *w)
 {
-    return w->sources.serve_queue >= 0 && w->handoff_queue >= 0;
+    return w->sources.serve_queue >= 0 && w->handoff.queue >= 0;
 }
 
 /* ---- the park watcher thread --------------------------------------- */
-
-/* What the watcher passes on goes to the manager, without waiting for
- * room in its queue (the watcher holds the lock); freed once it is
- * there. */
-static int watcher_pass_on(void *ctx, nw_wconn *wc)
-{
-    if (hand_off(ctx, wc, 0) < 0)
-        return -1;
-    nw_wconn_free(wc);
-    return 0;
-}
-
-static const nw_watcher_ops watcher_ops = {
-    .pass_on = watcher_pass_on,
-};
 
 static nw_worker *process_worker;   /* this process's, for exit and crash hooks */
 static pid_t process_pid;           /* the process it belongs to */
@@ -652,7 +515,7 @@ void nw_worker_start(nw_worker *w)
     process_worker = w;
     process_pid = w->pid = w->custody.pid = getpid();
     nw_worker_signals_attach(&signal_ops);
-    if (w->handoff_queue >= 0 && !w->watcher.running) {
+    if (w->handoff.queue >= 0 && !w->watcher.running) {
         nw_watcher_start(&w->watcher);
         nw_worker_leave(w);
     }
@@ -691,7 +554,7 @@ void nw_worker_leave_process(nw_worker *w)
 void nw_worker_hand_off_parked_from_handler(void)
 {
     nw_worker *w = process_worker;
-    if (w && process_pid == getpid() && w->handoff_queue >= 0 && w->parking.set.count > 0) {
+    if (w && process_pid == getpid() && w->handoff.queue >= 0 && w->parking.set.count > 0) {
         if (nw_watcher_lock_from_handler(&w->watcher)) {
             parked_released(w);
             nw_adopt_give_away(&w->adopt, 1);
@@ -758,7 +621,8 @@ static int adopt_park(void *ctx, nw_wconn *wc)
 
 static void adopt_let_go(void *ctx, nw_wconn *wc)
 {
-    let_go(ctx, wc);
+    nw_worker *w = ctx;
+    nw_handoff_let_go(&w->handoff, wc);
 }
 
 /* One connection to the manager (closed gently when it cannot take it);
@@ -766,9 +630,9 @@ static void adopt_let_go(void *ctx, nw_wconn *wc)
 static void adopt_give_to_manager(void *ctx, nw_wconn *wc, int crashing)
 {
     nw_worker *w = ctx;
-    if (hand_off(w, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing) {
-        if (w->handoff_queue >= 0)
-            handoff_refused(w, errno, 0);
+    if (nw_handoff_give(&w->handoff, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing) {
+        if (w->handoff.queue >= 0)
+            nw_handoff_refused(&w->handoff, errno, 0);
         nw_conn_close_gently(wc->c);
     }
     if (!crashing)
@@ -807,7 +671,7 @@ static const nw_adopt_ops adopt_ops = {
 /* Adoption needs a manager (what does not fit goes there). */
 int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd)
 {
-    if (w->sources.serve_queue < 0 || w->handoff_queue < 0)
+    if (w->sources.serve_queue < 0 || w->handoff.queue < 0)
         return 0;
     return nw_adopt_open(&w->adopt, in_fd, out_fd, w->sources.frame_data);
 }
@@ -834,10 +698,11 @@ static void parts_init(nw_worker *w, nw_msec keep_ms, int with_serve_queue)
     nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->parking.set, &w->deadlines };
     nw_adopt_init(&w->adopt, &adopt_ops, w, &adopt_shared);
     nw_custody_wait_init(&w->custody, w->cfg.custody && with_serve_queue
-                         && w->handoff_queue >= 0 ? w->handoff_queue : -1, &w->deadlines);
-    nw_parking_init(&w->parking, &parking_ops, w, w->epfd, PARKED_EVENT, keep_ms);
-    nw_watcher_shared watched = { &w->parking, &w->sources, w->handoff_queue };
-    nw_watcher_init(&w->watcher, &watcher_ops, w, &watched);
+                         && w->handoff.queue >= 0 ? w->handoff.queue : -1, &w->deadlines);
+    nw_parking_shared parking_with = { &w->ops, &w->handoff, &w->custody, &w->place };
+    nw_parking_init(&w->parking, &parking_with, w->epfd, PARKED_EVENT, keep_ms);
+    nw_watcher_shared watched = { &w->parking, &w->sources, &w->handoff };
+    nw_watcher_init(&w->watcher, &watched);
 }
 
 nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
@@ -858,7 +723,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
     /* Copies of our own: the caller's handles on the queues may be closed
      * while the worker still needs them (an app's exit unwinds Perl's
      * scopes before the exit hook hands the parked connections over). */
-    w->handoff_queue = handoff_queue >= 0 ? fcntl(handoff_queue, F_DUPFD_CLOEXEC, 3) : -1;
+    nw_handoff_init(&w->handoff, handoff_queue, w->epfd);
     parts_init(w, park_ms(cfg, park_seconds), serve_queue >= 0);
     if (serve_queue >= 0
         && nw_sources_open_serve_queue(&w->sources, serve_queue, SERVE_QUEUE_EVENT) < 0) {
@@ -897,6 +762,7 @@ void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot 
     w->slot = slot;
     w->counts = slot ? &slot->counts : NULL;
     /* (the worker's mapping of the board is writable: this word and its slot are its to write) */
+    nw_handoff_count_in(&w->handoff, w->counts);
     nw_sources_count_in(&w->sources, slot, w->counts,
                         slot && board ? (volatile int64_t *)&board->h.serve_queued : NULL);
     nw_pool_place_count_in(&w->place, w->board, slot);
@@ -924,8 +790,7 @@ void nw_worker_free(nw_worker *w)
         drop_owner(w, wc);
     nw_deferred_signals_close(&w->signals);
     nw_sources_close(&w->sources);  /* (after the watcher: its accepts read it) */
-    if (w->handoff_queue >= 0)
-        close(w->handoff_queue);
+    nw_handoff_close(&w->handoff);
     nw_adopt_close(&w->adopt);
     close(w->epfd);
     nw_pool_place_close(&w->place);

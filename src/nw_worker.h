@@ -28,6 +28,7 @@
 #include "nw_conn.h"
 #include "nw_custody_wait.h"
 #include "nw_deadlines.h"
+#include "nw_handoff.h"
 #include "nw_parking.h"
 #include "nw_pool_place.h"
 #include "nw_watcher.h"
@@ -66,12 +67,6 @@ typedef enum {
     NW_RELEASE_CLOSED,    /* closed */
 } nw_release_result;
 
-/* How the worker keeps the caller's object of a parked connection alive.
- * Both run on the main thread. */
-typedef struct {
-    void (*hold)(void *owner);
-    void (*drop)(void *owner);
-} nw_worker_owner_ops;
 
 
 /* A worker: its own fields, then its parts, each owning its state in
@@ -79,7 +74,6 @@ typedef struct {
  * through the call-backs they were given. */
 typedef struct nw_worker {
     int epfd;                   /* every source, parked connection and the signalfd */
-    int handoff_queue;          /* -1 without a manager */
     nw_conn_config cfg;
     nw_worker_owner_ops ops;
     nw_conn_spares spares;      /* its connections' buffers while they need none */
@@ -101,6 +95,7 @@ typedef struct nw_worker {
     nw_parking parking;         /* the parked set, and what may park (nw_parking.h) */
     nw_deadlines deadlines;     /* when a wait must end for its parts' sake (nw_deadlines.h) */
     nw_sources sources;         /* the listeners and the serve queue (nw_sources.h) */
+    nw_handoff handoff;         /* the handoff queue: to the manager (nw_handoff.h) */
     nw_pool_place place;        /* accepting or standby; its share (nw_pool_place.h) */
     nw_custody_wait custody;    /* parked connections whose copies are not sent yet
                                  * (nw_custody_wait.h) */

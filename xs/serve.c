@@ -538,7 +538,7 @@ static nw_xs_conn *current(pTHX_ nw_xs_acceptor *a)
         return NULL;
     SV *obj = SvRV(slot);
     if (obj != a->current_obj) {
-        if (!nw_serve_is_conn(aTHX_ slot))
+        if (!(SvOBJECT(obj) && SvSTASH(obj) == conn_stash) && !sv_derived_from(slot, "Narwhal::Conn"))
             croak("the worker's current connection is not a Narwhal::Conn");
         a->current_obj = obj;
         a->current = INT2PTR(nw_xs_conn *, SvIV(obj));
