@@ -54,8 +54,8 @@ static void adopt_one(nw_adopt *ad, const nw_frame_adoptee *a, int fd)
         ad->counts->adopted++;
     adoptee_restore(wc->c, a, nw_now_ms());
     wc->c->drained = 0;
-    if (ad->ops.park(ad->ctx, wc) < 0)
-        ad->ops.let_go(ad->ctx, wc);
+    if (nw_parking_add(ad->parking, wc) < 0)
+        nw_handoff_let_go(ad->handoff, wc);
 }
 
 /* Whether a whole batch of descriptors can be installed here now (with
@@ -64,7 +64,7 @@ static void adopt_one(nw_adopt *ad, const nw_frame_adoptee *a, int fd)
  * on to the manager. */
 static int adopt_room(const nw_adopt *ad)
 {
-    return ad->park->count + NW_ADOPT_BATCH <= ad->fd_limit;
+    return ad->parking->set.count + NW_ADOPT_BATCH <= ad->fd_limit;
 }
 
 /* Take one ADOPT frame, if one is waiting and there is room. Returns 1
@@ -166,7 +166,7 @@ static void take_within_share(nw_adopt *ad, nw_msec now)
 {
     for (int i = 1; i < NW_PASS_ON_MAX && ad->board && ad->ready
                     && ad->ops.standing(ad->ctx) != NW_ADOPT_STANDBY; i++) {
-        if (!nw_scoreboard_at_most_mean_parked(ad->board, (uint32_t)ad->park->count)) {
+        if (!nw_scoreboard_at_most_mean_parked(ad->board, (uint32_t)ad->parking->set.count)) {
             if (frames_waiting(ad))
                 step_aside(ad, now);
             return;
@@ -303,6 +303,19 @@ static int send_adopt_batch(nw_adopt *ad, const nw_frame_adoptee *a, const int *
     return 0;
 }
 
+/* One connection to the manager (closed gently when it cannot take it);
+ * crashing: nothing is closed or freed (see nw_adopt_give_away). */
+static void give_to_manager(nw_adopt *ad, nw_wconn *wc, int crashing)
+{
+    if (nw_handoff_give(ad->handoff, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing) {
+        if (ad->handoff->queue >= 0)
+            nw_handoff_refused(ad->handoff, errno, 0);
+        nw_conn_close_gently(wc->c);
+    }
+    if (!crashing)
+        nw_wconn_drop(wc, ad->owner);
+}
+
 /* A leaving worker's parked connections: to the other workers, a batch a
  * frame; a batch the adopt queue refuses goes to the manager, one by one.
  * crashing: called from the crash handler, so only async-signal-safe
@@ -317,20 +330,19 @@ void nw_adopt_give_away(nw_adopt *ad, int crashing)
     nw_msec now = nw_now_ms();
     /* about NW_ADOPT_FRAMES batches, so that several workers share them;
      * never more than the queue holds without waiting (about ten) */
-    int size = (ad->park->count + NW_ADOPT_FRAMES - 1) / NW_ADOPT_FRAMES;
+    int size = (ad->parking->set.count + NW_ADOPT_FRAMES - 1) / NW_ADOPT_FRAMES;
     if (size > NW_ADOPT_BATCH)
         size = NW_ADOPT_BATCH;
     for (;;) {
-        wc = nw_park_take_expired(ad->park, 0, 1);
+        wc = nw_parking_take_any(ad->parking);
         if (wc) {
-            wc->watch.registered = 0;   /* (taken out of epoll) */
             if (wc->c->fd >= 0 && adopting && adoptee_record(wc, &records[n], now) == 0) {
                 fds[n] = wc->c->fd;
                 batch[n++] = wc;
             } else if (wc->c->fd >= 0) {
-                ad->ops.give_to_manager(ad->ctx, wc, crashing);   /* its record would not say it all */
+                give_to_manager(ad, wc, crashing);   /* its record would not say it all */
             } else if (!crashing) {
-                ad->ops.drop(ad->ctx, wc);
+                nw_wconn_drop(wc, ad->owner);
             }
         }
         if (n == 0 && !wc)
@@ -342,12 +354,12 @@ void nw_adopt_give_away(nw_adopt *ad, int crashing)
                 close(batch[i]->c->fd);  /* our copy; the socket lives on elsewhere */
                 batch[i]->c->fd = -1;
                 nw_conn_fd_gone(batch[i]->c);
-                ad->ops.drop(ad->ctx, batch[i]);
+                nw_wconn_drop(batch[i], ad->owner);
             }
         } else {
             adopting = 0;               /* the rest go to the manager too */
             for (int i = 0; i < n; i++)
-                ad->ops.give_to_manager(ad->ctx, batch[i], crashing);
+                give_to_manager(ad, batch[i], crashing);
         }
         n = 0;
     }
@@ -404,7 +416,9 @@ void nw_adopt_init(nw_adopt *ad, const nw_adopt_ops *ops, void *ctx,
     ad->in = ad->out = -1;
     ad->epfd = shared->epfd;
     ad->event = shared->event;
-    ad->park = shared->park;
+    ad->parking = shared->parking;
+    ad->handoff = shared->handoff;
+    ad->owner = shared->owner;
     ad->deadlines = shared->deadlines;
 }
 

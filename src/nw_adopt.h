@@ -4,8 +4,9 @@
  * them. The adopt queue is SOCK_SEQPACKET, shared by all workers (both
  * ends), in every worker's epoll with EPOLLEXCLUSIVE. Part of the worker
  * (nw_worker.c), its only caller, which calls these from its loop and as
- * it leaves; what adoption needs done to the worker (a connection made,
- * parked, let go) goes through the call-backs below. Main thread only,
+ * it leaves. It works on the worker's parking and handoff parts, and asks
+ * the worker through the call-backs below (a connection made; where the
+ * worker stands in the pool). Main thread only,
  * except nw_adopt_give_away's crashing mode. */
 #ifndef NW_ADOPT_H
 #define NW_ADOPT_H
@@ -13,7 +14,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include "nw_deadlines.h"
-#include "nw_park.h"
+#include "nw_handoff.h"
+#include "nw_parking.h"
 #include "nw_scoreboard.h"
 #include "nw_wconn.h"
 
@@ -30,12 +32,6 @@ typedef struct {
      * listener, or no memory). */
     nw_wconn *(*conn_new)(void *ctx, int listener, int fd,
                           const struct sockaddr_storage *peer, socklen_t plen);
-    int (*park)(void *ctx, nw_wconn *wc);           /* 0: parked; -1: not */
-    void (*let_go)(void *ctx, nw_wconn *wc);        /* to the manager, or closed; freed */
-    /* To the manager, closed gently when it cannot take it, and let go;
-     * crashing: from the crash handler (nothing closed or freed). */
-    void (*give_to_manager)(void *ctx, nw_wconn *wc, int crashing);
-    void (*drop)(void *ctx, nw_wconn *wc);          /* let go of a connection now closed */
     nw_adopt_standing (*standing)(void *ctx);
     int (*within_share)(void *ctx, nw_msec now);    /* it holds no more than the mean */
 } nw_adopt_ops;
@@ -44,8 +40,11 @@ typedef struct {
 typedef struct {
     int epfd;                   /* the worker's epoll */
     uint64_t event;             /* the adopt queue's data there */
-    nw_park *park;              /* its parked set: what it gives away, what counts
-                                 * against the open-file limit */
+    nw_parking *parking;        /* its parked set: where adopted ones go, what a leaving
+                                 * worker gives away, what counts against the open-file
+                                 * limit */
+    nw_handoff *handoff;        /* what does not fit goes to the manager */
+    const nw_worker_owner_ops *owner;   /* a connection let go: its object dropped */
     nw_deadlines *deadlines;    /* where the step back is registered */
 } nw_adopt_shared;
 
@@ -59,7 +58,9 @@ typedef struct {
     long fd_limit;              /* take a frame only while parked + a batch stays under this */
     int epfd;
     uint64_t event;
-    nw_park *park;
+    nw_parking *parking;
+    nw_handoff *handoff;
+    const nw_worker_owner_ops *owner;
     nw_deadlines *deadlines;
     char *frame_data;           /* the worker's NW_FRAME_MAX_DATA bytes for incoming frames */
     const nw_scoreboard *board; /* the pool's parked counts, or NULL */

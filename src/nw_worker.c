@@ -613,37 +613,6 @@ static nw_wconn *adopt_conn_new(void *ctx, int listener, int fd,
     return wconn_new(w, listener, fd, peer, plen);
 }
 
-static int adopt_park(void *ctx, nw_wconn *wc)
-{
-    nw_worker *w = ctx;
-    return nw_parking_add(&w->parking, wc);
-}
-
-static void adopt_let_go(void *ctx, nw_wconn *wc)
-{
-    nw_worker *w = ctx;
-    nw_handoff_let_go(&w->handoff, wc);
-}
-
-/* One connection to the manager (closed gently when it cannot take it);
- * crashing: nothing is closed or freed (see nw_adopt_give_away). */
-static void adopt_give_to_manager(void *ctx, nw_wconn *wc, int crashing)
-{
-    nw_worker *w = ctx;
-    if (nw_handoff_give(&w->handoff, wc, NW_HANDOFF_PATIENCE_MS) < 0 && !crashing) {
-        if (w->handoff.queue >= 0)
-            nw_handoff_refused(&w->handoff, errno, 0);
-        nw_conn_close_gently(wc->c);
-    }
-    if (!crashing)
-        drop_owner(w, wc);
-}
-
-static void adopt_drop(void *ctx, nw_wconn *wc)
-{
-    drop_owner(ctx, wc);
-}
-
 static nw_adopt_standing adopt_standing(void *ctx)
 {
     const nw_worker *w = ctx;
@@ -660,10 +629,6 @@ static int adopt_within_share(void *ctx, nw_msec now)
 
 static const nw_adopt_ops adopt_ops = {
     .conn_new = adopt_conn_new,
-    .park = adopt_park,
-    .let_go = adopt_let_go,
-    .give_to_manager = adopt_give_to_manager,
-    .drop = adopt_drop,
     .standing = adopt_standing,
     .within_share = adopt_within_share,
 };
@@ -695,7 +660,8 @@ static void parts_init(nw_worker *w, nw_msec keep_ms, int with_serve_queue)
     nw_pool_place_init(&w->place, &place_ops, w);
     nw_sources_init(&w->sources, &sources_ops, w, w->epfd);
     nw_deadlines_init(&w->deadlines);
-    nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->parking.set, &w->deadlines };
+    nw_adopt_shared adopt_shared = { w->epfd, ADOPT_QUEUE_EVENT, &w->parking, &w->handoff,
+                                     &w->ops, &w->deadlines };
     nw_adopt_init(&w->adopt, &adopt_ops, w, &adopt_shared);
     nw_custody_wait_init(&w->custody, w->cfg.custody && with_serve_queue
                          && w->handoff.queue >= 0 ? w->handoff.queue : -1, &w->deadlines);
