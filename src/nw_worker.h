@@ -1,11 +1,14 @@
 /* A worker's scheduling: which connection it serves next and where a
  * connection goes when the worker is done with it for now. Perl-free: the
- * caller (the XS glue) runs the app and builds $env; this unit owns the
- * listeners, the queue of connections the manager serves to workers, the
- * queue of connections handed back to the manager, the parked set
- * (nw_park.h) and the park watcher thread. See "The worker" in
- * docs/DESIGN.md.
- *
+ * caller (the XS glue) runs the app and builds $env. The worker is made of
+ * parts, each owning its state in its own file (the members of struct
+ * nw_worker below name them): the listeners and the serve queue
+ * (nw_sources.h), the handoff queue (nw_handoff.h), the parked set
+ * (nw_parking.h), custody's wait list (nw_custody_wait.h), adoption
+ * (nw_adopt.h), the park watcher thread (nw_watcher.h), its place in the
+ * pool (nw_pool_place.h), its deferred signals (nw_worker_signals.h) and
+ * the deadlines its wait ends at (nw_deadlines.h). See "The worker" in
+ * docs/DESIGN.md. *
  * The queues, named from the manager's side of the story:
  *   serve queue   manager -> workers, SERVE frames (shared by all workers)
  *   handoff queue workers -> manager, HANDOFF frames (shared)
@@ -20,8 +23,6 @@
 #ifndef NW_WORKER_H
 #define NW_WORKER_H
 
-#include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include "nw_adopt.h"
