@@ -246,23 +246,6 @@ nw_wconn *nw_sources_take_served(nw_sources *s)
     return NULL;
 }
 
-nw_wconn *nw_sources_take_new(nw_sources *s)
-{
-    nw_wconn *wc;
-    if (s->took_served) {
-        if ((wc = nw_sources_accept_ready(s)))
-            s->took_served = 0;
-        else if ((wc = nw_sources_take_served(s)))
-            s->took_served = 1;
-    } else {
-        if ((wc = nw_sources_take_served(s)))
-            s->took_served = 1;
-        else if ((wc = nw_sources_accept_ready(s)))
-            s->took_served = 0;
-    }
-    return wc;
-}
-
 void nw_sources_pass_on_waiting(nw_sources *s, int standby)
 {
     nw_wconn *wc;

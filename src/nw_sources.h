@@ -80,16 +80,32 @@ void nw_sources_all_ready(nw_sources *s);
  * those may). -1 when it does not parse. */
 int nw_sources_proxy_from(nw_sources *s, const char *cidr);
 
-/* A new connection: the listeners and the serve queue take turns, so
- * that connections circulating through the manager cannot starve new ones
- * in the listen queue, nor the other way round. NULL: none now. */
-nw_wconn *nw_sources_take_new(nw_sources *s);
-
 /* A new client from the listeners epoll reported, or NULL. */
 nw_wconn *nw_sources_accept_ready(nw_sources *s);
 
 /* The next connection on the serve queue, or NULL. */
 nw_wconn *nw_sources_take_served(nw_sources *s);
+
+/* A new connection: the listeners and the serve queue take turns, so
+ * that connections circulating through the manager cannot starve new ones
+ * in the listen queue, nor the other way round. NULL: none now. (Inline:
+ * every look for a connection asks.) */
+static inline nw_wconn *nw_sources_take_new(nw_sources *s)
+{
+    nw_wconn *wc;
+    if (s->took_served) {
+        if ((wc = nw_sources_accept_ready(s)))
+            s->took_served = 0;
+        else if ((wc = nw_sources_take_served(s)))
+            s->took_served = 1;
+    } else {
+        if ((wc = nw_sources_take_served(s)))
+            s->took_served = 1;
+        else if ((wc = nw_sources_accept_ready(s)))
+            s->took_served = 0;
+    }
+    return wc;
+}
 
 /* A client from listener idx, or NULL (errno: EAGAIN when it has none);
  * and, after a NULL other than for ENOMEM, that listener has none: it is
@@ -110,6 +126,15 @@ void nw_sources_pass_on_waiting(nw_sources *s, int standby);
 static inline int nw_sources_ready(const nw_sources *s)
 {
     return s->listener_ready || s->serve_queue_ready;
+}
+
+/* A wake-up this worker took and left: epoll reported a listener or the
+ * serve queue, and the worker went out to serve something else before it
+ * read them to EAGAIN. They are EPOLLEXCLUSIVE, so no other worker heard
+ * of it (DESIGN.md, "Parking": "A wake-up taken and left"). */
+static inline int nw_sources_wakeup_left(const nw_sources *s)
+{
+    return s->listener_ready || (s->serve_queue >= 0 && s->serve_queue_ready);
 }
 
 /* Close the serve queue's copy and free what the sources hold. */

@@ -60,16 +60,6 @@ static enum evict_result evict_parked(nw_watcher *wt, nw_msec now)
     return EVICTED;
 }
 
-/* A wake-up this worker took and left: epoll reported a listener or the
- * serve queue, and the worker went out to serve something else before it
- * read them to EAGAIN. They are EPOLLEXCLUSIVE, so no other worker heard
- * of it (DESIGN.md, "Parking": "A wake-up taken and left"). */
-static int wakeup_left(const nw_watcher *wt)
-{
-    const nw_sources *s = wt->sources;
-    return s->listener_ready || (s->serve_queue >= 0 && s->serve_queue_ready);
-}
-
 /* One that the watcher passes on goes to the manager, without waiting
  * for room in its queue (the watcher holds the lock). One the manager
  * does not take is kept for the main thread, which takes it next, as it
@@ -136,17 +126,11 @@ static watcher_verdict watcher_work(nw_watcher *wt, nw_msec now)
     enum evict_result r = wt->parking->set.count ? evict_parked(wt, now) : EVICTED;
     if (r == EVICT_MANAGER_GONE)
         return WATCHER_GAVE_UP;
-    if (wakeup_left(wt))
+    if (nw_sources_wakeup_left(wt->sources))
         pass_on_left(wt);
     if (r == EVICT_QUEUE_FULL)
         return WATCHER_RETRY_SOON;
-    return wakeup_left(wt) ? WATCHER_LOOK_AGAIN : WATCHER_DONE;
-}
-
-/* Whether the watcher has something to watch. */
-static int has_work(const nw_watcher *wt)
-{
-    return wt->parking->set.count || wakeup_left(wt);
+    return nw_sources_wakeup_left(wt->sources) ? WATCHER_LOOK_AGAIN : WATCHER_DONE;
 }
 
 /* The watcher's work, and when to look again. */
@@ -172,7 +156,7 @@ static void *watcher_main(void *arg)
     nw_watcher *wt = arg;
     pthread_mutex_lock(&wt->lock);
     while (!wt->quit) {
-        if (!has_work(wt)) {
+        if (!nw_watcher_has_work(wt)) {
             wt->idle = 1;
             pthread_cond_wait(&wt->wake, &wt->lock);
             wt->idle = 0;
@@ -249,27 +233,6 @@ int nw_watcher_start(nw_watcher *wt)
         pthread_mutex_unlock(&wt->lock);
     wt->main_holds = wt->running;
     return wt->running;
-}
-
-int nw_watcher_enter(nw_watcher *wt)
-{
-    if (!wt->running)
-        return 0;
-    pthread_mutex_lock(&wt->lock);
-    wt->main_holds = 1;
-    wt->out_since = 0;
-    return 1;
-}
-
-void nw_watcher_leave(nw_watcher *wt)
-{
-    if (!wt->running || !wt->main_holds)
-        return;
-    wt->out_since = nw_coarse_ms() + wt->coarse_lag;  /* (a fifth of a precise reading's cost) */
-    if (wt->idle && has_work(wt))
-        pthread_cond_signal(&wt->wake);
-    wt->main_holds = 0;
-    pthread_mutex_unlock(&wt->lock);
 }
 
 void nw_watcher_stop(nw_watcher *wt)
