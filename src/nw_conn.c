@@ -400,6 +400,11 @@ void nw_conn_finish_request(nw_conn *c, nw_msec now)
     c->idle_deadline = nw_deadline_at(now, c->cfg.keepalive_timeout);
 }
 
+int nw_conn_read_body(nw_conn *c)
+{
+    return nw_conn_body_read(c, nw_conn_send_raw);
+}
+
 int nw_conn_send_raw(nw_conn *c, const char *p, size_t len)
 {
     struct iovec iov = { (void *)p, len };

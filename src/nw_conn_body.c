@@ -1,4 +1,4 @@
-/* See nw_conn_body.h. */
+/* Reading a request body (see nw_conn_body.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -159,14 +159,14 @@ static int read_chunked_body(nw_conn *c)
     }
 }
 
-static void send_continue(nw_conn *c)
+static void send_continue(nw_conn *c, int (*send_raw)(nw_conn *c, const char *p, size_t len))
 {
     static const char msg[] = "HTTP/1.1 100 Continue\r\n\r\n";
     if (c->req.minor_version >= 1 && c->in.len == c->head_len)
-        nw_conn_send_raw(c, msg, sizeof msg - 1);
+        send_raw(c, msg, sizeof msg - 1);
 }
 
-int nw_conn_read_body(nw_conn *c)
+int nw_conn_body_read(nw_conn *c, int (*send_raw)(nw_conn *c, const char *p, size_t len))
 {
     body_reset(c);
     if (c->framing.body == NW_BODY_NONE
@@ -176,7 +176,7 @@ int nw_conn_read_body(nw_conn *c)
         && (uint64_t)c->framing.content_length > c->cfg.max_request_body)
         return head_error(c, 413);
     if (c->framing.expect_continue)
-        send_continue(c);
+        send_continue(c, send_raw);
     /* The parsed head points into c->in, which may grow (move) as the body
      * is read: its pointers move with it (the access log and the
      * scoreboard read the request line and headers after the body). */

@@ -1,15 +1,19 @@
 /* A request's body, read by the worker's connection code (nw_conn.c):
  * Content-Length or chunked, kept in memory or, once it outgrows
- * cfg.body_in_memory, spooled to an unlinked file under TMPDIR. Its entry
- * is nw_conn_read_body (nw_conn.h); this header holds what the two files
- * share. */
+ * cfg.body_in_memory, spooled to an unlinked file under TMPDIR; with
+ * what the two files share. nw_conn_read_body (nw_conn.h) is its caller. */
 #ifndef NW_CONN_BODY_H
 #define NW_CONN_BODY_H
 
-#include "nw_conn.h"
+#include "nw_conn_state.h"
 #include "nw_io.h"
 
 #include <unistd.h>
+
+/* Read the whole body of c's request; send_raw writes the interim
+ * "100 Continue" when the client asked for it. NW_REQ_READY, or an error
+ * (NW_REQ_ERROR with c->error_status, NW_REQ_CLOSED, NW_REQ_TIMEOUT). */
+int nw_conn_body_read(nw_conn *c, int (*send_raw)(nw_conn *c, const char *p, size_t len));
 
 /* A read of the socket that keeps c->drained (a short read left it empty). */
 static inline ssize_t conn_read(nw_conn *c, char *buf, size_t len, nw_msec deadline)

@@ -325,6 +325,13 @@ static void take_signals(sigset_t *set)
     sigprocmask(SIG_BLOCK, set, NULL);
 }
 
+/* The heads part asks, of an idle connection at its deadline, whether a
+ * response is still in its socket; the offload part then holds it. */
+static int still_sending(void *offload, int fd)
+{
+    return nw_mgr_offload_wait_sent(offload, fd);
+}
+
 static void init_heads(nw_manager *m, const nw_manager_config *cfg)
 {
     nw_mgr_head_limits lim = {
@@ -336,7 +343,8 @@ static void init_heads(nw_manager *m, const nw_manager_config *cfg)
         .max_header = cfg->max_header_bytes,
         .max_line = cfg->max_request_line,
     };
-    nw_mgr_heads_init(&m->heads, &m->table, &m->clock, &m->handover, &m->offload, &lim);
+    nw_mgr_heads_unsent unsent = { still_sending, &m->offload };
+    nw_mgr_heads_init(&m->heads, &m->table, &m->clock, &m->handover, unsent, &lim);
 }
 
 /* Every part, wired to the parts it calls. */

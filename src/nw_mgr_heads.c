@@ -1,7 +1,6 @@
 /* See nw_mgr_heads.h. */
 #include "nw_mgr_heads.h"
 #include "nw_http.h"
-#include "nw_mgr_offload.h"
 #include "nw_proxy.h"
 
 #include <errno.h>
@@ -12,14 +11,14 @@
 #define ARRIVAL_BELIEF_MS 3600000   /* an older receive time: the clock was set meanwhile */
 
 void nw_mgr_heads_init(nw_mgr_heads *h, nw_mgr_table *t, const nw_mgr_clock *clock,
-                       nw_mgr_handover *handover, struct nw_mgr_offload *offload,
+                       nw_mgr_handover *handover, nw_mgr_heads_unsent unsent,
                        const nw_mgr_head_limits *lim)
 {
     memset(h, 0, sizeof *h);
     h->table = t;
     h->clock = clock;
     h->handover = handover;
-    h->offload = offload;
+    h->unsent = unsent;
     h->lim = *lim;
 }
 
@@ -323,7 +322,7 @@ void nw_mgr_heads_expire(nw_mgr_heads *h)
     int fd;
     while ((fd = nw_mgr_table_due(h->table, NW_MGR_IDLE, now)) != NW_MGR_NONE) {
         nw_mgr_table_delist(h->table, fd);
-        if (nw_mgr_offload_wait_sent(h->offload, fd))
+        if (h->unsent.still_sending(h->unsent.arg, fd))
             continue;   /* not idle: a worker's response is still in the socket */
         nw_mgr_table_unwatch(h->table, fd);
         nw_mgr_table_forget(h->table, fd);

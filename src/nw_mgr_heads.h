@@ -16,7 +16,13 @@
 #include "nw_mgr_handover.h"
 #include "nw_mgr_table.h"
 
-struct nw_mgr_offload;
+/* Asked of each idle connection at its keep-alive deadline: 1 when a
+ * response is still in its socket (the part that writes responses then
+ * holds it as a writing one), 0 when it is idle and may close. */
+typedef struct {
+    int (*still_sending)(void *arg, int fd);
+    void *arg;
+} nw_mgr_heads_unsent;
 
 typedef struct {
     nw_msec keepalive_ms;       /* an idle connection is kept this long */
@@ -30,7 +36,7 @@ typedef struct nw_mgr_heads {
     nw_mgr_table *table;
     const nw_mgr_clock *clock;
     nw_mgr_handover *handover;
-    struct nw_mgr_offload *offload; /* where an idle one goes whose response is still unsent */
+    nw_mgr_heads_unsent unsent;     /* an idle one whose response is still unsent goes there */
     nw_mgr_head_limits lim;
     int64_t  arrived_ns;            /* the kernel's receive time of the bytes being
                                      * read (0: none) */
@@ -39,7 +45,7 @@ typedef struct nw_mgr_heads {
 } nw_mgr_heads;
 
 void nw_mgr_heads_init(nw_mgr_heads *h, nw_mgr_table *t, const nw_mgr_clock *clock,
-                       nw_mgr_handover *handover, struct nw_mgr_offload *offload,
+                       nw_mgr_handover *handover, nw_mgr_heads_unsent unsent,
                        const nw_mgr_head_limits *lim);
 
 /* HANDOFF: a connection with whatever the worker read past its last

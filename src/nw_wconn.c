@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 
-#include "nw_custody_wait.h"
 #include "nw_pool_place.h"
 
 /* The connection whose request is running (the request watchdog's). */
@@ -60,8 +59,8 @@ void nw_wconn_free(nw_wconn *wc)
     if (!wc)
         return;
     nw_wconn_not_serving(wc);
-    if (wc->custody_wait)
-        nw_custody_wait_forget(wc->custody, wc);
+    if (wc->custody_wait && wc->custody_forget)
+        wc->custody_forget(wc->custody, wc);
     nw_conn_destroy(wc->c);
     free(wc);
 }

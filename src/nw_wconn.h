@@ -21,9 +21,10 @@ typedef struct {
 } nw_worker_owner_ops;
 
 /* One connection inside a worker: the C side of what the caller serves. */
-typedef struct {
+typedef struct nw_wconn {
     nw_conn *c;
-    struct nw_custody_wait *custody;    /* its worker's custody wait list */
+    struct nw_custody_wait *custody;    /* its worker's custody wait list, and what */
+    void (*custody_forget)(struct nw_custody_wait *, struct nw_wconn *); /* takes it off */
     struct nw_pool_place *place;    /* its worker's place in the pool (the block meter) */
     int custody_wait;               /* 1 + its place in its worker's custody wait list
                                      * (nw_custody_wait.h); 0: none */

@@ -43,6 +43,7 @@ static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
     c->spares = &w->spares;
     wc->c = c;
     wc->custody = &w->custody;
+    wc->custody_forget = nw_custody_wait_forget;
     wc->place = &w->place;
     if (plen > 0 && plen <= sizeof wc->peer) {
         memcpy(&wc->peer, peer, plen);
