@@ -1,6 +1,6 @@
 /* Glue between Perl and Narwhal's C: XSUBs that convert arguments and
  * call C, nothing more. Two classes: Narwhal::Acceptor (a worker's
- * scheduling, src/nw_worker.c, and its requests, xs/serve.c) and
+ * scheduling, src/worker/nw_worker.c, and its requests, xs/serve.c) and
  * Narwhal::Conn (one connection: write a response the app returned in
  * any other shape, xs/response.c). Everything protocol-shaped lives in
  * src/. */
@@ -11,12 +11,12 @@
 #include <stddef.h>
 #include <unistd.h>
 
-#include "src/nw_frame.h"
-#include "src/nw_scoreboard.h"
-#include "src/nw_accesslog.h"
-#include "src/nw_signal.h"
-#include "src/nw_log.h"
-#include "src/nw_sched.h"
+#include "src/shared/nw_frame.h"
+#include "src/shared/nw_scoreboard.h"
+#include "src/worker/nw_accesslog.h"
+#include "src/worker/nw_signal.h"
+#include "src/shared/nw_log.h"
+#include "src/worker/nw_sched.h"
 #include <strings.h>
 
 static HV *acceptor_stash;   /* for the typemap's quick check */
@@ -958,7 +958,7 @@ wake_on_signals(fd, ...)
     int fd
   CODE:
     /* Each signal given also writes a byte to fd (the manage loop's wake
-     * pipe), in front of the handler Perl has for it (src/nw_signal.h). */
+     * pipe), in front of the handler Perl has for it (src/worker/nw_signal.h). */
     RETVAL = 1;
     for (int i = 1; i < items; i++)
         if (nw_signal_wake((int)SvIV(ST(i)), fd) < 0)
@@ -1020,7 +1020,7 @@ format(level, text)
     const char *level
     SV *text
   CODE:
-    /* Narwhal's own lines, from Perl: the C formatter (src/nw_log.c) */
+    /* Narwhal's own lines, from Perl: the C formatter (src/shared/nw_log.c) */
     STRLEN len, lines = 1;
     const char *p = SvPVbyte(text, len);
     for (STRLEN i = 0; i < len; i++)

@@ -1,5 +1,5 @@
-# Fuzzing the HTTP parser (src/nw_http.c) and the frame decoder
-# (src/nw_frame.c). Run from this directory:
+# Fuzzing the HTTP parser (src/shared/nw_http.c) and the frame decoder
+# (src/shared/nw_frame.c). Run from this directory:
 #   make -f fuzz.mk fuzz            build ./fuzz_http and ./fuzz_frame with clang and libFuzzer
 #   make -f fuzz.mk run FUZZ_TIME=300  fuzz the parser for that long (one job); new
 #                          inputs go to work/, crashes to findings/
@@ -21,7 +21,8 @@ LINK     = $(shell $(PERL) ../inc/NarwhalLink.pm $(1))
 HTTP     := $(call LINK,fuzz_http.c)
 FRAME    := $(call LINK,fuzz_frame.c)
 PROXY    := $(call LINK,fuzz_proxy.c)
-HDRS     = $(wildcard ../src/*.h)
+HDRS     = $(wildcard ../src/*/*.h)
+INCS     = -I../src/shared -I../src/worker -I../src/manager
 
 .PHONY: all fuzz run run-frame run-proxy replay clean
 
@@ -31,7 +32,7 @@ fuzz: fuzz_http fuzz_frame fuzz_proxy
 
 fuzz_proxy: $(PROXY) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-I../src $(PROXY) -o $@
+		$(INCS) $(PROXY) -o $@
 
 run-proxy: fuzz_proxy
 	mkdir -p work-proxy findings-proxy
@@ -40,11 +41,11 @@ run-proxy: fuzz_proxy
 
 fuzz_http: $(HTTP) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-I../src $(HTTP) -o $@
+		$(INCS) $(HTTP) -o $@
 
 fuzz_frame: $(FRAME) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-		-I../src $(FRAME) -o $@
+		$(INCS) $(FRAME) -o $@
 
 run-frame: fuzz_frame
 	mkdir -p work-frame findings-frame
@@ -58,13 +59,13 @@ run: fuzz_http
 
 replay: replay.c $(HTTP) $(FRAME) $(PROXY) $(HDRS)
 	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
-		-I../src replay.c $(HTTP) -o replay
+		$(INCS) replay.c $(HTTP) -o replay
 	./replay corpus
 	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
-		-I../src replay.c $(FRAME) -o replay_frame
+		$(INCS) replay.c $(FRAME) -o replay_frame
 	./replay_frame corpus-frame
 	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
-		-I../src replay.c $(PROXY) -o replay_proxy
+		$(INCS) replay.c $(PROXY) -o replay_proxy
 	./replay_proxy corpus-proxy
 
 clean:

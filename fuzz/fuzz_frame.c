@@ -1,4 +1,4 @@
-/* libFuzzer harness for src/nw_frame.c: nw_frame_recv and
+/* libFuzzer harness for src/shared/nw_frame.c: nw_frame_recv and
  * nw_frame_recv_fds on arbitrary datagrams carrying arbitrary numbers of
  * descriptors.
  *

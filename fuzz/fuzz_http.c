@@ -1,4 +1,4 @@
-/* libFuzzer harness for src/nw_http.c.
+/* libFuzzer harness for src/shared/nw_http.c.
  *
  * The input is parsed as a request head. On success: framing, percent-
  * decoding of the path, and the rest of the input goes to the chunked

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the PROXY protocol parser (src/nw_proxy.c). The
+/* libFuzzer harness for the PROXY protocol parser (src/shared/nw_proxy.c). The
  * input is a connection's first bytes. Invariants, checked with abort():
  *  - a header that parses (DONE) is no longer than the input, and every
  *    shorter prefix of it asks for more (MORE): a header split anywhere

@@ -2,7 +2,7 @@
  * LLVMFuzzerTestOneInput without libFuzzer, so the corpus can be checked
  * with gcc and the sanitizers:
  *   gcc -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
- *       -Isrc fuzz/replay.c fuzz/fuzz_http.c src/nw_http.c -o replay
+ *       -Isrc/shared -Isrc/worker -Isrc/manager fuzz/replay.c fuzz/fuzz_http.c src/shared/nw_http.c -o replay
  *   ./replay fuzz/corpus
  */
 #include <dirent.h>

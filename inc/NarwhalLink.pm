@@ -9,15 +9,21 @@ use File::Spec;
 # and the XS module (Makefile.PL) and the fuzzing harnesses (fuzz/fuzz.mk).
 #
 # The rule: a file's `#include "..."` lines name headers (looked for next
-# to the file, then from the top directory, then in src/); a header
-# src/nw_x.h whose src/nw_x.c exists brings that file in, and every file
-# brought in is read the same way. Adding src/nw_x.c with its nw_x.h is
-# then the whole build change: whatever includes nw_x.h links nw_x.c.
+# to the file, then from the top directory, then in each of src/'s parts,
+# SRC_DIRS); a header src/PART/nw_x.h whose nw_x.c is beside it brings
+# that file in, and every file brought in is read the same way. Adding
+# src/PART/nw_x.c with its nw_x.h is then the whole build change:
+# whatever includes nw_x.h links nw_x.c.
 # Headers not in the tree (perl.h, XSUB.h, the system's) are skipped.
 #
 #   perl inc/NarwhalLink.pm FILE...   print the C files FILE... link with
 #                                     (FILE... first, then the closure,
 #                                     paths as given / relative to here)
+
+# src/'s parts: what both programs use, the XS module's (the worker and
+# the master), the connection manager's. The compilers' -I list.
+use constant SRC_DIRS => qw(src/shared src/worker src/manager);
+sub include_flags { my ($prefix) = @_; return map { '-I' . ($prefix // '') . $_ } SRC_DIRS }
 
 # link_sources($root, @files): @files (paths relative to $root) followed by
 # the .c files of src/ they need, sorted, relative to $root.
@@ -31,7 +37,7 @@ sub link_sources {
             next if $seen{$header}++;
             push @todo, $header;
             (my $c = $header) =~ s/\.h\z/.c/;
-            next if $c eq $header || $seen{$c} || !-f "$root/$c" || $c !~ m{\Asrc/[^/]+\.c\z};
+            next if $c eq $header || $seen{$c} || !-f "$root/$c" || $c !~ m{\Asrc/\w+/nw_[^/]+\.c\z};
             $seen{$c} = 1;
             push @todo, $c;
             push @found, $c;
@@ -49,7 +55,7 @@ sub includes {
     while (my $line = <$fh>) {
         next unless $line =~ /^\s*#\s*include\s+"([^"]+)"/;
         my $name = $1;
-        for my $cand ((length $dir ? File::Spec->catfile($dir, $name) : ()), $name, "src/$name") {
+        for my $cand ((length $dir ? File::Spec->catfile($dir, $name) : ()), $name, map { "$_/$name" } SRC_DIRS) {
             my $canon = File::Spec->canonpath($cand);
             $canon =~ s{\A\./}{};
             if (-f "$root/$canon") {

@@ -21,7 +21,7 @@ sub for_tests {
 
 # Narwhal's own error-log lines: "TIME narwhal[PID] ROLE LEVEL: text", one
 # line per line of text, formatted by the C side's one formatter
-# (src/nw_log.c, which the manager uses too). Levels: error, warn, info.
+# (src/shared/nw_log.c, which the manager uses too). Levels: error, warn, info.
 # The app's own lines (warn, psgi.errors) are never passed through here.
 sub log_line {
     my ($level, $text) = @_;
@@ -626,7 +626,7 @@ lines are left as it wrote them.
 =head1 LIMITS
 
 The options in the Limits group above; each default is a named constant in
-F<src/nw_limits.h>, which the option table reads, and the bounds the C side
+F<src/shared/nw_limits.h>, which the option table reads, and the bounds the C side
 needs are C's too.
 
 Malformed requests get 400 (501 for a transfer coding other than chunked,

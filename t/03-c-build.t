@@ -2,7 +2,7 @@
 # One build description for the C: what a C unit test, the manager program,
 # the XS module and a fuzzing harness link with comes from their includes
 # (inc/NarwhalLink.pm), so no test, Makefile.PL or fuzz/fuzz.mk names a
-# file of src/ to link. And every src/*.c is compiled into a C unit test
+# file of src/ to link. And every src/*/nw_*.c is compiled into a C unit test
 # (run under the sanitizers by t/0*-*.t).
 use strict;
 use warnings;
@@ -38,12 +38,12 @@ for my $prog (@programs) {
 }
 
 # Every file of src/ is compiled into one of them.
-for my $c (sort glob('src/*.c')) {
+for my $c (sort glob('src/*/nw_*.c')) {
     ok($compiled_by{$c}, "$c is compiled into a C unit test ("
                           . join(', ', @{ $compiled_by{$c} || [] }) . ')');
 }
 
-# No one else lists what to link: a new src/nw_x.c is then the one edit.
+# No one else lists what to link: a new src/PART/nw_x.c is then the one edit.
 for my $file (@tests, 'Makefile.PL', (-d 'fuzz' ? 'fuzz/fuzz.mk' : ())) {
     my @named = code_of($file) =~ m{\b(nw_\w+\.c)\b}g;
     is("@named", '', "$file names no src/*.c to link");
@@ -52,8 +52,17 @@ for my $file (@tests, 'Makefile.PL', (-d 'fuzz' ? 'fuzz/fuzz.mk' : ())) {
 # The XS module links what Narwhal.xs and xs/ include: the worker's C and
 # all it needs; what it leaves out is the manager program's alone.
 my %in_xs = map { $_ => 1 } link_sources('Narwhal.xs', sort glob('xs/*.c'));
-my @left = grep { !$in_xs{$_} } sort glob('src/*.c');
+my @left = grep { !$in_xs{$_} } sort glob('src/*/nw_*.c');
 cmp_ok(scalar(grep { m{\Asrc/} } keys %in_xs), '>', @left, 'the XS module links most of src/');
 is(join(' ', grep { !grep { $_ eq 'narwhal-manager' } @{ $compiled_by{$_} } } @left), '',
    "what it leaves out (@left) is the manager program's");
+
+# src/'s parts say who links a file: src/shared/ both programs,
+# src/worker/ the XS module alone (the worker and the master), src/manager/
+# the manager program alone.
+my %in_manager = map { $_ => 1 } link_sources('src/manager/narwhal-manager.c');
+for my $c (sort glob('src/*/nw_*.c')) {
+    my $part = $in_xs{$c} && $in_manager{$c} ? 'shared' : $in_xs{$c} ? 'worker' : 'manager';
+    like($c, qr{\Asrc/$part/}, "$c is in src/$part/");
+}
 done_testing();

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# The connection manager (src/manager/narwhal-manager.c + src/nw_manager.c)
+# The connection manager (src/manager/narwhal-manager.c + src/manager/nw_manager.c)
 # and its C test (t/c/test_manager.c), both under ASan/UBSan. The C test
 # plays the master and the workers over real sockets; see it for what is
 # covered.

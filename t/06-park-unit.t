@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# A worker's parked connections (src/nw_park.c) and its C test
+# A worker's parked connections (src/worker/nw_park.c) and its C test
 # (t/c/test_park.c), under ASan/UBSan. The test parks real socketpairs in a
 # real epoll set; see it for what is covered.
 use strict;

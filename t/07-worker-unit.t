@@ -1,9 +1,9 @@
 #!/usr/bin/perl
-# A worker's scheduling (src/nw_worker.c: taking connections, release,
+# A worker's scheduling (src/worker/nw_worker.c: taking connections, release,
 # and its parts: nw_sources.c, nw_parking.c, nw_handoff.c,
 # nw_custody_wait.c, nw_adopt.c, nw_watcher.c, nw_pool_place.c,
 # nw_deadlines.c, nw_wconn.c) and its C test (t/c/test_worker.c), and a
-# worker process's signals (src/nw_worker_signals.c: crash, watchdog,
+# worker process's signals (src/worker/nw_worker_signals.c: crash, watchdog,
 # stop sender, memory limit, deferred signals) and theirs
 # (t/c/test_worker_signals.c), under ASan/UBSan, with real sockets.
 use strict;

@@ -1,8 +1,8 @@
 #!/usr/bin/perl
 # The C unit tests of the scoreboard and the status pages
-# (t/c/test_status.c with src/nw_scoreboard.c and src/nw_status.c) and of
+# (t/c/test_status.c with src/shared/nw_scoreboard.c and src/manager/nw_status.c) and of
 # the status server that answers them (t/c/test_status_server.c with
-# src/nw_status_server.c), under AddressSanitizer and
+# src/manager/nw_status_server.c), under AddressSanitizer and
 # UndefinedBehaviorSanitizer, passed through as tests.
 use strict;
 use warnings;

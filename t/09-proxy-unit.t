@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The C unit tests of the PROXY protocol parser and encoder and of
-# --proxy-from (t/c/test_proxy.c with src/nw_proxy.c), under AddressSanitizer
+# --proxy-from (t/c/test_proxy.c with src/shared/nw_proxy.c), under AddressSanitizer
 # and UndefinedBehaviorSanitizer, passed through as tests here.
 use strict;
 use warnings;

@@ -107,12 +107,12 @@ sub slurp {
 
 # Bounds that come from C are C's.
 is(Narwhal::Options::option('max_headers')->{max}, Narwhal::Limits::MAX_HEADERS_HARD(),
-   '--max-headers bound from src/nw_limits.h');
+   '--max-headers bound from src/shared/nw_limits.h');
 is(Narwhal::Options::option('max_header_bytes')->{max}, Narwhal::Limits::MAX_HEADER_BYTES_HARD(),
    '--max-header-bytes bound from the frame size');
 is(Narwhal::Options::option('max_request_line')->{min}, Narwhal::Limits::MIN_REQUEST_LINE(),
-   '--max-request-line bound from src/nw_limits.h');
-# A default src/nw_limits.h has (NW_DEFAULT_<NAME>, which the C unit tests
+   '--max-request-line bound from src/shared/nw_limits.h');
+# A default src/shared/nw_limits.h has (NW_DEFAULT_<NAME>, which the C unit tests
 # and the manager run alone use) is the table's, for every option.
 for my $o (@table) {
     my $c = Narwhal::Limits->can('DEFAULT_' . uc $o->{name}) or next;

@@ -10,7 +10,7 @@ use Narwhal::Master ();
 # a signal's handler only at its next safe point, so a signal that came
 # while the master was busy (a worker dying while it forks another) used to
 # be seen only after a whole sleep. A C handler in front of Perl's writes to
-# a pipe the sleep watches (src/nw_signal.c, docs/SIGNALS.md): a signal
+# a pipe the sleep watches (src/worker/nw_signal.c, docs/SIGNALS.md): a signal
 # that came before the sleep ends it at once.
 
 alarm 30;      # a handler chained to itself would never return: fail, not hang

@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-#include "src/nw_frame.h"
-#include "src/nw_scoreboard.h"
+#include "src/shared/nw_frame.h"
+#include "src/shared/nw_scoreboard.h"
 
 /* The worker's configuration, filled from a list the option table
  * (Narwhal::Options::c_config) builds in the order of config_field: a

@@ -8,11 +8,11 @@
 #include "EXTERN.h"
 #include "perl.h"
 
-#include "src/nw_accesslog.h"
-#include "src/nw_conn.h"
-#include "src/nw_scoreboard.h"
-#include "src/nw_worker.h"
-#include "src/nw_worker_signals.h"
+#include "src/worker/nw_accesslog.h"
+#include "src/worker/nw_conn.h"
+#include "src/shared/nw_scoreboard.h"
+#include "src/worker/nw_worker.h"
+#include "src/worker/nw_worker_signals.h"
 
 typedef struct env_recycler env_recycler;
 
@@ -46,7 +46,7 @@ typedef struct {
 /* What the request sequence (xs/serve.c) is given once by the worker
  * loop: its app, its object (for the uncommon parts) and the option
  * values. Whether the worker leaves, and what it served, are the C
- * worker's own (nw_worker_life, src/nw_worker.h). */
+ * worker's own (nw_worker_life, src/worker/nw_worker.h). */
 typedef struct {
     SV *worker;         /* the Narwhal::Worker */
     SV *app;
@@ -84,7 +84,7 @@ typedef struct {
     double wait;            /* for the current connection's next request */
 } nw_xs_acceptor;
 
-/* Every call into the worker (src/nw_worker.c) runs inside WORKER_SCOPE
+/* Every call into the worker (src/worker/nw_worker.c) runs inside WORKER_SCOPE
  * ... WORKER_SCOPE_END: the park watcher's lock is released when the
  * scope ends, also when Perl code run inside (a DESTROY, freeing a
  * connection) leaves it by die or exit. */

@@ -1,4 +1,4 @@
-/* PSGI responses into the C writer (src/nw_conn.c, src/nw_response.c):
+/* PSGI responses into the C writer (src/worker/nw_conn.c, src/shared/nw_response.c):
  * the app's status, header array and body pieces become one head and, for
  * an array body, one writev; for a plain file handle, sendfile. */
 #include "narwhal_xs.h"

@@ -245,7 +245,7 @@ sub _open_status_listener {
 # Perl or the app. Three socketpairs, made once and held by the master for
 # its whole life (so frames in flight outlive a manager): control, the
 # handoff queue and the serve queue (the workers share the other end of
-# both), which the manager gets as the descriptors src/nw_frame.h names
+# both), which the manager gets as the descriptors src/shared/nw_frame.h names
 # (Narwhal::Limits::MANAGER_*_FD). A fourth, the adopt queue, is the
 # workers' alone (both ends): a leaving worker's parked connections go
 # through it to the others (DESIGN.md, "Retirement"). docs/PROTOCOL.md.
@@ -1199,7 +1199,7 @@ sub _spawn_missing {
     $self->{started_all} = 1;
 }
 
-# The scoreboard (src/nw_scoreboard.c): a slot per worker in shared
+# The scoreboard (src/shared/nw_scoreboard.c): a slot per worker in shared
 # memory, where a worker notes each request it begins and ends. The master
 # reads a dead worker's slot to know whether it had served anything and
 # what it was serving.

@@ -13,7 +13,7 @@ use Narwhal::Listener ();
 # run it after changing the table) and t/31-options.t checks docs/OPTIONS.md,
 # the POD and --help against it. Limits that C enforces take their
 # default and bounds from C (Narwhal::Limits, exported by the XS from
-# src/nw_limits.h), never retyped here.
+# src/shared/nw_limits.h), never retyped here.
 #
 # Keys: name (snake_case; the command line uses kebab-case), alias (other
 # command-line names; one letter is a short option), type, default, min,

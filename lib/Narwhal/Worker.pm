@@ -189,7 +189,7 @@ sub _server_stops_too {
 }
 
 # Whatever way the worker exits (an app calling exit included): the park
-# watcher thread (src/nw_worker.c), which reads the parked connections'
+# watcher thread (src/worker/nw_worker.c), which reads the parked connections'
 # objects, stops before Perl's global destruction frees them, and the
 # parked connections go to the manager rather than die with the worker.
 END {

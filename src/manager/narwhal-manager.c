@@ -12,7 +12,7 @@
  *                   [--scoreboard-fd FD] [--serve-reader-fd FD]
  *                   [--status-fd FD] [--listener-fds FD,FD...]
  *
- * Defaults come from src/nw_limits.h; --max-connections defaults to what
+ * Defaults come from src/shared/nw_limits.h; --max-connections defaults to what
  * the fd limit allows (after raising the soft limit to the hard one). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

@@ -1,4 +1,4 @@
-/* Unit tests for src/nw_accesslog.c's escaping, printing TAP: the JSON
+/* Unit tests for src/worker/nw_accesslog.c's escaping, printing TAP: the JSON
  * format keeps valid UTF-8 as it is and escapes only invalid bytes and
  * control characters; the combined format escapes every byte outside
  * printable ASCII; the forwarded client address is the last address of

@@ -1,12 +1,12 @@
-/* Unit tests of src/nw_accesslog.c: the combined and JSON lines (fields,
+/* Unit tests of src/worker/nw_accesslog.c: the combined and JSON lines (fields,
  * absent fields, the stamps and their offset), the escaping of hostile
  * bytes and the cut of long fields, and the buffering: when the buffer is
  * written (full, a second old, idle, reopen, close), in whole lines of at
  * most PIPE_BUF on anything but a regular file, and what a failed or
  * short write costs (the lines are counted, never retried). Run by
  * t/03-c-units.t (under ASan and UBSan), or by hand:
- *   cc -std=gnu99 -g -Wall -Wextra -Werror -Isrc -It/c t/c/test_accesslog_lines.c \
- *      src/nw_accesslog.c src/nw_io.c -o /tmp/test_accesslog_lines && /tmp/test_accesslog_lines
+ *   cc -std=gnu99 -g -Wall -Wextra -Werror -Isrc/shared -Isrc/worker -Isrc/manager -It/c t/c/test_accesslog_lines.c \
+ *      src/worker/nw_accesslog.c src/shared/nw_io.c -o /tmp/test_accesslog_lines && /tmp/test_accesslog_lines
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* Whether a worker's requests block (src/nw_block_meter.c): made-up
+/* Whether a worker's requests block (src/worker/nw_block_meter.c): made-up
  * requests through nw_block_meter_note, then real ones measured from the
  * kernel's schedstat: a sleep blocks, a busy loop does not. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Unit tests for src/nw_custody.c (the manager's cookie -> descriptor
+/* Unit tests for src/manager/nw_custody.c (the manager's cookie -> descriptor
  * index of connections in custody), printing TAP; run through
  * t/03-c-units.t. The index is checked
  * against a plain array after every step of a long random mix of adds and

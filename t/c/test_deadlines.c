@@ -1,4 +1,4 @@
-/* The worker's deadline list (src/nw_deadlines.c): kinds registered,
+/* The worker's deadline list (src/worker/nw_deadlines.c): kinds registered,
  * replaced and cleared, the nearest of them, and the wait it allows. */
 #include "tap.h"
 #include "nw_deadlines.h"

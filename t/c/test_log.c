@@ -1,4 +1,4 @@
-/* Unit tests for src/nw_log.c (Narwhal's own error-log lines), printing
+/* Unit tests for src/shared/nw_log.c (Narwhal's own error-log lines), printing
  * TAP: the time stamp against gmtime_r over a range of dates, the prefix's
  * shape, and the formatter's line splitting. */
 #define _GNU_SOURCE

@@ -1,4 +1,4 @@
-/* Tests of the connection manager (src/nw_manager.c, through the
+/* Tests of the connection manager (src/manager/nw_manager.c, through the
  * narwhal-manager executable), printing TAP. This program plays the master
  * (the control socket on the manager's fd 3, and a copy of every end it
  * passes, as the master keeps them) and the workers (the shared workers'
@@ -8,9 +8,9 @@
  * the backstop. Build and run through t/05-manager-unit.t, or:
  *
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
- *      -Isrc -o /tmp/narwhal-manager $(perl inc/NarwhalLink.pm src/manager/narwhal-manager.c)
+ *      -Isrc/shared -Isrc/worker -Isrc/manager -o /tmp/narwhal-manager $(perl inc/NarwhalLink.pm src/manager/narwhal-manager.c)
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
- *      -Isrc -It/c -o /tmp/test_manager $(perl inc/NarwhalLink.pm t/c/test_manager.c)
+ *      -Isrc/shared -Isrc/worker -Isrc/manager -It/c -o /tmp/test_manager $(perl inc/NarwhalLink.pm t/c/test_manager.c)
  *   /tmp/test_manager /tmp/narwhal-manager
  *
  * With "--measure N" after the binary it prints, instead of tests, the

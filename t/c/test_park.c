@@ -1,4 +1,4 @@
-/* Unit tests for src/nw_park.c (a worker's parked connections), printing
+/* Unit tests for src/worker/nw_park.c (a worker's parked connections), printing
  * TAP. The "connections" are real non-blocking AF_UNIX socketpairs in a real
  * epoll set: the parked end is watched by the set, and writing a byte on
  * (or closing) the peer end makes it readable. Events are fed to
@@ -8,7 +8,7 @@
  * epoll_wait is bounded, and an alarm is the backstop. Build and run
  * through t/06-park-unit.t, or by hand:
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
- *      -Isrc -It/c t/c/test_park.c src/nw_park.c src/nw_io.c -o /tmp/test_park \
+ *      -Isrc/shared -Isrc/worker -Isrc/manager -It/c t/c/test_park.c src/worker/nw_park.c src/shared/nw_io.c -o /tmp/test_park \
  *      && /tmp/test_park
  */
 #ifndef _GNU_SOURCE

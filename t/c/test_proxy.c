@@ -1,4 +1,4 @@
-/* Unit tests of the PROXY protocol parser and encoder (src/nw_proxy.c):
+/* Unit tests of the PROXY protocol parser and encoder (src/shared/nw_proxy.c):
  * every valid shape, each fed byte by byte, bytes after the header left
  * alone, every malformed shape refused, the v2 encoder read back by the
  * parser, and --proxy-from's CIDR matching. */

@@ -1,4 +1,4 @@
-/* The worker's time slice (src/nw_sched.c): asked for, reported back, and
+/* The worker's time slice (src/worker/nw_sched.c): asked for, reported back, and
  * its nice value kept. On a kernel that reports no slice (before Linux
  * 6.12's custom slices) only the calls' success is checked. */
 #ifndef _GNU_SOURCE

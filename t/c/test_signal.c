@@ -1,9 +1,9 @@
-/* Unit tests of src/nw_signal.c: a handler in front of another passes the
+/* Unit tests of src/worker/nw_signal.c: a handler in front of another passes the
  * signal on, and the wake pipe gets a byte for each signal, in the
  * process that asked for it only. Run by t/03-c-units.t (under ASan and
  * UBSan), or by hand:
- *   cc -std=gnu99 -g -Wall -Wextra -Werror -Isrc -It/c t/c/test_signal.c \
- *      src/nw_signal.c -o /tmp/test_signal && /tmp/test_signal
+ *   cc -std=gnu99 -g -Wall -Wextra -Werror -Isrc/shared -Isrc/worker -Isrc/manager -It/c t/c/test_signal.c \
+ *      src/worker/nw_signal.c -o /tmp/test_signal && /tmp/test_signal
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-/* Unit tests of the scoreboard (src/nw_scoreboard.c) and the status pages
- * (src/nw_status.c): a board in a real memfd, mapped again read-only as
+/* Unit tests of the scoreboard (src/shared/nw_scoreboard.c) and the status pages
+ * (src/manager/nw_status.c): a board in a real memfd, mapped again read-only as
  * the manager maps it; counts folded in while a reader reads; the pages
  * rendered from it and checked as a client would read them. */
 #define _GNU_SOURCE

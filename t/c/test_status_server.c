@@ -1,4 +1,4 @@
-/* Unit tests of the status server (src/nw_status_server.c): a real TCP
+/* Unit tests of the status server (src/manager/nw_status_server.c): a real TCP
  * listener on 127.0.0.1 and a real epoll set, driven as the manager's loop
  * drives it. A page is answered once its head is in (whole or in pieces),
  * with the manager's numbers asked for at render time and a board of real

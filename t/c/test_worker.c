@@ -1,5 +1,5 @@
-/* Unit tests for src/nw_worker.c (a worker's scheduling) and
- * src/nw_adopt.c (adoption), printing TAP.
+/* Unit tests for src/worker/nw_worker.c (a worker's scheduling) and
+ * src/worker/nw_adopt.c (adoption), printing TAP.
  * Real sockets throughout: a TCP listener on 127.0.0.1 whose clients are
  * plain blocking sockets, and a pair of SOCK_SEQPACKET socketpairs standing
  * in for the manager's two queues (this test plays the manager: it reads
@@ -8,8 +8,8 @@
  * bounded, and an alarm is the backstop. Build and run through
  * t/07-worker-unit.t (under ASan/UBSan), or by hand:
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
- *      -Isrc -It/c t/c/test_worker.c src/nw_worker.c src/nw_adopt.c src/nw_park.c src/nw_conn.c \
- *      src/nw_http.c src/nw_io.c src/nw_buf.c src/nw_frame.c src/nw_response.c src/nw_signal.c \
+ *      -Isrc/shared -Isrc/worker -Isrc/manager -It/c t/c/test_worker.c src/worker/nw_worker.c src/worker/nw_adopt.c src/worker/nw_park.c src/worker/nw_conn.c \
+ *      src/shared/nw_http.c src/shared/nw_io.c src/shared/nw_buf.c src/shared/nw_frame.c src/shared/nw_response.c src/worker/nw_signal.c \
  *      -lpthread -o /tmp/test_worker && /tmp/test_worker
  * With "--only GROUP" it runs that group of tests only (main() names
  * them), and "--groups" lists them.

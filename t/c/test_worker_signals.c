@@ -1,4 +1,4 @@
-/* Unit tests for src/nw_worker_signals.c (a worker process's signal
+/* Unit tests for src/worker/nw_worker_signals.c (a worker process's signal
  * handlers and its memory limit), printing TAP: the stop sender noted and
  * the signal passed on; the memory limit's answer and how often it looks;
  * the request watchdog's first signal passed on, its 504 on the connection
@@ -9,7 +9,7 @@
  * SOCK_SEQPACKET socketpairs standing in for the manager's queues. What
  * ends a process runs in a forked child. Build and run through
  * t/07-worker-unit.t (under ASan/UBSan), or by hand:
- *   cc -std=gnu99 -g -Wall -Wextra -Werror -pthread -Isrc -It/c \
+ *   cc -std=gnu99 -g -Wall -Wextra -Werror -pthread -Isrc/shared -Isrc/worker -Isrc/manager -It/c \
  *      t/c/test_worker_signals.c $(perl inc/NarwhalLink.pm t/c/test_worker_signals.c \
  *      | cut -d' ' -f2-) -o /tmp/test_worker_signals && /tmp/test_worker_signals
  */

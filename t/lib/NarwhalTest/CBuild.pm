@@ -18,7 +18,7 @@ use constant SANITIZE => ('-fsanitize=address,undefined', '-fno-sanitize-recover
                           '-fno-omit-frame-pointer');
 
 # Every C test program is compiled with the same flags, so that each
-# src/*.c is compiled once for the whole suite (the object cache below);
+# src/*/nw_*.c is compiled once for the whole suite (the object cache below);
 # the threads some of them use (-pthread) cost the others nothing. -g1:
 # line tables and function names, what a sanitizer's report shows; not
 # the variables' descriptions of -g, which only a debugger reads and
@@ -123,12 +123,12 @@ sub sanitizers_work {
 }
 
 # build($name, [files relative to the root], @extra_flags): compile the
-# files and the src/*.c they need (link_sources) with sanitizers into a
+# files and the src/*/nw_*.c they need (link_sources) with sanitizers into a
 # temp dir; one test result; returns the program's path, or ends the test
 # file when it does not compile.
 #
 # Each file is compiled on its own, two at a time, into an object cache
-# (blib/ctest-objs: the suite's C tests share src/*.c and compile each once
+# (blib/ctest-objs: the suite's C tests share src/*/nw_*.c and compile each once
 # for the whole run, whichever test file comes first; a lock makes the
 # others wait for it). An object is named by a digest of the compiler, the
 # flags, the file and every header of the tree: any change compiles anew.
@@ -140,7 +140,7 @@ sub build {
         or NarwhalTest::missing_all("$cc cannot build with AddressSanitizer and UBSan "
                                     . '(Debian: libasan and libubsan come with gcc)');
     my $exe = File::Spec->catfile(_dir(), $name);
-    my @flags = (CFLAGS, @extra, "-I$ROOT/src", "-I$ROOT/t/c");
+    my @flags = (CFLAGS, @extra, NarwhalLink::include_flags("$ROOT/"), "-I$ROOT/t/c");
     my ($objs, $failed) = _compile_all($cc, \@flags, @sources);
     my ($status, $out, $err) = $failed ? (1, '', $failed)
                              : run_program($cc, SANITIZE, '-pthread', @extra, @$objs, '-o', $exe);
@@ -163,7 +163,7 @@ my $HEADERS;
 sub _headers_digest {
     return $HEADERS //= do {
         my $d = Digest::SHA->new(1);
-        for my $h (sort map { glob "$ROOT/$_/*.h" } qw(src src/manager t/c fuzz)) {
+        for my $h (sort map { glob "$ROOT/$_/*.h" } (NarwhalLink::SRC_DIRS(), qw(t/c fuzz))) {
             $d->add($h, "\0");
             $d->addfile($h);
         }
