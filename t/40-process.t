@@ -360,7 +360,7 @@ my $sec_e2_recycle = sub { SKIP: {
     ok($two && grep({ $_ == $old } @$two), '2 requests before its limit, its replacement runs beside it')
         or diag 'workers: ' . join(' ', workers($s));
     # (at its count, a worker whose replacement is not ready yet serves on:
-    # t/76-recycling.t)
+    # t/47-recycling.t)
     wait_until(sub { http_get($sport, '/metrics')->{content} =~ /^narwhal_workers\{state="idle"\} 2$/m }, 5)
         or diag 'the replacement did not become ready';
     my %n;

@@ -135,7 +135,7 @@ my $sec_parked = sub { SKIP: {
 # the app is still loading in the master) is a graceful stop like any
 # other: the client that connected meanwhile is answered, the server exits
 # 0 and leaves no process behind. The master used to die of the signal
-# (status 15) with its manager started; a loaded machine hit it in t/48.
+# (status 15) with its manager started; a loaded machine hit it in t/68.
 my $sec_starting = sub {
     my $slow_app = write_app(<<'APP');
 Time::HiRes::sleep(1);    # a slow start-up: the app loads for 1 s

@@ -4,7 +4,7 @@
  * written (full, a second old, idle, reopen, close), in whole lines of at
  * most PIPE_BUF on anything but a regular file, and what a failed or
  * short write costs (the lines are counted, never retried). Run by
- * t/03-c-units.t (under ASan and UBSan), or by hand:
+ * t/06-c-units.t (under ASan and UBSan), or by hand:
  *   cc -std=gnu99 -g -Wall -Wextra -Werror -Isrc/shared -Isrc/worker -Isrc/manager -It/c t/c/test_accesslog_lines.c \
  *      src/worker/nw_accesslog.c src/shared/nw_io.c -o /tmp/test_accesslog_lines && /tmp/test_accesslog_lines
  */

@@ -1,6 +1,6 @@
 /* Unit tests for src/manager/nw_custody.c (the manager's cookie -> descriptor
  * index of connections in custody), printing TAP; run through
- * t/03-c-units.t. The index is checked
+ * t/06-c-units.t. The index is checked
  * against a plain array after every step of a long random mix of adds and
  * removes with colliding and sequential cookies, which is what the kernel
  * hands out; and a real socket's cookie is read

@@ -2,7 +2,7 @@
  *
  * Every input is copied flush against a PROT_NONE page (see guard()), so a
  * read one byte past the given length faults at once. Build and run through
- * t/03-c-units.t, or by hand:
+ * t/06-c-units.t, or by hand:
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
  *      -Isrc/shared -Isrc/worker -Isrc/manager t/c/test_http.c src/shared/nw_http.c -o /tmp/test_http && /tmp/test_http
  */

@@ -5,7 +5,7 @@
  * ends of to-manager, fd 4, where it writes HANDOFF frames, and of
  * to-workers, fd 5, where it reads SERVE frames), with real TCP clients on
  * 127.0.0.1. See docs/PROTOCOL.md. Every wait is bounded, and an alarm is
- * the backstop. Build and run through t/05-manager-unit.t, or:
+ * the backstop. Build and run through t/10-manager-unit.t, or:
  *
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
  *      -Isrc/shared -Isrc/worker -Isrc/manager -o /tmp/narwhal-manager $(perl inc/NarwhalLink.pm src/manager/narwhal-manager.c)
@@ -1809,7 +1809,7 @@ int main(int argc, char **argv)
     setenv("NARWHAL_TEST_MANAGER_STATS_MS", STATS_MS_TEXT, 1);
     /* A stop signal: the manager serves on for 20 ms, not NW_STOP_SERVE_MS
      * (200 ms), as the suite's servers do (TEST_TIMING in
-     * t/lib/NarwhalTest.pm; t/41 and t/44 check the real one). The SIGTERM
+     * t/lib/NarwhalTest.pm; t/41 and t/43 check the real one). The SIGTERM
      * tests time what comes after it: the FIN, the linger, the exit. */
     setenv("NARWHAL_TEST_STOP_SERVE_MS", "20", 1);
     signal(SIGPIPE, SIG_IGN);
@@ -1819,7 +1819,7 @@ int main(int argc, char **argv)
         return measure(atoi(argv[3]));
 
     /* "--only NAME,..." after the binary: those groups only; "--groups":
-     * their names (t/05 runs each group in a process of its own, all at
+     * their names (t/10 runs each group in a process of its own, all at
      * the same time). */
     static const struct { const char *name; void (*run)(void); } groups[] = {
         { "arguments", test_arguments }, { "one_scanner", test_one_scanner },

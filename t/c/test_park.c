@@ -6,7 +6,7 @@
  * unrelated fd (epoll data 7) shares the set. Deadlines are plain numbers
  * around nw_now_ms(): the module never reads the clock itself. Every
  * epoll_wait is bounded, and an alarm is the backstop. Build and run
- * through t/06-park-unit.t, or by hand:
+ * through t/11-park-unit.t, or by hand:
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
  *      -Isrc/shared -Isrc/worker -Isrc/manager -It/c t/c/test_park.c src/worker/nw_park.c src/shared/nw_io.c -o /tmp/test_park \
  *      && /tmp/test_park

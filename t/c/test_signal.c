@@ -1,6 +1,6 @@
 /* Unit tests of src/worker/nw_signal.c: a handler in front of another passes the
  * signal on, and the wake pipe gets a byte for each signal, in the
- * process that asked for it only. Run by t/03-c-units.t (under ASan and
+ * process that asked for it only. Run by t/06-c-units.t (under ASan and
  * UBSan), or by hand:
  *   cc -std=gnu99 -g -Wall -Wextra -Werror -Isrc/shared -Isrc/worker -Isrc/manager -It/c t/c/test_signal.c \
  *      src/worker/nw_signal.c -o /tmp/test_signal && /tmp/test_signal

@@ -5,7 +5,7 @@
  * slots; a client that sends nothing is closed at its deadline; no more
  * than NW_STATUS_CLIENTS are served at once, the rest wait in the listen
  * queue; an event that is not the server's is left alone; closing closes
- * everything. Run by t/08-status-unit.t (under ASan and UBSan). */
+ * everything. Run by t/13-status-unit.t (under ASan and UBSan). */
 #define _GNU_SOURCE
 #include "loopback.h"
 #include "tap.h"

@@ -6,7 +6,7 @@
  * HANDOFF frames and writes SERVE frames). Owners are counted through the
  * owner ops, so a leaked or doubly dropped hold shows. Every wait is
  * bounded, and an alarm is the backstop. Build and run through
- * t/07-worker-unit.t (under ASan/UBSan), or by hand:
+ * t/12-worker-unit.t (under ASan/UBSan), or by hand:
  *   cc -std=gnu99 -g -O1 -Wall -Wextra -Werror -fsanitize=address,undefined \
  *      -Isrc/shared -Isrc/worker -Isrc/manager -It/c t/c/test_worker.c src/worker/nw_worker.c src/worker/nw_adopt.c src/worker/nw_park.c src/worker/nw_conn.c \
  *      src/shared/nw_http.c src/shared/nw_io.c src/shared/nw_buf.c src/shared/nw_frame.c src/shared/nw_response.c src/worker/nw_signal.c \
@@ -1642,7 +1642,7 @@ static void test_standby(void)
 }
 
 /* The tests in groups that share nothing but the listener's address:
- * t/07 runs each group in a process of its own, all at once (most of
+ * t/12 runs each group in a process of its own, all at once (most of
  * their time is spent waiting: for a park to expire, a SYN not to be
  * answered, a worker to wake). */
 static void group_parking(void)

@@ -8,7 +8,7 @@
  * default action. Real sockets: a TCP listener on 127.0.0.1 and
  * SOCK_SEQPACKET socketpairs standing in for the manager's queues. What
  * ends a process runs in a forked child. Build and run through
- * t/07-worker-unit.t (under ASan/UBSan), or by hand:
+ * t/12-worker-unit.t (under ASan/UBSan), or by hand:
  *   cc -std=gnu99 -g -Wall -Wextra -Werror -pthread -Isrc/shared -Isrc/worker -Isrc/manager -It/c \
  *      t/c/test_worker_signals.c $(perl inc/NarwhalLink.pm t/c/test_worker_signals.c \
  *      | cut -d' ' -f2-) -o /tmp/test_worker_signals && /tmp/test_worker_signals

@@ -8,7 +8,7 @@ use POSIX ();
 use NarwhalTest qw(root run_cmd perl_cmd missing_all);
 
 # The deployment scenarios of docs/DEPLOY.md in their quick version
-# (xt/deploy/run --quick), as tests. t/70-72 run two scenarios each, each
+# (xt/deploy/run --quick), as tests. t/80-82 run two scenarios each, each
 # scenario in a run of its own and the two at once (they share nothing
 # but the CPUs, and their clients are paced), so that a parallel run
 # (prove -j) does not end on one long file. Clients count every request and

@@ -309,7 +309,7 @@ my $part_queues = sub {
         # --disable-keepalive) a wake-up a worker took and left (two
         # queues reported, one served) is passed on by nobody: a client
         # waited for a busy worker's whole request while another sat idle
-        # (t/78 part 5, a few rounds in 30). So one queue by default.
+        # (t/73 part 5, a few rounds in 30). So one queue by default.
         for my $no ([ '--no-manager' ], [ '--disable-keepalive' ]) {
             my $p = free_port();
             my $n = spawn_server(app => $APP, port => $p, args => [ @$no, '--max-workers', 3 ]);

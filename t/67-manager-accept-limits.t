@@ -9,7 +9,7 @@ use NarwhalTest qw(spawn_server write_app wait_until manager_fallback worker_pid
                    children_of perl_cmd root in_parallel metrics_of missing);
 
 # While every worker is stuck the manager takes new connections from the
-# listeners itself (t/68). When it cannot (out of descriptors), the
+# listeners itself (t/70). When it cannot (out of descriptors), the
 # listener stays readable: the manager must not spin on it, trying accept
 # in a loop at full CPU until a worker is free.
 

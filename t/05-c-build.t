@@ -3,7 +3,7 @@
 # the XS module and a fuzzing harness link with comes from their includes
 # (inc/NarwhalLink.pm), so no test, Makefile.PL or fuzz/fuzz.mk names a
 # file of src/ to link. And every src/*/nw_*.c is compiled into a C unit test
-# (run under the sanitizers by t/0*-*.t).
+# (run under the sanitizers by t/06-c-units.t and t/10-14).
 use strict;
 use warnings;
 use Test::More;
