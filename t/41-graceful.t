@@ -240,6 +240,26 @@ my $sec_unix = sub {
     is($t->{answered}, $t->{sent}, '... and every request sent was answered');
 };
 
+# A drain keeps every promise the server made: a connection idle when
+# the stop signal came is closed at its --keepalive-timeout, as any idle
+# one is, not held open until the drain ends. (While the server closed,
+# expired parked connections were left parked: one was closed 4.4 s after
+# its answer, at the end of a 4 s drain, with --keepalive-timeout 2.)
+my $sec_drain_keepalive = sub {
+    my $s = server('--keepalive-timeout', 2, '--drain-delay', 4);
+    my $c = raw_connect($s->port);
+    syswrite($c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    is(read_response($c, 5)->{status}, 200, 'a keep-alive answer');
+    my $t0 = time;
+    kill TERM => $s->pid;
+    my $n = sysread($c, my $buf, 100);   # (blocks until the server closes it)
+    my $idle = time - $t0;
+    ok(defined $n && $n == 0, 'the idle connection is closed, with nothing sent');
+    cmp_ok($idle, '<', 3.2, sprintf('... at its keep-alive timeout (after %.2f s), inside the 4 s drain', $idle));
+    cmp_ok($idle, '>', 1.5, '... not before it');
+    $s->stop;
+};
+
 # Every part at once, each in a process of its own (they wait for
 # sleeping requests, loading apps and stops), but the graceful timeout's:
 # it times the master to 0.2 s, so it runs alone afterwards, with the
@@ -253,6 +273,7 @@ in_parallel(
     sub { $sec_queue->() },
     sub { $sec_starting->() },
     sub { $sec_parked->() },
+    sub { $sec_drain_keepalive->() },
 );
 $sec_timeout->();
 

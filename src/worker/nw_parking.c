@@ -9,10 +9,11 @@
 #include "nw_limits.h"
 
 void nw_parking_init(nw_parking *p, const nw_parking_shared *with, int epfd,
-                     uint32_t event_base, nw_msec keep_ms)
+                     uint32_t event_base, nw_msec keep_ms, nw_msec idle_ms)
 {
     p->with = *with;
     p->keep_ms = keep_ms;
+    p->idle_ms = idle_ms > keep_ms ? idle_ms : keep_ms;
     p->paused_until = 0;
     nw_park_init(&p->set, epfd, event_base);
 }
@@ -108,16 +109,35 @@ int nw_parking_add(nw_parking *p, nw_wconn *wc)
 /* If the manager does not take one within the patience, the
  * rest of this round are not waited for: they are closed (a parked
  * connection has nothing unread, so a plain close is a clean FIN). */
+/* The server is draining or stopping: the manager may stop reading the
+ * handoff queue at any moment, and a connection left there would be lost.
+ * Parked ones stay here until their keep-alive time is out (every one
+ * was parked keep_ms before its park deadline and idle_ms before that),
+ * then are closed: nothing unread, so a plain close is a clean FIN. */
+static void close_idle(nw_parking *p, nw_msec now)
+{
+    nw_wconn *wc;
+    while ((wc = nw_park_take_expired(&p->set, now - (p->idle_ms - p->keep_ms), 0))) {
+        wc->watch.registered = 0;
+        nw_conn_close_fd(wc->c);
+        nw_wconn_drop(wc, p->with.owner);
+    }
+}
+
+nw_msec nw_parking_next(const nw_parking *p)
+{
+    nw_msec due = nw_park_nearest(&p->set);
+    return due && nw_conn_server_closing() ? due + (p->idle_ms - p->keep_ms) : due;
+}
+
 void nw_parking_expire(nw_parking *p, nw_msec now, int everything)
 {
     nw_wconn *wc;
     int patience = NW_HANDOFF_PATIENCE_MS;
-    /* The server is draining or stopping: the manager may stop reading the
-     * handoff queue at any moment, and a connection left there would be
-     * lost. Parked ones stay here: the worker's own stop serves their next
-     * request or closes them. */
-    if (!everything && nw_conn_server_closing())
+    if (!everything && nw_conn_server_closing()) {
+        close_idle(p, now);
         return;
+    }
     while ((wc = nw_park_take_expired(&p->set, now, everything))) {
         wc->watch.registered = 0;  /* nw_park_take_expired took it out of epoll */
         if (wc->c->fd >= 0 && nw_handoff_give(p->with.handoff, wc, patience) < 0) {

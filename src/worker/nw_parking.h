@@ -33,13 +33,19 @@ typedef struct {
     nw_park set;                /* items: nw_wconn * */
     nw_msec keep_ms;            /* how long a connection may stay parked (--keepalive-wait);
                                  * 0: parking is off */
+    nw_msec idle_ms;            /* --keepalive-timeout: while the server closes, a parked
+                                 * one stays here until then, and is closed */
     nw_msec paused_until;       /* parking paused after a slow request */
 } nw_parking;
 
 /* An empty set in epoll epfd (slot i's data: event_base + i), keeping
- * connections keep_ms, then handing them off. */
+ * connections keep_ms, then handing them off; while the server closes,
+ * idle_ms (at least keep_ms), then closing them. */
 void nw_parking_init(nw_parking *p, const nw_parking_shared *with, int epfd,
-                     uint32_t event_base, nw_msec keep_ms);
+                     uint32_t event_base, nw_msec keep_ms, nw_msec idle_ms);
+
+/* When the next parked connection is due (nw_parking_expire); 0: none. */
+nw_msec nw_parking_next(const nw_parking *p);
 
 /* Park a connection. Returns 0, or -1 when it should be handed off
  * instead (parking paused or full, or bytes of its next request read

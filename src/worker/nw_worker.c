@@ -260,11 +260,12 @@ static int look_idle(nw_worker *w, nw_msec now)
 
 /* Wait in epoll until something comes, the nearest deadline of the
  * worker's parts or until. The parked set's is registered here, when it
- * is ahead (while the server closes, expired ones stay: see nw_parking_expire).
+ * is ahead (while the server closes, at the keep-alive timeout: see
+ * nw_parking_expire).
  * Returns -1 (errno EINTR) for a signal: the caller looks at its flags. */
 static int wait_events(nw_worker *w, nw_msec now, nw_msec until)
 {
-    nw_msec parked = w->draining ? 0 : nw_park_nearest(&w->parking.set);
+    nw_msec parked = w->draining ? 0 : nw_parking_next(&w->parking);
     nw_deadlines_set(&w->deadlines, NW_DEADLINE_PARKED, parked > now ? parked : 0);
     int wait_ms = nw_deadlines_wait_ms(&w->deadlines, now, until);
     if ((poll_events(w, wait_ms) < 0 && errno == EINTR) || w->signals.ready) {
@@ -655,7 +656,7 @@ static nw_msec park_ms(const nw_conn_config *cfg, double park_seconds)
 }
 
 /* The parts, each given the pieces it works on and its call-backs here. */
-static void parts_init(nw_worker *w, nw_msec keep_ms, int with_serve_queue)
+static void parts_init(nw_worker *w, nw_msec keep_ms, nw_msec idle_ms, int with_serve_queue)
 {
     nw_deferred_signals_init(&w->signals);
     nw_pool_place_init(&w->place, &place_ops, w);
@@ -667,7 +668,7 @@ static void parts_init(nw_worker *w, nw_msec keep_ms, int with_serve_queue)
     nw_custody_wait_init(&w->custody, w->cfg.custody && with_serve_queue
                          && w->handoff.queue >= 0 ? w->handoff.queue : -1, &w->deadlines);
     nw_parking_shared parking_with = { &w->ops, &w->handoff, &w->custody, &w->place };
-    nw_parking_init(&w->parking, &parking_with, w->epfd, PARKED_EVENT, keep_ms);
+    nw_parking_init(&w->parking, &parking_with, w->epfd, PARKED_EVENT, keep_ms, idle_ms);
     nw_watcher_shared watched = { &w->parking, &w->sources, &w->handoff };
     nw_watcher_init(&w->watcher, &watched);
 }
@@ -691,7 +692,7 @@ nw_worker *nw_worker_new(const nw_conn_config *cfg, double park_seconds,
      * while the worker still needs them (an app's exit unwinds Perl's
      * scopes before the exit hook hands the parked connections over). */
     nw_handoff_init(&w->handoff, handoff_queue, w->epfd);
-    parts_init(w, park_ms(cfg, park_seconds), serve_queue >= 0);
+    parts_init(w, park_ms(cfg, park_seconds), park_ms(cfg, cfg->keepalive_timeout), serve_queue >= 0);
     if (serve_queue >= 0
         && nw_sources_open_serve_queue(&w->sources, serve_queue, SERVE_QUEUE_EVENT) < 0) {
         int e = errno;
