@@ -636,9 +636,9 @@ Malformed requests get 400 (501 for a transfer coding other than chunked,
 =head1 OPERATIONS
 
 C<--status-listen ADDR> serves C</status> (HTML), C</status.json>,
-C</metrics> (Prometheus text format 0.0.4) and C</health> (200, or 503
-once a stop has begun) from the connection manager, which answers even
-when every worker is stuck. The metrics: C<narwhal_requests_total> by
+C</metrics> (Prometheus text format 0.0.4) and C</health> (200; 503
+while the app loads and once a stop has begun) from the connection
+manager, which answers even when every worker is stuck. The metrics: C<narwhal_requests_total> by
 status class, C<narwhal_request_duration_seconds> (histogram),
 C<narwhal_workers> by state, C<narwhal_workers_wanted>,
 C<narwhal_connections> by state (each open connection in one),
