@@ -22,7 +22,7 @@
 /* The listener in the epoll set, or out of it while every place is taken:
  * a client waiting in its listen queue would make it read ready on every
  * wake, and the manager would spin until a place came free. */
-static void nw_status_server_listen(nw_status_server *s, int on)
+static void watch_listener(nw_status_server *s, int on)
 {
     if (s->fd < 0 || on == s->listening)
         return;
@@ -31,7 +31,7 @@ static void nw_status_server_listen(nw_status_server *s, int on)
         s->listening = on;
 }
 
-static void nw_status_server_client_close(nw_status_server *s, nw_status_client *c)
+static void client_close(nw_status_server *s, nw_status_client *c)
 {
     epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
@@ -40,17 +40,17 @@ static void nw_status_server_client_close(nw_status_server *s, nw_status_client 
     memset(c, 0, sizeof *c);
     c->fd = -1;
     s->active--;
-    nw_status_server_listen(s, 1);
+    watch_listener(s, 1);
 }
 
-static void nw_status_server_accept(nw_status_server *s, nw_msec now)
+static void accept_clients(nw_status_server *s, nw_msec now)
 {
     for (int tries = 0; tries < NW_STATUS_CLIENTS; tries++) {
         int i = 0;
         while (i < NW_STATUS_CLIENTS && s->client[i].fd >= 0)
             i++;
         if (i == NW_STATUS_CLIENTS) {
-            nw_status_server_listen(s, 0);   /* the rest wait in the listen queue */
+            watch_listener(s, 0);   /* the rest wait in the listen queue */
             return;
         }
         int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -68,13 +68,13 @@ static void nw_status_server_accept(nw_status_server *s, nw_msec now)
     }
 }
 
-static const nw_scoreboard *nw_status_server_board(const nw_status_server *s)
+static const nw_scoreboard *board_of(const nw_status_server *s)
 {
     static const nw_scoreboard empty;   /* no slots, no counts */
     return s->board ? s->board : &empty;
 }
 
-static void nw_status_server_answer(nw_status_server *s, nw_status_client *c)
+static void answer(nw_status_server *s, nw_status_client *c)
 {
     int head_only;
     int page = nw_status_route(c->in.data, c->in.len, &head_only);
@@ -84,9 +84,9 @@ static void nw_status_server_answer(nw_status_server *s, nw_status_client *c)
         s->numbers(s->numbers_arg, &sm);
     if (!s->rates)
         s->rates = calloc(1, sizeof *s->rates);     /* none: rates since the start */
-    if (nw_status_respond(&c->out, page, head_only, nw_status_server_board(s), &sm, s->rates,
+    if (nw_status_respond(&c->out, page, head_only, board_of(s), &sm, s->rates,
                           nw_now_us(), (int64_t)time(NULL)) < 0) {
-        nw_status_server_client_close(s, c);
+        client_close(s, c);
         return;
     }
     c->answering = 1;
@@ -94,22 +94,22 @@ static void nw_status_server_answer(nw_status_server *s, nw_status_client *c)
     epoll_ctl(s->ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-static void nw_status_server_read(nw_status_server *s, nw_status_client *c)
+static void read_request(nw_status_server *s, nw_status_client *c)
 {
     char buf[NW_STATUS_HEAD_MAX];
     ssize_t n = recv(c->fd, buf, NW_STATUS_HEAD_MAX - c->in.len, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (n <= 0 || nw_buf_append(&c->in, buf, (size_t)n) < 0) {
-        nw_status_server_client_close(s, c);
+        client_close(s, c);
         return;
     }
     nw_head_scan scan = { 0, 0 };
     if (nw_http_head_end(c->in.data, c->in.len, &scan) || c->in.len >= NW_STATUS_HEAD_MAX)
-        nw_status_server_answer(s, c);
+        answer(s, c);
 }
 
-static void nw_status_server_write(nw_status_server *s, nw_status_client *c)
+static void write_answer(nw_status_server *s, nw_status_client *c)
 {
     ssize_t n = send(c->fd, c->out.data + c->sent, c->out.len - c->sent,
                      MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -119,14 +119,14 @@ static void nw_status_server_write(nw_status_server *s, nw_status_client *c)
         c->sent += (size_t)n;
     if (n <= 0 || c->sent == c->out.len) {
         shutdown(c->fd, SHUT_WR);
-        nw_status_server_client_close(s, c);
+        client_close(s, c);
     }
 }
 
 int nw_status_server_event(nw_status_server *s, int fd, nw_msec now)
 {
     if (fd == s->fd) {
-        nw_status_server_accept(s, now);
+        accept_clients(s, now);
         return 1;
     }
     for (int i = 0; s->active && i < NW_STATUS_CLIENTS; i++) {
@@ -134,9 +134,9 @@ int nw_status_server_event(nw_status_server *s, int fd, nw_msec now)
         if (c->fd != fd)
             continue;
         if (c->answering)
-            nw_status_server_write(s, c);
+            write_answer(s, c);
         else
-            nw_status_server_read(s, c);
+            read_request(s, c);
         return 1;
     }
     return 0;
@@ -146,7 +146,7 @@ void nw_status_server_expire(nw_status_server *s, nw_msec now)
 {
     for (int i = 0; s->active && i < NW_STATUS_CLIENTS; i++)
         if (s->client[i].fd >= 0 && s->client[i].deadline <= now)
-            nw_status_server_client_close(s, &s->client[i]);
+            client_close(s, &s->client[i]);
 }
 
 void nw_status_server_init(nw_status_server *s, int listen_fd)
@@ -168,7 +168,7 @@ int nw_status_server_start(nw_status_server *s, int ep, const nw_scoreboard *boa
     if (s->fd < 0)
         return 0;
     nw_io_set_nonblocking(s->fd);
-    nw_status_server_listen(s, 1);
+    watch_listener(s, 1);
     return s->listening ? 0 : -1;
 }
 
@@ -176,7 +176,7 @@ void nw_status_server_close(nw_status_server *s)
 {
     for (int i = 0; i < NW_STATUS_CLIENTS; i++)
         if (s->client[i].fd >= 0)
-            nw_status_server_client_close(s, &s->client[i]);
+            client_close(s, &s->client[i]);
     if (s->fd >= 0)
         close(s->fd);
     s->fd = -1;
