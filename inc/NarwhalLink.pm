@@ -16,9 +16,20 @@ use File::Spec;
 # whatever includes nw_x.h links nw_x.c.
 # Headers not in the tree (perl.h, XSUB.h, the system's) are skipped.
 #
+# A header that brings a library says so in %LIBS below: whatever
+# includes it (directly or through the files it brings in) links with
+# those flags too, and nothing else does.
+#
 #   perl inc/NarwhalLink.pm FILE...   print the C files FILE... link with
 #                                     (FILE... first, then the closure,
 #                                     paths as given / relative to here)
+#   perl inc/NarwhalLink.pm --libs FILE...
+#                                     print the linker flags they need
+
+# The headers of the tree whose code links a library, with its flags.
+our %LIBS = (
+    'src/manager/nw_tls.h' => '-lssl -lcrypto',    # the TLS part (OpenSSL)
+);
 
 # src/'s parts: what both programs use, the XS module's (the worker and
 # the master), the connection manager's. The compilers' -I list.
@@ -28,6 +39,23 @@ sub include_flags { my ($prefix) = @_; return map { '-I' . ($prefix // '') . $_ 
 # link_sources($root, @files): @files (paths relative to $root) followed by
 # the .c files of src/ they need, sorted, relative to $root.
 sub link_sources {
+    my ($root, @files) = @_;
+    my ($found) = closure($root, @files);
+    return (@files, sort @$found);
+}
+
+# link_libs($root, @files): the linker flags (a list) of the headers in
+# %LIBS that @files and the files they bring in include.
+sub link_libs {
+    my ($root, @files) = @_;
+    my (undef, $seen) = closure($root, @files);
+    my %flag;
+    return grep { !$flag{$_}++ } map { split ' ', $LIBS{$_} } grep { $seen->{$_} } sort keys %LIBS;
+}
+
+# The .c files of src/ that @files bring in, and every file seen on the
+# way (a set: the headers included and the .c files).
+sub closure {
     my ($root, @files) = @_;
     my (%seen, @todo, @found);
     $seen{$_} = 1 for @files;
@@ -43,7 +71,7 @@ sub link_sources {
             push @found, $c;
         }
     }
-    return (@files, sort @found);
+    return (\@found, \%seen);
 }
 
 # The headers of the tree that $file includes, relative to $root.
@@ -77,9 +105,14 @@ sub root {
 
 sub main {
     my (@args) = @_;
-    die "usage: perl inc/NarwhalLink.pm FILE...\n" unless @args;
+    my $libs = @args && $args[0] eq '--libs' ? shift @args : undef;
+    die "usage: perl inc/NarwhalLink.pm [--libs] FILE...\n" unless @args;
     my $root = Cwd::realpath(root());
     my @rel = map { File::Spec->abs2rel(Cwd::realpath($_), $root) } @args;
+    if ($libs) {
+        print join(' ', link_libs($root, @rel)), "\n";
+        return 0;
+    }
     my @out = link_sources($root, @rel);
     print join(' ', @args, map { File::Spec->abs2rel("$root/$_") } @out[@args .. $#out]), "\n";
     return 0;

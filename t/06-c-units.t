@@ -5,8 +5,10 @@
 # t/c/test_accesslog.c; its lines and flushes: t/c/test_accesslog_lines.c),
 # of the manager's index of connections in custody (t/c/test_custody.c)
 # of the worker's time slice and CPU quota (t/c/test_sched.c), of its
-# measure of requests that block (t/c/test_block_meter.c) and of its
-# deadline list (t/c/test_deadlines.c),
+# measure of requests that block (t/c/test_block_meter.c), of its
+# deadline list (t/c/test_deadlines.c), of the TLS part's context,
+# handshake and relay (t/c/test_tls.c: it alone links OpenSSL, through
+# the flags nw_tls.h brings),
 # under AddressSanitizer and UndefinedBehaviorSanitizer,
 # passed through as tests here. What each links with comes from its
 # includes (inc/NarwhalLink.pm).
@@ -18,7 +20,7 @@ use NarwhalTest::CBuild qw(build run_programs relay_tap);
 
 # (built one after the other, then run all at once)
 my @units = qw(test_http test_signal test_log test_accesslog test_accesslog_lines test_custody
-               test_sched test_block_meter test_deadlines);
+               test_sched test_block_meter test_deadlines test_tls);
 my @exes = map { build($_, ["t/c/$_.c"]) } @units;
 relay_tap(@$_) for run_programs(map { [$_] } @exes);
 done_testing();

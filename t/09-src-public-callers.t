@@ -129,8 +129,18 @@ for my $file (@files) {
     });
 }
 
+# A part built and unit-tested on its own before the manager calls it
+# (src/manager/nw_tls.h: docs/DESIGN.md, "HTTPS (designed)"): its functions wait
+# for their callers; once one has a caller, its entry here goes.
+my %unwired = ('src/manager/nw_tls.h' => 1);
+
 for my $name (sort keys %header_of) {
+    next if $unwired{ $header_of{$name} };
     ok($callers{$name}, "$name ($header_of{$name}) is called")
         or diag "$name: no caller in src/, xs/ or Narwhal.xs";
+}
+for my $h (sort keys %unwired) {
+    my @called = grep { $header_of{$_} eq $h && $callers{$_} } sort keys %header_of;
+    is("@called", '', "$h is not wired yet (when it is, drop it from %unwired)");
 }
 done_testing();

@@ -12,7 +12,7 @@ use NarwhalTest ();
 # Building C test programs under AddressSanitizer and UBSan, running them,
 # and passing their TAP through as Test::More results.
 
-our @EXPORT_OK = qw(root find_cc build link_sources run_program run_programs relay_tap);
+our @EXPORT_OK = qw(root find_cc build link_sources link_libs run_program run_programs relay_tap);
 
 use constant SANITIZE => ('-fsanitize=address,undefined', '-fno-sanitize-recover=all',
                           '-fno-omit-frame-pointer');
@@ -28,9 +28,11 @@ use constant CFLAGS => (qw(-std=gnu99 -g1 -O1 -Wall -Wextra -Werror -pthread), S
 my $ROOT = File::Spec->rel2abs(File::Spec->catdir($FindBin::Bin, File::Spec->updir));
 sub root { $ROOT }
 
-# What a program links with comes from its includes (inc/NarwhalLink.pm).
+# What a program links with comes from its includes (inc/NarwhalLink.pm):
+# the C files and the libraries (a header in its %LIBS brings its flags).
 require File::Spec->catfile($ROOT, 'inc', 'NarwhalLink.pm');
 sub link_sources { NarwhalLink::link_sources($ROOT, @_) }
+sub link_libs { NarwhalLink::link_libs($ROOT, @_) }
 
 my $DIR;
 sub _dir { $DIR ||= tempdir(CLEANUP => 1) }
@@ -123,7 +125,8 @@ sub sanitizers_work {
 }
 
 # build($name, [files relative to the root], @extra_flags): compile the
-# files and the src/*/nw_*.c they need (link_sources) with sanitizers into a
+# files and the src/*/nw_*.c they need (link_sources) with sanitizers, linked
+# with the libraries their headers bring (link_libs), into a
 # temp dir; one test result; returns the program's path, or ends the test
 # file when it does not compile.
 #
@@ -135,6 +138,7 @@ sub sanitizers_work {
 sub build {
     my ($name, $files, @extra) = @_;
     my @sources = link_sources(@$files);
+    my @libs = link_libs(@$files);
     my $cc = find_cc() or NarwhalTest::missing_all('no C compiler found');
     sanitizers_work($cc)
         or NarwhalTest::missing_all("$cc cannot build with AddressSanitizer and UBSan "
@@ -143,7 +147,7 @@ sub build {
     my @flags = (CFLAGS, @extra, NarwhalLink::include_flags("$ROOT/"), "-I$ROOT/t/c");
     my ($objs, $failed) = _compile_all($cc, \@flags, @sources);
     my ($status, $out, $err) = $failed ? (1, '', $failed)
-                             : run_program($cc, SANITIZE, '-pthread', @extra, @$objs, '-o', $exe);
+                             : run_program($cc, SANITIZE, '-pthread', @extra, @$objs, @libs, '-o', $exe);
     return $exe if ok($status == 0, "compile $name with $cc and sanitizers");
     diag("$cc @flags " . join ' ', map { "$ROOT/$_" } @sources);
     diag($out . $err);
