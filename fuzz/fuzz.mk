@@ -7,12 +7,15 @@
 #                          (work-frame/, findings-frame/)
 #   make -f fuzz.mk run-proxy FUZZ_TIME=300  the same for the PROXY protocol
 #                          parser (work-proxy/, findings-proxy/)
-#   make -f fuzz.mk replay          build ./replay, ./replay_frame and ./replay_proxy
-#                          with gcc and replay corpus/, corpus-frame/ and corpus-proxy/
+#   make -f fuzz.mk run-tls FUZZ_TIME=300  the same for the TLS handshake
+#                          step (work-tls/, findings-tls/)
+#   make -f fuzz.mk replay          build ./replay, ./replay_frame, ./replay_proxy
+#                          and ./replay_tls with gcc and replay corpus/,
+#                          corpus-frame/, corpus-proxy/ and corpus-tls/
 #   make -f fuzz.mk clean
 # What each harness links with comes from its includes
 # (../inc/NarwhalLink.pm, the build description the C unit tests and
-# Makefile.PL share).
+# Makefile.PL share), libraries too (--libs: OpenSSL for fuzz_tls).
 CLANG   ?= clang
 GCC     ?= gcc
 PERL    ?= perl
@@ -21,14 +24,25 @@ LINK     = $(shell $(PERL) ../inc/NarwhalLink.pm $(1))
 HTTP     := $(call LINK,fuzz_http.c)
 FRAME    := $(call LINK,fuzz_frame.c)
 PROXY    := $(call LINK,fuzz_proxy.c)
+TLS      := $(call LINK,fuzz_tls.c)
+TLS_LIBS := $(shell $(PERL) ../inc/NarwhalLink.pm --libs fuzz_tls.c)
 HDRS     = $(wildcard ../src/*/*.h)
 INCS     = -I../src/shared -I../src/worker -I../src/manager
 
-.PHONY: all fuzz run run-frame run-proxy replay clean
+.PHONY: all fuzz run run-frame run-proxy run-tls replay clean
 
 all: fuzz replay
 
-fuzz: fuzz_http fuzz_frame fuzz_proxy
+fuzz: fuzz_http fuzz_frame fuzz_proxy fuzz_tls
+
+fuzz_tls: $(TLS) $(HDRS)
+	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+		$(INCS) $(TLS) $(TLS_LIBS) -o $@
+
+run-tls: fuzz_tls
+	mkdir -p work-tls findings-tls
+	./fuzz_tls -max_total_time=$(FUZZ_TIME) -max_len=4096 -artifact_prefix=findings-tls/ \
+		-print_final_stats=1 work-tls corpus-tls
 
 fuzz_proxy: $(PROXY) $(HDRS)
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -57,7 +71,7 @@ run: fuzz_http
 	./fuzz_http -max_total_time=$(FUZZ_TIME) -max_len=8192 -dict=http.dict \
 		-artifact_prefix=findings/ -print_final_stats=1 work corpus
 
-replay: replay.c $(HTTP) $(FRAME) $(PROXY) $(HDRS)
+replay: replay.c $(HTTP) $(FRAME) $(PROXY) $(TLS) $(HDRS)
 	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
 		$(INCS) replay.c $(HTTP) -o replay
 	./replay corpus
@@ -67,6 +81,10 @@ replay: replay.c $(HTTP) $(FRAME) $(PROXY) $(HDRS)
 	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
 		$(INCS) replay.c $(PROXY) -o replay_proxy
 	./replay_proxy corpus-proxy
+	$(GCC) -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
+		$(INCS) replay.c $(TLS) $(TLS_LIBS) -o replay_tls
+	./replay_tls corpus-tls
 
 clean:
-	rm -rf fuzz_http fuzz_frame fuzz_proxy replay replay_frame replay_proxy work findings work-frame findings-frame work-proxy findings-proxy
+	rm -rf fuzz_http fuzz_frame fuzz_proxy fuzz_tls replay replay_frame replay_proxy replay_tls \
+		work findings work-frame findings-frame work-proxy findings-proxy work-tls findings-tls

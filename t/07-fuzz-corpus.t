@@ -18,6 +18,7 @@ my @HARNESSES = (
     [ 'HTTP parser',    'corpus',       40, 'fuzz/fuzz_http.c' ],
     [ 'frame decoder',  'corpus-frame', 15, 'fuzz/fuzz_frame.c' ],
     [ 'PROXY parser',   'corpus-proxy', 20, 'fuzz/fuzz_proxy.c' ],
+    [ 'TLS handshake',  'corpus-tls',   10, 'fuzz/fuzz_tls.c' ],
 );
 
 for my $h (@HARNESSES) {
