@@ -107,9 +107,10 @@ C<narwhal --help> prints and C<Plack::Handler::Narwhal> checks.
 C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path
 (C</path/to.sock>, C<unix:/path>, or, as in Starman, any value without a
 colon that is not a port: C<app.sock> is F<app.sock> in the working
-directory); repeatable. TLS listeners (Starman's C<HOST:PORT:ssl>) are
-refused: Narwhal speaks plain HTTP only. Without it, C<--host> and C<--port>
-make one listener (C<0.0.0.0:5000> when neither is given).
+directory); repeatable. A TCP address with C<:ssl> after it (Starman's
+C<HOST:PORT:ssl>) is a TLS listener: HTTPS, with C<--tls-cert> and
+C<--tls-key>. Without it, C<--host> and C<--port> make one listener
+(C<0.0.0.0:5000> when neither is given).
 
 =item --host HOST, -o HOST
 
@@ -190,6 +191,25 @@ C<narwhal_proxy_rejected_total{reason="bad_header"}> and logged with its peer
 (the first at once, the rest summed up every 10 s). Only for listeners that
 nothing but the balancer can reach, or with C<--proxy-from>; without it,
 Narwhal warns at start. Default: C<off>.
+
+=item --tls-cert FILE, --ssl-cert FILE
+
+The certificate chain of the TLS listeners (C<HOST:PORT:ssl>, or every TCP
+one with C<--enable-ssl>): PEM, the server's certificate first. Read by the
+connection manager, which does TLS for every worker (F<docs/DESIGN.md>,
+"HTTPS"); checked at start (a missing, unreadable or mismatched file: one
+line, and no start) and read again on HUP. TLS 1.2 and 1.3 only; Starman's
+C<--ssl-cert> is the same.
+
+=item --tls-key FILE, --ssl-key FILE
+
+The private key of C<--tls-cert> (PEM, without a passphrase), read as it is.
+Starman's C<--ssl-key> is the same.
+
+=item --enable-ssl, --ssl
+
+Every TCP listener is a TLS listener, as if each had C<:ssl> after it
+(Starman's C<--enable-ssl>). Default: C<off>.
 
 =item --proxy-from CIDR
 

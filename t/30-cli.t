@@ -163,13 +163,13 @@ my $part_options = sub {
             or diag 'children: ' . join(' ', worker_pids($s->pid));
         is($s->stop, 0, 'plackup server stops with status 0');
 
-        # what plackup passes that Narwhal does not know is refused, never
-        # dropped (t/32-foreign-options.t has them all); --no-manager=1
-        # reaches the handler
+        # what plackup passes reaches the handler and is checked there, never
+        # dropped (t/32-foreign-options.t has them all): --enable-ssl with no
+        # certificate is refused; --no-manager=1 reaches the handler
         my $r = run_cmd([ perl_cmd(), $plackup, '-s', 'Narwhal', '--host', '127.0.0.1', '--port', free_port(),
                           '--enable-ssl', $OK_APP ], timeout => 10);
-        isnt($r->{code}, 0, "plackup's --enable-ssl: refused");
-        like($r->{err}, qr/^narwhal: --enable-ssl: Narwhal does not speak TLS/, '... saying why, in one line');
+        isnt($r->{code}, 0, "plackup's --enable-ssl without a certificate: refused");
+        like($r->{err}, qr/^narwhal: a TLS listener needs --tls-cert and --tls-key/, '... saying why, in one line');
         is(lines($r->{err}), 1, '... one line') or diag $r->{err};
         $port = free_port();
         $s = spawn_server(port => $port, command => [

@@ -139,7 +139,9 @@ my %takes = map { $_ => 1 } grep { $_ ne 'help' } $options_part =~ /^\s+--([a-z-
 # (with every option that has no default set: those are passed only when given)
 my %passed = map { /^--(.+)/ ? ($1 => 1) : () }
     Narwhal::Options::manager_argv(Narwhal::Options::normalize(max_connections => 100,
-                                                                error_log => "/var/log/e.log"));
+                                                                error_log => "/var/log/e.log",
+                                                                listen => ['127.0.0.1:8443:ssl'],
+                                                                tls_cert => 'c.pem', tls_key => 'k.pem'));
 is_deeply(\%passed, \%takes, 'the master passes the manager exactly the options the manager takes');
 # ... and the values the master passes, at the defaults and at the table's
 # bounds, are ones it accepts (--help last: it exits 0 once the rest parsed).

@@ -17,24 +17,33 @@ use constant DEFER_ACCEPT_SECONDS => 1;
 # --backlog's default: the kernel's net.core.somaxconn (the cap listen()
 # applies anyway), and never less than this.
 use constant MIN_DEFAULT_BACKLOG => 1024;
-# What a TLS option or a HOST:PORT:ssl listener is told (until Narwhal
-# speaks TLS): refused, never plain HTTP on a port meant for HTTPS.
-use constant NO_TLS => 'Narwhal does not speak TLS (HTTPS) and refuses to serve plain HTTP '
-    . 'where HTTPS was asked for: terminate TLS in front of it (nginx, HAProxy) and listen on plain HTTP';
+# What a TLS option Narwhal does not take is told: refused, never ignored
+# (a client certificate asked for and not checked would be worse than none).
+use constant TLS_ONLY => 'Narwhal\'s TLS takes a certificate chain and its key (--tls-cert, '
+    . '--tls-key) and nothing else: no client certificates, no other TLS settings';
 use constant SOMAXCONN_FILE => '/proc/sys/net/core/somaxconn';
 
 # A listener is a hash: { fd, is_tcp, host, port, path, handle, spec },
-# and sibling => 1 on a TCP address's second and later sockets.
+# sibling => 1 on a TCP address's second and later sockets, and tls => 1
+# on a TLS listener (HOST:PORT:ssl, or every TCP one with --enable-ssl):
+# the connection manager's alone, which relays its connections to the
+# workers (docs/DESIGN.md, "HTTPS").
 # The master opens them (or inherits them from Server::Starter or systemd)
 # before forking; workers only see the fds.
 
 # Parse one --listen value: "host:port", ":port", "port", "[v6]:port",
-# "/path/to.sock" or "unix:/path". Dies with a one-line message.
+# "/path/to.sock" or "unix:/path", and a TCP one with ":ssl" after it
+# (Starman's form: a TLS listener). Dies with a one-line message.
 sub parse_spec {
     my ($spec) = @_;
     die "empty --listen value\n" unless defined $spec && length $spec;
+    if ($spec =~ /^(.+):(?:ssl|tls|https)$/i) {
+        my $plain = parse_spec($1);
+        die "--listen '$spec': TLS listeners are TCP ones (HOST:PORT:ssl), not unix sockets\n"
+            if $plain->{path};
+        return { %$plain, tls => 1 };
+    }
     return { path => $1 } if $spec =~ m{^unix:(.+)$};
-    die "--listen '$spec': " . NO_TLS() . "\n" if $spec =~ /:(?:ssl|tls|https)$/i;
     return { path => $spec } if $spec =~ m{/};
     # (Starman's rule: no colon is a unix socket; digits alone are a port)
     return { path => $spec } if $spec !~ /[:\[\]]/ && $spec !~ /^\d+$/;
@@ -63,14 +72,25 @@ sub open_all {
         Narwhal::log_line(warn => "--listen-queues does not apply to sockets from Server::Starter "
                                   . "or systemd: each stays one queue")
             if defined $opts->{listen_queues};
+        $_->{tls} = 1 for grep { $opts->{enable_ssl} && $_->{is_tcp} } @inherited;
         return @inherited;
     }
     my @specs = @{ $opts->{listen} || [] };
     @specs = (($opts->{host} // DEFAULT_HOST) . ':' . ($opts->{port} // DEFAULT_PORT))
         unless @specs;
     my @parsed = map { parse_spec($_) } @specs;
+    $_->{tls} ||= $opts->{enable_ssl} for @parsed;
+    die "--enable-ssl: TLS listeners are TCP ones, and unix:$_->{path} is a unix socket\n"
+        for grep { $_->{tls} && $_->{path} } @parsed;
     $queues = listen_queues(\@parsed, $queues // 1, defined $opts->{listen_queues});
     return map { open_address($_, $opts, $queues) } @parsed;
+}
+
+# Whether the options ask for a TLS listener.
+sub wants_tls {
+    my ($opts) = @_;
+    return 1 if $opts->{enable_ssl};
+    return scalar grep { /:(?:ssl|tls|https)$/i } @{ $opts->{listen} || [] };
 }
 
 # Sockets per TCP address: the count asked for, fewer by default when the
@@ -129,7 +149,8 @@ sub default_backlog {
 sub canonical {
     my ($text) = @_;
     my $spec = parse_spec($text);
-    return $spec->{path} ? "unix:$spec->{path}" : lc($spec->{host}) . ":$spec->{port}";
+    return $spec->{path} ? "unix:$spec->{path}"
+                         : lc($spec->{host}) . ":$spec->{port}" . ($spec->{tls} ? ':ssl' : '');
 }
 
 # reuse_port in $opts: SO_REUSEPORT before the bind (1: join whoever
@@ -139,6 +160,7 @@ sub open_one {
     my ($spec, $opts) = @_;
     my $backlog = $opts->{backlog} // default_backlog();
     return _open_unix($spec, $backlog, $opts) if $spec->{path};
+    return { %{ open_one({ %$spec, tls => 0 }, $opts) }, tls => 1 } if $spec->{tls};
     my $late = ($opts->{reuse_port} // '') eq 'after_bind';
     my $sock = IO::Socket::IP->new(
         LocalHost => $spec->{host}, LocalPort => $spec->{port},
@@ -309,6 +331,8 @@ sub overlaps {
 # The part of the PSGI $env that is the same for every request on it.
 sub env_template {
     my ($l) = @_;
+    return { SERVER_NAME => $l->{host}, SERVER_PORT => $l->{port},
+             'psgi.url_scheme' => 'https', HTTPS => 'on' } if $l->{tls};
     return $l->{is_tcp}
         ? { SERVER_NAME => $l->{host}, SERVER_PORT => $l->{port} }
         : { SERVER_NAME => 'localhost', SERVER_PORT => 80 };

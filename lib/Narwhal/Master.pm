@@ -138,6 +138,7 @@ sub _run {
     $self->{ids} = _user_ids($o);
     $self->{cpus} = _cpus();
     $self->{accepting} = _accepting_count($o, $self->{cpus}{count});
+    $self->_check_tls;      # (before anything listens: a bad pair starts nothing)
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o, $self->_listen_queues) ];
     $self->{status_listener} = _open_status_listener($o, $self->{listeners})
         if defined $o->{status_listen};
@@ -206,7 +207,34 @@ sub _listen_queues {
 sub _wants_manager {
     my ($o) = @_;
     return $o->{manager} && ((!$o->{disable_keepalive} && $o->{max_keepalive_reqs} > 1)
-                             || defined $o->{status_listen} || $o->{max_queue_wait});
+                             || defined $o->{status_listen} || $o->{max_queue_wait}
+                             || Narwhal::Listener::wants_tls($o));
+}
+
+# The TLS certificate pair loads, as the manager will load it: the
+# manager program run with --tls-check, as the user it runs as (the
+# master and the workers never link OpenSSL). Dies with its one line.
+sub _check_tls {
+    my $self = shift;
+    my $o = $self->{options};
+    return unless Narwhal::Listener::wants_tls($o);
+    my $bin = Narwhal::manager_path()
+        or die "cannot find the narwhal-manager program (run make): it does TLS\n";
+    my $pid = open(my $out, '-|') // die "fork: $!\n";
+    if (!$pid) {
+        open(STDERR, '>&', \*STDOUT);
+        eval { _drop_privileges($self->{ids}); 1 } or do { print "cannot check: $@"; POSIX::_exit(1) };
+        no warnings q(exec);
+        exec { $bin } 'narwhal manager', '--tls-check', '--tls-cert', $o->{tls_cert},
+                      '--tls-key', $o->{tls_key};
+        print "cannot run $bin: $!\n";
+        POSIX::_exit(127);
+    }
+    my $said = do { local $/; <$out> } // '';
+    close $out;
+    return if $? == 0;
+    $said =~ s/\n.*//s;
+    die "TLS: " . ($said || "the certificate check failed ($?)") . "\n";
 }
 
 # The status pages' listener (--status-listen): opened here, after the
@@ -284,6 +312,7 @@ sub _start_manager {
     } else {
         $SIG{$_} = 'DEFAULT' for @FORK_BLOCKED;
         $SIG{USR1} = 'IGNORE';    # (until the program blocks it: a rotation now must not kill it)
+        $SIG{HUP} = 'IGNORE';     # (so too a reload)
         POSIX::sigprocmask(POSIX::SIG_SETMASK(), $saved);
         Narwhal::log_role('manager');
         eval { push @args, $self->_place_manager_descriptors; 1 } or do {
@@ -351,9 +380,11 @@ sub _manager_descriptor_args {
     my ($self, $to) = @_;
     my @listeners = map { $to->{"listener$_"}[1] }
                     sort { $a <=> $b } map { /^listener(\d+)$/ ? $1 : () } keys %$to;
+    my @tls = grep { $self->{listeners}[$_]{tls} } 0 .. $#listeners;
     return ('--scoreboard-fd', $to->{scoreboard}[1], '--serve-reader-fd', $to->{reader}[1],
             ($to->{status} ? ('--status-fd', $to->{status}[1]) : ()),
-            (@listeners ? ('--listener-fds', join ',', @listeners) : ()));
+            (@listeners ? ('--listener-fds', join ',', @listeners) : ()),
+            (@tls ? ('--tls-listeners', join ',', @tls) : ()));
 }
 
 # A copy of a handle or fd numbered $min or more.
@@ -527,8 +558,10 @@ sub _announce {
                                          : '';
     my $n = $self->{accepting};
     my $accepting = $n && $n < $o->{max_workers} ? ", $n accepting new clients (the rest stand by)" : '';
+    my @tls = Narwhal::Listener::addresses(grep { $_->{tls} } @{ $self->{listeners} });
+    my $tls = @tls ? "; TLS: relayed on @tls" : '';
     my $line = "listening on @where with " . $self->_wanted . " workers$pool$accepting"
-             . " on " . _cpus_said($self->{cpus}) . " (generation $self->{generation})";
+             . " on " . _cpus_said($self->{cpus}) . " (generation $self->{generation})$tls";
     Narwhal::log_line(info => $line);
     $self->_to_caller(sub { Narwhal::log_line(info => $line) })
         if $self->{daemon} && !defined $o->{error_log} && !$self->{server_ready};
@@ -904,6 +937,9 @@ sub _restart_workers {
     $self->{notified} = 'reloading';
     $self->_notify(RELOADING => 1, STATUS => 'reloading: starting a new generation of workers',
                    MONOTONIC_USEC => int(Time::HiRes::clock_gettime(Time::HiRes::CLOCK_MONOTONIC()) * 1e6));
+    # (the manager reads the TLS certificate pair again: renewed files
+    # serve the connections made from now on)
+    kill HUP => $self->{manager}{pid} if $self->{manager} && Narwhal::Listener::wants_tls($self->{options});
     my @old = grep { !$self->{workers}{$_}{leaving} } keys %{ $self->{workers} };
     $self->{generation}++;
     $self->{failures} = 0;

@@ -34,8 +34,9 @@ my @TABLE = (
           . Narwhal::Listener::DEFAULT_HOST() . ':' . Narwhal::Listener::DEFAULT_PORT() . ')',
       pod => 'C<host:port>, C<:port>, C<[::1]:port>, or a unix socket path (C</path/to.sock>, '
            . 'C<unix:/path>, or, as in Starman, any value without a colon that is not a port: '
-           . 'C<app.sock> is F<app.sock> in the working directory); repeatable. TLS listeners '
-           . '(Starman\'s C<HOST:PORT:ssl>) are refused: Narwhal speaks plain HTTP only. Without it, C<--host> and C<--port> make one listener '
+           . 'C<app.sock> is F<app.sock> in the working directory); repeatable. A TCP address with '
+           . 'C<:ssl> after it (Starman\'s C<HOST:PORT:ssl>) is a TLS listener: HTTPS, with '
+           . 'C<--tls-cert> and C<--tls-key>. Without it, C<--host> and C<--port> make one listener '
            . '(C<' . Narwhal::Listener::DEFAULT_HOST() . ':' . Narwhal::Listener::DEFAULT_PORT()
            . '> when neither is given).' },
     { name => 'host', alias => ['o'], type => 'string', group => 'Listening', arg => 'HOST',
@@ -339,6 +340,23 @@ my @TABLE = (
            . 'C<narwhal_proxy_rejected_total{reason="bad_header"}> and logged with its peer (the '
            . 'first at once, the rest summed up every 10 s). Only for listeners that nothing but '
            . 'the balancer can reach, or with C<--proxy-from>; without it, Narwhal warns at start.' },
+    { name => 'tls_cert', alias => ['ssl-cert'], type => 'string', group => 'Listening', arg => 'FILE',
+      manager => 'tls-cert',
+      help => 'the TLS listeners\' certificate chain (PEM, the server\'s first)',
+      pod => 'The certificate chain of the TLS listeners (C<HOST:PORT:ssl>, or every TCP one '
+           . 'with C<--enable-ssl>): PEM, the server\'s certificate first. Read by the connection '
+           . 'manager, which does TLS for every worker (F<docs/DESIGN.md>, "HTTPS"); checked at '
+           . 'start (a missing, unreadable or mismatched file: one line, and no start) and read '
+           . 'again on HUP. TLS 1.2 and 1.3 only; Starman\'s C<--ssl-cert> is the same.' },
+    { name => 'tls_key', alias => ['ssl-key'], type => 'string', group => 'Listening', arg => 'FILE',
+      manager => 'tls-key',
+      help => 'its private key (PEM, not encrypted)',
+      pod => 'The private key of C<--tls-cert> (PEM, without a passphrase), read as it is. '
+           . 'Starman\'s C<--ssl-key> is the same.' },
+    { name => 'enable_ssl', alias => ['ssl'], type => 'bool', default => 0, group => 'Listening',
+      help => 'every TCP listener is a TLS one (Starman\'s form)',
+      pod => 'Every TCP listener is a TLS listener, as if each had C<:ssl> after it '
+           . '(Starman\'s C<--enable-ssl>).' },
     { name => 'proxy_from', type => 'list', group => 'Listening', arg => 'CIDR',
       help => 'with --proxy-protocol, only these peers may connect (repeatable)',
       pod => 'With C<--proxy-protocol>, connections from any other address are closed at once '
@@ -582,13 +600,12 @@ sub refused {
     my ($key, $value) = @_;
     (my $k = lc $key) =~ s/^-+//;
     $k =~ tr/-/_/;
-    return if $BY_NAME{$k} || $NEGATED{$k};
+    return if $BY_NAME{$k} || $NEGATED{$k} || _canonical($k, $value);
     if ($k =~ /^(enable|disable)_(.+)$/) {
         ($k, $value) = ($2, $1 eq 'enable' ? 1 : 0);
         return if $BY_NAME{$k};
     }
-    return "--enable-ssl: " . Narwhal::Listener::NO_TLS() if $k eq 'ssl' && $value;
-    return cli_name($k) . ': ' . Narwhal::Listener::NO_TLS() if $k =~ /^ssl_/ || $k =~ /^net_server_ssl/;
+    return cli_name($k) . ': ' . Narwhal::Listener::TLS_ONLY() if $k =~ /^ssl_/ || $k =~ /^net_server_ssl/;
     return cli_name($k) . ": Narwhal is not built on Net::Server, and takes none of its arguments"
         if $k =~ /^net_server_/;
     return "--disable-proctitle: Narwhal always names its processes (narwhal master, worker, "
@@ -662,6 +679,7 @@ sub _check_relations {
         die "--proxy-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
     }
     die "--proxy-from needs --proxy-protocol\n" if @{ $o->{proxy_from} || [] } && !$o->{proxy_protocol};
+    _check_tls($o);
     for my $cidr (@{ $o->{forwarded_from} || [] }) {
         die "--forwarded-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
     }
@@ -672,6 +690,23 @@ sub _check_relations {
     die "--min-reqs-per-child must not exceed --max-reqs-per-child\n"
         if defined $o->{min_reqs_per_child} && $o->{max_reqs_per_child}
         && $o->{min_reqs_per_child} > $o->{max_reqs_per_child};
+}
+
+# TLS listeners: a certificate pair, the manager (which does their TLS),
+# and no PROXY header in front of the handshake (not read there yet).
+sub _check_tls {
+    my ($o) = @_;
+    my $tls = Narwhal::Listener::wants_tls($o);
+    my @pair = grep { defined $o->{$_} } qw(tls_cert tls_key);
+    die "--tls-cert and --tls-key are for TLS listeners (HOST:PORT:ssl, or --enable-ssl), "
+        . "and there is none\n" if !$tls && @pair;
+    return unless $tls;
+    die "a TLS listener needs --tls-cert and --tls-key (Starman's --ssl-cert, --ssl-key)\n"
+        if @pair < 2;
+    die "TLS listeners need the connection manager (it does their TLS): drop --no-manager\n"
+        unless $o->{manager};
+    die "--proxy-protocol does not apply to TLS listeners yet: a PROXY header before the "
+        . "TLS handshake is not read\n" if $o->{proxy_protocol};
 }
 
 sub _compile_code {

@@ -57,7 +57,10 @@ sub run {
     $self->_signals;
     $self->_load_app unless $self->{app};
     my $acceptor = $self->{acceptor} = Narwhal::Acceptor->new(
-        [ map { { %$_, env => $self->_env_template($_) } } @{ $self->{listeners} } ],
+        # (a TLS listener is the manager's: fd -1 keeps its index, for the
+        # connections the manager relays; docs/DESIGN.md, "HTTPS")
+        [ map { { %$_, ($_->{tls} ? (fd => -1) : ()), env => $self->_env_template($_) } }
+              @{ $self->{listeners} } ],
         Narwhal::Options::c_config($self->{options}),
         $self->{serve_queue} // -1, $self->{handoff_queue} // -1,
         \&_io_handle,
@@ -306,7 +309,6 @@ sub _exit {
 sub _env_template {
     my ($self, $listener) = @_;
     return {
-        %{ Narwhal::Listener::env_template($listener) },
         SCRIPT_NAME            => '',
         'psgi.version'         => [ 1, 1 ],
         'psgi.url_scheme'      => 'http',
@@ -321,6 +323,7 @@ sub _env_template {
         'psgix.harakiri'       => !!1,
         'psgix.cleanup'        => !!1,
         'psgix.informational'  => sub { $self->{conn} && $self->{conn}->informational(@_) },
+        %{ Narwhal::Listener::env_template($listener) },    # (https on a TLS listener)
     };
 }
 

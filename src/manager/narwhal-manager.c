@@ -7,10 +7,17 @@
  *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
  *                   [--max-connections N] [--max-header-bytes N]
  *                   [--max-request-line N] [--max-queue-wait MS] [--timeout SECS]
- *                   [--proxy-protocol 0|1]
+ *                   [--proxy-protocol 0|1] [--tls-cert FILE --tls-key FILE]
  *                   [--error-log FILE]
  *                   [--scoreboard-fd FD] [--serve-reader-fd FD]
  *                   [--status-fd FD] [--listener-fds FD,FD...]
+ *                   [--tls-listeners I,I...]
+ *   narwhal-manager --tls-check --tls-cert FILE --tls-key FILE
+ *
+ * --tls-listeners: which of --listener-fds (by index) are TLS listeners.
+ * --tls-check: load the certificate pair as the server would, print
+ * nothing and exit 0, or print why not in one line and exit 1 (the master
+ * runs it at start, before it listens: the workers never link OpenSSL).
  *
  * Defaults come from src/shared/nw_limits.h; --max-connections defaults to what
  * the fd limit allows (after raising the soft limit to the hard one). */
@@ -21,6 +28,7 @@
 #include "nw_manager.h"
 #include "nw_limits.h"
 #include "nw_log.h"
+#include "nw_tls.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -46,6 +54,8 @@ static const struct option manager_opts[] = {
     { "timeout",           required_argument, NULL, 't' },
     { "proxy-protocol",    required_argument, NULL, 'P' },
     { "error-log",         required_argument, NULL, 'e' },
+    { "tls-cert",          required_argument, NULL, 'C' },
+    { "tls-key",           required_argument, NULL, 'K' },
     { "help",              no_argument,       NULL, 'h' },
     /* descriptors the master passes (docs/PROTOCOL.md), not options of
      * the option table: usage() lists them apart */
@@ -53,6 +63,8 @@ static const struct option manager_opts[] = {
     { "serve-reader-fd",   required_argument, NULL, 'Q' },
     { "status-fd",         required_argument, NULL, 'T' },
     { "listener-fds",      required_argument, NULL, 'L' },
+    { "tls-listeners",     required_argument, NULL, 'I' },
+    { "tls-check",         no_argument,       NULL, 'X' },
     { NULL, 0, NULL, 0 },
 };
 #define FIRST_DESCRIPTOR_OPT "scoreboard-fd"
@@ -144,6 +156,23 @@ static int parse_fd_list(const char *s, nw_manager_config *cfg)
     return 0;
 }
 
+/* "0,2": which listeners are TLS listeners. */
+static int parse_tls_list(const char *s, nw_manager_config *cfg)
+{
+    char copy[256];
+    if (strlen(s) >= sizeof copy)
+        return -1;
+    strcpy(copy, s);
+    cfg->ntls = 0;
+    for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        size_t v;
+        if (cfg->ntls == NW_MAX_LISTENERS || parse_count(t, 0, &v) < 0 || v >= NW_MAX_LISTENERS)
+            return -1;
+        cfg->tls_listeners[cfg->ntls++] = (int)v;
+    }
+    return 0;
+}
+
 static int parse_ms(const char *s, double *seconds)
 {
     size_t ms;
@@ -153,7 +182,7 @@ static int parse_ms(const char *s, double *seconds)
     return 0;
 }
 
-static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_given)
+static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_given, int *check)
 {
     const struct option *opts = manager_opts;
     int c, idx = 0, bad = 0;
@@ -174,6 +203,10 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'Q': bad = parse_fd(optarg, &cfg->serve_reader_fd); break;
         case 'T': bad = parse_fd(optarg, &cfg->status_fd); break;
         case 'L': bad = parse_fd_list(optarg, cfg); break;
+        case 'C': cfg->tls_cert = optarg; bad = !*optarg; break;
+        case 'K': cfg->tls_key = optarg; bad = !*optarg; break;
+        case 'I': bad = parse_tls_list(optarg, cfg); break;
+        case 'X': *check = 1; break;
         case 'h': usage(stdout); exit(0);
         default:  return -1;   /* getopt_long has said why */
         }
@@ -185,6 +218,41 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         bad = -1;
     }
     return bad ? -1 : 0;
+}
+
+/* TLS listeners need a certificate pair, and each must be one of the
+ * listeners passed. */
+static int tls_args_ok(const nw_manager_config *cfg)
+{
+    for (int i = 0; i < cfg->ntls; i++) {
+        if (cfg->tls_listeners[i] >= cfg->nlisteners) {
+            nw_log("error", "--tls-listeners names listener %d of %d", cfg->tls_listeners[i],
+                   cfg->nlisteners);
+            return 0;
+        }
+    }
+    if (cfg->ntls && (!cfg->tls_cert || !cfg->tls_key)) {
+        nw_log("error", "TLS listeners need --tls-cert and --tls-key");
+        return 0;
+    }
+    return 1;
+}
+
+/* --tls-check: the pair loads, or one line says why. */
+static int tls_check(const nw_manager_config *cfg)
+{
+    char err[512];
+    if (!cfg->tls_cert || !cfg->tls_key) {
+        printf("--tls-check needs --tls-cert and --tls-key\n");
+        return 1;
+    }
+    struct nw_tls_ctx *t = nw_tls_ctx_new(cfg->tls_cert, cfg->tls_key, err, sizeof err);
+    if (!t) {
+        printf("%s\n", err);
+        return 1;
+    }
+    nw_tls_ctx_free(t);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -203,12 +271,16 @@ int main(int argc, char **argv)
         .serve_reader_fd = -1,
         .status_fd = -1,
     };
-    int max_given = 0;
+    int max_given = 0, check = 0;
     nw_log_set_role("manager");
-    if (parse_args(argc, argv, &cfg, &max_given) < 0) {
+    if (parse_args(argc, argv, &cfg, &max_given, &check) < 0) {
         usage(stderr);
         return 2;
     }
+    if (check)
+        return tls_check(&cfg);
+    if (!tls_args_ok(&cfg))
+        return 2;
     if (!control_fd_ok(NW_MANAGER_CONTROL_FD) || !control_fd_ok(NW_MANAGER_HANDOFF_QUEUE_FD)
         || !control_fd_ok(NW_MANAGER_SERVE_QUEUE_FD)) {
         nw_log("error", "fds %d, %d and %d must be the master's sockets "
@@ -233,17 +305,19 @@ int main(int argc, char **argv)
     size_t fd_limit = raise_fd_limit();
     if (!max_given)
         cfg.max_connections = default_max_connections(fd_limit);
-    /* HUP is the master's business (SIGNALS.md); one sent to the whole
-     * process group must not kill the manager and its connections. USR1
-     * reopens --error-log: blocked here (nw_manager_run reads it through
-     * its signalfd), and no longer ignored (an ignored signal never
-     * reaches a signalfd; the master ignores it until the exec). */
-    signal(SIGHUP, SIG_IGN);
+    /* USR1 reopens --error-log, HUP reads the TLS certificate pair again
+     * (a HUP sent to the whole process group, meant for the master, must
+     * not kill the manager and its connections): both blocked here
+     * (nw_manager_run reads them through its signalfd), and no longer
+     * ignored (an ignored signal never reaches a signalfd; the master
+     * ignores them until the exec). */
     sigset_t usr1;
     sigemptyset(&usr1);
     sigaddset(&usr1, SIGUSR1);
+    sigaddset(&usr1, SIGHUP);
     sigprocmask(SIG_BLOCK, &usr1, NULL);
     signal(SIGUSR1, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     return nw_manager_run(&cfg, NW_MANAGER_CONTROL_FD, NW_MANAGER_HANDOFF_QUEUE_FD,
                           NW_MANAGER_SERVE_QUEUE_FD);
 }

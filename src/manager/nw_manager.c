@@ -13,6 +13,8 @@
  *   nw_mgr_custody   copies of the workers' parked connections
  *   nw_mgr_channels  the master's control socket and the handoff queue
  *   nw_mgr_accept    the listeners, taken from while the pool is stuck
+ *   nw_mgr_tls       the TLS listeners and connections (relayed), in a set
+ *                    of their own
  *
  * Choices worth knowing:
  *  - epoll is level-triggered everywhere. A client connection gets one read
@@ -38,6 +40,7 @@
 #include "nw_mgr_offload.h"
 #include "nw_mgr_shed.h"
 #include "nw_mgr_table.h"
+#include "nw_mgr_tls.h"
 #include "nw_log.h"
 #include "nw_scoreboard.h"
 #include "nw_status_server.h"
@@ -67,6 +70,7 @@ typedef struct {
     nw_mgr_custody custody;         /* copies of the workers' parked connections */
     nw_mgr_channels channels;       /* the master's and the workers' frames */
     nw_mgr_accept accept;           /* the listeners, while the pool is stuck */
+    nw_mgr_tls tls;                 /* the TLS listeners and connections */
     nw_status_server status;        /* --status-listen and its clients */
     const nw_scoreboard *board;     /* read-only; NULL when the master gave none */
     nw_score_header *shared;        /* the board's words the manager writes, or NULL */
@@ -158,6 +162,7 @@ static int next_timeout(const nw_manager *m)
     next = nw_mgr_shed_next(&m->shed, next);
     next = nw_mgr_handover_next(&m->handover, next);
     next = nw_mgr_accept_next(&m->accept, next);
+    next = nw_mgr_tls_next(&m->tls, next);
     if (m->status.active && nw_mgr_now(&m->clock) + 1000 < next)
         next = nw_mgr_now(&m->clock) + 1000;
     if (nw_mgr_clock_stands(&m->clock))
@@ -227,6 +232,8 @@ static void signals_came(nw_manager *m)
     while (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGUSR1)
             reopen_error_log(m);
+        else if (si.ssi_signo == SIGHUP)
+            nw_mgr_tls_reload(&m->tls);
         else if (!m->serve_until)
             m->serve_until = nw_mgr_now(&m->clock) + m->stop_serve_ms;
     }
@@ -277,6 +284,8 @@ static void event(nw_manager *m, int fd)
         nw_mgr_handover_drain(&m->handover);
     } else if (nw_mgr_accept_event(&m->accept, fd)) {
         return;
+    } else if (fd == nw_mgr_tls_fd(&m->tls) && fd >= 0) {
+        nw_mgr_tls_run(&m->tls, 0);
     } else if (nw_mgr_table_has(&m->table, fd)) {
         record_event(m, fd);
     }
@@ -311,7 +320,8 @@ static void map_board(nw_manager *m, int fd)
         __atomic_store_n(&m->shared->offload_bytes, 0, __ATOMIC_RELAXED);
 }
 
-/* SIGPIPE ignored; TERM, INT and USR1 blocked, to be read from a signalfd. */
+/* SIGPIPE ignored; TERM, INT, USR1 and HUP blocked, to be read from a
+ * signalfd (HUP: the TLS part reads its certificate pair again). */
 static void take_signals(sigset_t *set)
 {
     struct sigaction ign;
@@ -322,6 +332,7 @@ static void take_signals(sigset_t *set)
     sigaddset(set, SIGTERM);
     sigaddset(set, SIGINT);
     sigaddset(set, SIGUSR1);
+    sigaddset(set, SIGHUP);
     sigprocmask(SIG_BLOCK, set, NULL);
 }
 
@@ -368,12 +379,32 @@ static void init_parts(nw_manager *m, const nw_manager_config *cfg, int control,
                        cfg->listener_fds, cfg->nlisteners, cfg->proxy_protocol);
 }
 
+/* The TLS part: its listeners are the app's listeners of the indices
+ * cfg->tls_listeners names, which the accept part leaves to it. */
+static int init_tls(nw_manager *m, const nw_manager_config *cfg)
+{
+    int fds[NW_MAX_LISTENERS];
+    uint64_t mask = 0;
+    char err[512];
+    for (int i = 0; i < cfg->ntls; i++) {
+        fds[i] = cfg->listener_fds[cfg->tls_listeners[i]];
+        mask |= (uint64_t)1 << cfg->tls_listeners[i];
+    }
+    nw_mgr_accept_leave(&m->accept, mask);
+    if (nw_mgr_tls_init(&m->tls, &m->heads, &m->clock, cfg->tls_cert, cfg->tls_key, fds,
+                        cfg->tls_listeners, cfg->ntls, cfg->read_timeout, err, sizeof err) == 0)
+        return 0;
+    nw_log("error", "TLS: %s", err);
+    return -1;
+}
+
 static int open_manager(nw_manager *m, const nw_manager_config *cfg, int control,
                         int handoff_queue, int serve_queue)
 {
     sigset_t set;
     memset(m, 0, sizeof *m);
     m->ep = m->sigfd = -1;
+    m->tls.ep = -1;     /* (off until init_tls) */
     nw_mgr_clock_init(&m->clock, cfg->test_clock_fd);
     m->stats_ms = cfg->stats_ms > 0 ? cfg->stats_ms : STATS_MS;
     m->next_stats = nw_mgr_now(&m->clock) + m->stats_ms;
@@ -387,6 +418,10 @@ static int open_manager(nw_manager *m, const nw_manager_config *cfg, int control
     /* (before any return: closing needs every part) */
     init_parts(m, cfg, control, handoff_queue, serve_queue);
     if (!m->frame_data || m->ep < 0)
+        return -1;
+    if (init_tls(m, cfg) < 0)
+        return -2;
+    if (nw_mgr_tls_fd(&m->tls) >= 0 && watch(m, nw_mgr_tls_fd(&m->tls)) < 0)
         return -1;
     if ((m->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
         return -1;
@@ -413,14 +448,19 @@ static int is_client(const nw_mgr_slot *s)
 }
 
 /* Read and drop what the polled connections send until each closes or
- * the time is up; a closed one is forgotten. */
+ * the time is up; a closed one is forgotten. p[n] is the TLS part's set
+ * (or -1): its relays carry the FINs to their clients meanwhile. */
 static void drain_until(nw_manager *m, struct pollfd *p, size_t n, nw_msec deadline)
 {
     size_t open_left = n;
+    p[n].fd = nw_mgr_tls_fd(&m->tls);
+    p[n].events = POLLIN;
     while (open_left > 0) {
         nw_msec left = deadline - nw_now_ms();
-        if (left <= 0 || poll(p, n, (int)left) <= 0)
+        if (left <= 0 || poll(p, n + 1, (int)left) <= 0)
             break;
+        if (p[n].revents)
+            nw_mgr_tls_run(&m->tls, 0);
         for (size_t i = 0; i < n; i++) {
             char sink[4096];
             if (p[i].fd < 0 || !p[i].revents)
@@ -437,7 +477,7 @@ static void drain_until(nw_manager *m, struct pollfd *p, size_t n, nw_msec deadl
 static void linger(nw_manager *m)
 {
     size_t n = 0, size = nw_mgr_table_size(&m->table);
-    struct pollfd *p = calloc(size ? size : 1, sizeof *p);
+    struct pollfd *p = calloc(size + 1, sizeof *p);
     if (!p)
         return;
     for (size_t fd = 0; fd < size; fd++) {
@@ -469,9 +509,24 @@ static void serve_arrived(nw_manager *m)
     nw_mgr_handover_drain(&m->handover);
 }
 
+/* The server stops: the TLS connections the workers still answer are
+ * relayed until they end (the worker closes its end, the client reads
+ * the close_notify and closes) or NW_TLS_FINISH_MS is over; the master
+ * stops the workers meanwhile, which end theirs. */
+static void finish_tls(nw_manager *m)
+{
+    nw_msec deadline = nw_now_ms() + NW_TLS_FINISH_MS;
+    while (nw_mgr_tls_open(&m->tls) > 0 && nw_now_ms() < deadline) {
+        nw_mgr_tls_run(&m->tls, 100);
+        nw_mgr_clock_tick(&m->clock);
+        nw_mgr_tls_expire(&m->tls);
+    }
+}
+
 /* Close everything: held connections, worker channels, our own fds. */
 static void close_manager(nw_manager *m)
 {
+    nw_mgr_tls_close(&m->tls);
     nw_mgr_table_close(&m->table);
     nw_mgr_custody_close(&m->custody);
     nw_mgr_accept_close(&m->accept);
@@ -495,6 +550,7 @@ static void after_events(nw_manager *m)
 {
     nw_mgr_clock_step(&m->clock);
     nw_mgr_heads_expire(&m->heads);
+    nw_mgr_tls_expire(&m->tls);
     nw_mgr_offload_expire(&m->offload);
     nw_mgr_handover_retry(&m->handover);
     nw_mgr_shed_look(&m->shed);
@@ -510,9 +566,10 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
 {
     nw_manager m;
     struct epoll_event ev[EVENTS];
-    int rc = 0;
-    if (open_manager(&m, cfg, control_fd, handoff_queue_fd, serve_queue_fd) < 0) {
-        nw_log("error", "cannot start: %s", strerror(errno));
+    int rc = 0, opened = open_manager(&m, cfg, control_fd, handoff_queue_fd, serve_queue_fd);
+    if (opened < 0) {
+        if (opened == -1)
+            nw_log("error", "cannot start: %s", strerror(errno));
         close_manager(&m);
         return 1;
     }
@@ -528,9 +585,11 @@ int nw_manager_run(const nw_manager_config *cfg, int control_fd, int handoff_que
             event(&m, ev[i].data.fd);
         after_events(&m);
     }
+    nw_mgr_tls_stop_accepting(&m.tls);
     if (m.serve_until) {
         serve_arrived(&m);
         linger(&m);
+        finish_tls(&m);
     } else if (m.stop) {
         linger(&m);     /* the master is gone: nobody to serve them */
     }

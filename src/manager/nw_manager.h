@@ -26,6 +26,10 @@ typedef struct {
     int listener_fds[NW_MAX_LISTENERS];       /* the app's listeners (queue lengths; taken from while the
                                  * pool is stuck) */
     int nlisteners;
+    int tls_listeners[NW_MAX_LISTENERS];      /* indices of listener_fds that are TLS
+                                 * listeners (the TLS part's, nw_mgr_tls.h) */
+    int ntls;
+    const char *tls_cert, *tls_key;     /* --tls-cert, --tls-key: their certificate pair */
     const char *error_log;      /* --error-log: reopened onto fd 2 on SIGUSR1, or NULL */
     int stats_ms;               /* STATS to the master this often; 0: once a second (tests
                                  * set less with NARWHAL_TEST_MANAGER_STATS_MS) */

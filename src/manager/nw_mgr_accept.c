@@ -26,10 +26,17 @@ void nw_mgr_accept_init(nw_mgr_accept *a, nw_mgr_table *t, const nw_mgr_clock *c
     a->proxy_protocol = proxy_protocol;
 }
 
+void nw_mgr_accept_leave(nw_mgr_accept *a, uint64_t mask)
+{
+    a->left = mask;
+}
+
 static void take_listeners(nw_mgr_accept *a, int on)
 {
     struct epoll_event ev = { .events = EPOLLIN };
     for (int i = 0; i < a->nlisteners; i++) {
+        if (a->left & ((uint64_t)1 << i))
+            continue;
         ev.data.fd = a->listeners[i];
         epoll_ctl(a->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, a->listeners[i], &ev);
     }

@@ -23,6 +23,7 @@ typedef struct {
     int     ep;
     int     listeners[NW_MAX_LISTENERS];    /* the app's */
     int     nlisteners;
+    uint64_t left;                  /* bit i: listener i is another part's (TLS): never taken from */
     int     proxy_protocol;         /* --proxy-protocol: what it takes begins with a header */
     int     taking;                 /* the listeners are in epoll: the pool is stuck */
     nw_msec next_look;              /* when to look at the pool again */
@@ -33,6 +34,10 @@ typedef struct {
 void nw_mgr_accept_init(nw_mgr_accept *a, nw_mgr_table *t, const nw_mgr_clock *clock,
                         nw_mgr_heads *heads, const nw_scoreboard *board, int ep,
                         const int *listeners, int nlisteners, int proxy_protocol);
+
+/* The listeners of the bits of mask are another part's (the TLS
+ * part's): never taken from here, only shown on a status page. */
+void nw_mgr_accept_leave(nw_mgr_accept *a, uint64_t mask);
 
 /* Look at the pool when it is time to, and take from the listeners while
  * it is stuck (never while stopping: the workers drain the queue then).

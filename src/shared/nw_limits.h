@@ -54,6 +54,8 @@
  * half-closed connection before it closes it. */
 #define NW_MANAGER_FRAMES_PER_WAKE    64
 #define NW_MANAGER_LINGER_MS          1000
+#define NW_TLS_FINISH_MS              10000   /* on a stop, the manager relays the TLS connections
+                                                 * the workers still answer this long at most */
 
 /* Listeners a server can have: each worker watches them all (epoll data
  * 0..62; 63 is its signalfd), and the manager gets a copy of each. */

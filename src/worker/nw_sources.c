@@ -45,6 +45,8 @@ void nw_sources_count_in(nw_sources *s, nw_score_slot *slot, nw_score_counts *co
  * EPOLLEXCLUSIVE, as every worker watches it. */
 static int watch_listener(nw_sources *s, int i, int op)
 {
+    if (s->listener[i].fd < 0)
+        return 0;       /* the manager's */
     struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)i };
     return epoll_ctl(s->epfd, op, s->listener[i].fd, &ev);
 }
@@ -56,11 +58,16 @@ int nw_sources_listen(nw_sources *s, int fd, int is_tcp)
         return -1;
     }
     int i = s->count;
-    nw_io_set_nonblocking(fd);
     s->listener[i].fd = fd;
+    s->listener[i].is_tcp = fd >= 0 && is_tcp;
+    if (fd < 0) {       /* the manager's: a place for its connections' index */
+        s->relayed |= (uint64_t)1 << i;
+        s->count++;
+        return 0;
+    }
+    nw_io_set_nonblocking(fd);
     if (watch_listener(s, i, EPOLL_CTL_ADD) < 0)
         return -1;
-    s->listener[i].is_tcp = is_tcp;
     s->listener_ready |= (uint64_t)1 << i;     /* not tried yet */
     s->count++;
     return 0;
@@ -81,7 +88,7 @@ int nw_sources_watch_listeners(nw_sources *s, int watched)
 
 void nw_sources_all_ready(nw_sources *s)
 {
-    s->listener_ready = s->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << s->count) - 1;
+    s->listener_ready = (s->count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << s->count) - 1) & ~s->relayed;
 }
 
 int nw_sources_proxy_from(nw_sources *s, const char *cidr)

@@ -18,7 +18,8 @@
 #include "nw_wconn.h"
 
 typedef struct {
-    int fd;
+    int fd;                     /* -1: the manager's (a TLS listener): its connections
+                                 * come through the serve queue only */
     int is_tcp;
 } nw_worker_listener;
 
@@ -40,6 +41,8 @@ typedef struct {
     int count;
     int next;                   /* where the next accept round starts */
     uint64_t listener_ready;    /* bit i: listener i may have a client */
+    uint64_t relayed;           /* bit i: listener i is the manager's (fd -1): its
+                                 * connections are relayed TLS ones, a PROXY header first */
     int serve_queue;            /* -1 without a manager */
     int serve_queue_ready;      /* the serve queue may hold a connection */
     int took_served;            /* the last new connection came from the serve queue */

@@ -40,6 +40,10 @@ static nw_wconn *wconn_new(nw_worker *w, int index, int fd,
         return NULL;
     }
     c->listener = index;
+    if (w->sources.relayed & ((uint64_t)1 << index)) {
+        c->cfg.proxy_protocol = 1;  /* a relayed TLS connection: the manager's PROXY header */
+        c->proxy_pending = 1;
+    }
     c->spares = &w->spares;
     wc->c = c;
     wc->custody = &w->custody;

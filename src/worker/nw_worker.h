@@ -130,7 +130,9 @@ int nw_worker_adopt_queue(nw_worker *w, int in_fd, int out_fd);
 void nw_worker_count_in(nw_worker *w, const nw_scoreboard *board, nw_score_slot *slot);
 
 /* Add a listening socket (made non-blocking). Returns 0, or -1 with errno
- * (EMFILE past NW_MAX_LISTENERS). */
+ * (EMFILE past NW_MAX_LISTENERS). fd -1: a listener of the manager's (a
+ * TLS listener) takes its index: its connections come from the serve
+ * queue, relayed, their addresses in a PROXY header at their start. */
 int nw_worker_listen(nw_worker *w, int fd, int is_tcp);
 
 /* A standby worker (DESIGN.md, "Accepting workers"): the listeners leave
