@@ -22,7 +22,15 @@ my $PLACKUP = '/usr/bin/plackup';
 my @NM = manager_fallback();
 my $TMP = tmpdir();
 my $APP = write_app("sub { [200, ['Content-Type' => 'text/plain'], [\"pid=\$\$\\n\"]] }\n");
-my $TLS = qr/does not speak TLS/;
+# TLS: Starman's forms mean Narwhal's (t/29-https.t serves them); what
+# they lack or what Narwhal's TLS does not take is refused.
+system("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $TMP/k.pem "
+       . "-out $TMP/c.pem -days 2 -subj /CN=localhost >/dev/null 2>&1") == 0
+    or diag 'openssl could not make a certificate: the TLS rows fail';
+my $NEEDS_PAIR = qr/a TLS listener needs --tls-cert and --tls-key/;
+my $NO_TLS_LISTENER = qr/--tls-cert and --tls-key are for TLS listeners/;
+my $TLS_ONLY = qr/takes a certificate chain and its key/;
+my $BAD_PAIR = @NM ? qr/TLS listeners need the connection manager/ : qr/TLS: .*nocert\.pem/;
 
 # [ what, narwhal's argv, plackup's argv (undef: as narwhal's), expect ]
 # expect: { option => value, ... } (accepted: what Narwhal takes it as),
@@ -30,7 +38,15 @@ my $TLS = qr/does not speak TLS/;
 my @TABLE = (
     # Starman
     [ 'Starman --listen HOST:PORT', [ '--listen', '127.0.0.1:PORT' ], undef, { listen => ['127.0.0.1:PORT'] } ],
-    [ 'Starman --listen HOST:PORT:ssl', [ '--listen', '127.0.0.1:PORT:ssl' ], undef, $TLS ],
+    [ 'Starman --listen HOST:PORT:ssl', [ '--listen', '127.0.0.1:PORT:ssl', '--ssl-cert', 'TMP/c.pem',
+      '--ssl-key', 'TMP/k.pem' ], undef,
+      { listen => ['127.0.0.1:PORT:ssl'], tls_cert => 'TMP/c.pem', tls_key => 'TMP/k.pem' }, 'no_spawn' ],
+    [ 'Starman --listen HOST:PORT:ssl, no certificate', [ '--listen', '127.0.0.1:PORT:ssl' ], undef, $NEEDS_PAIR ],
+    [ 'Starman --listen HOST:PORT:ssl, a missing certificate', [ '--listen', '127.0.0.1:PORT:ssl',
+      '--ssl-cert', 'TMP/nocert.pem', '--ssl-key', 'TMP/nocert.pem' ], undef, $BAD_PAIR ],
+    [ 'Starman --listen HOST:PORT:ssl --no-manager', [ '--listen', '127.0.0.1:PORT:ssl', '--ssl-cert', 'TMP/c.pem',
+      '--ssl-key', 'TMP/k.pem', '--no-manager' ], [ '--listen', '127.0.0.1:PORT:ssl', '--ssl-cert', 'TMP/c.pem',
+      '--ssl-key', 'TMP/k.pem', '--no-manager=1' ], qr/TLS listeners need the connection manager/ ],
     [ 'Starman --host --port', [ '--host', '127.0.0.1', '--port', 'PORT' ], undef, { host => '127.0.0.1', port => 'PORT' } ],
     [ 'Starman --workers', [ '--workers', 2 ], undef, { max_workers => 2 }, 'workers' ],
     [ 'Starman --backlog', [ '--backlog', 64 ], undef, { backlog => 64 } ],
@@ -42,10 +58,12 @@ my @TABLE = (
     [ 'Starman --read-timeout', [ '--read-timeout', 7 ], undef, { read_timeout => 7 } ],
     [ 'Starman --pid', [ '--pid', 'TMP/PORT.pid' ], undef, { pid => 'TMP/PORT.pid' }, 'pid' ],
     [ 'Starman --error-log', [ '--error-log', 'TMP/PORT.log' ], undef, { error_log => 'TMP/PORT.log' }, 'error_log' ],
-    [ 'Starman --enable-ssl', [ '--enable-ssl' ], undef, $TLS ],
-    [ 'Starman --ssl-cert', [ '--ssl-cert', 'TMP/c.pem' ], undef, $TLS ],
-    [ 'Starman --ssl-key', [ '--ssl-key', 'TMP/k.pem' ], undef, $TLS ],
-    [ 'Starman --ssl-ca (Net::Server)', [ '--ssl-ca', 'TMP/ca.pem' ], undef, $TLS ],
+    [ 'Starman --enable-ssl', [ '--enable-ssl', '--ssl-cert', 'TMP/c.pem', '--ssl-key', 'TMP/k.pem' ], undef,
+      { enable_ssl => 1, tls_cert => 'TMP/c.pem', tls_key => 'TMP/k.pem' }, 'no_spawn' ],
+    [ 'Starman --enable-ssl, no certificate', [ '--enable-ssl' ], undef, $NEEDS_PAIR ],
+    [ 'Starman --ssl-cert, no TLS listener', [ '--ssl-cert', 'TMP/c.pem' ], undef, $NO_TLS_LISTENER ],
+    [ 'Starman --ssl-key, no TLS listener', [ '--ssl-key', 'TMP/k.pem' ], undef, $NO_TLS_LISTENER ],
+    [ 'Starman --ssl-ca (Net::Server)', [ '--ssl-ca', 'TMP/ca.pem' ], undef, $TLS_ONLY ],
     [ 'Starman --disable-proctitle', [ '--disable-proctitle' ], undef, qr/--disable-proctitle: Narwhal always names/ ],
     [ 'Starman --min-servers (Starman::Server)', [ '--min-servers', 2 ], undef, qr/unknown option.*min-servers/ ],
     [ 'Starman --max-servers (Starman::Server)', [ '--max-servers', 2 ], undef, qr/unknown option.*max-servers/ ],

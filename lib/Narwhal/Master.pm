@@ -138,7 +138,7 @@ sub _run {
     $self->{ids} = _user_ids($o);
     $self->{cpus} = _cpus();
     $self->{accepting} = _accepting_count($o, $self->{cpus}{count});
-    $self->_check_tls;      # (before anything listens: a bad pair starts nothing)
+    check_tls($o, $self->{ids});    # (before anything listens: a bad pair starts nothing)
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o, $self->_listen_queues) ];
     $self->{status_listener} = _open_status_listener($o, $self->{listeners})
         if defined $o->{status_listen};
@@ -214,16 +214,17 @@ sub _wants_manager {
 # The TLS certificate pair loads, as the manager will load it: the
 # manager program run with --tls-check, as the user it runs as (the
 # master and the workers never link OpenSSL). Dies with its one line.
-sub _check_tls {
-    my $self = shift;
-    my $o = $self->{options};
+# (Plack::Handler::Narwhal calls it too, before plackup goes on.)
+sub check_tls {
+    my ($o, $ids) = @_;
     return unless Narwhal::Listener::wants_tls($o);
+    $ids //= _user_ids($o);
     my $bin = Narwhal::manager_path()
         or die "cannot find the narwhal-manager program (run make): it does TLS\n";
     my $pid = open(my $out, '-|') // die "fork: $!\n";
     if (!$pid) {
         open(STDERR, '>&', \*STDOUT);
-        eval { _drop_privileges($self->{ids}); 1 } or do { print "cannot check: $@"; POSIX::_exit(1) };
+        eval { _drop_privileges($ids); 1 } or do { print "cannot check: $@"; POSIX::_exit(1) };
         no warnings q(exec);
         exec { $bin } 'narwhal manager', '--tls-check', '--tls-cert', $o->{tls_cert},
                       '--tls-key', $o->{tls_key};

@@ -11,6 +11,8 @@ sub new {
     my $server_ready = delete $args{server_ready};
     my $listen_sock  = delete $args{listen_sock};
     my $options = eval { _options(%args) } or die "narwhal: $@";
+    require Narwhal::Master;
+    eval { Narwhal::Master::check_tls($options); 1 } or die "narwhal: $@";   # (the TLS pair loads)
     # plackup loads the app in this process before it makes the handler
     # (Plack::Loader's preload_app): only its Delayed loader, -L Delayed,
     # hands over an app each worker loads itself.
