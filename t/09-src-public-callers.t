@@ -129,10 +129,10 @@ for my $file (@files) {
     });
 }
 
-# A part built and unit-tested on its own before the manager calls it
-# (src/manager/nw_tls.h: docs/DESIGN.md, "HTTPS (designed)"): its functions wait
-# for their callers; once one has a caller, its entry here goes.
-my %unwired = ();    # (a header whose functions no caller uses yet)
+# A part built and unit-tested on its own before the manager calls it:
+# its header's functions wait for their callers here; once one has a
+# caller, its entry goes (none now).
+my %unwired = ();
 
 for my $name (sort keys %header_of) {
     next if $unwired{ $header_of{$name} };

@@ -5,7 +5,7 @@
  *   - one keep-alive request relayed in plaintext through a socketpair
  *     (SSL_read, write to the pair, the answer back, SSL_write), against
  *     the same request over plain TCP (read, write).
- * docs/DESIGN.md, "HTTPS (designed)".
+ * docs/DESIGN.md, "HTTPS".
  *
  *   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
  *       -keyout /tmp/k.pem -out /tmp/c.pem -days 2 -subj /CN=localhost

@@ -1,4 +1,4 @@
-/* The TLS part's core (docs/DESIGN.md, "HTTPS (designed)"): the context
+/* The TLS part's core (docs/DESIGN.md, "HTTPS"): the context
  * (certificate pair, policy, session-ticket keys), a connection's
  * non-blocking handshake on an accepted socket, and the relay that copies
  * plaintext between the TLS connection and one end of a socketpair (the
