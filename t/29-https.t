@@ -17,7 +17,7 @@ use NarwhalTest qw(spawn_server free_port write_app tmpdir run_cmd narwhal_cmd m
 
 plan skip_all => 'the connection manager is not built or is switched off (TLS needs it)'
     unless NarwhalTest::managed();
-plan skip_all => 'needs the openssl and curl commands'
+missing_all('needs the openssl and curl commands (Debian: apt-get install openssl curl)')
     unless grep({ -x "$_/openssl" } split /:/, $ENV{PATH}) && grep({ -x "$_/curl" } split /:/, $ENV{PATH});
 
 my $TMP = tmpdir();
