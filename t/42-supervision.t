@@ -212,6 +212,24 @@ my $sec_group_stop = sub { for my $sig (qw(INT TERM INT TERM)) {
     unlike($s->log_text, qr/starting a new one/, '... and restarts nothing on the way');
 }};
 
+# 4b. The same with --drain-delay: the drain serves on, the connection
+# manager with it. The manager took the group's TERM for its own, exited,
+# and the master started a new one ("connection manager ... exited with
+# status 0; starting a new one", an error line in every systemd stop).
+# Now it waits for the master's word, as the workers do.
+my $sec_group_drain = sub { SKIP: {
+    skip 'needs the connection manager', 3 unless NarwhalTest::managed();
+    my $log = File::Spec->catfile($TMP, 'group-drain-' . int(rand 1e9) . '.log');
+    my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2, '--drain-delay', 1 ],
+                         stderr => $log, child_setup => sub { POSIX::setsid() });
+    wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+    kill TERM => -$s->pid;
+    sleep 0.7;
+    is((ask(raw_connect($s->port), '/') // {})->{status}, 200, 'TERM to the group with --drain-delay: the drain serves');
+    is($s->wait_exit(35), 0, '... the server exits 0 after it');
+    unlike($s->log_text, qr/starting a new one/, '... and nothing is restarted (the manager waits for the master)');
+}};
+
 # 5. --graceful-timeout bounds the exit: timeout + 0.5 s at most.
 my $sec_graceful_timeout = sub { {
     my $s = server('--max-workers', 1, '--graceful-timeout', 1);
@@ -324,6 +342,7 @@ my $sec_reload = sub { {
 # once the other parts' servers have started: six servers starting at
 # once on two cores made the first of them slow.)
 in_parallel(
+    $sec_group_drain,
     sub { $sec_crashing->() },
     sub { $sec_graceful_timeout->() },
     sub { $sec_reload->() },

@@ -25,8 +25,6 @@ use constant RECYCLE_TURN_MS => Narwhal::for_tests(RECYCLE_TURN_MS => undef);
                                       # a recycling turn held this long is free (undef:
                                       # the C side's NW_RECYCLE_TURN_MAX_MS)
 use constant EXIT_APP_LOAD => 70;     # the app did not load in this worker
-use constant GROUP_STOP_WAIT => 0.5;  # seconds a worker stopped from outside gives the
-                                      # master to begin its own stop (_server_stops_too)
 use constant REPLACE_AHEAD => 20;     # a recycled worker asks for its replacement with
                                       # 1/REPLACE_AHEAD of its requests left (under
                                       # REPLACE_AHEAD requests: at the end, as it leaves)
@@ -173,7 +171,7 @@ sub _drain {
 # every worker's and the master's, so this worker does not touch them: the
 # master, signalled too, begins its stop at once and refuses new handshakes
 # from then on. Once the drain's window is over, this worker waits up to
-# GROUP_STOP_WAIT for that (the board says it) and then drains once more,
+# NW_GROUP_STOP_WAIT_MS (src/shared/nw_limits.h) for that (the board says it) and then drains once more,
 # for the clients whose handshake completed before the master's refusal,
 # which no one else may accept. A worker stopped alone finds no stop and
 # leaves; the master replaces it. (Each worker used to refuse new
@@ -183,7 +181,7 @@ sub _server_stops_too {
     my ($self, $acceptor) = @_;
     my $board = $self->{scoreboard};
     return 0 if !$self->{stopped_from_outside} || $self->{saw_server_stop} || !$board;
-    my $until = Time::HiRes::time() + GROUP_STOP_WAIT;
+    my $until = Time::HiRes::time() + Narwhal::Limits::GROUP_STOP_WAIT_MS() / 1000;
     Time::HiRes::sleep(0.005) until $board->stopping || Time::HiRes::time() >= $until;
     return 0 unless $board->stopping;
     $self->{saw_server_stop} = 1;

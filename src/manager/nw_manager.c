@@ -78,6 +78,9 @@ typedef struct {
     nw_msec next_stats, stats_ms;
     nw_msec stop_serve_ms;          /* a stop signal: serve this long (NW_STOP_SERVE_MS) */
     nw_msec serve_until;            /* a stop signal came: serve until then, then close (0: none) */
+    nw_msec foreign_stop_at;        /* a stop signal not from the master came: unless the master
+                                     * has begun a stop by then, the manager's own stop begins
+                                     * then (0: none) */
     int     stop;                   /* the master is gone */
     const char *error_log;          /* --error-log (USR1 reopens it), or NULL */
 } nw_manager;
@@ -198,6 +201,8 @@ static int wait_timeout(const nw_manager *m)
     int timeout = next_timeout(m);
     nw_msec stop_at = m->serve_until && now >= m->serve_until
                       ? m->serve_until + NW_STOP_WRITE_MS : m->serve_until;
+    if (m->foreign_stop_at && (!stop_at || m->foreign_stop_at < stop_at))
+        stop_at = m->foreign_stop_at;
     if (stop_at && (timeout < 0 || timeout > stop_at - now))
         timeout = stop_at > now ? (int)(stop_at - now) : 0;
     return timeout;
@@ -226,6 +231,37 @@ static void reopen_error_log(nw_manager *m)
     nw_log("info", "reopened the error log %s", m->error_log);
 }
 
+static void stop_begins(nw_manager *m)
+{
+    if (!m->serve_until)
+        m->serve_until = nw_mgr_now(&m->clock) + m->stop_serve_ms;
+    m->foreign_stop_at = 0;
+}
+
+/* A stop signal from the master, or from anyone when there is no board to
+ * say who the master is. Ctrl-C and systemd signal the whole group: the
+ * master then drains (--drain-delay) with the manager serving, and stops
+ * it itself; so a stop from another sender waits NW_GROUP_STOP_WAIT_MS for
+ * the master to begin its own (the board's stopping word), and is the
+ * manager's alone only if it does not (an operator's TERM to the manager). */
+static void stop_signal(nw_manager *m, const struct signalfd_siginfo *si)
+{
+    if (!m->board || (pid_t)si->ssi_pid == m->board->h.master_pid)
+        stop_begins(m);
+    else if (!m->serve_until && !m->foreign_stop_at)
+        m->foreign_stop_at = nw_mgr_now(&m->clock) + NW_GROUP_STOP_WAIT_MS;
+}
+
+static void foreign_stop_look(nw_manager *m)
+{
+    if (!m->foreign_stop_at || nw_mgr_now(&m->clock) < m->foreign_stop_at)
+        return;
+    if (m->board->h.stopping)
+        m->foreign_stop_at = 0;     /* the master's stop: it tells the manager when */
+    else
+        stop_begins(m);
+}
+
 static void signals_came(nw_manager *m)
 {
     struct signalfd_siginfo si;
@@ -234,8 +270,8 @@ static void signals_came(nw_manager *m)
             reopen_error_log(m);
         else if (si.ssi_signo == SIGHUP)
             nw_mgr_tls_reload(&m->tls);
-        else if (!m->serve_until)
-            m->serve_until = nw_mgr_now(&m->clock) + m->stop_serve_ms;
+        else
+            stop_signal(m, &si);
     }
 }
 
@@ -549,6 +585,7 @@ static void close_manager(nw_manager *m)
 static void after_events(nw_manager *m)
 {
     nw_mgr_clock_step(&m->clock);
+    foreign_stop_look(m);
     nw_mgr_heads_expire(&m->heads);
     nw_mgr_tls_expire(&m->tls);
     nw_mgr_offload_expire(&m->offload);

@@ -112,6 +112,11 @@
  * by its client meanwhile, never pays for it; sooner when the worker is
  * about to wait, or when this many wait. */
 #define NW_CUSTODY_DELAY_MS           10
+/* A worker or the manager stopped by a signal that is not the master's
+ * (Ctrl-C and systemd signal the whole process group) gives the master
+ * this long to begin a stop of its own (the board says so) before it
+ * takes the signal as meant for it alone. */
+#define NW_GROUP_STOP_WAIT_MS         500
 #define NW_CUSTODY_WAIT_MAX           64
 #define NW_PARK_CLOSE_LINGER_MS       500     /* a stopping worker drains parked ones this long */
 /* Recycling (DESIGN.md, "Retirement"): a worker at its count whose
