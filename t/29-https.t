@@ -6,7 +6,7 @@ use Digest::MD5 ();
 use IO::Socket::INET ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
-use NarwhalTest qw(spawn_server free_port write_app tmpdir run_cmd narwhal_cmd missing
+use NarwhalTest qw(spawn_server free_port write_app tmpdir run_cmd narwhal_cmd missing missing_all
                    wait_until raw_connect read_response);
 
 # HTTPS, the relayed way (docs/DESIGN.md, "HTTPS"): the connection
