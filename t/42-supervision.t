@@ -230,6 +230,28 @@ my $sec_group_drain = sub { SKIP: {
     unlike($s->log_text, qr/starting a new one/, '... and nothing is restarted (the manager waits for the master)');
 }};
 
+# 4c. The master's TERM to the manager can merge with the group's (a
+# signal already pending is not queued twice): the manager, stopped here
+# while both arrive, then reads one TERM whose sender is not the master,
+# waits for the master's word, and found it given already. It waited
+# until the KILL at --graceful-timeout. The master sends its TERM again
+# until the manager exits.
+my $sec_group_merged = sub { SKIP: {
+    skip 'needs the connection manager', 2 unless NarwhalTest::managed();
+    my $s = spawn_server(app => $APP, args => [ @NM, '--max-workers', 2, '--graceful-timeout', 10 ],
+                         child_setup => sub { POSIX::setsid() });
+    wait_until(sub { worker_pids($s->pid) == 2 }, 10);
+    my ($manager) = grep { (readlink("/proc/$_/exe") // '') =~ /narwhal-manager/ } children_of($s->pid);
+    ok($manager, 'the manager is running') or skip('no manager found', 1);
+    kill STOP => $manager;
+    my $t0 = time;
+    kill TERM => -$s->pid;
+    sleep 0.5;                       # (the master's TERM is pending behind the group's)
+    kill CONT => $manager;
+    my $status = $s->wait_exit(20);
+    cmp_ok(time - $t0, '<', 4, sprintf('a TERM merged with the group\'s: the server exits in %.2f s, not at the KILL', time - $t0));
+}};
+
 # 5. --graceful-timeout bounds the exit: timeout + 0.5 s at most.
 my $sec_graceful_timeout = sub { {
     my $s = server('--max-workers', 1, '--graceful-timeout', 1);
@@ -343,6 +365,7 @@ my $sec_reload = sub { {
 # once on two cores made the first of them slow.)
 in_parallel(
     $sec_group_drain,
+    $sec_group_merged,
     sub { $sec_crashing->() },
     sub { $sec_graceful_timeout->() },
     sub { $sec_reload->() },

@@ -24,6 +24,7 @@ use constant PROXY_LOG_EVERY   => Narwhal::for_tests(PROXY_LOG_EVERY => 10);
                                          # seconds: refused PROXY connections past the first too
 use constant KILL_REAP_WAIT    => 0.5;   # after KILL at the graceful deadline, wait this long
 use constant MANAGER_STOP_WAIT => 1.5;   # on stop, the workers wait this long at most for the manager
+use constant MANAGER_TERM_AGAIN => 0.25; # on stop, TERM to the manager again this often (_term_manager_again)
 use constant STATUS_BACKLOG    => 64;    # the status listener's listen queue
 use constant WATCHDOG_GRACE    => 1.0;   # --request-timeout: seconds between the watchdog's steps
 use constant REPLACE_LINGER    => Narwhal::for_tests(REPLACE_LINGER => 10);
@@ -699,6 +700,7 @@ sub _manage {
         $self->_tend_ready if ($self->{notify_socket} || ($self->{notified} // '') ne 'ready')
                               && !$self->{stop_deadline} && !$self->{drain_until};
         if ($self->{stop_deadline}) {
+            $self->_term_manager_again;
             $self->_stop_workers
                 if !$self->{workers_stopped} && (!$self->{manager} || Time::HiRes::time() >= $self->{stop_workers_at});
             last unless %{ $self->{workers} } || $self->{manager};
@@ -722,7 +724,7 @@ sub _sleep_for {
     my $now = Time::HiRes::time();
     my $wait = defined $self->{pool} ? POOL_TICK : MANAGE_TICK;
     for my $at ($self->{next_spawn}, $self->{stop_deadline} // 0, $self->{stop_workers_at} // 0,
-                $self->{drain_until} // 0) {
+                $self->{drain_until} // 0, $self->{stop_deadline} ? $self->{manager_term_again} // 0 : 0) {
         $wait = $at - $now if $at > $now && $at - $now < $wait;
     }
     return $wait;
@@ -879,11 +881,24 @@ sub _begin_stop {
         close $l->{handle};
     }
     if ($self->{manager}) {
-        kill TERM => $self->{manager}{pid};
+        $self->_term_manager_again;
         $self->{stop_workers_at} = $now + MANAGER_STOP_WAIT;
     } else {
         $self->_stop_workers;
     }
+}
+
+# The stop's TERM to the manager, sent again until it exits: a signal
+# already pending is not queued twice, so the master's TERM can merge with
+# the one the whole group got (Ctrl-C, systemd), which the manager takes
+# for another sender's and waits on (docs/SIGNALS.md).
+sub _term_manager_again {
+    my $self = shift;
+    my $manager = $self->{manager} or return;
+    my $now = Time::HiRes::time();
+    return if $now < ($self->{manager_term_again} // 0);
+    kill TERM => $manager->{pid};
+    $self->{manager_term_again} = $now + MANAGER_TERM_AGAIN;
 }
 
 sub _stop_workers {
