@@ -135,6 +135,60 @@ SKIP: {
     is($s->stop('none'), 0, '... and the server stops cleanly');
 }
 
+# HUP reads the certificate pair again: new handshakes get the new one,
+# a TLS connection made before it goes on; a pair that does not load is
+# one error line naming the file, and the last good pair stays.
+{
+    my %pair;
+    for my $cn (qw(a b)) {
+        system("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $TMP/$cn.key "
+               . "-out $TMP/$cn.crt -days 2 -subj /CN=$cn -addext subjectAltName=DNS:localhost "
+               . ">/dev/null 2>&1") == 0 or die "openssl: pair $cn";
+        $pair{$cn} = [ map { slurp("$TMP/$cn.$_") } qw(crt key) ];
+    }
+    my ($rcert, $rkey) = ("$TMP/reload-cert.pem", "$TMP/reload-key.pem");
+    my $put = sub { my ($crt, $key) = @_; spew($rcert, $crt); spew($rkey, $key) };
+    $put->(@{ $pair{a} });
+    my $port = free_port();
+    my $h = spawn_server(app => $APP, args => [ '--listen', "127.0.0.1:$port:ssl", '--tls-cert', $rcert,
+                                                '--tls-key', $rkey, '--workers', 1 ]);
+    ok(wait_until(sub { served_cn($port) eq 'a' }, 5), 'reload: pair A served first');
+
+    my $c;
+    SKIP: {
+        skip 'IO::Socket::SSL is not installed', 1 unless eval { require IO::Socket::SSL; 1 };
+        $c = IO::Socket::SSL->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 5,
+                                  SSL_verify_mode => IO::Socket::SSL::SSL_VERIFY_NONE())
+            or die "connect: " . IO::Socket::SSL::errstr();
+        print $c "GET /before HTTP/1.1\r\nHost: x\r\n\r\n";
+        like(read_one($c), qr{^HTTP/1\.1 200 .*scheme=https}s, 'reload: a keep-alive TLS connection on A');
+    }
+
+    $put->(@{ $pair{b} });
+    kill HUP => $h->pid;
+    ok(wait_until(sub { served_cn($port) eq 'b' }, 10), 'HUP: new handshakes get pair B')
+        or diag $h->log_text;
+    like($h->log_text, qr/TLS certificate reloaded from \Q$rcert\E/, '... and the log says so');
+    SKIP: {
+        skip 'IO::Socket::SSL is not installed', 1 unless $c;
+        # (after the worker that served it has been retired, too)
+        wait_until(sub { $h->log_text =~ /generation 1 finished/ }, 10) or diag $h->log_text;
+        print $c "GET /after HTTP/1.1\r\nHost: x\r\n\r\n";
+        like(read_one($c), qr{^HTTP/1\.1 200 .*scheme=https}s,
+             '... the connection made on A before the HUP still answers');
+    }
+
+    $put->($pair{a}[0], $pair{b}[1]);     # A's certificate, B's key
+    kill HUP => $h->pid;
+    ok(wait_until(sub { $h->log_text =~ /TLS certificate not reloaded/ }, 10), 'HUP with a mismatched pair: said')
+        or diag $h->log_text;
+    my @said = grep { /TLS/ && /not reloaded|does not match/ } split /\n/, $h->log_text;
+    is(scalar(@said), 1, '... in one line') or diag join("\n", @said);
+    like($said[0] // '', qr/\Q$rkey\E/, '... naming the file');
+    is(served_cn($port), 'b', '... and new handshakes still get pair B');
+    is($h->stop, 0, 'reload: the server stops cleanly');
+}
+
 # Bad certificate pairs: one line naming the file, a non-zero exit,
 # nothing listening.
 for my $case ([ 'a missing certificate', "$TMP/none.pem", $KEY, qr/none\.pem/ ],
@@ -152,6 +206,16 @@ for my $case ([ 'a missing certificate', "$TMP/none.pem", $KEY, qr/none\.pem/ ],
 }
 
 done_testing;
+
+# The CN of the certificate a new handshake on port gets ('' if none).
+sub served_cn {
+    my ($port) = @_;
+    my $out = `openssl s_client -connect 127.0.0.1:$port -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -subject 2>/dev/null`;
+    return $out =~ /CN\s*=\s*(\S+)/ ? $1 : '';
+}
+
+sub slurp { my ($f) = @_; open(my $fh, '<', $f) or die "$f: $!"; local $/; return <$fh> }
+sub spew { my ($f, $text) = @_; open(my $fh, '>', $f) or die "$f: $!"; print $fh $text; close $fh or die "$f: $!" }
 
 # One response with a Content-Length body.
 sub read_one {
