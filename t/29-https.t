@@ -7,7 +7,8 @@ use IO::Socket::INET ();
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server free_port write_app tmpdir run_cmd narwhal_cmd missing missing_all
-                   wait_until raw_connect read_response);
+                   wait_until raw_connect read_response http_get metrics_of);
+use JSON::PP ();
 
 # HTTPS, the relayed way (docs/DESIGN.md, "HTTPS"): the connection
 # manager does TLS on the TLS listeners and relays plaintext to the
@@ -54,9 +55,10 @@ sub {
 }
 APP
 
-my $TPORT = free_port();
+my ($TPORT, $SPORT) = (free_port(), free_port());
 my $s = spawn_server(app => $APP, args => [ '--listen', "127.0.0.1:$TPORT:ssl", '--tls-cert', $CERT,
-                                            '--tls-key', $KEY, '--workers', 2 ]);
+                                            '--tls-key', $KEY, '--workers', 2,
+                                            '--status-listen', "127.0.0.1:$SPORT" ]);
 my $PORT = $s->{port};
 my $URL = "https://127.0.0.1:$TPORT";
 my @CURL = ('curl', '-sS', '--max-time', '20', '--cacert', $CERT);
@@ -105,6 +107,28 @@ like(curl('-H', 'Transfer-Encoding: chunked', '--data-binary', "\@$file", "$URL/
     unlike($r->{out}, qr/Cipher is (?!\(NONE\))/, 'openssl s_client -tls1_1: no session');
     like($r->{out} . $r->{err}, qr/alert protocol version|no protocols available|wrong version/i,
          '... a protocol version refusal');
+}
+
+# The refusals above on /metrics, one series for each reason, and their
+# total on /status.json.
+{
+    my $m = metrics_of($SPORT);
+    is($m->{'narwhal_tls_refused_total{reason="plain_http"}'}, 1, '/metrics: plain_http 1');
+    is($m->{'narwhal_tls_refused_total{reason="version"}'}, 1, '/metrics: version 1');
+    my @series = grep { /^narwhal_tls_refused_total\{/ } keys %$m;
+    is(scalar(@series), 8, '... a series for each reason') or diag join ' ', sort @series;
+    is(0 + grep({ $m->{$_} } @series), 2, '... the others 0');
+    my $text = http_get($SPORT, '/metrics')->{content};
+    like($text, qr/^# HELP narwhal_tls_refused_total .+\n# TYPE narwhal_tls_refused_total counter$/m,
+         '... with HELP and TYPE');
+    my $json = eval { JSON::PP->new->decode(http_get($SPORT, '/status.json')->{content}) } || {};
+    is($json->{tls_refused}, 2, '/status.json: tls_refused 2');
+    SKIP: {
+        my ($promtool) = grep { -x } map { "$_/promtool" } split /:/, $ENV{PATH};
+        skip 'no promtool', 1 unless $promtool;
+        my $r = run_cmd([ $promtool, 'check', 'metrics' ], stdin => $text, timeout => 20);
+        is($r->{code}, 0, '... promtool check metrics passes') or diag $r->{out}, $r->{err};
+    }
 }
 
 SKIP: {

@@ -124,6 +124,7 @@ static void status_numbers(void *arg, nw_status_manager *sm)
     sm->accepted = st.accepted;
     sm->stopping = m->serve_until != 0;
     nw_mgr_accept_numbers(&m->accept, sm);
+    nw_mgr_tls_numbers(&m->tls, sm);
 }
 
 /* Counts to the master once a second (stats_ms). */

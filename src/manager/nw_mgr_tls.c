@@ -138,7 +138,7 @@ static void free_dead(nw_mgr_tls *t)
 
 static void refused(nw_mgr_tls *t, struct nw_mgr_tls_conn *c, enum nw_tls_reason r)
 {
-    t->refused[r < NW_TLS_R_COUNT ? r : NW_TLS_R_OTHER]++;
+    t->refused[r > NW_TLS_R_NONE && r < NW_TLS_R_COUNT ? r : NW_TLS_R_OTHER]++;
     nw_log_limited(&t->refused_said, nw_mgr_now(t->clock), "info",
                    "TLS connection refused: %s", nw_tls_reason_name(r));
     conn_close(t, c);
@@ -425,6 +425,19 @@ void nw_mgr_tls_stop_accepting(nw_mgr_tls *t)
 size_t nw_mgr_tls_open(const nw_mgr_tls *t)
 {
     return t->shaking.n + t->relaying.n + t->closing.n;
+}
+
+_Static_assert(NW_TLS_R_COUNT - 1 <= NW_STATUS_TLS_REASONS, "NW_STATUS_TLS_REASONS is too small");
+
+/* Every reason but NW_TLS_R_NONE (never counted: refused() says other). */
+void nw_mgr_tls_numbers(const nw_mgr_tls *t, nw_status_manager *sm)
+{
+    if (!t->ctx)
+        return;
+    for (int r = NW_TLS_R_NONE + 1; r < NW_TLS_R_COUNT; r++) {
+        sm->tls_reason[sm->tls_reasons] = nw_tls_reason_name(r);
+        sm->tls_refused[sm->tls_reasons++] = t->refused[r];
+    }
 }
 
 void nw_mgr_tls_reload(nw_mgr_tls *t)

@@ -23,6 +23,7 @@
 #include "nw_log.h"
 #include "nw_mgr_clock.h"
 #include "nw_mgr_heads.h"
+#include "nw_status.h"
 #include "nw_tls.h"
 
 struct nw_mgr_tls_conn;
@@ -85,6 +86,8 @@ nw_msec nw_mgr_tls_next(const nw_mgr_tls *t, nw_msec next);
 void nw_mgr_tls_stop_accepting(nw_mgr_tls *t);
 /* The connections it has open. */
 size_t nw_mgr_tls_open(const nw_mgr_tls *t);
+/* Its refusals by reason, for the status pages (nothing when off). */
+void nw_mgr_tls_numbers(const nw_mgr_tls *t, nw_status_manager *sm);
 /* Read the certificate pair again (HUP): new connections use it. */
 void nw_mgr_tls_reload(nw_mgr_tls *t);
 /* Close every connection and the set; the listeners stay the caller's. */

@@ -483,6 +483,19 @@ static int build_series(nw_buf *o, const metric_family *f, const page_view *v)
     return r | put(o, "\"} 1\n");
 }
 
+/* One series for each reason the TLS part names (none without a TLS
+ * listener). */
+static int tls_series(nw_buf *o, const metric_family *f, const page_view *v)
+{
+    int r = 0;
+    for (int i = 0; i < v->m->tls_reasons; i++) {
+        r |= put(o, "%s{reason=\"", f->name);
+        r |= put_label(o, v->m->tls_reason[i]);
+        r |= put(o, "\"} %llu\n", (unsigned long long)v->m->tls_refused[i]);
+    }
+    return r;
+}
+
 #define VIEW(f)    .from = FROM_VIEW, .at = offsetof(page_view, f)
 #define MANAGER(f) .from = FROM_MANAGER, .at = offsetof(nw_status_manager, f)
 #define HEADER(f)  .from = FROM_HEADER, .at = offsetof(nw_score_header, f)
@@ -549,6 +562,12 @@ static const metric_family families[] = {
     { "narwhal_proxy_rejected_total", "counter", "Connections closed under --proxy-protocol: "
       "no valid PROXY header (bad_header) or a peer outside --proxy-from (not_allowed).",
       VIEW(t.proxy_rejected), LABEL("reason", proxy_reasons) },
+    { "narwhal_tls_refused_total", "counter", "Connections on a TLS listener closed before or "
+      "during the handshake, each logged (rate-limited): plain HTTP (plain_http, answered 400), "
+      "a protocol below TLS 1.2 (version), nothing in common (cipher), not TLS (garbage), the "
+      "client gone (closed), our certificate refused by the client (certificate_refused), no "
+      "handshake within --read-timeout (timeout), anything else (other).",
+      .series = tls_series },
     { "narwhal_shed_total", "counter",
       "Requests answered 503 after waiting longer than --max-queue-wait.", MANAGER(shed) },
     { "narwhal_manager_accepted_total", "counter", "Connections the manager took from the "
@@ -683,7 +702,16 @@ static int json_manager(nw_buf *o, const page_view *v)
     r |= json_counts_of(o, refused_reasons, v->refused, COUNT_OF(v->refused));
     r |= put(o, "},\"handoffs\":{");
     r |= json_counts_of(o, handoff_directions, v->handoffs, 2);     /* (not worker_to_worker) */
-    r |= put(o, "},\"shed\":%llu,\"offloaded\":%llu,\"offload_bytes\":%lld,\"listeners\":[",
+    r |= put(o, "},\"tls_refused\":");
+    if (m->tls_reasons) {
+        uint64_t sum = 0;
+        for (int i = 0; i < m->tls_reasons; i++)
+            sum += m->tls_refused[i];
+        r |= put(o, "%llu", (unsigned long long)sum);
+    } else {
+        r |= put(o, "null");
+    }
+    r |= put(o, ",\"shed\":%llu,\"offloaded\":%llu,\"offload_bytes\":%lld,\"listeners\":[",
              (unsigned long long)m->shed, (unsigned long long)m->offloaded,
              (long long)v->offload_bytes);
     for (int i = 0; i < m->nlisteners; i++) {

@@ -44,6 +44,10 @@ enum nw_refused_reason {
     NW_REFUSED_REASONS
 };
 
+/* Room for the TLS part's reasons for refusing a connection (more than
+ * it has: nw_mgr_tls checks at compile time). */
+#define NW_STATUS_TLS_REASONS 16
+
 /* What only the manager knows. */
 typedef struct {
     uint64_t held_idle;     /* connections held idle */
@@ -68,6 +72,10 @@ typedef struct {
     uint64_t custody_taken; /* of those, taken over from a worker that died, total */
     uint64_t custody_lost;  /* closed because the worker died serving them, total */
     int      stopping;      /* the manager itself is stopping */
+    int      tls_reasons;   /* the TLS part's reasons (0: no TLS listener) */
+    const char *tls_reason[NW_STATUS_TLS_REASONS];  /* ...their names (nw_tls_reason_name) */
+    uint64_t tls_refused[NW_STATUS_TLS_REASONS];    /* connections refused by each, total
+                             * (narwhal_tls_refused_total{reason}) */
     int      nlisteners;
     nw_status_listener listener[NW_STATUS_MAX_LISTENERS];
 } nw_status_manager;
