@@ -13,6 +13,7 @@
 #include "nw_buf.h"
 #include "nw_limits.h"
 #include "nw_scoreboard.h"
+#include "nw_status_rates.h"
 
 #define NW_STATUS_MAX_LISTENERS NW_MAX_LISTENERS
 
@@ -80,28 +81,6 @@ typedef struct {
     nw_status_listener listener[NW_STATUS_MAX_LISTENERS];
 } nw_status_manager;
 
-/* Requests per second and the mean response time are rates: counts now
- * less counts at an earlier sample, over the time between. The manager
- * keeps two samples; /status and /status.json take one when the last is
- * 1 s old or more, and measure from the one before it, so the window is
- * at least 1 s and about one refresh of the page. With no earlier sample
- * (the first render, or a worker newer than the sample) the rates are
- * the means since the server (the worker) started. */
-#define NW_STATUS_SAMPLE_US 1000000
-typedef struct {
-    int32_t  pid;           /* the worker in that slot then (0: none) */
-    uint64_t served, duration_us;
-} nw_status_slot_sample;
-
-typedef struct {
-    uint64_t at_us;         /* when (monotonic; 0: never taken) */
-    uint64_t served, duration_us;
-    nw_status_slot_sample slot[NW_SCOREBOARD_SLOTS];
-} nw_status_sample;
-
-typedef struct {
-    nw_status_sample older, last;
-} nw_status_rates;
 
 /* The page a request head asks for ("GET /metrics HTTP/1.1 ..."). *head_only
  * is set for HEAD. */
