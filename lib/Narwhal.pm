@@ -415,7 +415,10 @@ C<--disable-X> into C<< X => 0 >>).
 
 Connections the manager holds at once; when full, the longest-idle one is
 closed. By default, as many as its open-file limit allows (it raises its soft
-limit to the hard one and keeps 256 descriptors for itself). At least C<1>.
+limit to the hard one and keeps 256 descriptors for itself). A TLS connection
+counts from its accept, and once parked counts twice (its encrypted side and
+its plain one); with none idle, new clients wait in the listen queue. At
+least C<1>.
 
 =item --[no-]custody
 

@@ -139,7 +139,8 @@ sub _run {
     $self->{ids} = _user_ids($o);
     $self->{cpus} = _cpus();
     $self->{accepting} = _accepting_count($o, $self->{cpus}{count});
-    check_tls($o, $self->{ids});    # (before anything listens: a bad pair starts nothing)
+    $self->{kernel_tls} = check_tls($o, $self->{ids});   # (before anything listens: a bad pair
+                                                         # starts nothing)
     $self->{listeners} ||= [ Narwhal::Listener::open_all($o, $self->_listen_queues) ];
     $self->{status_listener} = _open_status_listener($o, $self->{listeners})
         if defined $o->{status_listen};
@@ -214,7 +215,8 @@ sub _wants_manager {
 
 # The TLS certificate pair loads, as the manager will load it: the
 # manager program run with --tls-check, as the user it runs as (the
-# master and the workers never link OpenSSL). Dies with its one line.
+# master and the workers never link OpenSSL). Dies with its one line;
+# returns what the kernel offers for TLS (nw_ktls.h), in a few words.
 # (Plack::Handler::Narwhal calls it too, before plackup goes on.)
 sub check_tls {
     my ($o, $ids) = @_;
@@ -234,8 +236,8 @@ sub check_tls {
     }
     my $said = do { local $/; <$out> } // '';
     close $out;
-    return if $? == 0;
     $said =~ s/\n.*//s;
+    return $said if $? == 0;    # (what the kernel offers: the start line says it)
     die "TLS: " . ($said || "the certificate check failed ($?)") . "\n";
 }
 
@@ -561,7 +563,7 @@ sub _announce {
     my $n = $self->{accepting};
     my $accepting = $n && $n < $o->{max_workers} ? ", $n accepting new clients (the rest stand by)" : '';
     my @tls = Narwhal::Listener::addresses(grep { $_->{tls} } @{ $self->{listeners} });
-    my $tls = @tls ? "; TLS: relayed on @tls" : '';
+    my $tls = @tls ? "; TLS: relayed on @tls ($self->{kernel_tls})" : '';
     my $line = "listening on @where with " . $self->_wanted . " workers$pool$accepting"
              . " on " . _cpus_said($self->{cpus}) . " (generation $self->{generation})$tls";
     Narwhal::log_line(info => $line);

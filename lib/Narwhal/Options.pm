@@ -259,7 +259,10 @@ my @TABLE = (
           . '(default: what its open-file limit allows)',
       pod => 'Connections the manager holds at once; when full, the longest-idle one is closed. '
            . 'By default, as many as its open-file limit allows (it raises its soft limit to the '
-           . 'hard one and keeps ' . _c('MANAGER_RESERVED_FDS') . ' descriptors for itself).' },
+           . 'hard one and keeps ' . _c('MANAGER_RESERVED_FDS') . ' descriptors for itself). '
+           . 'A TLS connection counts from its accept, and once parked counts twice (its '
+           . 'encrypted side and its plain one); with none idle, new clients wait in the '
+           . 'listen queue.' },
     { name => 'custody', type => 'bool', default => 1, c => 1, group => 'Connections',
       negated => ['no_custody'],
       help => 'the manager holds a copy of each parked connection, so a killed worker loses '

@@ -15,9 +15,10 @@
  *   narwhal-manager --tls-check --tls-cert FILE --tls-key FILE
  *
  * --tls-listeners: which of --listener-fds (by index) are TLS listeners.
- * --tls-check: load the certificate pair as the server would, print
- * nothing and exit 0, or print why not in one line and exit 1 (the master
- * runs it at start, before it listens: the workers never link OpenSSL).
+ * --tls-check: load the certificate pair as the server would, and print
+ * what the kernel offers for TLS in one line (nw_ktls_offered) and exit
+ * 0, or print why not in one line and exit 1 (the master runs it at
+ * start, before it listens: the workers never link OpenSSL).
  *
  * Defaults come from src/shared/nw_limits.h; --max-connections defaults to what
  * the fd limit allows (after raising the soft limit to the hard one). */
@@ -28,6 +29,7 @@
 #include "nw_manager.h"
 #include "nw_limits.h"
 #include "nw_log.h"
+#include "nw_ktls.h"
 #include "nw_tls.h"
 
 #include <errno.h>
@@ -252,6 +254,8 @@ static int tls_check(const nw_manager_config *cfg)
         return 1;
     }
     nw_tls_ctx_free(t);
+    nw_ktls_offered(err, sizeof err);
+    printf("%s\n", err);     /* (the master's start line says it) */
     return 0;
 }
 

@@ -169,7 +169,15 @@ size_t nw_mgr_table_held(const nw_mgr_table *t)
 
 int nw_mgr_table_full(const nw_mgr_table *t, size_t extra)
 {
-    return t->max_conns && nw_mgr_table_held(t) + extra >= t->max_conns;
+    return t->max_conns && nw_mgr_table_held(t) + t->outside + extra >= t->max_conns;
+}
+
+void nw_mgr_table_hold_outside(nw_mgr_table *t, int delta)
+{
+    if (delta > 0)
+        t->outside++;
+    else if (t->outside > 0)
+        t->outside--;
 }
 
 int nw_mgr_table_make_room(nw_mgr_table *t)

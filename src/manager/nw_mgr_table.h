@@ -76,6 +76,8 @@ typedef struct {
     nw_mgr_list list[NW_MGR_KINDS];     /* the client kinds' lists (IDLE .. CLOSING) */
     int     ep;
     size_t  max_conns;                  /* --max-connections; 0: no limit */
+    size_t  outside;                    /* connections another part holds that count
+                                         * against it (the TLS part's) */
     volatile int64_t *offload_bytes;    /* the board's --max-offload-total count, or NULL */
     uint64_t closed_full;               /* idle ones closed to make room, total */
 } nw_mgr_table;
@@ -134,8 +136,11 @@ nw_msec nw_mgr_table_earliest(const nw_mgr_table *t, int kind, nw_msec next);
 
 /* Client connections held (all the client kinds' lists). */
 size_t nw_mgr_table_held(const nw_mgr_table *t);
-/* Whether held + extra is at --max-connections. */
+/* Whether held + outside + extra is at --max-connections. */
 int nw_mgr_table_full(const nw_mgr_table *t, size_t extra);
+/* A connection another part holds (delta 1) or has let go (-1): it counts
+ * against --max-connections, and makes room as any other does. */
+void nw_mgr_table_hold_outside(nw_mgr_table *t, int delta);
 /* Room for one more connection under --max-connections, closing the
  * longest-idle ones if needed. 0: none can be made (nothing is idle). */
 int nw_mgr_table_make_room(nw_mgr_table *t);

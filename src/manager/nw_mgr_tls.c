@@ -115,6 +115,7 @@ static void watch_listeners(nw_mgr_tls *t, int on)
 static void conn_close(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
 {
     list_del(c);
+    nw_mgr_table_hold_outside(t->table, -1);
     set_events(t, c->fd, &c->tcp_events, 0, NULL);
     close(c->fd);
     if (c->pair >= 0) {
@@ -224,6 +225,7 @@ static void established(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
 {
     int sv[2];
     t->established++;
+    t->resumed += nw_tls_conn_resumed(c->tls);
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
         refused(t, c, NW_TLS_R_OTHER);
         return;
@@ -266,6 +268,7 @@ static void conn_new(nw_mgr_tls *t, int fd, int i)
         close(fd);
         return;
     }
+    nw_mgr_table_hold_outside(t->table, 1);
     c->fd = fd;
     c->pair = -1;
     c->listener = t->index[i];
@@ -277,9 +280,25 @@ static void conn_new(nw_mgr_tls *t, int fd, int i)
     shake(t, c);    /* (the hello is usually there: TCP_DEFER_ACCEPT) */
 }
 
+static void pause_accepting(nw_mgr_tls *t)
+{
+    watch_listeners(t, 0);
+    t->paused_until = nw_mgr_now(t->clock) + TLS_PAUSE_MS;
+}
+
+/* Each TLS connection counts against --max-connections: when it is
+ * reached, the longest-idle connection is closed to make room, as for a
+ * plain one; with none idle, new clients wait in the listen queue. */
 static void accept_from(nw_mgr_tls *t, int i)
 {
     for (int n = 0; t->accepting && n < TLS_ACCEPT_BATCH; n++) {
+        if (!nw_mgr_table_make_room(t->table)) {
+            nw_log_limited(&t->full_said, nw_mgr_now(t->clock), "warn",
+                           "the manager holds --max-connections, none idle: "
+                           "TLS clients wait in the listen queue");
+            pause_accepting(t);
+            return;
+        }
         int fd = accept4(t->fds[i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             conn_new(t, fd, i);
@@ -288,8 +307,7 @@ static void accept_from(nw_mgr_tls *t, int i)
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
             nw_log_limited(&t->fd_limit_said, nw_mgr_now(t->clock), "warn",
                            "the manager cannot take a TLS connection: %s", strerror(errno));
-            watch_listeners(t, 0);
-            t->paused_until = nw_mgr_now(t->clock) + TLS_PAUSE_MS;
+            pause_accepting(t);
         }
         return;
     }
@@ -379,7 +397,8 @@ nw_msec nw_mgr_tls_next(const nw_mgr_tls *t, nw_msec next)
 
 /* ------------------------------------------------------------ the part */
 
-int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, const nw_mgr_clock *clock,
+int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, nw_mgr_table *table,
+                    const nw_mgr_clock *clock,
                     const char *cert, const char *key, const int *fds, const int *index,
                     int n, double read_timeout, char *err, size_t errlen)
 {
@@ -388,6 +407,7 @@ int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, const nw_mgr_clock *cloc
     if (n <= 0)
         return 0;
     t->heads = heads;
+    t->table = table;
     t->clock = clock;
     t->cert = cert;
     t->key = key;
@@ -434,6 +454,11 @@ void nw_mgr_tls_numbers(const nw_mgr_tls *t, nw_status_manager *sm)
 {
     if (!t->ctx)
         return;
+    sm->tls_handshakes[0] = t->established - t->resumed;
+    sm->tls_handshakes[1] = t->resumed;
+    sm->tls_open[0] = t->shaking.n;
+    sm->tls_open[1] = t->relaying.n;
+    sm->tls_open[2] = t->closing.n;
     for (int r = NW_TLS_R_NONE + 1; r < NW_TLS_R_COUNT; r++) {
         sm->tls_reason[sm->tls_reasons] = nw_tls_reason_name(r);
         sm->tls_refused[sm->tls_reasons++] = t->refused[r];
@@ -470,4 +495,5 @@ void nw_mgr_tls_close(nw_mgr_tls *t)
     t->ctx = NULL;
     nw_log_limited_unlist(&t->refused_said);
     nw_log_limited_unlist(&t->fd_limit_said);
+    nw_log_limited_unlist(&t->full_said);
 }

@@ -23,6 +23,7 @@
 #include "nw_log.h"
 #include "nw_mgr_clock.h"
 #include "nw_mgr_heads.h"
+#include "nw_mgr_table.h"
 #include "nw_status.h"
 #include "nw_tls.h"
 
@@ -44,6 +45,7 @@ typedef struct {
 typedef struct {
     struct nw_tls_ctx *ctx;
     nw_mgr_heads *heads;            /* where a shaken-hands connection's plain end goes */
+    nw_mgr_table *table;            /* --max-connections: each TLS connection counts there */
     const nw_mgr_clock *clock;
     int     ep;                     /* its own epoll set (-1: no TLS listener) */
     int     fds[NW_MAX_LISTENERS];  /* the TLS listeners */
@@ -60,15 +62,18 @@ typedef struct {
     struct nw_mgr_tls_conn *dead;   /* closed in this batch of events: freed after it */
     uint64_t refused[NW_TLS_R_COUNT];   /* connections refused or failed, by reason */
     uint64_t established;           /* handshakes done, total */
+    uint64_t resumed;               /* ...of them resumed sessions */
     nw_log_limit refused_said;      /* the rate-limited refusal lines */
     nw_log_limit fd_limit_said;
+    nw_log_limit full_said;         /* --max-connections reached: TLS clients wait */
     const char *cert, *key;         /* the files, read again on a reload */
 } nw_mgr_tls;
 
 /* The context from cert and key, and the listeners fds[0..n) (indices
  * index[0..n) among the app's). 0, or -1 with a one-line reason in err
  * (nw_tls_ctx_new's for the files). With n == 0, nothing (the part is off). */
-int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, const nw_mgr_clock *clock,
+int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, nw_mgr_table *table,
+                    const nw_mgr_clock *clock,
                     const char *cert, const char *key, const int *fds, const int *index,
                     int n, double read_timeout, char *err, size_t errlen);
 

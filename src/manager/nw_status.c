@@ -437,6 +437,31 @@ static int build_series(nw_buf *o, const metric_family *f, const page_view *v)
     return r | put(o, "\"} 1\n");
 }
 
+/* The TLS families have series only with a TLS listener. */
+static const char *const tls_handshake_kinds[] = { "full", "resumed" };
+static const char *const tls_states[] = { "handshake", "relaying", "closing" };
+
+static int tls_counts(nw_buf *o, const metric_family *f, const page_view *v,
+                      const char *label, const char *const *names, const uint64_t *counts, size_t n)
+{
+    int r = 0;
+    for (size_t i = 0; v->m->tls_reasons && i < n; i++)
+        r |= put(o, "%s{%s=\"%s\"} %llu\n", f->name, label, names[i],
+                 (unsigned long long)counts[i]);
+    return r;
+}
+
+static int tls_handshake_series(nw_buf *o, const metric_family *f, const page_view *v)
+{
+    return tls_counts(o, f, v, "kind", tls_handshake_kinds, v->m->tls_handshakes,
+                      COUNT_OF(tls_handshake_kinds));
+}
+
+static int tls_open_series(nw_buf *o, const metric_family *f, const page_view *v)
+{
+    return tls_counts(o, f, v, "state", tls_states, v->m->tls_open, COUNT_OF(tls_states));
+}
+
 /* One series for each reason the TLS part names (none without a TLS
  * listener). */
 static int tls_series(nw_buf *o, const metric_family *f, const page_view *v)
@@ -522,6 +547,11 @@ static const metric_family families[] = {
       "client gone (closed), our certificate refused by the client (certificate_refused), no "
       "handshake within --read-timeout (timeout), anything else (other).",
       .series = tls_series },
+    { "narwhal_tls_handshakes_total", "counter", "TLS handshakes completed on the TLS "
+      "listeners: full, or resumed from a session ticket.", .series = tls_handshake_series },
+    { "narwhal_tls_connections", "gauge", "TLS connections the manager holds, each counted "
+      "against --max-connections: in their handshake, relaying (to a worker, or parked), or "
+      "closing.", .series = tls_open_series },
     { "narwhal_shed_total", "counter",
       "Requests answered 503 after waiting longer than --max-queue-wait.", MANAGER(shed) },
     { "narwhal_manager_accepted_total", "counter", "Connections the manager took from the "
@@ -661,9 +691,13 @@ static int json_manager(nw_buf *o, const page_view *v)
         uint64_t sum = 0;
         for (int i = 0; i < m->tls_reasons; i++)
             sum += m->tls_refused[i];
-        r |= put(o, "%llu", (unsigned long long)sum);
+        r |= put(o, "%llu,\"tls_handshakes\":{", (unsigned long long)sum);
+        r |= json_counts_of(o, tls_handshake_kinds, m->tls_handshakes, COUNT_OF(tls_handshake_kinds));
+        r |= put(o, "},\"tls_connections\":{");
+        r |= json_counts_of(o, tls_states, m->tls_open, COUNT_OF(tls_states));
+        r |= put(o, "}");
     } else {
-        r |= put(o, "null");
+        r |= put(o, "null,\"tls_handshakes\":null,\"tls_connections\":null");
     }
     r |= put(o, ",\"shed\":%llu,\"offloaded\":%llu,\"offload_bytes\":%lld,\"listeners\":[",
              (unsigned long long)m->shed, (unsigned long long)m->offloaded,

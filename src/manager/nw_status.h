@@ -77,6 +77,9 @@ typedef struct {
     const char *tls_reason[NW_STATUS_TLS_REASONS];  /* ...their names (nw_tls_reason_name) */
     uint64_t tls_refused[NW_STATUS_TLS_REASONS];    /* connections refused by each, total
                              * (narwhal_tls_refused_total{reason}) */
+    uint64_t tls_handshakes[2]; /* handshakes done, total: full, resumed */
+    uint64_t tls_open[3];   /* TLS connections held now: in their handshake, relaying,
+                             * closing */
     int      nlisteners;
     nw_status_listener listener[NW_STATUS_MAX_LISTENERS];
 } nw_status_manager;

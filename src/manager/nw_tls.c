@@ -452,6 +452,11 @@ enum nw_tls_reason nw_tls_conn_reason(const struct nw_tls_conn *c)
     return c->reason;
 }
 
+int nw_tls_conn_resumed(const struct nw_tls_conn *c)
+{
+    return SSL_session_reused(c->ssl) ? 1 : 0;
+}
+
 /* The reason an OpenSSL library error stands for. */
 static enum nw_tls_reason reason_of_ssl_error(unsigned long e)
 {

@@ -94,6 +94,8 @@ enum nw_tls_step nw_tls_handshake(struct nw_tls_conn *c);
 /* Why the connection failed (NW_TLS_R_NONE while it has not). */
 enum nw_tls_reason nw_tls_conn_reason(const struct nw_tls_conn *c);
 
+/* 1 when the finished handshake resumed a session (a ticket), else 0. */
+int nw_tls_conn_resumed(const struct nw_tls_conn *c);
 /* The bytes of the answer to plain HTTP on a TLS port: a 400 that says
  * this port speaks HTTPS, with Connection: close; its length in *len. */
 const char *nw_tls_plain_400(size_t *len);

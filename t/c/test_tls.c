@@ -24,6 +24,7 @@
 
 #include "tap.h"
 #include "loopback.h"
+#include "nw_ktls.h"
 #include "nw_tls.h"
 
 static char dir[64];
@@ -427,6 +428,7 @@ static int resumed(struct nw_tls_ctx *t, SSL_CTX *cc, SSL_SESSION *resume, int *
         wait_fds(l.cfd, l.cfd, 10);
     }
     int r = SSL_session_reused(l.cl);
+    ok(!*done || nw_tls_conn_resumed(l.sc) == r, "... the server's nw_tls_conn_resumed agrees");
     link_down(&l);
     return r;
 }
@@ -625,6 +627,24 @@ static void test_relay(struct nw_tls_ctx *t, int client_first, int fin, size_t s
     SSL_CTX_free(cc);
 }
 
+/* The probe says what the kernel lists once asked: asking for the tls
+ * module loads it where it can be loaded. */
+static void test_ktls_probe(void)
+{
+    char why[256] = "", ulps[256] = "";
+    int offered = nw_ktls_offered(why, sizeof why);
+    FILE *f = fopen("/proc/sys/net/ipv4/tcp_available_ulp", "r");
+    if (f) {
+        if (!fgets(ulps, sizeof ulps, f))
+            ulps[0] = 0;
+        fclose(f);
+    }
+    int listed = strstr(ulps, "tls") != NULL;
+    ok(!f || offered == listed, "kTLS probe: offered exactly when the kernel lists tls");
+    diag("kTLS probe: %s (the kernel lists: %s)", why, f ? ulps : "unknown");
+    ok(strstr(why, offered ? "offered" : "kTLS") != NULL, "... and says so");
+}
+
 int main(void)
 {
     char err[512] = "";
@@ -632,6 +652,7 @@ int main(void)
     make_certs();
     listener = loopback_listener(&laddr);
     test_files();
+    test_ktls_probe();
     struct nw_tls_ctx *t = nw_tls_ctx_new(cert, key, err, sizeof err);
     if (!ok(t != NULL, "a context from a P-256 certificate and its key"))
         diag("%s", err);

@@ -29,23 +29,29 @@ use Time::HiRes qw(time sleep);
 #           a request in flight most of the time at a fraction of the CPU)
 #   up      after this many answers, create "$out.up": the client is at work
 #           (wait_up waits for it)
+#   tls     speak TLS (IO::Socket::SSL, the certificate not checked)
+#   times   write each answered request's time in seconds, a line each, to
+#           "$out.times" (times_of reads them)
 sub client {
     my ($out, %o) = @_;
     my $pid = fork // die "fork: $!";
     return $pid if $pid;
     $SIG{PIPE} = 'IGNORE';
+    require IO::Socket::SSL if $o{tls};
     my %n = (sent => 0, answered => 0, failed => 0, reset => 0, reset_new => 0, wrong => 0);
     my $end = time + $o{seconds};
     $SIG{USR1} = sub { $end = 0 };    # finish(): no new request after the one under way
-    my ($c, $on_conn);
+    my ($c, $on_conn, @times);
     while (time < $end && (!$o{count} || $n{sent} < $o{count})) {
         if (!$c) {
-            $c = connect_to($o{to});
+            $c = connect_to($o{to}, $o{tls});
             if (!$c) { sleep 0.05; next }     # refused: not a request sent
             syswrite($c, $o{proxy}) if defined $o{proxy};
         }
         $n{sent}++;
+        my $t0 = time;
         my ($r, $close, $body) = one_request($c, $o{path}, $o{post});
+        push @times, time - $t0 if $o{times} && $r eq 'answered';
         $r = 'wrong' if $r eq 'answered' && $o{expect} && $body !~ $o{expect};
         $n{$r}++;
         if ($o{up} && $r eq 'answered' && $n{answered} == $o{up}) {
@@ -56,6 +62,11 @@ sub client {
         ($c, $on_conn) = (undef, 0) if $r ne 'answered' || $close;    # Connection: close is honoured
         sleep $o{pace} if $o{pace};
     }
+    if ($o{times}) {
+        open(my $t, '>', "$out.times") or POSIX::_exit(1);
+        print $t map { "$_\n" } @times;
+        close $t;
+    }
     open(my $f, '>', $out) or POSIX::_exit(1);
     print $f join(' ', @n{qw(sent answered failed reset reset_new wrong)}), "\n";
     close $f;
@@ -63,7 +74,9 @@ sub client {
 }
 
 sub connect_to {
-    my ($to) = @_;
+    my ($to, $tls) = @_;
+    return IO::Socket::SSL->new(PeerAddr => '127.0.0.1', PeerPort => $to, Timeout => 2,
+                                SSL_verify_mode => 0) if $tls;
     return $to =~ m{/}
         ? IO::Socket::UNIX->new(Peer => $to, Type => Socket::SOCK_STREAM())
         : IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $to, Timeout => 2);
@@ -79,7 +92,8 @@ sub one_request {
     while (time < $deadline) {
         my $rin = '';
         vec($rin, fileno($c), 1) = 1;
-        select(my $rout = $rin, undef, undef, 0.5) or next;
+        # (TLS: bytes already decrypted wait in the socket object, not the kernel)
+        $c->can('pending') && $c->pending or select(my $rout = $rin, undef, undef, 0.5) or next;
         my $n = sysread($c, $buf, 65536, length $buf);
         return length $buf ? 'failed' : 'reset' unless $n;
         next unless $buf =~ /\r\n\r\n/;
@@ -115,6 +129,18 @@ sub finish {
     return collect(@runs);
 }
 
+# The answered requests' times (seconds) of clients started with times =>
+# 1, once collected, sorted.
+sub times_of {
+    my (@runs) = @_;
+    my @t;
+    for my $r (@runs) {
+        open(my $f, '<', "$r->{out}.times") or next;
+        push @t, map { 0 + $_ } <$f>;
+    }
+    return sort { $a <=> $b } @t;
+}
+
 # Wait up to $timeout seconds until every client started with up => $n
 # has had its $n answers; true once they all have.
 sub wait_up {
@@ -131,8 +157,8 @@ my $N = 0;
 
 # $n clients of $path on $port (a TCP port or a unix socket's path); their
 # counts go to files in $dir. %o: proxy => sub { $i -> header }, expect =>
-# sub { $i -> regex }, post => 1, pace => seconds, up => $answers (see
-# client).
+# sub { $i -> regex }, post => 1, pace => seconds, up => $answers, tls => 1,
+# times => 1 (see client).
 sub start_clients {
     my ($dir, $port, $n, $path, $seconds, $count, %o) = @_;
     return map {
@@ -140,7 +166,8 @@ sub start_clients {
         my $out = "$dir/client-$$-" . $N++;
         { pid => client($out, to => $port, path => $path, seconds => $seconds, count => $count,
                         proxy => $o{proxy} && $o{proxy}->($i), expect => $o{expect} && $o{expect}->($i),
-                        post => $o{post}, pace => $o{pace}, up => $o{up}),
+                        post => $o{post}, pace => $o{pace}, up => $o{up}, tls => $o{tls},
+                        times => $o{times}),
           out => $out }
     } 1 .. $n;
 }
