@@ -184,9 +184,9 @@ static int events_of(int mask, int read_bit, int write_bit)
 /* Copy what can be copied both ways; watch what it then waits for. Once
  * all it waits for is the client's read side, the worker's side is over
  * (close_notify sent): the client has TLS_LINGER_MS to close. */
-static void relay(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
+static void relay(nw_mgr_tls *t, struct nw_mgr_tls_conn *c, int ready)
 {
-    int mask = nw_tls_relay(c->tls, c->pair);
+    int mask = nw_tls_relay(c->tls, c->pair, ready);
     if (!mask) {
         conn_close(t, c);
         return;
@@ -237,7 +237,7 @@ static void established(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
         return;
     }
     move_to(c, &t->relaying, RELAYING, 0);
-    relay(t, c);    /* (the request may have come with the handshake's end) */
+    relay(t, c, NW_TLS_READY_ALL);  /* (the request may have come with the handshake's end) */
     nw_mgr_heads_accepted(t->heads, sv[0], c->listener, 1);
 }
 
@@ -315,8 +315,9 @@ static void accept_from(nw_mgr_tls *t, int i)
 
 /* ------------------------------------------------------------ events */
 
-static void conn_event(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
+static void conn_event(nw_mgr_tls *t, const nw_mgr_tls_ref *r)
 {
+    struct nw_mgr_tls_conn *c = r->conn;
     if (!c->tls)
         return;     /* closed earlier in this batch */
     if (c->plain)
@@ -324,7 +325,7 @@ static void conn_event(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
     else if (c->state == SHAKING)
         shake(t, c);
     else
-        relay(t, c);
+        relay(t, c, r->kind == NW_MGR_TLS_TCP ? NW_TLS_READY_TCP : NW_TLS_READY_PAIR);
 }
 
 void nw_mgr_tls_run(nw_mgr_tls *t, int wait_ms)
@@ -338,7 +339,7 @@ void nw_mgr_tls_run(nw_mgr_tls *t, int wait_ms)
         if (r->kind == NW_MGR_TLS_LISTENER)
             accept_from(t, r->index);
         else
-            conn_event(t, r->conn);
+            conn_event(t, r);
     }
     free_dead(t);
 }

@@ -62,6 +62,7 @@ struct nw_tls_conn {
     int up_done;               /* ... and the pair was told (SHUT_WR) */
     int down_eof;              /* the worker's stream ended */
     int down_done;             /* ... close_notify sent, TCP SHUT_WR */
+    int up_wait, down_wait;    /* what each way waited for when it last ran */
 };
 
 /* ---- Errors ---- */
@@ -251,6 +252,7 @@ static SSL_CTX *ssl_ctx_new(struct nw_tls_ctx *t, const char *cert, const char *
     SSL_CTX_clear_options(s, SSL_OP_NO_TICKET);
     SSL_CTX_set_mode(s, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE
                         | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(s, 1);  /* (a record's header and body in one read(2)) */
     SSL_CTX_set_session_cache_mode(s, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_default_passwd_cb(s, no_passphrase);
     SSL_CTX_set_alpn_select_cb(s, select_alpn, NULL);
@@ -434,6 +436,7 @@ struct nw_tls_conn *nw_tls_conn_new(struct nw_tls_ctx *t, int fd)
     }
     SSL_set_accept_state(c->ssl);
     c->fd = fd;
+    c->up_wait = c->down_wait = NW_TLS_READY_ALL;     /* (both ways run at first) */
     return c;
 }
 
@@ -617,10 +620,16 @@ static int relay_failed(struct nw_tls_conn *c, enum nw_tls_reason r)
 /* Client to worker: SSL_read into up, up into the pair; the client's end
  * (close_notify, or the TCP stream's end without one) becomes SHUT_WR of
  * the pair. Returns what it waits for, 0 when this way is over, -1 on
- * failure (reason set). */
+ * failure (reason set). After less than a full record with nothing more
+ * decrypted or read ahead, it waits for the socket without asking it
+ * again: the caller's epoll is level-triggered, so bytes that came since
+ * wake it at once, and a request costs one read(2) rather than two. */
 static int relay_up(struct nw_tls_conn *c, int pair)
 {
+    int drained = 0;
     for (;;) {
+        if (!c->up.len && drained)
+            return NW_TLS_WAIT_TCP_READ;
         if (c->up.len) {
             ssize_t n = send(pair, c->up.data + c->up.off, c->up.len, MSG_NOSIGNAL);
             if (n < 0 && would_block())
@@ -646,6 +655,7 @@ static int relay_up(struct nw_tls_conn *c, int pair)
         int ret = SSL_read(c->ssl, room, NW_TLS_RELAY_BUF), code;
         if (ret > 0) {
             c->up.len = (size_t)ret;
+            drained = ret < NW_TLS_RELAY_BUF && !SSL_has_pending(c->ssl);
             continue;
         }
         buf_took(&c->up, 0);    /* (gives back the empty buffer) */
@@ -661,11 +671,15 @@ static int relay_up(struct nw_tls_conn *c, int pair)
 
 /* Worker to client: the pair into down, down into SSL_write; the pair's
  * end becomes close_notify, then SHUT_WR of the TCP socket. Returns as
- * relay_up does. */
+ * relay_up does (a short recv(2) of the pair: it waits without asking
+ * again). */
 static int relay_down(struct nw_tls_conn *c, int pair)
 {
+    int drained = 0;
     for (;;) {
         int code;
+        if (!c->down.len && drained)
+            return NW_TLS_WAIT_PAIR_READ;
         if (c->down.len) {
             ERR_clear_error();
             errno = 0;
@@ -696,6 +710,7 @@ static int relay_down(struct nw_tls_conn *c, int pair)
         ssize_t n = recv(pair, room, NW_TLS_RELAY_BUF, 0);
         if (n > 0) {
             c->down.len = (size_t)n;
+            drained = n < NW_TLS_RELAY_BUF;
             continue;
         }
         buf_took(&c->down, 0);
@@ -705,18 +720,21 @@ static int relay_down(struct nw_tls_conn *c, int pair)
     }
 }
 
-int nw_tls_relay(struct nw_tls_conn *c, int pair_fd)
+/* A way runs when what it waited for is ready (at first, both run). */
+int nw_tls_relay(struct nw_tls_conn *c, int pair_fd, int ready)
 {
-    int wait = 0, w;
-    if (!c->up_done) {
+    int w;
+    if (!c->up_done && (c->up_wait & ready)) {
         if ((w = relay_up(c, pair_fd)) < 0)
             return relay_failed(c, c->reason);
-        wait |= w;
+        c->up_wait = w;
     }
-    if (!c->down_done) {
+    if (!c->down_done && (c->down_wait & ready)) {
         if ((w = relay_down(c, pair_fd)) < 0)
             return relay_failed(c, c->reason);
-        wait |= w;
+        c->down_wait = w;
     }
-    return c->up_done && c->down_done ? 0 : wait;
+    if (c->up_done && c->down_done)
+        return 0;
+    return (c->up_done ? 0 : c->up_wait) | (c->down_done ? 0 : c->down_wait);
 }

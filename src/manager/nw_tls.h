@@ -108,6 +108,9 @@ const char *nw_tls_plain_400(size_t *len);
 #define NW_TLS_WAIT_TCP_WRITE  2
 #define NW_TLS_WAIT_PAIR_READ  4
 #define NW_TLS_WAIT_PAIR_WRITE 8
+#define NW_TLS_READY_TCP       (NW_TLS_WAIT_TCP_READ | NW_TLS_WAIT_TCP_WRITE)
+#define NW_TLS_READY_PAIR      (NW_TLS_WAIT_PAIR_READ | NW_TLS_WAIT_PAIR_WRITE)
+#define NW_TLS_READY_ALL       (NW_TLS_READY_TCP | NW_TLS_READY_PAIR)
 
 /* Move plaintext between the established connection and pair_fd (a
  * non-blocking stream socket: one end of a socketpair whose other end
@@ -116,11 +119,14 @@ const char *nw_tls_plain_400(size_t *len);
  * each, held only while not empty). Ends of stream go across: the
  * pair's end (the worker's SHUT_WR or close) becomes close_notify and
  * shutdown(SHUT_WR) of the TCP socket; the client's close_notify or TCP
- * end becomes shutdown(SHUT_WR) of the pair. Returns the mask of what it
+ * end becomes shutdown(SHUT_WR) of the pair. ready says which socket's
+ * event called it (NW_TLS_READY_TCP, _PAIR, or _ALL): a way runs only
+ * when something it waits for may be ready, so a request's event does not
+ * also ask the other socket for nothing. Returns the mask of what it
  * waits for, or 0 when it is over both ways (or failed: see
  * nw_tls_conn_reason): the caller then closes both sockets. */
 #define NW_TLS_RELAY_BUF 16384
-int nw_tls_relay(struct nw_tls_conn *c, int pair_fd);
+int nw_tls_relay(struct nw_tls_conn *c, int pair_fd, int ready);
 
 /* Frees the connection (not its sockets). */
 void nw_tls_conn_free(struct nw_tls_conn *c);

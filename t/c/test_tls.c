@@ -570,7 +570,9 @@ static short want_out(const struct end *e)
 
 /* Relays `size` bytes each way through an established link: the client
  * first (client_first) or the worker first; returns 1 when all went
- * across intact, both ways ended, and the relay said it was over. */
+ * across intact, both ways ended, and the relay said it was over. The
+ * relay is called as the manager calls it: for the socket whose event
+ * came (a way left waiting for what never comes would stall here). */
 static int relay_run(struct link *l, int client_first, int fin, size_t size, int *stalls)
 {
     int sp[2];
@@ -580,14 +582,14 @@ static int relay_run(struct link *l, int client_first, int fin, size_t size, int
                       .salt_out = 1, .salt_in = 2, .send_first = client_first };
     struct end wk = { .ssl = NULL, .fd = sp[1], .to_send = size,
                       .salt_out = 2, .salt_in = 1, .send_first = !client_first };
-    int mask = -1;
+    int mask = -1, ready = NW_TLS_READY_ALL;
     time_t start = time(NULL);
     *stalls = 0;
     while (time(NULL) - start < 30 && !(mask == 0 && end_over(&cl, size) && end_over(&wk, size))) {
         end_step(&cl);
         end_step(&wk);
-        if (mask != 0)
-            mask = nw_tls_relay(l->sc, sp[0]);
+        if (mask != 0 && ready)
+            mask = nw_tls_relay(l->sc, sp[0], ready);
         if (mask == 0 && end_over(&cl, size) && end_over(&wk, size))
             break;
         struct pollfd p[4] = {
@@ -602,6 +604,8 @@ static int relay_run(struct link *l, int client_first, int fin, size_t size, int
             p[2].fd = p[3].fd = -1;
         if (poll(p, 4, 200) == 0)
             ++*stalls;
+        ready = (p[2].fd >= 0 && p[2].revents ? NW_TLS_READY_TCP : 0)
+                | (p[3].fd >= 0 && p[3].revents ? NW_TLS_READY_PAIR : 0);
     }
     close(sp[0]);
     close(sp[1]);
