@@ -416,11 +416,18 @@ sub run_cmd {
     my $dir = tmpdir();
     my ($out_fh, $out) = File::Temp::tempfile(DIR => $dir);
     my ($err_fh, $err) = File::Temp::tempfile(DIR => $dir);
+    my $in = '/dev/null';
+    if (defined $a{stdin}) {
+        (my $in_fh, $in) = File::Temp::tempfile(DIR => $dir);
+        binmode $in_fh;
+        print $in_fh $a{stdin};
+        close $in_fh or die "$in: $!";
+    }
     my $start = Time::HiRes::time();
     my $pid = fork // die "fork: $!";
     if (!$pid) {
         $ENV{$_} = $a{env}{$_} for keys %{ $a{env} || {} };
-        open STDIN, '<', '/dev/null';
+        open STDIN, '<', $in;
         open STDOUT, '>&', $out_fh;
         open STDERR, '>&', $err_fh;
         exec @$cmd or POSIX::_exit(127);
@@ -438,6 +445,7 @@ sub run_cmd {
         waitpid($pid, 0);
         $status = $?;
     }
+    unlink $in if defined $a{stdin};
     my $slurp = sub { open(my $fh, '<', $_[0]) or return ''; local $/; my $d = <$fh> // ''; unlink $_[0]; $d };
     return { out => $slurp->($out), err => $slurp->($err),
              code => ($status // -1) >> 8, signal => ($status // 0) & 127,
