@@ -3,8 +3,11 @@ use warnings;
 use Test::More;
 use lib 't/lib';
 use Digest::MD5 ();
+use Digest::SHA ();
 use IO::Socket::INET ();
+use MIME::Base64 ();
 use POSIX ();
+use Socket ();
 use Time::HiRes qw(time sleep);
 use NarwhalTest qw(spawn_server free_port write_app tmpdir run_cmd narwhal_cmd missing missing_all
                    wait_until raw_connect read_response http_get metrics_of);
@@ -12,9 +15,9 @@ use JSON::PP ();
 
 # HTTPS, the relayed way (docs/DESIGN.md, "HTTPS"): the connection
 # manager does TLS on the TLS listeners and relays plaintext to the
-# workers. Real clients (curl, openssl s_client, HTTP::Tiny with
-# IO::Socket::SSL) against a server with a plain and a TLS listener, on a
-# throwaway certificate made by the openssl command.
+# workers. Real clients (curl, openssl s_client, HTTP::Tiny and hand-
+# written ones with IO::Socket::SSL) against a server with a plain and a
+# TLS listener, on a throwaway certificate made by the openssl command.
 
 plan skip_all => 'the connection manager is not built or is switched off (TLS needs it)'
     unless NarwhalTest::managed();
@@ -36,22 +39,64 @@ my $BIG = "$TMP/big.bin";
 my $BIG_MD5 = do { open(my $fh, '<', $BIG) or die; binmode $fh; Digest::MD5->new->addfile($fh)->hexdigest };
 
 # /echo: what $env says of the connection, and the body's length;
-# /big: a file body (the sendfile path, into the pair); /sleep: slow.
-my $APP = write_app(<<"APP");
+# /big: a file body (the sendfile path, into the pair); /sleep (and
+# /p/sleep): a second;
+# /p/...: the path, the worker and the body's length (pipelining, 100-
+# continue, which worker); with Upgrade: websocket, a WebSocket that
+# echoes each frame through psgix.io, until a close frame (echoed too).
+my $APP = write_app(<<'APP' =~ s/__BIG__/$BIG/r);
 use strict;
+use Digest::SHA ();
+sub ws_frame {
+    my ($op, $data) = @_;
+    my $n = length $data;
+    return pack('C', 0x80 | $op) . ($n < 126 ? pack('C', $n) : $n < 65536 ? pack('Cn', 126, $n) : pack('CQ>', 127, $n))
+         . $data;
+}
+sub ws_echo {
+    my ($env) = @_;
+    my $io = $env->{'psgix.io'} or return [500, ['Content-Type' => 'text/plain'], ["no psgix.io\n"]];
+    my $accept = Digest::SHA::sha1_base64(($env->{HTTP_SEC_WEBSOCKET_KEY} // '') . '258EAFA5-E914-47DA-95CA-C5AB0DC11B65')
+               . '=';
+    return sub {
+        syswrite($io, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      . "Sec-WebSocket-Accept: $accept\r\n\r\n");
+        my $read = sub {
+            my ($n, $b) = (shift, '');
+            while (length $b < $n) { sysread($io, $b, $n - length $b, length $b) or return undef }
+            return $b;
+        };
+        while (defined(my $h = $read->(2))) {
+            my ($b0, $b1) = unpack 'CC', $h;
+            my $len = $b1 & 127;
+            $len = unpack 'n', $read->(2) if $len == 126;
+            $len = unpack 'Q>', $read->(8) if $len == 127;
+            my $mask = $b1 & 128 ? $read->(4) : "\0\0\0\0";
+            my $data = $len ? $read->($len) : '';
+            last unless defined $data;
+            $data ^= substr($mask x (1 + int($len / 4)), 0, $len);
+            syswrite($io, ws_frame($b0 & 15, $data));
+            last if ($b0 & 15) == 8;
+        }
+        close $io;
+    };
+}
 sub {
-    my \$env = shift;
-    my (\$n, \$buf) = (0, '');
-    while (my \$r = \$env->{'psgi.input'}->read(\$buf, 65536)) { \$n += \$r }
-    if (\$env->{PATH_INFO} eq '/big') {
-        open(my \$fh, '<', '$BIG') or die;
-        return [200, ['Content-Type' => 'application/octet-stream'], \$fh];
+    my $env = shift;
+    return ws_echo($env) if lc($env->{HTTP_UPGRADE} // '') eq 'websocket';
+    my ($n, $buf) = (0, '');
+    while (my $r = $env->{'psgi.input'}->read($buf, 65536)) { $n += $r }
+    if ($env->{PATH_INFO} eq '/big') {
+        open(my $fh, '<', '__BIG__') or die;
+        return [200, ['Content-Type' => 'application/octet-stream'], $fh];
     }
-    select(undef, undef, undef, 1) if \$env->{PATH_INFO} eq '/sleep';
+    select(undef, undef, undef, 1) if $env->{PATH_INFO} =~ m{^(?:/p)?/sleep$};
+    return [200, ['Content-Type' => 'text/plain'], ["path=$env->{PATH_INFO} pid=$$ body=$n\n"]]
+        if $env->{PATH_INFO} =~ m{^/p/};
     return [200, ['Content-Type' => 'text/plain'],
-            [join(' ', "scheme=\$env->{'psgi.url_scheme'}", 'https=' . (\$env->{HTTPS} // ''),
-                  "remote=\$env->{REMOTE_ADDR}:\$env->{REMOTE_PORT}", "port=\$env->{SERVER_PORT}",
-                  "body=\$n") . "\\n"]];
+            [join(' ', "scheme=$env->{'psgi.url_scheme'}", 'https=' . ($env->{HTTPS} // ''),
+                  "remote=$env->{REMOTE_ADDR}:$env->{REMOTE_PORT}", "port=$env->{SERVER_PORT}",
+                  "body=$n") . "\n"]];
 }
 APP
 
@@ -138,6 +183,96 @@ SKIP: {
                         ->post("$URL/echo", { content => 'hello' });
     is($res->{status}, 200, 'HTTP::Tiny with IO::Socket::SSL: 200') or diag "$res->{status} $res->{content}";
     like($res->{content}, qr/^scheme=https https=on .* body=5$/, '... its POST seen as https');
+}
+
+my $SSL = eval { require IO::Socket::SSL; 1 };
+my $NO_SSL = 'IO::Socket::SSL is not installed (Debian: apt-get install libio-socket-ssl-perl)';
+
+# Pipelining over TLS: requests written at once (one write, one TLS
+# record) on one connection, each answered, in order, a POST's body its
+# own; then 200 of them at once, some 64 KB: more than the relay's
+# buffers hold (16 KiB each way), so they wait on the pair and go on.
+SKIP: {
+    $SSL or missing($NO_SSL, 7);
+    my $c = tls_connect($TPORT) or die 'connect: ' . IO::Socket::SSL::errstr();
+    my @paths = map { "/p/$_" } 1 .. 5;
+    my $req = join '', map { $_ eq '/p/3' ? "POST $_ HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world"
+                                          : "GET $_ HTTP/1.1\r\nHost: x\r\n\r\n" } @paths;
+    is(syswrite($c, $req), length $req, 'pipelining: five requests in one write');
+    my @res = read_responses($c, 5, 10);
+    is(join(' ', map { $_->{status} } @res), '200 200 200 200 200', '... five answers, each 200');
+    is(join(' ', map { $_->{body} =~ m{path=(\S+)} } @res), "@paths", '... in order');
+    is(join(' ', map { $_->{body} =~ /body=(\d+)/ } @res), '0 0 11 0 0', "... the POST's body its own");
+
+    my @many = map { "/p/m$_" } 1 .. 200;
+    my $pad = 'x' x 280;
+    print $c join '', map { "GET $_ HTTP/1.1\r\nHost: x\r\nX-Pad: $pad\r\n\r\n" } @many;
+    @res = read_responses($c, 200, 20);
+    is(scalar(@res), 200, '200 pipelined requests (64 KB) at once: 200 answers');
+    is(join(' ', map { $_->{body} =~ m{path=(\S+)} } @res), "@many", '... in order');
+    print $c "GET /p/after HTTP/1.1\r\nHost: x\r\n\r\n";
+    my ($after) = read_responses($c, 1, 10);
+    like($after && $after->{body}, qr{^path=/p/after }, '... and the connection goes on');
+}
+
+# Expect: 100-continue over TLS. curl (asked for it: when curl asks by
+# itself depends on its version) gets the interim 100, sends the body and
+# the app reads all of it; a raw client sees the 100 arrive, alone,
+# before it has sent a byte of the body.
+{
+    my $file = "$TMP/2k.bin";
+    spew($file, 'y' x 2048);
+    my $r = run_cmd([ @CURL, '-v', '-H', 'Expect: 100-continue', '--data-binary', "\@$file", "$URL/p/expect" ],
+                    timeout => 30);
+    like($r->{out}, qr{^path=/p/expect pid=\d+ body=2048$}, 'Expect: 100-continue, curl: the app read the whole body')
+        or diag $r->{err};
+    like($r->{err}, qr{^< HTTP/1\.1 100 Continue\r?$}m, '... after curl got the 100 Continue');
+}
+SKIP: {
+    $SSL or missing($NO_SSL, 3);
+    my $c = tls_connect($TPORT) or die 'connect: ' . IO::Socket::SSL::errstr();
+    print $c "POST /p/expect-raw HTTP/1.1\r\nHost: x\r\nContent-Length: 2048\r\nExpect: 100-continue\r\n\r\n";
+    my ($got, $end) = ('', time + 5);
+    while ($got !~ /\r\n\r\n/ && time < $end) { tls_read($c, $got, $end - time) or last }
+    is($got, "HTTP/1.1 100 Continue\r\n\r\n", 'Expect: 100-continue, raw client: the 100 before the body is sent');
+    print $c 'z' x 2048;
+    my ($res) = read_responses($c, 1, 10);
+    is($res && $res->{status}, 200, '... then, the body sent, the answer');
+    like($res && $res->{body}, qr{^path=/p/expect-raw pid=\d+ body=2048$}, '... to the whole body');
+}
+
+# A WebSocket over TLS through psgix.io: the app takes the socket (the
+# plain end of the relay), writes the 101 itself and echoes frames
+# (masked from the client, unmasked back), small, 16-bit and 64-bit
+# lengths, until the close frame, which it echoes and then closes.
+SKIP: {
+    $SSL or missing($NO_SSL, 10);
+    my $c = tls_connect($TPORT) or die 'connect: ' . IO::Socket::SSL::errstr();
+    my $key = MIME::Base64::encode_base64(join('', map { chr int rand 256 } 1 .. 16), '');
+    print $c "GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           . "Sec-WebSocket-Key: $key\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    my ($buf, $end) = ('', time + 5);
+    while ($buf !~ /\r\n\r\n/ && time < $end) { tls_read($c, $buf, $end - time) or last }
+    my ($head) = $buf =~ /^(.*?\r\n)\r\n/s;
+    $buf =~ s/^.*?\r\n\r\n//s;
+    like($head // $buf, qr{^HTTP/1\.1 101 Switching Protocols\r\n},
+         'WebSocket over TLS: the app answers 101 through psgix.io');
+    my $accept = Digest::SHA::sha1_base64($key . '258EAFA5-E914-47DA-95CA-C5AB0DC11B65') . '=';
+    like($head // '', qr/\r\nSec-WebSocket-Accept: \Q$accept\E\r\n/, '... with the Sec-WebSocket-Accept of our key');
+    for my $msg ('hello', 'x' x 300, join('', map { chr(32 + $_ % 90) } 1 .. 100_000)) {
+        print $c ws_client_frame(1, $msg);
+        my ($fin, $op, $masked, $data) = ws_read_frame($c, $buf);
+        is(join(' ', $fin // '-', $op // '-', $masked // '-', length($data // '')), '1 1 0 ' . length $msg,
+           'a text frame of ' . length($msg) . ' bytes: echoed as one unmasked text frame');
+        ok(defined $data && $data eq $msg, '... the same text');
+    }
+    print $c ws_client_frame(8, pack('n', 1000) . 'bye');
+    my ($fin, $op, $masked, $data) = ws_read_frame($c, $buf);
+    is(($op // '-') . ' ' . ($data // ''), '8 ' . pack('n', 1000) . 'bye', 'the close frame echoed');
+    $end = time + 5;
+    my $n;
+    while (time < $end) { $n = tls_read($c, $buf, $end - time); last unless $n }
+    ok(defined $n && $n == 0 && $buf eq '', '... and the connection ends, nothing after it');
 }
 
 # A graceful stop with a TLS keep-alive client: the request in flight is
@@ -265,4 +400,78 @@ sub read_all {
         last unless $n;
     }
     return $buf;
+}
+
+# A TLS client of port (IO::Socket::SSL, our certificate checked), or
+# undef. Its reads give up after 10 s: an answer lost fails a test
+# rather than hanging it.
+sub tls_connect {
+    my ($port) = @_;
+    my $c = IO::Socket::SSL->new(PeerAddr => '127.0.0.1', PeerPort => $port, SSL_ca_file => $CERT,
+                                 SSL_verifycn_name => 'localhost', Timeout => 5) or return undef;
+    setsockopt($c, Socket::SOL_SOCKET(), Socket::SO_RCVTIMEO(), pack('l!l!', 10, 0)) or die "SO_RCVTIMEO: $!";
+    return $c;
+}
+
+# What comes on a TLS connection, appended to $_[1]: the bytes read, 0 at
+# the end, undef when nothing came within $secs (or on an error).
+sub tls_read {
+    my ($c, undef, $secs) = @_;
+    if (!$c->pending) {
+        my $rin = '';
+        vec($rin, fileno($c), 1) = 1;
+        return undef unless select(my $r = $rin, undef, undef, $secs) > 0;
+    }
+    return sysread($c, $_[1], 65536, length $_[1]);
+}
+
+# Up to $n responses read from a TLS connection within $secs.
+sub read_responses {
+    my ($c, $n, $secs) = @_;
+    my ($buf, @res) = ('');
+    my $end = time + $secs;
+    while (@res < $n) {
+        if (my $r = NarwhalTest::parse_response($buf)) {
+            push @res, $r;
+            $buf = substr($buf, $r->{consumed});
+            next;
+        }
+        my $left = $end - time;
+        last if $left <= 0 || !tls_read($c, $buf, $left);
+    }
+    return @res;
+}
+
+# A client's WebSocket frame: final, masked.
+sub ws_client_frame {
+    my ($op, $data) = @_;
+    my $n = length $data;
+    my $mask = pack 'N', int rand 2**32;
+    return pack('C', 0x80 | $op)
+         . ($n < 126 ? pack('C', 0x80 | $n) : $n < 65536 ? pack('Cn', 0x80 | 126, $n) : pack('CQ>', 0x80 | 127, $n))
+         . $mask . ($data ^ substr($mask x (1 + int($n / 4)), 0, $n));
+}
+
+# The next frame from $c (what was read past it stays in $_[1]):
+# (fin, opcode, masked, payload unmasked), or () when it did not come
+# whole within 10 s.
+sub ws_read_frame {
+    my ($c) = @_;
+    my $end = time + 10;
+    my $need = sub {
+        my ($n) = @_;
+        while (length $_[1] < $n) { my $left = $end - time; return 0 if $left <= 0 || !tls_read($c, $_[1], $left) }
+        return 1;
+    };
+    $need->(2, $_[1]) or return;
+    my ($b0, $b1) = unpack 'CC', $_[1];
+    my ($len, $at) = ($b1 & 127, 2);
+    if ($len == 126) { $need->(4, $_[1]) or return; ($len, $at) = (unpack('x2 n', $_[1]), 4) }
+    if ($len == 127) { $need->(10, $_[1]) or return; ($len, $at) = (unpack('x2 Q>', $_[1]), 10) }
+    my $masked = $b1 >> 7;
+    $need->($at + 4 * $masked + $len, $_[1]) or return;
+    my $mask = $masked ? substr($_[1], $at, 4) : "\0\0\0\0";
+    my $data = substr($_[1], $at + 4 * $masked, $len) ^ substr($mask x (1 + int($len / 4)), 0, $len);
+    substr($_[1], 0, $at + 4 * $masked + $len) = '';
+    return ($b0 >> 7, $b0 & 15, $masked, $data);
 }
