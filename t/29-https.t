@@ -15,9 +15,10 @@ use JSON::PP ();
 
 # HTTPS, the relayed way (docs/DESIGN.md, "HTTPS"): the connection
 # manager does TLS on the TLS listeners and relays plaintext to the
-# workers. Real clients (curl, openssl s_client, HTTP::Tiny and hand-
-# written ones with IO::Socket::SSL) against a server with a plain and a
-# TLS listener, on a throwaway certificate made by the openssl command.
+# workers. Real clients (curl, openssl s_client, wrk, HTTP::Tiny and
+# hand-written ones with IO::Socket::SSL) against a server with a plain
+# and a TLS listener, on a throwaway certificate made by the openssl
+# command.
 
 plan skip_all => 'the connection manager is not built or is switched off (TLS needs it)'
     unless NarwhalTest::managed();
@@ -275,6 +276,48 @@ SKIP: {
     ok(defined $n && $n == 0 && $buf eq '', '... and the connection ends, nothing after it');
 }
 
+# Session resumption (TLS 1.3 tickets, whose keys the manager holds): a
+# second connection with the first one's session resumes, and it does
+# whichever of the two workers answers it (the one not kept busy by a
+# /p/sleep, in turn).
+{
+    my $sess = "$TMP/session.pem";
+    my $first = s_client($TPORT, '/p/first', '-sess_out', $sess);
+    like($first, qr/^New, TLSv1\.3, /m, 'resumption: a full handshake first (TLS 1.3)') or diag $first;
+    ok(-s $sess, '... its session kept (a ticket came)');
+    my %reused;
+    my $again = s_client($TPORT, '/p/again', '-sess_in', $sess);
+    like($again, qr/^Reused, TLSv1\.3, /m, '... a new connection with it resumes') or diag $again;
+    $reused{$1}++ if $again =~ /^Reused,.*\bpath=\/p\/again pid=(\d+)/ms;
+    my @others;
+    for (1 .. 3) {
+        last if keys %reused >= 2;
+        my $busy = raw_connect($PORT) or die "connect: $!";
+        syswrite($busy, "GET /p/sleep HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        sleep 0.2;
+        my $out = s_client($TPORT, '/p/other', '-sess_in', $sess);
+        my $slept = read_response($busy, 5);
+        my ($sleeper) = ($slept && $slept->{body} // '') =~ /pid=(\d+)/;
+        push @others, $out;
+        $reused{$1}++ if $out =~ /^Reused,.*\bpath=\/p\/other pid=(\d+)/ms && $1 != ($sleeper // 0);
+    }
+    is(scalar(keys %reused), 2, '... served by either worker: resumed all the same')
+        or diag join "\n---\n", @others;
+}
+
+# wrk over https: 8 keep-alive connections for 2 s, no socket error, no
+# answer but 2xx.
+SKIP: {
+    my ($wrk) = grep { -x } map { "$_/wrk" } split /:/, $ENV{PATH};
+    $wrk or missing('needs the wrk command (Debian: apt-get install wrk)', 4);
+    my $r = run_cmd([ $wrk, '-t1', '-c8', '-d2s', "$URL/p/wrk" ], timeout => 30);
+    is($r->{code}, 0, 'wrk over https: it ran') or diag $r->{out}, $r->{err};
+    my ($n) = $r->{out} =~ /(\d+) requests in /;
+    cmp_ok($n // 0, '>', 500, '... requests answered: ' . ($n // 'none'));
+    is(($r->{out} =~ /^\s*(Socket errors:.*)$/m)[0] // 'none', 'none', '... no socket error');
+    is(($r->{out} =~ /^\s*(Non-2xx.*)$/m)[0] // 'none', 'none', '... no answer but 2xx');
+}
+
 # A graceful stop with a TLS keep-alive client: the request in flight is
 # answered, whole, and the client then reads the end.
 SKIP: {
@@ -346,6 +389,54 @@ SKIP: {
     like($said[0] // '', qr/\Q$rkey\E/, '... naming the file');
     is(served_cn($port), 'b', '... and new handshakes still get pair B');
     is($h->stop, 0, 'reload: the server stops cleanly');
+}
+
+# A HUP under load loses nothing: two clients that never retry (each a
+# process doing keep-alive requests, a new connection every fifth one, so
+# that handshakes go on throughout; a request without a whole 200 answer
+# is a failure, and so is a connection or a handshake that fails) while
+# the master gets two HUPs (new workers; the certificate pair read
+# again). A session from before the HUPs resumes after them (the ticket
+# keys stay).
+SKIP: {
+    $SSL or missing($NO_SSL, 9);
+    my $port = free_port();
+    my $h = spawn_server(app => $APP, args => [ '--listen', "127.0.0.1:$port:ssl", '--tls-cert', $CERT,
+                                                '--tls-key', $KEY, '--workers', 2 ]);
+    my $sess = "$TMP/hup-session.pem";
+    my $before = s_client($port, '/p/before', '-sess_out', $sess);
+    my $stop = "$TMP/hup-stop";
+    my @clients = map { hup_client($port, "$TMP/hup-client-$_", $stop) } 1 .. 2;
+    sleep 0.5;
+    kill HUP => $h->pid;
+    ok(wait_until(sub { $h->log_text =~ /generation 1 finished/ }, 10), 'HUP under load: generation 1 replaced')
+        or diag $h->log_text;
+    kill HUP => $h->pid;
+    ok(wait_until(sub { $h->log_text =~ /generation 2 finished/ }, 10), '... a second HUP: generation 2 too')
+        or diag $h->log_text;
+    sleep 0.5;
+    spew($stop, '');
+    my ($ok, $failed, %pids, @errors) = (0, 0);
+    for my $cl (@clients) {
+        waitpid($cl->{pid}, 0);
+        my ($counts, $pids, @err) = split /\n/, slurp($cl->{out});
+        my ($o, $f) = split ' ', $counts // '';
+        $ok += $o // 0;
+        $failed += $f // 1;
+        $pids{$_} = 1 for split ' ', $pids // '';
+        push @errors, @err;
+    }
+    is($failed, 0, 'clients that never retry: no request failed through two HUPs')
+        or diag join "\n", @errors[0 .. ($#errors < 9 ? $#errors : 9)];
+    cmp_ok($ok, '>', 200, "... and they were answered ($ok requests)");
+    cmp_ok(scalar(keys %pids), '>=', 3,
+           '... by workers of more than one generation (' . join(' ', sort keys %pids) . ')');
+    ok(wait_until(sub { my @r = $h->log_text =~ /TLS certificate reloaded/g; @r == 2 }, 5),
+       '... the certificate pair read again at each HUP') or diag $h->log_text;
+    like($before, qr/^New, TLSv1\.3, /m, 'a session made before the HUPs...') or diag $before;
+    my $after = s_client($port, '/p/after', '-sess_in', $sess);
+    like($after, qr/^Reused, TLSv1\.3, .*\bpath=\/p\/after pid=/ms, '... resumes after them') or diag $after;
+    is($h->stop, 0, '... and the server stops cleanly');
 }
 
 # Bad certificate pairs: one line naming the file, a non-zero exit,
@@ -474,4 +565,50 @@ sub ws_read_frame {
     my $data = substr($_[1], $at + 4 * $masked, $len) ^ substr($mask x (1 + int($len / 4)), 0, $len);
     substr($_[1], 0, $at + 4 * $masked + $len) = '';
     return ($b0 >> 7, $b0 & 15, $masked, $data);
+}
+
+# openssl s_client to port over TLS 1.3 (more arguments after), asking
+# for $path with Connection: close and reading to the end (the session
+# ticket comes after the handshake): what it printed.
+sub s_client {
+    my ($port, $path, @args) = @_;
+    my $r = run_cmd([ 'openssl', 's_client', '-connect', "127.0.0.1:$port", '-servername', 'localhost',
+                      '-tls1_3', '-ign_eof', @args ],
+                    stdin => "GET $path HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout => 10);
+    return $r->{out};
+}
+
+# A client of port over TLS in a process of its own, until the file $stop
+# exists (15 s at most): keep-alive GETs, a new connection after five
+# (or a Connection: close), never a retry. Its file says "answered
+# failed", the worker pids that answered, then a line for each failure.
+sub hup_client {
+    my ($port, $out, $stop) = @_;
+    my $pid = fork // die "fork: $!";
+    return { pid => $pid, out => $out } if $pid;
+    my ($ok, $failed, %pids, @errors, $c, $on) = (0, 0);
+    my $end = time + 15;
+    eval {
+        while (time < $end && !-e $stop) {
+            if (!$c) {
+                $c = tls_connect($port);
+                if (!$c) { $failed++; push @errors, 'connect: ' . IO::Socket::SSL::errstr(); sleep 0.05; next }
+                $on = 0;
+            }
+            my ($r) = print($c "GET /p/hup HTTP/1.1\r\nHost: x\r\n\r\n") ? read_responses($c, 1, 10) : ();
+            if ($r && $r->{status} == 200 && $r->{body} =~ /pid=(\d+)/) {
+                $ok++;
+                $pids{$1} = 1;
+                undef $c if ++$on >= 5 || ($r->{headers}{connection} // '') =~ /close/i;
+            } else {
+                $failed++;
+                push @errors, 'request ' . ($on + 1) . ' of a connection: '
+                              . ($r ? "status $r->{status}" : 'no answer');
+                undef $c;
+            }
+        }
+        1;
+    } or do { $failed++; push @errors, "the client died: $@" };
+    spew($out, join "\n", "$ok $failed", join(' ', keys %pids), @errors, '');
+    POSIX::_exit(0);
 }
