@@ -39,7 +39,12 @@ for my $old (qw(SSLv2 SSLv3 TLS1 TLS1_1)) {
     like($by_id{$old}{finding} // '', qr/not offered/, "$old is not offered");
 }
 like($by_id{TLS1_3}{finding} // '', qr/offered/, 'TLS 1.3 is offered');
-my @weak = grep { $_->{severity} !~ /\A(?:OK|INFO)\z/ && $_->{id} !~ /\A(?:cert_|DNS_CAArecord)/ } @$findings;
+# (testssl's own ticket probe sometimes asks with a TLS 1.3 s_client that
+# closes before the server's ticket comes, then WARNs of a connect problem:
+# its tool, not the server; t/29 checks resumption with s_client itself)
+my @weak = grep { $_->{severity} !~ /\A(?:OK|INFO)\z/ && $_->{id} !~ /\A(?:cert_|DNS_CAArecord)/
+                  && !($_->{id} eq 'sessionresumption_ticket' && $_->{severity} eq 'WARN'
+                       && $_->{finding} =~ /connect problem/) } @$findings;
 is_deeply([ map { "$_->{severity} $_->{id}: $_->{finding}" } @weak ], [],
           'nothing weak: every finding but the certificate\'s is OK or INFO');
 done_testing();
