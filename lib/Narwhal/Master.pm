@@ -2,6 +2,7 @@ package Narwhal::Master;
 use strict;
 use warnings;
 use POSIX ();
+use List::Util ();
 use Time::HiRes ();
 use Socket qw(AF_UNIX SOCK_SEQPACKET SOCK_DGRAM pack_sockaddr_un);
 use Fcntl qw(F_GETFL F_SETFL F_DUPFD O_NONBLOCK);
@@ -388,7 +389,8 @@ sub _manager_descriptor_args {
     return ('--scoreboard-fd', $to->{scoreboard}[1], '--serve-reader-fd', $to->{reader}[1],
             ($to->{status} ? ('--status-fd', $to->{status}[1]) : ()),
             (@listeners ? ('--listener-fds', join ',', @listeners) : ()),
-            (@tls ? ('--tls-listeners', join ',', @tls) : ()));
+            (@tls ? ('--tls-listeners', join(',', @tls), '--tls-threads',
+                     List::Util::min($self->{cpus}{count}, Narwhal::Limits::TLS_MAX_THREADS())) : ()));
 }
 
 # A copy of a handle or fd numbered $min or more.

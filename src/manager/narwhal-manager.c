@@ -11,10 +11,12 @@
  *                   [--error-log FILE]
  *                   [--scoreboard-fd FD] [--serve-reader-fd FD]
  *                   [--status-fd FD] [--listener-fds FD,FD...]
- *                   [--tls-listeners I,I...]
+ *                   [--tls-listeners I,I...] [--tls-threads N]
  *   narwhal-manager --tls-check --tls-cert FILE --tls-key FILE
  *
  * --tls-listeners: which of --listener-fds (by index) are TLS listeners.
+ * --tls-threads: the threads that run their handshakes (the master: one
+ * per CPU it counts; 1 by default).
  * --tls-check: load the certificate pair as the server would, and print
  * what the kernel offers for TLS in one line (nw_ktls_offered) and exit
  * 0, or print why not in one line and exit 1 (the master runs it at
@@ -66,6 +68,7 @@ static const struct option manager_opts[] = {
     { "status-fd",         required_argument, NULL, 'T' },
     { "listener-fds",      required_argument, NULL, 'L' },
     { "tls-listeners",     required_argument, NULL, 'I' },
+    { "tls-threads",       required_argument, NULL, 'H' },
     { "tls-check",         no_argument,       NULL, 'X' },
     { NULL, 0, NULL, 0 },
 };
@@ -208,6 +211,7 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'C': cfg->tls_cert = optarg; bad = !*optarg; break;
         case 'K': cfg->tls_key = optarg; bad = !*optarg; break;
         case 'I': bad = parse_tls_list(optarg, cfg); break;
+        case 'H': { size_t n; bad = parse_count(optarg, 1, &n) || n > NW_TLS_MAX_THREADS; cfg->tls_threads = (int)n; break; }
         case 'X': *check = 1; break;
         case 'h': usage(stdout); exit(0);
         default:  return -1;   /* getopt_long has said why */
@@ -267,6 +271,7 @@ int main(int argc, char **argv)
         .read_timeout_max = NW_DEFAULT_READ_TIMEOUT_MAX,
         .min_head_rate = NW_DEFAULT_MIN_HEAD_RATE,
         .max_connections = 0,
+        .tls_threads = 1,
         .max_header_bytes = NW_DEFAULT_MAX_HEADER_BYTES,
         .max_request_line = NW_DEFAULT_MAX_REQUEST_LINE,
         .max_queue_wait = 0,

@@ -29,6 +29,7 @@ typedef struct {
     int tls_listeners[NW_MAX_LISTENERS];      /* indices of listener_fds that are TLS
                                  * listeners (the TLS part's, nw_mgr_tls.h) */
     int ntls;
+    int tls_threads;            /* threads for their handshakes (--tls-threads) */
     const char *tls_cert, *tls_key;     /* --tls-cert, --tls-key: their certificate pair */
     const char *error_log;      /* --error-log: reopened onto fd 2 on SIGUSR1, or NULL */
     int stats_ms;               /* STATS to the master this often; 0: once a second (tests

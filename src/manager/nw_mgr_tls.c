@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #define NW_MGR_TLS_LISTENER 1
 #define NW_MGR_TLS_TCP      2
 #define NW_MGR_TLS_PAIR     3
+#define NW_MGR_TLS_POOL     4
 
 #define TLS_EVENTS          64          /* its events taken per run */
 #define TLS_ACCEPT_BATCH    16          /* connections taken per listener event */
@@ -35,6 +37,8 @@ struct nw_mgr_tls_conn {
     int state;
     int tcp_events, pair_events;    /* what each is in the set for (0: not in it) */
     int plain;                      /* a plain-HTTP client, answered 400, lingering */
+    int in_pool;                    /* a handshake thread runs its step: hands off */
+    nw_tls_job job;
     nw_msec deadline;
     nw_mgr_tls_list *list;
     struct nw_mgr_tls_conn *prev, *next;
@@ -243,9 +247,9 @@ static void established(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
 
 /* ------------------------------------------------------------ handshakes */
 
-static void shake(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
+/* What a handshake step came to. */
+static void shaken(nw_mgr_tls *t, struct nw_mgr_tls_conn *c, enum nw_tls_step s)
 {
-    enum nw_tls_step s = nw_tls_handshake(c->tls);
     if (s == NW_TLS_DONE)
         established(t, c);
     else if (s == NW_TLS_PLAIN)
@@ -255,6 +259,40 @@ static void shake(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
     else if (set_events(t, c->fd, &c->tcp_events, s == NW_TLS_WANT_WRITE ? EPOLLOUT : EPOLLIN,
                         &c->tcp_ref) < 0)
         refused(t, c, NW_TLS_R_OTHER);
+}
+
+/* The next step. The one that takes the client's hello (the key
+ * exchange and the signature: nearly all of a handshake's CPU) runs in a
+ * handshake thread, the socket out of the set until it is back
+ * (take_done); the light ones after it run here. */
+static void shake(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
+{
+    if (nw_tls_conn_begun(c->tls)) {
+        shaken(t, c, nw_tls_handshake(c->tls));
+        return;
+    }
+    if (set_events(t, c->fd, &c->tcp_events, 0, NULL) < 0) {
+        refused(t, c, NW_TLS_R_OTHER);
+        return;
+    }
+    c->in_pool = 1;
+    c->job.tls = c->tls;
+    nw_tls_pool_submit(t->pool, &c->job);
+}
+
+static void take_done(nw_mgr_tls *t)
+{
+    nw_tls_job *j = nw_tls_pool_done(t->pool), *next;
+    for (; j; j = next) {
+        next = j->next;
+        struct nw_mgr_tls_conn *c =
+            (struct nw_mgr_tls_conn *)((char *)j - offsetof(struct nw_mgr_tls_conn, job));
+        c->in_pool = 0;
+        if (c->list == &t->late)
+            refused(t, c, NW_TLS_R_TIMEOUT);
+        else
+            shaken(t, c, j->step);
+    }
 }
 
 static void conn_new(nw_mgr_tls *t, int fd, int i)
@@ -318,8 +356,8 @@ static void accept_from(nw_mgr_tls *t, int i)
 static void conn_event(nw_mgr_tls *t, const nw_mgr_tls_ref *r)
 {
     struct nw_mgr_tls_conn *c = r->conn;
-    if (!c->tls)
-        return;     /* closed earlier in this batch */
+    if (!c->tls || c->in_pool)
+        return;     /* closed earlier in this batch, or a thread's for now */
     if (c->plain)
         plain_readable(t, c);
     else if (c->state == SHAKING)
@@ -338,6 +376,8 @@ void nw_mgr_tls_run(nw_mgr_tls *t, int wait_ms)
         nw_mgr_tls_ref *r = ev[i].data.ptr;
         if (r->kind == NW_MGR_TLS_LISTENER)
             accept_from(t, r->index);
+        else if (r->kind == NW_MGR_TLS_POOL)
+            take_done(t);
         else
             conn_event(t, r);
     }
@@ -346,11 +386,14 @@ void nw_mgr_tls_run(nw_mgr_tls *t, int wait_ms)
 
 /* ------------------------------------------------------------ time */
 
+/* (a handshake whose step a thread runs waits on the late list) */
 static void expire_list(nw_mgr_tls *t, nw_mgr_tls_list *l, nw_msec now)
 {
     while (l->head && l->head->deadline <= now) {
         struct nw_mgr_tls_conn *c = l->head;
-        if (c->state == SHAKING)
+        if (c->in_pool)
+            move_to(c, &t->late, SHAKING, 0);
+        else if (c->state == SHAKING)
             refused(t, c, NW_TLS_R_TIMEOUT);
         else
             conn_close(t, c);
@@ -401,7 +444,7 @@ nw_msec nw_mgr_tls_next(const nw_mgr_tls *t, nw_msec next)
 int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, nw_mgr_table *table,
                     const nw_mgr_clock *clock,
                     const char *cert, const char *key, const int *fds, const int *index,
-                    int n, double read_timeout, char *err, size_t errlen)
+                    int n, double read_timeout, int threads, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
     t->ep = -1;
@@ -418,6 +461,14 @@ int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, nw_mgr_table *table,
         return -1;
     if ((t->ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
         snprintf(err, errlen, "epoll_create1: %s", strerror(errno));
+        return -1;
+    }
+    if (!(t->pool = nw_tls_pool_new(threads, err, errlen)))
+        return -1;
+    t->pool_ref = (nw_mgr_tls_ref){ NW_MGR_TLS_POOL, 0, NULL };
+    struct epoll_event pev = { .events = EPOLLIN, .data.ptr = &t->pool_ref };
+    if (epoll_ctl(t->ep, EPOLL_CTL_ADD, nw_tls_pool_fd(t->pool), &pev) < 0) {
+        snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
         return -1;
     }
     for (int i = 0; i < n && i < NW_MAX_LISTENERS; i++) {
@@ -445,7 +496,7 @@ void nw_mgr_tls_stop_accepting(nw_mgr_tls *t)
 
 size_t nw_mgr_tls_open(const nw_mgr_tls *t)
 {
-    return t->shaking.n + t->relaying.n + t->closing.n;
+    return t->shaking.n + t->late.n + t->relaying.n + t->closing.n;
 }
 
 _Static_assert(NW_TLS_R_COUNT - 1 <= NW_STATUS_TLS_REASONS, "NW_STATUS_TLS_REASONS is too small");
@@ -457,7 +508,7 @@ void nw_mgr_tls_numbers(const nw_mgr_tls *t, nw_status_manager *sm)
         return;
     sm->tls_handshakes[0] = t->established - t->resumed;
     sm->tls_handshakes[1] = t->resumed;
-    sm->tls_open[0] = t->shaking.n;
+    sm->tls_open[0] = t->shaking.n + t->late.n;
     sm->tls_open[1] = t->relaying.n;
     sm->tls_open[2] = t->closing.n;
     for (int r = NW_TLS_R_NONE + 1; r < NW_TLS_R_COUNT; r++) {
@@ -485,7 +536,10 @@ static void close_list(nw_mgr_tls *t, nw_mgr_tls_list *l)
 
 void nw_mgr_tls_close(nw_mgr_tls *t)
 {
+    nw_tls_pool_free(t->pool);  /* (first: its threads hold connections) */
+    t->pool = NULL;
     close_list(t, &t->shaking);
+    close_list(t, &t->late);
     close_list(t, &t->relaying);
     close_list(t, &t->closing);
     free_dead(t);

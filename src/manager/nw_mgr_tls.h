@@ -26,6 +26,7 @@
 #include "nw_mgr_table.h"
 #include "nw_status.h"
 #include "nw_tls.h"
+#include "nw_tls_pool.h"
 
 struct nw_mgr_tls_conn;
 
@@ -59,6 +60,10 @@ typedef struct {
     nw_mgr_tls_list shaking;        /* handshakes, by deadline */
     nw_mgr_tls_list relaying;       /* established, no deadline */
     nw_mgr_tls_list closing;        /* lingering for the client's close, by deadline */
+    nw_mgr_tls_list late;           /* past their deadline while a thread ran their step:
+                                     * refused when it is back */
+    struct nw_tls_pool *pool;       /* the handshake threads */
+    nw_mgr_tls_ref pool_ref;
     struct nw_mgr_tls_conn *dead;   /* closed in this batch of events: freed after it */
     uint64_t refused[NW_TLS_R_COUNT];   /* connections refused or failed, by reason */
     uint64_t established;           /* handshakes done, total */
@@ -71,11 +76,12 @@ typedef struct {
 
 /* The context from cert and key, and the listeners fds[0..n) (indices
  * index[0..n) among the app's). 0, or -1 with a one-line reason in err
- * (nw_tls_ctx_new's for the files). With n == 0, nothing (the part is off). */
+ * (nw_tls_ctx_new's for the files). With n == 0, nothing (the part is off).
+ * threads: the handshake threads (nw_tls_pool). */
 int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, nw_mgr_table *table,
                     const nw_mgr_clock *clock,
                     const char *cert, const char *key, const int *fds, const int *index,
-                    int n, double read_timeout, char *err, size_t errlen);
+                    int n, double read_timeout, int threads, char *err, size_t errlen);
 
 /* Its epoll set's descriptor, for the manager's set (-1: off). */
 int nw_mgr_tls_fd(const nw_mgr_tls *t);

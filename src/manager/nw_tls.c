@@ -455,6 +455,11 @@ enum nw_tls_reason nw_tls_conn_reason(const struct nw_tls_conn *c)
     return c->reason;
 }
 
+int nw_tls_conn_begun(const struct nw_tls_conn *c)
+{
+    return !SSL_in_before(c->ssl);
+}
+
 int nw_tls_conn_resumed(const struct nw_tls_conn *c)
 {
     return SSL_session_reused(c->ssl) ? 1 : 0;

@@ -94,6 +94,10 @@ enum nw_tls_step nw_tls_handshake(struct nw_tls_conn *c);
 /* Why the connection failed (NW_TLS_R_NONE while it has not). */
 enum nw_tls_reason nw_tls_conn_reason(const struct nw_tls_conn *c);
 
+/* 1 once the handshake has begun: the client's hello taken and the
+ * server's answer made (the step that costs the key exchange and the
+ * signature is over), else 0. */
+int nw_tls_conn_begun(const struct nw_tls_conn *c);
 /* 1 when the finished handshake resumed a session (a ticket), else 0. */
 int nw_tls_conn_resumed(const struct nw_tls_conn *c);
 /* The bytes of the answer to plain HTTP on a TLS port: a 400 that says

@@ -54,6 +54,7 @@
  * half-closed connection before it closes it. */
 #define NW_MANAGER_FRAMES_PER_WAKE    64
 #define NW_MANAGER_LINGER_MS          1000
+#define NW_TLS_MAX_THREADS            64      /* handshake threads: one per CPU counted, at most */
 #define NW_TLS_FINISH_MS              10000   /* on a stop, the manager relays the TLS connections
                                                  * the workers still answer this long at most */
 

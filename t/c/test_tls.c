@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "loopback.h"
 #include "nw_ktls.h"
 #include "nw_tls.h"
+#include "nw_tls_pool.h"
 
 static char dir[64];
 static char cert[128], key[128], other_key[128], cert2[128], key2[128], empty[128], locked[128];
@@ -631,6 +633,109 @@ static void test_relay(struct nw_tls_ctx *t, int client_first, int fin, size_t s
     SSL_CTX_free(cc);
 }
 
+/* Handshakes whose server steps run in the pool's threads, as the
+ * manager runs them: a step given, the socket left alone until the job
+ * is back, given again while it wants more. */
+enum { POOLED = 16 };
+
+struct pooled {
+    int cfd, sfd, client, server, out;
+    SSL *cl;
+    struct nw_tls_conn *sc;
+    nw_tls_job job;
+};
+
+static int pooled_over(const struct pooled *k)
+{
+    for (int i = 0; i < POOLED; i++)
+        if (k[i].client != 1 || k[i].server != 1)
+            return 0;
+    return 1;
+}
+
+static void pooled_client_steps(struct pooled *k)
+{
+    for (int i = 0; i < POOLED; i++) {
+        if (k[i].client)
+            continue;
+        int r = SSL_do_handshake(k[i].cl);
+        if (r == 1)
+            k[i].client = 1;
+        else if (SSL_get_error(k[i].cl, r) != SSL_ERROR_WANT_READ
+                 && SSL_get_error(k[i].cl, r) != SSL_ERROR_WANT_WRITE)
+            k[i].client = -1;
+        ERR_clear_error();
+    }
+}
+
+static void pooled_take(struct nw_tls_pool *p, struct pooled *k)
+{
+    for (nw_tls_job *j = nw_tls_pool_done(p); j; j = j->next) {
+        struct pooled *one = (struct pooled *)((char *)j - offsetof(struct pooled, job));
+        one->out = 0;
+        if (j->step == NW_TLS_DONE)
+            one->server = 1;
+        else if (!step_pending(j->step))
+            one->server = -1;
+    }
+    for (int i = 0; i < POOLED; i++)
+        if (!k[i].server && !k[i].out) {
+            k[i].out = 1;
+            nw_tls_pool_submit(p, &k[i].job);
+        }
+}
+
+static void test_pool(struct nw_tls_ctx *t)
+{
+    char err[256] = "";
+    struct pooled k[POOLED];
+    ok(nw_tls_pool_new(0, err, sizeof err) == NULL && strstr(err, "not between"),
+       "a pool of no threads is refused");
+    struct nw_tls_pool *p = nw_tls_pool_new(3, err, sizeof err);
+    if (!ok(p != NULL, "a pool of 3 handshake threads")) {
+        diag("%s", err);
+        return;
+    }
+    SSL_CTX *cc = client_ctx(0, 0, NULL, NULL);
+    memset(k, 0, sizeof k);
+    for (int i = 0; i < POOLED; i++) {
+        tcp_pair(&k[i].cfd, &k[i].sfd);
+        k[i].cl = SSL_new(cc);
+        SSL_set_fd(k[i].cl, k[i].cfd);
+        SSL_set_connect_state(k[i].cl);
+        k[i].sc = nw_tls_conn_new(t, k[i].sfd);
+        k[i].job.tls = k[i].sc;
+    }
+    time_t start = time(NULL);
+    while (!pooled_over(k) && time(NULL) - start < 20) {
+        pooled_client_steps(k);
+        pooled_take(p, k);
+        struct pollfd w = { .fd = nw_tls_pool_fd(p), .events = POLLIN };
+        poll(&w, 1, 5);
+    }
+    ok(pooled_over(k), "16 handshakes at once, their server steps in the threads");
+    /* a job still waiting when the pool stops is not run, and stays the owner's */
+    int cfd, sfd;
+    tcp_pair(&cfd, &sfd);
+    struct nw_tls_conn *idle = nw_tls_conn_new(t, sfd);
+    nw_tls_job j = { .tls = idle };
+    nw_tls_pool_submit(p, &j);
+    nw_tls_pool_free(p);
+    is(nw_tls_handshake(idle), NW_TLS_WANT_READ,
+       "the pool stops with a job given; its connection is the owner's again");
+    nw_tls_conn_free(idle);
+    close(cfd);
+    close(sfd);
+    for (int i = 0; i < POOLED; i++) {
+        SSL_free(k[i].cl);
+        nw_tls_conn_free(k[i].sc);
+        close(k[i].cfd);
+        close(k[i].sfd);
+    }
+    SSL_CTX_free(cc);
+    ERR_clear_error();
+}
+
 /* The probe says what the kernel lists once asked: asking for the tls
  * module loads it where it can be loaded. */
 static void test_ktls_probe(void)
@@ -670,6 +775,7 @@ int main(void)
     test_handshakes(t);
     test_refusals(t);
     test_not_tls(t);
+    test_pool(t);
     test_tickets(t, TLS1_3_VERSION, "TLS 1.3");
     test_tickets(t, TLS1_2_VERSION, "TLS 1.2");
     test_relay(t, 1, RELAY_TLS_FIN, 1 << 20,
