@@ -12,7 +12,7 @@ use NarwhalTest ();
 # Building C test programs under AddressSanitizer and UBSan, running them,
 # and passing their TAP through as Test::More results.
 
-our @EXPORT_OK = qw(root find_cc build link_sources link_libs run_program run_programs relay_tap);
+our @EXPORT_OK = qw(root find_cc build build_threaded link_sources link_libs run_program run_programs relay_tap);
 
 use constant SANITIZE => ('-fsanitize=address,undefined', '-fno-sanitize-recover=all',
                           '-fno-omit-frame-pointer');
@@ -23,7 +23,14 @@ use constant SANITIZE => ('-fsanitize=address,undefined', '-fno-sanitize-recover
 # line tables and function names, what a sanitizer's report shows; not
 # the variables' descriptions of -g, which only a debugger reads and
 # which took a quarter of the compile time.
-use constant CFLAGS => (qw(-std=gnu99 -g1 -O1 -Wall -Wextra -Werror -pthread), SANITIZE);
+use constant BASE_CFLAGS => qw(-std=gnu99 -g1 -O1 -Wall -Wextra -Werror -pthread);
+
+# ThreadSanitizer instead (it cannot join AddressSanitizer): for the
+# parts that run threads of their own (build_threaded).
+use constant TSAN => ('-fsanitize=thread', '-fno-omit-frame-pointer');
+
+# The sanitizers of the build under way (build_threaded sets TSAN).
+our @SANITIZERS = (SANITIZE);
 
 my $ROOT = File::Spec->rel2abs(File::Spec->catdir($FindBin::Bin, File::Spec->updir));
 sub root { $ROOT }
@@ -110,16 +117,16 @@ sub run_programs {
 
 # Whether the compiler links a program with the sanitizers (a CPAN
 # user's machine may lack their runtime libraries).
-my %SANITIZERS;
+my %SANITIZERS_WORK;
 sub sanitizers_work {
     my ($cc) = @_;
-    return $SANITIZERS{$cc} //= do {
+    return $SANITIZERS_WORK{"$cc @SANITIZERS"} //= do {
         my $src = File::Spec->catfile(_dir(), 'probe.c');
         open(my $f, '>', $src) or die "$src: $!";
         print $f "int main(void) { return 0; }\n";
         close $f;
         my $exe = File::Spec->catfile(_dir(), 'probe');
-        my ($status) = run_program($cc, SANITIZE, $src, '-o', $exe);
+        my ($status) = run_program($cc, @SANITIZERS, $src, '-o', $exe);
         $status == 0 && (run_program($exe))[0] == 0 ? 1 : 0;
     };
 }
@@ -144,15 +151,28 @@ sub build {
         or NarwhalTest::missing_all("$cc cannot build with AddressSanitizer and UBSan "
                                     . '(Debian: libasan and libubsan come with gcc)');
     my $exe = File::Spec->catfile(_dir(), $name);
-    my @flags = (CFLAGS, @extra, NarwhalLink::include_flags("$ROOT/"), "-I$ROOT/t/c");
+    my @flags = (BASE_CFLAGS, @SANITIZERS, @extra, NarwhalLink::include_flags("$ROOT/"), "-I$ROOT/t/c");
     my ($objs, $failed) = _compile_all($cc, \@flags, @sources);
     my ($status, $out, $err) = $failed ? (1, '', $failed)
-                             : run_program($cc, SANITIZE, '-pthread', @extra, @$objs, @libs, '-o', $exe);
+                             : run_program($cc, @SANITIZERS, '-pthread', @extra, @$objs, @libs, '-o', $exe);
     return $exe if ok($status == 0, "compile $name with $cc and sanitizers");
     diag("$cc @flags " . join ' ', map { "$ROOT/$_" } @sources);
     diag($out . $err);
     done_testing();
     exit;
+}
+
+# build_threaded($name, [files]): as build, under ThreadSanitizer; skips
+# the rest of the test file where the compiler or the kernel cannot run it.
+sub build_threaded {
+    my ($name, $files) = @_;
+    local @SANITIZERS = TSAN;
+    my $cc = find_cc() or NarwhalTest::missing_all('no C compiler found');
+    unless (sanitizers_work($cc)) {
+        Test::More::note("$cc cannot build or run a program with ThreadSanitizer here");
+        return undef;
+    }
+    return build("$name-tsan", $files);
 }
 
 sub _cache_dir {
