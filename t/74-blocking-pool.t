@@ -44,9 +44,9 @@ sub accepting { scalar grep { $_->{accepts} } serving() }
 
 # $n keep-alive clients (HTTP::Tiny, no retries) asking for $path for
 # $seconds; the requests answered and failed, and the most workers seen
-# accepting meanwhile.
+# accepting meanwhile. With $close, a new connection for each request.
 sub load {
-    my ($port, $path, $n, $seconds) = @_;
+    my ($port, $path, $n, $seconds, $close) = @_;
     pipe(my $r, my $w) or die "pipe: $!";
     my @kids;
     for (1 .. $n) {
@@ -54,7 +54,7 @@ sub load {
         if (!$pid) {
             close $r;
             require HTTP::Tiny;
-            my $http = HTTP::Tiny->new(timeout => 10, keep_alive => 1, max_redirect => 0);
+            my $http = HTTP::Tiny->new(timeout => 10, keep_alive => !$close, max_redirect => 0);
             my ($ok, $bad) = (0, 0);
             my $until = time + $seconds;
             while (time < $until) {
@@ -104,6 +104,27 @@ my $port_of = sub { $_[0]->port };
     my @served = map { $_->{served} } serving();
     is(scalar(grep { $_ > 20 } @served), 4, "every worker served (@served)");
     ok(wait_until(sub { accepting() == 1 }, 6), 'once the load is gone, one accepts again');
+    $s->stop;
+}
+
+# 1b. The same with a new connection for each request (HTTP/1.0 clients,
+# a proxy without upstream keep-alive): nothing is ever parked, so a
+# standby worker gets no first request through the serve queue; the
+# manager takes new clients for it while the accepting one's requests
+# block and clients wait in the listen queue (nw_scoreboard_standby_unused).
+{
+    local $sport = free_port();
+    my $s = spawn_server(app => $APP, args => [ '--status-listen', "127.0.0.1:$sport",
+                                                '--max-workers', 4, '--accepting-workers', 1 ]);
+    ok(wait_until(sub { serving() == 4 }, 10), 'a connection per request: four workers, one accepting');
+    my $t0 = time;
+    my ($ok, $bad, $most) = load($s->port, '/sleep/0.01', 8, 3, 1);
+    my $rate = $ok / (time - $t0);
+    is($bad, 0, "every request answered ($ok)");
+    cmp_ok($rate, '>', 220, sprintf('%.0f requests a second: more than one worker (100) or two could serve', $rate));
+    my @served = map { $_->{served} } serving();
+    is(scalar(grep { $_ > 20 } @served), 4, "every worker served (@served)");
+    is($most, 4, 'all four accepted while the requests blocked');
     $s->stop;
 }
 

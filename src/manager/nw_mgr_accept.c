@@ -43,7 +43,28 @@ static void take_listeners(nw_mgr_accept *a, int on)
     a->taking = on;
 }
 
-/* (Not while a drain delay, where the board says stopping already: the
+/* Whether new clients wait in a TCP listener's accept queue (a unix
+ * listener's queue is not known: no). */
+static int clients_wait(const nw_mgr_accept *a)
+{
+    for (int i = 0; i < a->nlisteners; i++) {
+        struct tcp_info ti;
+        socklen_t tl = sizeof ti;
+        if (!(a->left & ((uint64_t)1 << i))
+            && getsockopt(a->listeners[i], IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0
+            && ti.tcpi_unacked > 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The manager takes new clients itself while every accepting worker is
+ * stuck (NW_POOL_STUCK_MS), and while a standby worker sits idle beside
+ * accepting ones whose requests block and new clients wait in a listen
+ * queue: what it takes goes to the serve queue, the standby worker
+ * serves it, measures its requests blocking and accepts from then on (a
+ * client per connection never reaches a standby worker otherwise).
+ * (Not while a drain delay, where the board says stopping already: the
  * standby workers still need what the look gives them.) */
 int nw_mgr_accept_look(nw_mgr_accept *a, int stopping)
 {
@@ -59,8 +80,9 @@ int nw_mgr_accept_look(nw_mgr_accept *a, int stopping)
         return 0;
     int busy = 0;
     int stuck = nw_scoreboard_pool_stuck(a->board, nw_now_us(),
-                                         (uint64_t)NW_POOL_STUCK_MS * 1000, 1, &busy);
-    a->next_look = now + (busy ? NW_POOL_LOOK_MS : NW_POOL_LOOK_IDLE_MS);
+                                         (uint64_t)NW_POOL_STUCK_MS * 1000, 1, &busy)
+                || (nw_scoreboard_standby_unused(a->board) && clients_wait(a));
+    a->next_look = now + (busy || stuck ? NW_POOL_LOOK_MS : NW_POOL_LOOK_IDLE_MS);
     if (stuck == a->taking)
         return 0;
     take_listeners(a, stuck);

@@ -290,6 +290,23 @@ int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t m
     return stuck && busy;
 }
 
+int nw_scoreboard_standby_unused(const nw_scoreboard *b)
+{
+    int spare = 0, blocked = 0;
+    for (uint32_t i = 0; i < b->h.nslots; i++) {
+        const nw_score_slot *s = &b->slot[i];
+        int state = s->state;
+        if (s->standby) {
+            spare |= state == NW_WORKER_IDLE;
+        } else if (state == NW_WORKER_IDLE || state == NW_WORKER_STARTING) {
+            return 0;
+        } else if (state == NW_WORKER_BUSY) {
+            blocked |= s->blocking != 0;
+        }
+    }
+    return spare && blocked;
+}
+
 int nw_scoreboard_other_idle(const nw_scoreboard *b, const nw_score_slot *self)
 {
     for (uint32_t i = 0; i < b->h.nslots; i++)

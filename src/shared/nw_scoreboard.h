@@ -292,6 +292,12 @@ void nw_scoreboard_unmap_shared(nw_score_header *h);
  * a request younger than min_us: starting, leaving, stuck or none at
  * all). *any_busy (may be NULL) says whether any worker looked at is busy
  * or starting (or the pool is stuck). */
+/* Whether a standby worker sits idle while the accepting ones could use
+ * it: none of them idle, and the requests of one that is busy block
+ * (they sleep: DESIGN.md, "Requests that block"). New clients that wait
+ * in a listen queue then wait for nothing. */
+int nw_scoreboard_standby_unused(const nw_scoreboard *b);
+
 int nw_scoreboard_pool_stuck(const nw_scoreboard *b, uint64_t now_us, uint64_t min_us,
                              int accepting_only, int *any_busy);
 

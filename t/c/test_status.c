@@ -318,6 +318,31 @@ static void test_pool_stuck(void)
     close(fd);
 }
 
+/* A standby worker idle beside accepting workers whose requests block:
+ * unused (the manager then takes new clients for it). */
+static void test_standby_unused(void)
+{
+    int fd = -1;
+    nw_scoreboard *b = nw_scoreboard_create(3, &fd);
+    b->slot[0].state = b->slot[1].state = NW_WORKER_BUSY;
+    b->slot[0].blocking = 1;
+    b->slot[2].state = NW_WORKER_IDLE;
+    b->slot[2].standby = 1;
+    ok(nw_scoreboard_standby_unused(b), "accepting ones busy, one's requests block, a standby idle: unused");
+    b->slot[0].blocking = 0;
+    ok(!nw_scoreboard_standby_unused(b), "... not when their requests do not block (CPU: it stays out)");
+    b->slot[0].blocking = 1;
+    b->slot[1].state = NW_WORKER_IDLE;
+    ok(!nw_scoreboard_standby_unused(b), "... nor with an accepting one idle");
+    b->slot[1].state = NW_WORKER_STARTING;
+    ok(!nw_scoreboard_standby_unused(b), "... nor with one starting");
+    b->slot[1].state = NW_WORKER_BUSY;
+    b->slot[2].state = NW_WORKER_BUSY;
+    ok(!nw_scoreboard_standby_unused(b), "... nor with the standby one busy");
+    nw_scoreboard_unmap(b);
+    close(fd);
+}
+
 /* Whether a wake-up a worker left is worth passing on: another worker
  * is idle to take it. */
 static void test_other_idle(void)
@@ -650,6 +675,7 @@ int main(void)
     test_board();
     test_other_idle();
     test_pool_stuck();
+    test_standby_unused();
     test_mean_parked();
     test_connection_states();
     test_recycling_turn();
