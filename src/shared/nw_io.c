@@ -59,6 +59,11 @@ nw_msec nw_coarse_tick_ms(void)
     return ms > 0 ? ms : 1;
 }
 
+nw_msec nw_coarse_lag_ms(void)
+{
+    return 2 * nw_coarse_tick_ms() + 1;
+}
+
 int64_t nw_wall_clock_ns(void)
 {
     struct timespec ts;

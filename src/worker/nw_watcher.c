@@ -13,7 +13,7 @@ void nw_watcher_init(nw_watcher *wt, const nw_watcher_shared *shared)
     wt->parking = shared->parking;
     wt->sources = shared->sources;
     wt->handoff = shared->handoff;
-    wt->coarse_lag = nw_coarse_tick_ms() + 1;
+    wt->coarse_lag = nw_coarse_lag_ms();
 }
 
 void nw_watcher_count_in(nw_watcher *wt, const nw_scoreboard *board, nw_score_slot *slot)

@@ -45,7 +45,7 @@ typedef struct {
     nw_msec gave_up;            /* out_since of a time out the watcher gave up on */
     nw_msec out_since;          /* the main thread went out to serve then (or up to a
                                  * coarse tick later: never earlier); 0: inside */
-    nw_msec coarse_lag;         /* how far nw_coarse_ms may be behind: a tick and 1 ms */
+    nw_msec coarse_lag;         /* how far nw_coarse_ms may be behind (nw_coarse_lag_ms) */
     nw_wconn *evicted[NW_MAX_PARKED]; /* handed off by the watcher, for the main thread
                                  * to let go */
     int nevicted;

@@ -353,14 +353,21 @@ static void test_clocks(void)
 {
     nw_msec tick = nw_coarse_tick_ms();
     ok(tick >= 1 && tick <= 10, "the coarse clock's tick is 1 to 10 ms");
+    /* (readings over 50 ms: a tick and a millisecond was the bound once,
+     * and this machine's coarse clock is further behind a third of the
+     * time: CI saw all of 1,000 readings in 0.1 ms so) */
+    nw_msec lag = nw_coarse_lag_ms(), worst = 0, end = nw_now_ms() + 50;
     int ahead = 0, behind = 0;
-    for (int i = 0; i < 1000; i++) {
+    while (nw_now_ms() < end) {
         nw_msec before = nw_now_ms(), coarse = nw_coarse_ms(), after = nw_now_ms();
         ahead += coarse > after;            /* (a preemption between them only */
-        behind += before - coarse > tick + 1;   /* brings them closer) */
+        behind += before - coarse > lag;    /* brings them closer) */
+        worst = before - coarse > worst ? before - coarse : worst;
     }
+    is(lag, 2 * tick + 1, "the lag allowed for: two ticks and a millisecond");
     is(ahead, 0, "the coarse clock is never ahead");
-    is(behind, 0, "... nor more than a tick and a millisecond behind");
+    if (!ok(behind == 0, "... nor further behind than that"))
+        diag("%d readings were; the worst: %lld ms", behind, (long long)worst);
     is((int)(nw_deadline_at(1000, 2.5) - 1000), 2500, "a deadline from a reading taken");
 }
 
