@@ -21,6 +21,7 @@ void nw_sources_init(nw_sources *s, const nw_sources_ops *ops, void *ctx, int ep
     s->epfd = epfd;
     s->serve_queue = -1;
     s->serve_queue_ready = 1;
+    s->spare = -1;
 }
 
 int nw_sources_open_serve_queue(nw_sources *s, int fd, uint64_t event)
@@ -30,6 +31,7 @@ int nw_sources_open_serve_queue(nw_sources *s, int fd, uint64_t event)
     s->frame_data = malloc(NW_FRAME_MAX_DATA);
     if (s->serve_queue < 0 || !s->frame_data)
         return -1;
+    s->spare = fcntl(s->serve_queue, F_DUPFD_CLOEXEC, 3);
     return epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->serve_queue, &ev);
 }
 
@@ -118,6 +120,12 @@ static int proxy_allowed(nw_sources *s, const struct sockaddr_storage *peer, soc
 
 /* ---- the listeners ------------------------------------------------- */
 
+static unsigned long long open_file_limit(void)
+{
+    struct rlimit rl;
+    return getrlimit(RLIMIT_NOFILE, &rl) < 0 ? 0 : (unsigned long long)rl.rlim_cur;
+}
+
 /* accept4 refused a client for want of a descriptor: counted, and said
  * in the log (the first time in NW_LOG_LIMIT_MS, then a count). The
  * client stays in the listen queue for a later try. */
@@ -125,15 +133,46 @@ static void fd_limit_reached(nw_sources *s, int idx)
 {
     static nw_log_limit fd_log;
     int e = errno;
-    struct rlimit rl;
     if (s->counts)
         s->counts->fd_limit++;
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-        rl.rlim_cur = 0;
     nw_log_limited(&fd_log, nw_now_ms(), "error",
                    "cannot accept a connection on listener %d: %s (open-file limit %llu); "
-                   "it waits in the listen queue", idx, strerror(e),
-                   (unsigned long long)rl.rlim_cur);
+                   "it waits in the listen queue", idx, strerror(e), open_file_limit());
+}
+
+/* The serve queue's frames bring a descriptor each, and a frame taken
+ * without room for it would lose its connection (the kernel drops the
+ * descriptor: MSG_CTRUNC). So the sources keep one descriptor spare,
+ * closed just before a frame is taken and made again after: a frame is
+ * taken only when the spare could be made, and otherwise waits on the
+ * queue for this worker or another, counted and said as a refused
+ * accept is. */
+static int room_for_one(nw_sources *s)
+{
+    static nw_log_limit fd_log;
+    if (s->spare < 0 && (s->spare = fcntl(s->serve_queue, F_DUPFD_CLOEXEC, 3)) < 0) {
+        int e = errno;
+        if (s->counts)
+            s->counts->fd_limit++;
+        nw_log_limited(&fd_log, nw_now_ms(), "error",
+                       "cannot take a connection from the manager: %s (open-file limit %llu); "
+                       "it waits in the serve queue", strerror(e), open_file_limit());
+        return 0;
+    }
+    close(s->spare);
+    s->spare = -1;
+    return 1;
+}
+
+/* A frame came without its descriptor after all (another thread of the
+ * process took the room): its connection is lost, and said. */
+static void served_lost(nw_sources *s)
+{
+    static nw_log_limit lost_log;
+    nw_log_limited(&lost_log, nw_now_ms(), "error",
+                   "a connection from the manager was lost: no room for its descriptor "
+                   "(open-file limit %llu)", open_file_limit());
+    nw_scoreboard_queued_add(s->serve_queued, -1);
 }
 
 /* One that --proxy-from does not allow to send a PROXY header is closed
@@ -230,7 +269,14 @@ nw_wconn *nw_sources_take_served(nw_sources *s)
     while (s->serve_queue >= 0 && s->serve_queue_ready) {
         nw_frame f;
         int fd;
+        if (!room_for_one(s)) {
+            s->serve_queue_ready = 0;
+            return NULL;
+        }
+        f.magic = 0;
         int r = nw_frame_recv(s->serve_queue, &f, s->frame_data, NW_FRAME_MAX_DATA, &fd);
+        int e = errno;
+        s->spare = fcntl(s->serve_queue, F_DUPFD_CLOEXEC, 3);  /* (-1 at the limit: tried again) */
         if (r == 0) {
             /* end of stream: the master and the manager are gone. Stop
              * watching it, or epoll would report it ready forever. */
@@ -239,6 +285,8 @@ nw_wconn *nw_sources_take_served(nw_sources *s)
             return NULL;
         }
         if (r < 0) {
+            if (e == EBADMSG && f.magic == NW_FRAME_MAGIC && f.type == NW_FRAME_SERVE)
+                served_lost(s);
             s->serve_queue_ready = 0;  /* nothing waiting (another worker took it), or a bad frame */
             return NULL;
         }
@@ -275,7 +323,10 @@ void nw_sources_close(nw_sources *s)
 {
     if (s->serve_queue >= 0)
         close(s->serve_queue);
+    if (s->spare >= 0)
+        close(s->spare);
     s->serve_queue = -1;
+    s->spare = -1;
     free(s->proxy_from);
     s->proxy_from = NULL;
     s->proxy_from_n = 0;

@@ -45,6 +45,7 @@ typedef struct {
                                  * connections are relayed TLS ones, a PROXY header first */
     int serve_queue;            /* -1 without a manager */
     int serve_queue_ready;      /* the serve queue may hold a connection */
+    int spare;                  /* a descriptor kept so a frame's has room (room_for_one) */
     int took_served;            /* the last new connection came from the serve queue */
     char *frame_data;           /* NW_FRAME_MAX_DATA bytes for incoming frames (with a
                                  * serve queue; adoption reads its frames here too) */

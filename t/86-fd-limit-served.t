@@ -1,0 +1,85 @@
+use strict;
+use warnings;
+use Test::More;
+use lib 't/lib';
+use Time::HiRes qw(time sleep);
+use NarwhalTest qw(spawn_server write_app raw_connect read_response wait_until narwhal_cmd
+                   free_port metrics_of);
+
+# A worker at its open-file limit does not lose the connections the
+# manager serves it. Each comes as a frame on the serve queue with its
+# descriptor, and a frame taken without room for the descriptor came
+# without it (the kernel drops it: MSG_CTRUNC): the client's request was
+# lost, closed unanswered. Now the worker keeps one descriptor spare and
+# takes a frame only with room for it; without, the frame waits on the
+# queue (said and counted as a refused accept is) until the worker has
+# room. The clients never retry: each counts its one answer, or none.
+
+plan skip_all => 'the connection manager serves connections to the workers'
+    if !NarwhalTest::managed();
+
+# /hog: after its answer (psgix.cleanup) the worker opens /dev/null until
+# the open-file limit refuses, and keeps them all: every descriptor the
+# process may have is in use. The worker gets room again when it lets
+# the /hog client's kept-alive connection go to the manager
+# (--keepalive-wait) and closes its copy.
+my $APP = write_app(<<'APP');
+my @held;
+sub { my $env = shift;
+      if ($env->{PATH_INFO} eq '/hog') {
+          push @{ $env->{'psgix.cleanup.handlers'} }, sub {
+              while (open(my $fh, '<', '/dev/null')) { push @held, $fh }
+          };
+      }
+      [200, ['Content-Type' => 'text/plain'], ["pid=$$ held=" . scalar(@held) . "\n"]] }
+APP
+
+my $sport = free_port();
+my $port = free_port();
+my $s = spawn_server(app => $APP, port => $port, command => [
+    'sh', '-c', 'ulimit -n 64 && exec "$@"', 'sh', narwhal_cmd(), '--listen', "127.0.0.1:$port",
+    '--workers', 1, '--max-workers', 1, '--keepalive-timeout', 30, '--keepalive-wait', 2,
+    '--status-listen', "127.0.0.1:$sport", $APP ]);
+
+sub request {    # connection, path -> the response, or undef (closed unanswered)
+    my ($c, $path) = @_;
+    syswrite($c, "GET $path HTTP/1.1\r\nHost: x\r\n\r\n") or return undef;
+    return read_response($c, 10);
+}
+
+# A and C: answered once, then idle past --keepalive-wait: the manager
+# holds them, and serves their next request through the serve queue.
+my %c = map { $_ => raw_connect($port) } qw(A C B);
+for my $k (qw(A C)) {
+    my $r = request($c{$k}, '/');
+    is($r && $r->{status}, 200, "client $k: a first request answered");
+}
+sleep 3;
+
+my $hog = request($c{B}, '/hog');
+is($hog && $hog->{status}, 200, 'client B: /hog answered (then the worker fills its open-file table)');
+sleep 0.3;
+
+# Both ask again at once: one takes the spare descriptor's room, the
+# other waits on the serve queue until B's connection goes to the
+# manager and the worker has room again.
+my $t0 = time;
+syswrite($c{$_}, "GET /again HTTP/1.1\r\nHost: x\r\n\r\n") for qw(A C);
+for my $k (qw(A C)) {
+    my $r = read_response($c{$k}, 10);
+    is($r && $r->{status}, 200, "client $k: its request served through the serve queue is answered, not lost");
+    like($r ? $r->{body} : '', qr/held=[1-9]\d*/, '... by the worker whose table was full');
+}
+cmp_ok(time - $t0, '<', 8, '... within the wait for room (--keepalive-wait 2 s)');
+ok(wait_until(sub { $s->log_text =~ /cannot take a connection from the manager: Too many open files \(open-file limit 64\); it waits in the serve queue/ }, 5),
+   'the worker said it left a connection on the serve queue for want of a descriptor');
+unlike($s->log_text, qr/connection from the manager was lost/, '... and lost none');
+my $m = metrics_of($sport);
+cmp_ok($m->{'narwhal_failures_total{kind="fd_limit"}'} // 0, '>', 0,
+       '... counted: narwhal_failures_total{kind="fd_limit"}');
+my $after = request(raw_connect($port), '/after');
+is($after && $after->{status}, 200, 'the server goes on');
+
+close $_ for values %c;
+$s->stop;
+done_testing;
