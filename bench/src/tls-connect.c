@@ -14,7 +14,8 @@
  * connection, so handshakes are resumed as soon as the first
  * connection got a ticket. How many actually were is counted
  * (SSL_session_reused) and printed; a --resume run where fewer than 90%
- * of the answered connections resumed says "resume=FAILED".
+ * of the answered connections beyond the first N (N = -c: those started
+ * before any ticket came) resumed says "resume=FAILED".
  *
  * Nothing is retried: every connection that fails counts once, by the
  * step it failed at: connect (refused, reset, no port), handshake, write,
@@ -35,6 +36,17 @@
  *   --tls12          TLS 1.2 instead of 1.3
  *   --resume         resume sessions (see above)
  *   --timeout S      per connection, from connect to close (default 5)
+ *   --rtt MS         act as a client MS milliseconds away (see below)
+ *
+ * --rtt: each flight the client sends after its hello (TLS 1.2's key
+ * exchange and Finished, TLS 1.3's Finished with the request) is held back
+ * MS milliseconds before it is written, so the server waits one round trip
+ * for each of them, as it would for a client that far away. The hello goes
+ * at once: the TCP handshake's round trip is the kernel's (a server has
+ * accepted nothing before it ends) and is not emulated, so a connection
+ * costs the server 1 round trip (TLS 1.3) or 2 (TLS 1.2) less than across a
+ * real network of that RTT costs the client. The client writes through a
+ * memory BIO for this; without --rtt it writes to the socket directly.
  *
  * Output, one line of key=value: conns_s (connections answered and closed
  * within the D seconds, per second), ok, p50_ms and p99_ms (connect to
@@ -80,12 +92,18 @@ struct conn {
     double t0;                  /* when connect() was called */
     char head[sizeof WANT];     /* the answer's first bytes */
     size_t got;                 /* bytes of answer */
+    /* --rtt: what the client has sent, not yet written to the socket */
+    BIO *held;                  /* the connection's write BIO (memory) */
+    char out[16384];
+    size_t outlen;
+    double due;                 /* when out is written */
+    int flights;                /* flights taken from held so far */
 };
 
 static struct {
     struct sockaddr_in addr;
     int epfd, conns, resume, tls12;
-    double duration, timeout, t_end;
+    double duration, timeout, t_end, rtt;
     SSL_CTX *ctx;
     SSL_SESSION *newest;        /* our own copy of the newest session */
     long ok, ok_late, resumed, unclean, errors[E_KINDS], said[E_KINDS];
@@ -146,6 +164,8 @@ static void release(struct conn *c)
     if (c->fd >= 0)
         close(c->fd);           /* also leaves the epoll set */
     c->ssl = NULL;
+    c->held = NULL;             /* freed with ssl */
+    c->outlen = 0;
     c->fd = -1;
     c->events = 0;
     c->state = S_FREE;
@@ -248,7 +268,15 @@ static void step(struct conn *c)
         }
         if (!(c->ssl = SSL_new(g.ctx)))
             die("SSL_new");
-        SSL_set_fd(c->ssl, c->fd);
+        if (g.rtt > 0) {
+            BIO *rb = BIO_new_socket(c->fd, BIO_NOCLOSE);
+            if (!rb || !(c->held = BIO_new(BIO_s_mem())))
+                die("BIO_new");
+            SSL_set_bio(c->ssl, rb, c->held);
+            c->flights = 0;
+        } else {
+            SSL_set_fd(c->ssl, c->fd);
+        }
         SSL_set_tlsext_host_name(c->ssl, "localhost");
         if (g.resume && g.newest) {
             /* a copy per connection: OpenSSL marks a connection's session
@@ -312,6 +340,48 @@ static void step(struct conn *c)
     }
 }
 
+/* --rtt: what the client wrote since the last step becomes a flight,
+ * written at once if it is the hello, else one RTT from now. */
+static void hold(struct conn *c)
+{
+    if (!c->held || c->state == S_FREE)
+        return;
+    int n = BIO_pending(c->held);
+    if (n <= 0)
+        return;
+    if (c->outlen + n > sizeof c->out)
+        die("a flight larger than 16 KiB");
+    BIO_read(c->held, c->out + c->outlen, n);
+    if (!c->outlen)
+        c->due = now() + (c->flights ? g.rtt / 1e3 : 0);
+    c->outlen += n;
+    c->flights++;
+}
+
+/* --rtt: writes the flight that is due; the time to the next one, if
+ * sooner than *wait (seconds). */
+static void send_due(struct conn *c, double t, double *wait)
+{
+    if (c->state == S_FREE || !c->outlen)
+        return;
+    if (c->due > t) {
+        if (c->due - t < *wait)
+            *wait = c->due - t;
+        return;
+    }
+    ssize_t w = write(c->fd, c->out, c->outlen);
+    if (w < 0 && errno != EAGAIN) {
+        fail(c, c->state == S_HANDSHAKE ? E_HANDSHAKE : E_WRITE, strerror(errno));
+        return;
+    }
+    if (w > 0) {
+        memmove(c->out, c->out + w, c->outlen - w);
+        c->outlen -= w;
+    }
+    if (c->outlen && *wait > 0.001)
+        *wait = 0.001;          /* the socket's buffer was full: soon again */
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -352,19 +422,22 @@ static void run(int n)
     }
     struct epoll_event evs[256];
     for (;;) {
-        double t = now();
+        double t = now(), wait = 0.05;
         int open = 0;
         for (int i = 0; i < n; i++) {
             struct conn *c = &cs[i];
             if (c->state != S_FREE && t - c->t0 > g.timeout)
                 fail(c, E_TIMEOUT, "no close within the timeout");
-            if (c->state == S_FREE && t < g.t_end)
+            if (c->state == S_FREE && t < g.t_end) {
                 start(c);
+                hold(c);
+            }
+            send_due(c, t, &wait);
             open += c->state != S_FREE;
         }
         if (!open && t >= g.t_end)
             break;
-        int k = epoll_wait(g.epfd, evs, 256, 50);
+        int k = epoll_wait(g.epfd, evs, 256, (int)(wait * 1e3 + 0.999));
         if (k < 0 && errno != EINTR)
             die("epoll_wait");
         for (int i = 0; i < k; i++) {
@@ -372,8 +445,11 @@ static void run(int n)
             if (c->state == S_FREE)
                 continue;
             step(c);
-            if (c->state == S_FREE && now() < g.t_end)
+            hold(c);
+            if (c->state == S_FREE && now() < g.t_end) {
                 start(c);
+                hold(c);
+            }
         }
     }
     free(cs);
@@ -402,7 +478,7 @@ static void xfer(int fd, void *buf, size_t len, int out)
 static void usage(void)
 {
     fprintf(stderr, "usage: tls-connect -p PORT [-h ADDR] [-c N] [-d SECONDS] [-t PROCS] [--tls12] "
-                    "[--resume] [--timeout SECONDS]\n");
+                    "[--resume] [--timeout SECONDS] [--rtt MS]\n");
     exit(2);
 }
 
@@ -433,10 +509,12 @@ int main(int argc, char **argv)
             procs = atoi(argv[++i]);
         else if (!strcmp(a, "--timeout"))
             g.timeout = atof(argv[++i]);
+        else if (!strcmp(a, "--rtt"))
+            g.rtt = atof(argv[++i]);
         else
             usage();
     }
-    if (port <= 0 || port > 65535 || g.conns < 1 || g.duration <= 0 || g.timeout <= 0 || procs < 1
+    if (port <= 0 || port > 65535 || g.conns < 1 || g.duration <= 0 || g.timeout <= 0 || g.rtt < 0 || procs < 1
         || procs > g.conns)
         usage();
     g.addr.sin_family = AF_INET;
@@ -511,8 +589,8 @@ int main(int argc, char **argv)
         printf(" %s=%ld", kind_name[k], g.errors[k]);
     printf(" resumed=%ld/%ld", g.resumed, answered);
     if (g.resume)
-        printf(" resume=%s", g.resumed >= 0.9 * answered && answered ? "ok" : "FAILED");
-    printf(" unclean=%ld late=%ld tls=%s c=%d t=%d d=%g client_cpu=%.2f\n", g.unclean, g.ok_late,
-           g.tls12 ? "1.2" : "1.3", g.conns, procs, g.duration, cpu);
+        printf(" resume=%s", answered > g.conns && g.resumed >= 0.9 * (answered - g.conns) ? "ok" : "FAILED");
+    printf(" unclean=%ld late=%ld tls=%s c=%d t=%d d=%g rtt_ms=%g client_cpu=%.2f\n", g.unclean, g.ok_late,
+           g.tls12 ? "1.2" : "1.3", g.conns, procs, g.duration, g.rtt, cpu);
     return 0;
 }
