@@ -96,6 +96,9 @@
 #define NW_MAX_PARKED 4096
 #define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer pauses parking */
 #define NW_PARK_PAUSE_MS              5000    /* for this long */
+#define NW_FD_ROOM_RETRY_MS           50      /* a worker at its open-file limit leaves the
+                                               * serve queue unwatched this long, then tries
+                                               * again (nw_sources.c, room_for_one) */
 /* Requests that block (DESIGN.md, "Requests that block"): a worker whose
  * requests spend most of their time asleep (a database, a sleep) hands its
  * kept-alive clients to the manager instead of parking them, and a standby

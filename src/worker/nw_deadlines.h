@@ -13,6 +13,7 @@ typedef enum {
     NW_DEADLINE_PARKED,         /* the first parked connection whose time is up */
     NW_DEADLINE_CUSTODY,        /* parked connections' copies due to the manager */
     NW_DEADLINE_ADOPT_ASIDE,    /* back in the adopt queue's wake-ups */
+    NW_DEADLINE_FD_ROOM,        /* the serve queue watched again (no room for a descriptor) */
     NW_DEADLINE_KINDS
 } nw_deadline_kind;
 

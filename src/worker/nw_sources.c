@@ -32,6 +32,7 @@ int nw_sources_open_serve_queue(nw_sources *s, int fd, uint64_t event)
     if (s->serve_queue < 0 || !s->frame_data)
         return -1;
     s->spare = fcntl(s->serve_queue, F_DUPFD_CLOEXEC, 3);
+    s->serve_event = event;
     return epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->serve_queue, &ev);
 }
 
@@ -146,22 +147,41 @@ static void fd_limit_reached(nw_sources *s, int idx)
  * closed just before a frame is taken and made again after: a frame is
  * taken only when the spare could be made, and otherwise waits on the
  * queue for this worker or another, counted and said as a refused
- * accept is. */
+ * accept is. Meanwhile the queue is out of this worker's epoll set for
+ * NW_FD_ROOM_RETRY_MS (it is level-triggered: it would wake the worker
+ * again at once, 1.9 million times in 2 s). */
 static int room_for_one(nw_sources *s)
 {
     static nw_log_limit fd_log;
     if (s->spare < 0 && (s->spare = fcntl(s->serve_queue, F_DUPFD_CLOEXEC, 3)) < 0) {
         int e = errno;
+        nw_msec now = nw_now_ms();
         if (s->counts)
             s->counts->fd_limit++;
-        nw_log_limited(&fd_log, nw_now_ms(), "error",
+        nw_log_limited(&fd_log, now, "error",
                        "cannot take a connection from the manager: %s (open-file limit %llu); "
                        "it waits in the serve queue", strerror(e), open_file_limit());
+        if (!s->serve_paused_until)
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->serve_queue, NULL);
+        s->serve_paused_until = now + NW_FD_ROOM_RETRY_MS;
         return 0;
     }
     close(s->spare);
     s->spare = -1;
     return 1;
+}
+
+/* Whether a frame waits (1), none does (-1), or the queue has ended (0),
+ * asked without taking it: the spare is closed and made again only for a
+ * frame (an empty look costs the one call it did before). */
+static int frame_waits(nw_sources *s)
+{
+    char b;
+    ssize_t n;
+    do {
+        n = recv(s->serve_queue, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n > 0 ? 1 : n == 0 ? 0 : -1;
 }
 
 /* A frame came without its descriptor after all (another thread of the
@@ -263,20 +283,33 @@ static nw_wconn *wconn_from_frame(nw_sources *s, const nw_frame *f, int fd)
     return wc;
 }
 
+void nw_sources_serve_queue_due(nw_sources *s, nw_msec now)
+{
+    if (!s->serve_paused_until || now < s->serve_paused_until)
+        return;
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = s->serve_event };
+    s->serve_paused_until = 0;
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->serve_queue, &ev) == 0)
+        s->serve_queue_ready = 1;
+}
+
 /* Whichever free worker looks first gets it. */
 nw_wconn *nw_sources_take_served(nw_sources *s)
 {
     while (s->serve_queue >= 0 && s->serve_queue_ready) {
         nw_frame f;
-        int fd;
-        if (!room_for_one(s)) {
+        int fd, r = frame_waits(s);
+        if (r > 0 && !room_for_one(s)) {
             s->serve_queue_ready = 0;
             return NULL;
         }
         f.magic = 0;
-        int r = nw_frame_recv(s->serve_queue, &f, s->frame_data, NW_FRAME_MAX_DATA, &fd);
-        int e = errno;
-        s->spare = fcntl(s->serve_queue, F_DUPFD_CLOEXEC, 3);  /* (-1 at the limit: tried again) */
+        int e = 0;
+        if (r > 0) {
+            r = nw_frame_recv(s->serve_queue, &f, s->frame_data, NW_FRAME_MAX_DATA, &fd);
+            e = errno;
+            s->spare = fcntl(s->serve_queue, F_DUPFD_CLOEXEC, 3);  /* (-1 at the limit: tried again) */
+        }
         if (r == 0) {
             /* end of stream: the master and the manager are gone. Stop
              * watching it, or epoll would report it ready forever. */

@@ -46,6 +46,9 @@ typedef struct {
     int serve_queue;            /* -1 without a manager */
     int serve_queue_ready;      /* the serve queue may hold a connection */
     int spare;                  /* a descriptor kept so a frame's has room (room_for_one) */
+    uint64_t serve_event;       /* the serve queue's epoll data */
+    nw_msec serve_paused_until; /* no room for a descriptor: the serve queue is out of
+                                 * epoll until then (0: watched) */
     int took_served;            /* the last new connection came from the serve queue */
     char *frame_data;           /* NW_FRAME_MAX_DATA bytes for incoming frames (with a
                                  * serve queue; adoption reads its frames here too) */
@@ -86,6 +89,10 @@ int nw_sources_proxy_from(nw_sources *s, const char *cidr);
 
 /* A new client from the listeners epoll reported, or NULL. */
 nw_wconn *nw_sources_accept_ready(nw_sources *s);
+
+/* A serve queue left unwatched at the open-file limit is watched again
+ * once its time (serve_paused_until, a deadline of the worker's) has come. */
+void nw_sources_serve_queue_due(nw_sources *s, nw_msec now);
 
 /* The next connection on the serve queue, or NULL. */
 nw_wconn *nw_sources_take_served(nw_sources *s);

@@ -213,6 +213,7 @@ static void look_busy(nw_worker *w, nw_msec now)
         poll_events(w, 0);
     if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_ADOPT_ASIDE, now))
         nw_adopt_step_back(&w->adopt);
+    nw_sources_serve_queue_due(&w->sources, now);
     if (w->adopt.ready)
         nw_adopt_when_busy(&w->adopt, now); /* a leaving worker's parked connections */
     if (w->parking.set.count && !w->draining) {
@@ -259,6 +260,7 @@ static int look_idle(nw_worker *w, nw_msec now)
     }
     if (nw_deadlines_passed(&w->deadlines, NW_DEADLINE_CUSTODY, now))
         nw_custody_wait_flush(&w->custody);
+    nw_sources_serve_queue_due(&w->sources, now);
     return 0;
 }
 
@@ -271,6 +273,7 @@ static int wait_events(nw_worker *w, nw_msec now, nw_msec until)
 {
     nw_msec parked = w->draining ? 0 : nw_parking_next(&w->parking);
     nw_deadlines_set(&w->deadlines, NW_DEADLINE_PARKED, parked > now ? parked : 0);
+    nw_deadlines_set(&w->deadlines, NW_DEADLINE_FD_ROOM, w->sources.serve_paused_until);
     int wait_ms = nw_deadlines_wait_ms(&w->deadlines, now, until);
     if ((poll_events(w, wait_ms) < 0 && errno == EINTR) || w->signals.ready) {
         errno = EINTR;

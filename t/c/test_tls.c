@@ -746,6 +746,7 @@ static void test_ktls_probe(void)
     if (f) {
         if (!fgets(ulps, sizeof ulps, f))
             ulps[0] = 0;
+        ulps[strcspn(ulps, "\n")] = 0;
         fclose(f);
     }
     int listed = strstr(ulps, "tls") != NULL;
