@@ -190,7 +190,10 @@ answer: the server never guesses; it is counted in
 C<narwhal_proxy_rejected_total{reason="bad_header"}> and logged with its peer
 (the first at once, the rest summed up every 10 s). Only for listeners that
 nothing but the balancer can reach, or with C<--proxy-from>; without it,
-Narwhal warns at start. Default: C<off>.
+Narwhal warns at start. On a TLS listener the header comes before the TLS
+handshake (a TCP balancer passing TLS through, as HAProxy's C<mode tcp> with
+C<send-proxy-v2> does), and the connection manager reads it there. Default:
+C<off>.
 
 =item --tls-cert FILE, --ssl-cert FILE
 

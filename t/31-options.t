@@ -141,7 +141,8 @@ my %passed = map { /^--(.+)/ ? ($1 => 1) : () }
     Narwhal::Options::manager_argv(Narwhal::Options::normalize(max_connections => 100,
                                                                 error_log => "/var/log/e.log",
                                                                 listen => ['127.0.0.1:8443:ssl'],
-                                                                tls_cert => 'c.pem', tls_key => 'k.pem'));
+                                                                tls_cert => 'c.pem', tls_key => 'k.pem',
+                                                                proxy_protocol => 1, proxy_from => ['10.0.0.0/8']));
 is_deeply(\%passed, \%takes, 'the master passes the manager exactly the options the manager takes');
 # ... and the values the master passes, at the defaults and at the table's
 # bounds, are ones it accepts (--help last: it exits 0 once the rest parsed).
@@ -161,6 +162,18 @@ for my $o (grep { $_->{manager} && $_->{type} eq 'seconds' } @table) {
     ok(!eval { Narwhal::Options::normalize($o->{name} => $v); 1 }, "--$o->{manager} $v is refused by the table")
         and isnt(run_cmd([ "$ROOT/blib/arch/auto/Narwhal/narwhal-manager", "--$o->{manager}", $v, '--help' ])->{code},
                  0, "... as the manager refuses it");
+}
+
+# So is a --proxy-from list longer than the manager keeps (it reads them
+# for its TLS listeners).
+{
+    my $max = Narwhal::Limits::MAX_PROXY_FROM();
+    my @from = map { "10.0.0.$_" } 1 .. $max + 1;
+    like(eval { Narwhal::Options::normalize(proxy_protocol => 1, proxy_from => \@from); '' } // $@,
+         qr/^--proxy-from: at most $max addresses or CIDRs$/, "--proxy-from ${\($max + 1)} times is refused by the table");
+    my $run = sub { run_cmd([ "$ROOT/blib/arch/auto/Narwhal/narwhal-manager", (map { ('--proxy-from', $_) } @_), '--help' ]) };
+    is($run->(@from[0 .. $max - 1])->{code}, 0, "... $max are taken by the manager");
+    isnt($run->(@from)->{code}, 0, '... one more is refused by it');
 }
 
 # A handler argument Narwhal does not know is refused, never dropped silently.

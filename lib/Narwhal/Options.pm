@@ -342,7 +342,10 @@ my @TABLE = (
            . 'an answer: the server never guesses; it is counted in '
            . 'C<narwhal_proxy_rejected_total{reason="bad_header"}> and logged with its peer (the '
            . 'first at once, the rest summed up every 10 s). Only for listeners that nothing but '
-           . 'the balancer can reach, or with C<--proxy-from>; without it, Narwhal warns at start.' },
+           . 'the balancer can reach, or with C<--proxy-from>; without it, Narwhal warns at start. '
+           . 'On a TLS listener the header comes before the TLS handshake (a TCP balancer passing '
+           . 'TLS through, as HAProxy\'s C<mode tcp> with C<send-proxy-v2> does), and the '
+           . 'connection manager reads it there.' },
     { name => 'tls_cert', alias => ['ssl-cert'], type => 'string', group => 'Listening', arg => 'FILE',
       manager => 'tls-cert',
       help => 'the TLS listeners\' certificate chain (PEM, the server\'s first)',
@@ -361,6 +364,7 @@ my @TABLE = (
       pod => 'Every TCP listener is a TLS listener, as if each had C<:ssl> after it '
            . '(Starman\'s C<--enable-ssl>).' },
     { name => 'proxy_from', type => 'list', group => 'Listening', arg => 'CIDR',
+      manager => 'proxy-from',
       help => 'with --proxy-protocol, only these peers may connect (repeatable)',
       pod => 'With C<--proxy-protocol>, connections from any other address are closed at once '
            . '(C<10.0.0.0/8>, C<fd00::/8>, or an address; repeatable; IPv4-mapped IPv6 peers '
@@ -682,6 +686,8 @@ sub _check_relations {
         die "--proxy-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
     }
     die "--proxy-from needs --proxy-protocol\n" if @{ $o->{proxy_from} || [] } && !$o->{proxy_protocol};
+    die "--proxy-from: at most " . _c('MAX_PROXY_FROM') . " addresses or CIDRs\n"
+        if @{ $o->{proxy_from} || [] } > _c('MAX_PROXY_FROM');
     _check_tls($o);
     for my $cidr (@{ $o->{forwarded_from} || [] }) {
         die "--forwarded-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
@@ -695,8 +701,8 @@ sub _check_relations {
         && $o->{min_reqs_per_child} > $o->{max_reqs_per_child};
 }
 
-# TLS listeners: a certificate pair, the manager (which does their TLS),
-# and no PROXY header in front of the handshake (not read there yet).
+# TLS listeners: a certificate pair, and the manager (which does their
+# TLS, and reads a --proxy-protocol header before each handshake).
 sub _check_tls {
     my ($o) = @_;
     my $tls = Narwhal::Listener::wants_tls($o);
@@ -708,8 +714,6 @@ sub _check_tls {
         if @pair < 2;
     die "TLS listeners need the connection manager (it does their TLS): drop --no-manager\n"
         unless $o->{manager};
-    die "--proxy-protocol does not apply to TLS listeners yet: a PROXY header before the "
-        . "TLS handshake is not read\n" if $o->{proxy_protocol};
 }
 
 sub _compile_code {
@@ -737,7 +741,7 @@ sub c_config {
 # The manager program's arguments, from the options it takes.
 sub manager_argv {
     my ($o) = @_;
-    return map { ("--$_->{manager}", $o->{ $_->{name} }) }
+    return map { my $m = $_->{manager}; map { ("--$m", $_) } ref $o->{ $_->{name} } ? @{ $o->{ $_->{name} } } : $o->{ $_->{name} } }
            grep { $_->{manager} && defined $o->{ $_->{name} } } @TABLE;
 }
 

@@ -7,7 +7,8 @@
  *   narwhal-manager [--keepalive-timeout SECS] [--read-timeout SECS]
  *                   [--max-connections N] [--max-header-bytes N]
  *                   [--max-request-line N] [--max-queue-wait MS] [--timeout SECS]
- *                   [--proxy-protocol 0|1] [--tls-cert FILE --tls-key FILE]
+ *                   [--proxy-protocol 0|1] [--proxy-from CIDR ...]
+ *                   [--tls-cert FILE --tls-key FILE]
  *                   [--error-log FILE]
  *                   [--scoreboard-fd FD] [--serve-reader-fd FD]
  *                   [--status-fd FD] [--listener-fds FD,FD...]
@@ -57,6 +58,7 @@ static const struct option manager_opts[] = {
     { "max-queue-wait",    required_argument, NULL, 'q' },
     { "timeout",           required_argument, NULL, 't' },
     { "proxy-protocol",    required_argument, NULL, 'P' },
+    { "proxy-from",        required_argument, NULL, 'F' },
     { "error-log",         required_argument, NULL, 'e' },
     { "tls-cert",          required_argument, NULL, 'C' },
     { "tls-key",           required_argument, NULL, 'K' },
@@ -203,6 +205,8 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'q': bad = parse_ms(optarg, &cfg->max_queue_wait); break;
         case 't': bad = parse_seconds(optarg, &cfg->timeout); break;
         case 'P': { size_t on; bad = parse_count(optarg, 0, &on) || on > 1; cfg->proxy_protocol = (int)on; break; }
+        case 'F': bad = cfg->nproxy_from == NW_MAX_PROXY_FROM
+                        || nw_proxy_cidr_parse(optarg, &cfg->proxy_from[cfg->nproxy_from++]) < 0; break;
         case 'e': cfg->error_log = optarg; bad = !*optarg; break;
         case 'S': bad = parse_fd(optarg, &cfg->scoreboard_fd); break;
         case 'Q': bad = parse_fd(optarg, &cfg->serve_reader_fd); break;

@@ -430,8 +430,11 @@ static int init_tls(nw_manager *m, const nw_manager_config *cfg)
     nw_mgr_accept_leave(&m->accept, mask);
     if (nw_mgr_tls_init(&m->tls, &m->heads, &m->table, &m->clock, cfg->tls_cert, cfg->tls_key, fds,
                         cfg->tls_listeners, cfg->ntls, cfg->read_timeout, cfg->tls_threads,
-                        err, sizeof err) == 0)
+                        err, sizeof err) == 0) {
+        if (cfg->proxy_protocol)
+            nw_mgr_tls_proxy(&m->tls, cfg->proxy_from, (size_t)cfg->nproxy_from);
         return 0;
+    }
     nw_log("error", "TLS: %s", err);
     return -1;
 }

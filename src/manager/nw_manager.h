@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include "nw_limits.h"
+#include "nw_proxy.h"
 
 typedef struct {
     double keepalive_timeout;   /* seconds an idle connection is kept */
@@ -20,6 +21,9 @@ typedef struct {
     double max_queue_wait;      /* seconds a complete request may wait for a worker, then 503 (0: no limit) */
     double timeout;             /* seconds a response's write may make no progress (output offload) */
     int proxy_protocol;         /* --proxy-protocol: connections it accepts begin with a PROXY header */
+    nw_proxy_cidr proxy_from[NW_MAX_PROXY_FROM]; /* --proxy-from: who may send one (the TLS
+                                 * listeners'; the workers check the rest) */
+    int nproxy_from;
     int scoreboard_fd;          /* the scoreboard's memfd, or -1 */
     int serve_reader_fd;        /* the workers' end of the serve queue (for shedding), or -1 */
     int status_fd;              /* the --status-listen listener, or -1 */

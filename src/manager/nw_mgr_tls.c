@@ -38,6 +38,11 @@ struct nw_mgr_tls_conn {
     int tcp_events, pair_events;    /* what each is in the set for (0: not in it) */
     int plain;                      /* a plain-HTTP client, answered 400, lingering */
     int in_pool;                    /* a handshake thread runs its step: hands off */
+    int proxy_wait;                 /* --proxy-protocol: its header is still being read */
+    char *proxy_buf;                /* ...what came of it so far (NW_PROXY_V2_MAX bytes) */
+    size_t proxy_len;
+    nw_proxy_info addrs;            /* the header's addresses (addrs_given) */
+    int addrs_given;
     nw_tls_job job;
     nw_msec deadline;
     nw_mgr_tls_list *list;
@@ -128,6 +133,8 @@ static void conn_close(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
     }
     nw_tls_conn_free(c->tls);
     c->tls = NULL;
+    free(c->proxy_buf);
+    c->proxy_buf = NULL;
     c->next = t->dead;
     t->dead = c;
 }
@@ -208,18 +215,23 @@ static void relay(nw_mgr_tls *t, struct nw_mgr_tls_conn *c, int ready)
 }
 
 /* The PROXY v2 header the plain stream begins with: the client's address
- * and the one it reached. */
-static int send_addresses(int fd, int to)
+ * and the one it reached (the balancer's header's, under --proxy-protocol). */
+static int send_addresses(const struct nw_mgr_tls_conn *c, int to)
 {
     struct sockaddr_storage peer, local;
     socklen_t plen = sizeof peer, llen = sizeof local;
     char hdr[NW_PROXY_V2_ROOM];
-    if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
-        plen = 0;
-    if (getsockname(fd, (struct sockaddr *)&local, &llen) < 0)
-        llen = 0;
-    size_t len = nw_proxy_encode_v2(hdr, (struct sockaddr *)&peer, plen,
-                                    (struct sockaddr *)&local, llen);
+    size_t len;
+    if (c->addrs_given) {
+        len = nw_proxy_encode_v2(hdr, (const struct sockaddr *)&c->addrs.src, c->addrs.src_len,
+                                 (const struct sockaddr *)&c->addrs.dst, c->addrs.dst_len);
+    } else {
+        if (getpeername(c->fd, (struct sockaddr *)&peer, &plen) < 0)
+            plen = 0;
+        if (getsockname(c->fd, (struct sockaddr *)&local, &llen) < 0)
+            llen = 0;
+        len = nw_proxy_encode_v2(hdr, (struct sockaddr *)&peer, plen, (struct sockaddr *)&local, llen);
+    }
     return send(to, hdr, len, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
 }
 
@@ -235,7 +247,7 @@ static void established(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
         return;
     }
     c->pair = sv[1];
-    if (send_addresses(c->fd, c->pair) < 0) {
+    if (send_addresses(c, c->pair) < 0) {
         close(sv[0]);
         refused(t, c, NW_TLS_R_OTHER);
         return;
@@ -295,6 +307,94 @@ static void take_done(nw_mgr_tls *t)
     }
 }
 
+/* ------------------------------------------------------------ PROXY */
+
+static const char *const proxy_why[NW_PROXY_REJECTS] = {
+    "no valid PROXY header", "its address is not in --proxy-from"
+};
+
+static void proxy_refused(nw_mgr_tls *t, struct nw_mgr_tls_conn *c, int reason)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    char where[NW_SCOREBOARD_PEER] = "?";
+    if (getpeername(c->fd, (struct sockaddr *)&peer, &plen) == 0)
+        nw_format_address((struct sockaddr *)&peer, plen, where, sizeof where);
+    t->proxy_rejected[reason]++;
+    nw_log_limited(&t->proxy_said[reason], nw_mgr_now(t->clock), "warn",
+                   "refused a TLS connection under --proxy-protocol from %s: %s",
+                   where, proxy_why[reason]);
+    conn_close(t, c);
+}
+
+/* The header, before the hello: what is there is looked at (MSG_PEEK)
+ * and only the header's bytes are taken, so the hello stays for the
+ * handshake. Bytes of an unfinished header are taken and kept (the
+ * socket would read ready forever otherwise). */
+static void read_proxy(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
+{
+    char buf[NW_PROXY_V2_MAX];
+    size_t have = c->proxy_len, used = 0;
+    nw_proxy_info info;
+    if (have)
+        memcpy(buf, c->proxy_buf, have);
+    ssize_t n = recv(c->fd, buf + have, sizeof buf - have, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        if (set_events(t, c->fd, &c->tcp_events, EPOLLIN, &c->tcp_ref) < 0)
+            refused(t, c, NW_TLS_R_OTHER);
+        return;
+    }
+    if (n <= 0) {
+        refused(t, c, NW_TLS_R_CLOSED);
+        return;
+    }
+    int r = nw_proxy_parse(buf, have + (size_t)n, &info, &used);
+    if (r == NW_PROXY_BAD || (r == NW_PROXY_MORE && have + (size_t)n == sizeof buf)) {
+        proxy_refused(t, c, NW_PROXY_REJECT_BAD_HEADER);
+        return;
+    }
+    size_t take = r == NW_PROXY_DONE ? used - have : (size_t)n;
+    if (recv(c->fd, buf + have, take, MSG_DONTWAIT) != (ssize_t)take) {
+        refused(t, c, NW_TLS_R_OTHER);
+        return;
+    }
+    if (r == NW_PROXY_MORE) {
+        if (!c->proxy_buf && !(c->proxy_buf = malloc(NW_PROXY_V2_MAX))) {
+            refused(t, c, NW_TLS_R_OTHER);
+            return;
+        }
+        memcpy(c->proxy_buf + have, buf + have, take);
+        c->proxy_len = have + take;
+        if (set_events(t, c->fd, &c->tcp_events, EPOLLIN, &c->tcp_ref) < 0)
+            refused(t, c, NW_TLS_R_OTHER);
+        return;
+    }
+    free(c->proxy_buf);
+    c->proxy_buf = NULL;
+    c->proxy_wait = 0;
+    c->addrs = info;
+    c->addrs_given = !info.local;   /* (LOCAL, a health check: the socket's own) */
+    shake(t, c);
+}
+
+/* --proxy-from: the peers that may send a header (none given: any). */
+static int proxy_peer_allowed(const nw_mgr_tls *t, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    if (!t->proxy_from_n)
+        return 1;
+    return getpeername(fd, (struct sockaddr *)&peer, &plen) == 0
+           && nw_proxy_cidr_match(t->proxy_from, t->proxy_from_n, (struct sockaddr *)&peer);
+}
+
+void nw_mgr_tls_proxy(nw_mgr_tls *t, const nw_proxy_cidr *from, size_t n)
+{
+    t->proxy = 1;
+    t->proxy_from = from;
+    t->proxy_from_n = n;
+}
+
 static void conn_new(nw_mgr_tls *t, int fd, int i)
 {
     struct nw_mgr_tls_conn *c = calloc(1, sizeof *c);
@@ -315,7 +415,14 @@ static void conn_new(nw_mgr_tls *t, int fd, int i)
     list_add(&t->shaking, c);
     c->state = SHAKING;
     c->deadline = nw_mgr_now(t->clock) + t->handshake_ms;
-    shake(t, c);    /* (the hello is usually there: TCP_DEFER_ACCEPT) */
+    if (t->proxy && !proxy_peer_allowed(t, fd)) {
+        proxy_refused(t, c, NW_PROXY_REJECT_NOT_ALLOWED);
+    } else if (t->proxy) {
+        c->proxy_wait = 1;      /* (its deadline is the handshake's) */
+        read_proxy(t, c);
+    } else {
+        shake(t, c);    /* (the hello is usually there: TCP_DEFER_ACCEPT) */
+    }
 }
 
 static void pause_accepting(nw_mgr_tls *t)
@@ -360,6 +467,8 @@ static void conn_event(nw_mgr_tls *t, const nw_mgr_tls_ref *r)
         return;     /* closed earlier in this batch, or a thread's for now */
     if (c->plain)
         plain_readable(t, c);
+    else if (c->proxy_wait)
+        read_proxy(t, c);
     else if (c->state == SHAKING)
         shake(t, c);
     else
@@ -515,6 +624,8 @@ void nw_mgr_tls_numbers(const nw_mgr_tls *t, nw_status_manager *sm)
         sm->tls_reason[sm->tls_reasons] = nw_tls_reason_name(r);
         sm->tls_refused[sm->tls_reasons++] = t->refused[r];
     }
+    for (int r = 0; r < NW_PROXY_REJECTS; r++)
+        sm->proxy_rejected[r] = t->proxy_rejected[r];
 }
 
 void nw_mgr_tls_reload(nw_mgr_tls *t)

@@ -9,7 +9,9 @@
  * connection of the TLS listener's index, its stream beginning with a
  * PROXY v2 header that names the client's address and the listener's
  * (the workers learn REMOTE_ADDR and SERVER_PORT from it, as with
- * --proxy-protocol, and https from the listener index).
+ * --proxy-protocol, and https from the listener index). Under
+ * --proxy-protocol those are the addresses of the balancer's header,
+ * read before the handshake.
  *
  * It runs in the manager's thread, with an epoll set of its own (its
  * descriptor is in the manager's set): its connections' events never
@@ -24,6 +26,8 @@
 #include "nw_mgr_clock.h"
 #include "nw_mgr_heads.h"
 #include "nw_mgr_table.h"
+#include "nw_proxy.h"
+#include "nw_scoreboard.h"
 #include "nw_status.h"
 #include "nw_tls.h"
 #include "nw_tls_pool.h"
@@ -71,6 +75,11 @@ typedef struct {
     nw_log_limit refused_said;      /* the rate-limited refusal lines */
     nw_log_limit fd_limit_said;
     nw_log_limit full_said;         /* --max-connections reached: TLS clients wait */
+    int     proxy;                  /* --proxy-protocol: a PROXY header before each hello */
+    const nw_proxy_cidr *proxy_from;/* --proxy-from: the peers that may send one (0: any) */
+    size_t  proxy_from_n;
+    uint64_t proxy_rejected[NW_PROXY_REJECTS]; /* refused for their header or their peer */
+    nw_log_limit proxy_said[NW_PROXY_REJECTS]; /* a line for the first of each reason */
     const char *cert, *key;         /* the files, read again on a reload */
 } nw_mgr_tls;
 
@@ -82,6 +91,12 @@ int nw_mgr_tls_init(nw_mgr_tls *t, nw_mgr_heads *heads, nw_mgr_table *table,
                     const nw_mgr_clock *clock,
                     const char *cert, const char *key, const int *fds, const int *index,
                     int n, double read_timeout, int threads, char *err, size_t errlen);
+
+/* --proxy-protocol: each connection begins with a PROXY header (v1 or
+ * v2), read before the handshake from a peer in from[0..n) (none: any;
+ * the array stays the caller's); its addresses become the connection's.
+ * A bad header, or another peer: closed, counted, said rate-limited. */
+void nw_mgr_tls_proxy(nw_mgr_tls *t, const nw_proxy_cidr *from, size_t n);
 
 /* Its epoll set's descriptor, for the manager's set (-1: off). */
 int nw_mgr_tls_fd(const nw_mgr_tls *t);

@@ -313,6 +313,8 @@ static void view_read(page_view *v, int page, const nw_scoreboard *b, const nw_s
                       .waiting = { m->held_queued, m->board.serve_queued },
                       .offload_bytes = m->offload_bytes > 0 ? m->offload_bytes : 0 };
     nw_scoreboard_totals(b, &v->t);
+    for (int i = 0; i < NW_PROXY_REJECTS; i++)
+        v->t.proxy_rejected[i] += m->proxy_rejected[i];
     memcpy(v->refused, (uint64_t[]){ m->refused[NW_REFUSED_SERVE_QUEUE], v->t.handoff_refused,
                                      m->refused[NW_REFUSED_FULL], m->refused[NW_REFUSED_MEMORY] },
            sizeof v->refused);

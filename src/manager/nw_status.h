@@ -80,6 +80,9 @@ typedef struct {
     uint64_t tls_handshakes[2]; /* handshakes done, total: full, resumed */
     uint64_t tls_open[3];   /* TLS connections held now: in their handshake, relaying,
                              * closing */
+    uint64_t proxy_rejected[NW_PROXY_REJECTS]; /* TLS connections refused under
+                             * --proxy-protocol before their handshake, total (added to the
+                             * workers' in narwhal_proxy_rejected_total) */
     int      nlisteners;
     nw_status_listener listener[NW_STATUS_MAX_LISTENERS];
 } nw_status_manager;

@@ -55,6 +55,8 @@
 #define NW_MANAGER_FRAMES_PER_WAKE    64
 #define NW_MANAGER_LINGER_MS          1000
 #define NW_TLS_MAX_THREADS            64      /* handshake threads: one per CPU counted, at most */
+#define NW_MAX_PROXY_FROM             64      /* --proxy-from entries (the manager keeps them
+                                               * for its TLS listeners) */
 #define NW_TLS_FINISH_MS              10000   /* on a stop, the manager relays the TLS connections
                                                  * the workers still answer this long at most */
 
