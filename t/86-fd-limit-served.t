@@ -87,4 +87,46 @@ is($after && $after->{status}, 200, 'the server goes on');
 
 close $_ for values %c;
 $s->stop;
+
+# 2. With a second worker: a frame whose wake-up the full worker took is
+# not left waiting for that worker to have room again. The serve queue
+# wakes one idle worker, the first of those in epoll; the full one then
+# leaves the frame and steps out of epoll, and nothing wakes the other.
+# The manager sees a frame waiting NW_SERVE_REPOST_MS (100 ms) while a
+# worker is idle, takes it back and sends it again: the other worker
+# takes it. Before, it waited until the full worker let its parked /hog
+# connection go (--keepalive-wait 5: about 5 s). Every request here comes
+# through the serve queue (each client idle in the manager first), so
+# the first worker in line serves /hog and the first request after it
+# (through its spare), and the next ones one at a time.
+{
+    my $port = free_port();
+    my $s = spawn_server(app => $APP, port => $port, command => [
+        'sh', '-c', 'ulimit -n 64 && exec "$@"', 'sh', narwhal_cmd(), '--listen', "127.0.0.1:$port",
+        '--workers', 2, '--max-workers', 2, '--keepalive-timeout', 30, '--keepalive-wait', 5, $APP ]);
+    my @c = map { raw_connect($port) } 1 .. 5;
+    request($_, '/') for @c;
+    sleep 5.5;      # (past --keepalive-wait: the manager holds them all)
+    my $b = shift @c;
+    my $hog = request($b, '/hog');
+    my ($full) = ($hog && $hog->{body}) =~ /pid=(\d+)/;
+    ok($full, 'a worker filled its open-file table');
+    sleep 0.3;
+    my (@late, %by);
+    for my $i (0 .. $#c) {
+        my $t0 = time;
+        my $r = request($c[$i], '/again');
+        my $took = time - $t0;
+        push @late, sprintf('%d: %s after %.2f s', $i, $r ? $r->{status} : 'none', $took)
+            if !$r || $r->{status} != 200 || $took > 1.5;
+        $by{$r && $r->{body} =~ /pid=(\d+)/ ? ($1 == ($full // 0) ? 'full' : 'other') : 'none'}++;
+        sleep 0.2;  # (the full worker is back in epoll, and first in line again, or not)
+    }
+    is("@late", '', 'one request at a time through the serve queue beside a full worker: '
+                    . 'each answered within 1.5 s') or diag explain \%by;
+    like($s->log_text, qr/manager warn: a request waited \d+ ms on the serve queue while a worker was idle/,
+         '... the manager said it sent one again') if @late == 0 && ($by{other} // 0);
+    close $_ for @c, $b;
+    $s->stop;
+}
 done_testing;

@@ -95,7 +95,6 @@ void nw_config_export_limits(pTHX)
         { "MAX_PARKED", NW_MAX_PARKED },
         { "MANAGER_RESERVED_FDS", NW_MANAGER_RESERVED_FDS },
         { "TLS_MAX_THREADS", NW_TLS_MAX_THREADS },
-        { "MAX_PROXY_FROM", NW_MAX_PROXY_FROM },
         { "PARK_SLOW_REQUEST_MS", NW_PARK_SLOW_REQUEST_MS },
         { "POOL_STUCK_MS", NW_POOL_STUCK_MS },
         { "POOL_GROW_WAIT_MS", NW_POOL_GROW_WAIT_MS },

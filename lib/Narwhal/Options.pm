@@ -686,8 +686,6 @@ sub _check_relations {
         die "--proxy-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);
     }
     die "--proxy-from needs --proxy-protocol\n" if @{ $o->{proxy_from} || [] } && !$o->{proxy_protocol};
-    die "--proxy-from: at most " . _c('MAX_PROXY_FROM') . " addresses or CIDRs\n"
-        if @{ $o->{proxy_from} || [] } > _c('MAX_PROXY_FROM');
     _check_tls($o);
     for my $cidr (@{ $o->{forwarded_from} || [] }) {
         die "--forwarded-from wants an address or CIDR, not '$cidr'\n" unless Narwhal::Proxy::cidr_ok($cidr);

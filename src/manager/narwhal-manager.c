@@ -180,6 +180,16 @@ static int parse_tls_list(const char *s, nw_manager_config *cfg)
     return 0;
 }
 
+/* One more --proxy-from (as many as given: the list grows). */
+static int add_proxy_from(nw_manager_config *cfg, const char *s)
+{
+    nw_proxy_cidr *more = realloc(cfg->proxy_from, (size_t)(cfg->nproxy_from + 1) * sizeof *more);
+    if (!more)
+        return -1;
+    cfg->proxy_from = more;
+    return nw_proxy_cidr_parse(s, &cfg->proxy_from[cfg->nproxy_from++]);
+}
+
 static int parse_ms(const char *s, double *seconds)
 {
     size_t ms;
@@ -205,8 +215,7 @@ static int parse_args(int argc, char **argv, nw_manager_config *cfg, int *max_gi
         case 'q': bad = parse_ms(optarg, &cfg->max_queue_wait); break;
         case 't': bad = parse_seconds(optarg, &cfg->timeout); break;
         case 'P': { size_t on; bad = parse_count(optarg, 0, &on) || on > 1; cfg->proxy_protocol = (int)on; break; }
-        case 'F': bad = cfg->nproxy_from == NW_MAX_PROXY_FROM
-                        || nw_proxy_cidr_parse(optarg, &cfg->proxy_from[cfg->nproxy_from++]) < 0; break;
+        case 'F': bad = add_proxy_from(cfg, optarg); break;
         case 'e': cfg->error_log = optarg; bad = !*optarg; break;
         case 'S': bad = parse_fd(optarg, &cfg->scoreboard_fd); break;
         case 'Q': bad = parse_fd(optarg, &cfg->serve_reader_fd); break;

@@ -405,7 +405,7 @@ static void init_parts(nw_manager *m, const nw_manager_config *cfg, int control,
     nw_mgr_table_init(&m->table, m->ep, cfg->max_connections, offload_bytes);
     nw_mgr_handover_init(&m->handover, &m->table, &m->clock, m->ep, serve_queue, serve_queued);
     nw_mgr_shed_init(&m->shed, &m->table, &m->clock, &m->handover, cfg->serve_reader_fd,
-                     ms(cfg->max_queue_wait), m->frame_data, serve_queued);
+                     ms(cfg->max_queue_wait), m->frame_data, serve_queued, m->board);
     init_heads(m, cfg);
     nw_mgr_offload_init(&m->offload, &m->table, &m->clock, &m->handover, &m->heads,
                         ms(cfg->timeout ? cfg->timeout : NW_DEFAULT_TIMEOUT), offload_bytes);

@@ -21,8 +21,8 @@ typedef struct {
     double max_queue_wait;      /* seconds a complete request may wait for a worker, then 503 (0: no limit) */
     double timeout;             /* seconds a response's write may make no progress (output offload) */
     int proxy_protocol;         /* --proxy-protocol: connections it accepts begin with a PROXY header */
-    nw_proxy_cidr proxy_from[NW_MAX_PROXY_FROM]; /* --proxy-from: who may send one (the TLS
-                                 * listeners'; the workers check the rest) */
+    nw_proxy_cidr *proxy_from;  /* --proxy-from: who may send one (the TLS listeners'; the
+                                 * workers check the rest), nproxy_from of them */
     int nproxy_from;
     int scoreboard_fd;          /* the scoreboard's memfd, or -1 */
     int serve_reader_fd;        /* the workers' end of the serve queue (for shedding), or -1 */

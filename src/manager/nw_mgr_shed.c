@@ -14,7 +14,8 @@
 
 void nw_mgr_shed_init(nw_mgr_shed *d, nw_mgr_table *t, const nw_mgr_clock *clock,
                       nw_mgr_handover *handover, int serve_reader, nw_msec max_wait,
-                      char *frame_data, volatile int64_t *serve_queued)
+                      char *frame_data, volatile int64_t *serve_queued,
+                      const nw_scoreboard *board)
 {
     memset(d, 0, sizeof *d);
     d->table = t;
@@ -24,6 +25,7 @@ void nw_mgr_shed_init(nw_mgr_shed *d, nw_mgr_table *t, const nw_mgr_clock *clock
     d->max_wait = max_wait;
     d->frame_data = frame_data;
     d->serve_queued = serve_queued;
+    d->board = board;
 }
 
 static int waited_too_long(const nw_mgr_shed *d, uint32_t ready_ms)
@@ -119,9 +121,44 @@ static void shed_own_queue(nw_mgr_shed *d)
     nw_mgr_handover_queue_shrank(d->handover);
 }
 
+/* A wake-up lost: the oldest frame waited NW_SERVE_REPOST_MS on the serve
+ * queue while a worker is idle. It goes back to the manager's queue, which
+ * sends it again (behind what the serve queue holds now), waking a worker
+ * that watches the queue; the one that could not take it is out of epoll
+ * for a while. Said once, then rate-limited. */
+static void repost_serve_queue(nw_mgr_shed *d, nw_msec now)
+{
+    nw_frame f;
+    int fd;
+    if (now < d->next_repost)
+        return;
+    d->next_repost = now + NW_SERVE_REPOST_MS / 2;
+    if (d->serve_reader < 0 || !d->board || !d->serve_queued
+        || __atomic_load_n(d->serve_queued, __ATOMIC_ACQUIRE) <= 0
+        || recv(d->serve_reader, &f, sizeof f, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof f
+        || f.type != NW_FRAME_SERVE
+        || (uint32_t)((uint32_t)now - f.ready_ms) < NW_SERVE_REPOST_MS
+        || !nw_scoreboard_other_idle(d->board, NULL))
+        return;
+    if (nw_frame_recv(d->serve_reader, &f, d->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
+        return;
+    nw_scoreboard_queued_add(d->serve_queued, -1);   /* (put back, it counts again) */
+    if (fd < 0 || f.type != NW_FRAME_SERVE) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    d->reposted++;
+    nw_log_limited(&d->repost_said, now, "warn",
+                   "a request waited %u ms on the serve queue while a worker was idle (one at its "
+                   "open-file limit?): sent again", (unsigned)((uint32_t)now - f.ready_ms));
+    put_back(d, fd, &f);
+}
+
 void nw_mgr_shed_look(nw_mgr_shed *d)
 {
     nw_msec now = nw_mgr_now(d->clock);
+    repost_serve_queue(d, now);
     if (!d->max_wait || now < d->next)
         return;
     nw_msec tick = d->max_wait / 4;
@@ -132,6 +169,9 @@ void nw_mgr_shed_look(nw_mgr_shed *d)
 
 nw_msec nw_mgr_shed_next(const nw_mgr_shed *d, nw_msec next)
 {
+    if (d->serve_queued && __atomic_load_n(d->serve_queued, __ATOMIC_ACQUIRE) > 0
+        && d->next_repost < next)
+        next = d->next_repost;
     return d->max_wait && d->next < next ? d->next : next;
 }
 
@@ -143,4 +183,5 @@ void nw_mgr_shed_count(const nw_mgr_shed *d, nw_manager_stats *st)
 void nw_mgr_shed_close(nw_mgr_shed *d)
 {
     nw_log_limited_unlist(&d->said);
+    nw_log_limited_unlist(&d->repost_said);
 }

@@ -1,7 +1,10 @@
 /* --max-queue-wait in the connection manager (DESIGN.md, "Shedding"): the
  * oldest requests on the serve queue (peeked at on the workers' end) and
  * in the manager's own queue that waited longer for a worker are answered
- * 503 and closed. */
+ * 503 and closed. And a lost wake-up: the oldest frame on the serve queue
+ * that waited NW_SERVE_REPOST_MS while a worker is idle (the worker its
+ * arrival woke could not take it: at its open-file limit) is taken back
+ * and sent again, a new wake-up for another worker. */
 #ifndef NW_MGR_SHED_H
 #define NW_MGR_SHED_H
 
@@ -9,6 +12,7 @@
 #include "nw_mgr_clock.h"
 #include "nw_mgr_handover.h"
 #include "nw_mgr_table.h"
+#include "nw_scoreboard.h"
 
 typedef struct {
     nw_mgr_table *table;
@@ -19,13 +23,18 @@ typedef struct {
     nw_msec next;                   /* the next look */
     char   *frame_data;             /* NW_FRAME_MAX_DATA bytes to receive a frame into */
     volatile int64_t *serve_queued; /* the board's count of SERVE frames, or NULL */
+    const nw_scoreboard *board;     /* whether a worker is idle (lost wake-ups), or NULL */
+    nw_msec next_repost;            /* the next look for a lost wake-up */
+    uint64_t reposted;              /* frames sent again, total */
     nw_log_limit said;              /* its 503s */
+    nw_log_limit repost_said;       /* frames sent again */
     uint64_t shed;                  /* requests answered 503, total */
 } nw_mgr_shed;
 
 void nw_mgr_shed_init(nw_mgr_shed *d, nw_mgr_table *t, const nw_mgr_clock *clock,
                       nw_mgr_handover *handover, int serve_reader, nw_msec max_wait,
-                      char *frame_data, volatile int64_t *serve_queued);
+                      char *frame_data, volatile int64_t *serve_queued,
+                      const nw_scoreboard *board);
 /* Shed what waited too long, when its look is due. */
 void nw_mgr_shed_look(nw_mgr_shed *d);
 /* next, or the next look if that is sooner. */

@@ -377,15 +377,17 @@ static void read_proxy(nw_mgr_tls *t, struct nw_mgr_tls_conn *c)
     shake(t, c);
 }
 
-/* --proxy-from: the peers that may send a header (none given: any). */
+/* --proxy-from: the peers that may send a header (none given: any); -1
+ * when the peer is gone. */
 static int proxy_peer_allowed(const nw_mgr_tls *t, int fd)
 {
     struct sockaddr_storage peer;
     socklen_t plen = sizeof peer;
     if (!t->proxy_from_n)
         return 1;
-    return getpeername(fd, (struct sockaddr *)&peer, &plen) == 0
-           && nw_proxy_cidr_match(t->proxy_from, t->proxy_from_n, (struct sockaddr *)&peer);
+    if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
+        return -1;      /* (gone already: a reset) */
+    return nw_proxy_cidr_match(t->proxy_from, t->proxy_from_n, (struct sockaddr *)&peer);
 }
 
 void nw_mgr_tls_proxy(nw_mgr_tls *t, const nw_proxy_cidr *from, size_t n)
@@ -415,7 +417,10 @@ static void conn_new(nw_mgr_tls *t, int fd, int i)
     list_add(&t->shaking, c);
     c->state = SHAKING;
     c->deadline = nw_mgr_now(t->clock) + t->handshake_ms;
-    if (t->proxy && !proxy_peer_allowed(t, fd)) {
+    int allowed = t->proxy ? proxy_peer_allowed(t, fd) : 1;
+    if (allowed < 0) {
+        refused(t, c, NW_TLS_R_CLOSED);
+    } else if (!allowed) {
         proxy_refused(t, c, NW_PROXY_REJECT_NOT_ALLOWED);
     } else if (t->proxy) {
         c->proxy_wait = 1;      /* (its deadline is the handshake's) */
@@ -662,4 +667,6 @@ void nw_mgr_tls_close(nw_mgr_tls *t)
     nw_log_limited_unlist(&t->refused_said);
     nw_log_limited_unlist(&t->fd_limit_said);
     nw_log_limited_unlist(&t->full_said);
+    for (int r = 0; r < NW_PROXY_REJECTS; r++)
+        nw_log_limited_unlist(&t->proxy_said[r]);
 }

@@ -55,8 +55,6 @@
 #define NW_MANAGER_FRAMES_PER_WAKE    64
 #define NW_MANAGER_LINGER_MS          1000
 #define NW_TLS_MAX_THREADS            64      /* handshake threads: one per CPU counted, at most */
-#define NW_MAX_PROXY_FROM             64      /* --proxy-from entries (the manager keeps them
-                                               * for its TLS listeners) */
 #define NW_TLS_FINISH_MS              10000   /* on a stop, the manager relays the TLS connections
                                                  * the workers still answer this long at most */
 
@@ -101,6 +99,11 @@
 #define NW_FD_ROOM_RETRY_MS           50      /* a worker at its open-file limit leaves the
                                                * serve queue unwatched this long, then tries
                                                * again (nw_sources.c, room_for_one) */
+#define NW_SERVE_REPOST_MS            100     /* a frame older than this on the serve queue
+                                               * while a worker is idle lost its wake-up (the
+                                               * worker it woke could not take it): the
+                                               * manager takes it back and sends it again
+                                               * (nw_mgr_shed.c) */
 /* Requests that block (DESIGN.md, "Requests that block"): a worker whose
  * requests spend most of their time asleep (a database, a sleep) hands its
  * kept-alive clients to the manager instead of parking them, and a standby
