@@ -5,6 +5,7 @@
 #include "nw_mgr_shed.h"
 #include "nw_scoreboard.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -69,6 +70,18 @@ static void shed_one(nw_mgr_shed *d, int fd, const char *head, size_t len)
     d->shed++;
 }
 
+/* Whether a frame's descriptor would have room in the manager's table: a
+ * frame taken without would come without it (MSG_CTRUNC) and its
+ * connection be lost. (The manager may be at its open-file limit.) */
+static int room_for_one(const nw_mgr_shed *d)
+{
+    int fd = fcntl(d->serve_reader, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
 /* A frame taken back from the serve queue that has not waited too long
  * after all (a worker took the older one in between): it goes back. */
 static void put_back(nw_mgr_shed *d, int fd, const nw_frame *f)
@@ -88,7 +101,7 @@ static void shed_serve_queue(nw_mgr_shed *d)
         nw_frame f;
         int fd;
         if (recv(d->serve_reader, &f, sizeof f, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof f
-            || !waited_too_long(d, f.ready_ms))
+            || !waited_too_long(d, f.ready_ms) || !room_for_one(d))
             break;
         if (nw_frame_recv(d->serve_reader, &f, d->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
             break;
@@ -121,11 +134,12 @@ static void shed_own_queue(nw_mgr_shed *d)
     nw_mgr_handover_queue_shrank(d->handover);
 }
 
-/* A wake-up lost: the oldest frame waited NW_SERVE_REPOST_MS on the serve
- * queue while a worker is idle. It goes back to the manager's queue, which
- * sends it again (behind what the serve queue holds now), waking a worker
- * that watches the queue; the one that could not take it is out of epoll
- * for a while. Said once, then rate-limited. */
+/* A wake-up lost: the oldest frame on the serve queue has waited
+ * NW_SERVE_REPOST_MS, and at two looks in a row (NW_SERVE_REPOST_MS / 2
+ * apart) it was the same one and a worker was idle. It goes back to the
+ * manager's queue, which sends it again (behind what the serve queue
+ * holds now), waking a worker that watches the queue; the one that could
+ * not take it is out of epoll for a while. Said once, then rate-limited. */
 static void repost_serve_queue(nw_mgr_shed *d, nw_msec now)
 {
     nw_frame f;
@@ -133,13 +147,18 @@ static void repost_serve_queue(nw_mgr_shed *d, nw_msec now)
     if (now < d->next_repost)
         return;
     d->next_repost = now + NW_SERVE_REPOST_MS / 2;
+    uint32_t seen = d->stalled_ready;
+    d->stalled_ready = 0;
     if (d->serve_reader < 0 || !d->board || !d->serve_queued
         || __atomic_load_n(d->serve_queued, __ATOMIC_ACQUIRE) <= 0
         || recv(d->serve_reader, &f, sizeof f, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof f
-        || f.type != NW_FRAME_SERVE
-        || (uint32_t)((uint32_t)now - f.ready_ms) < NW_SERVE_REPOST_MS
-        || !nw_scoreboard_other_idle(d->board, NULL))
+        || f.type != NW_FRAME_SERVE || !nw_scoreboard_other_idle(d->board, NULL))
         return;
+    d->stalled_ready = f.ready_ms | 1;      /* (never 0: none) */
+    if (seen != d->stalled_ready || (uint32_t)((uint32_t)now - f.ready_ms) < NW_SERVE_REPOST_MS
+        || !room_for_one(d))
+        return;
+    d->stalled_ready = 0;
     if (nw_frame_recv(d->serve_reader, &f, d->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
         return;
     nw_scoreboard_queued_add(d->serve_queued, -1);   /* (put back, it counts again) */

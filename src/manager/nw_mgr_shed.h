@@ -25,6 +25,8 @@ typedef struct {
     volatile int64_t *serve_queued; /* the board's count of SERVE frames, or NULL */
     const nw_scoreboard *board;     /* whether a worker is idle (lost wake-ups), or NULL */
     nw_msec next_repost;            /* the next look for a lost wake-up */
+    uint32_t stalled_ready;         /* the oldest frame's ready_ms (| 1) at the last look, when
+                                     * a worker was idle; 0: none */
     uint64_t reposted;              /* frames sent again, total */
     nw_log_limit said;              /* its 503s */
     nw_log_limit repost_said;       /* frames sent again */
