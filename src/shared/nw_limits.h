@@ -99,11 +99,12 @@
 #define NW_FD_ROOM_RETRY_MS           50      /* a worker at its open-file limit leaves the
                                                * serve queue unwatched this long, then tries
                                                * again (nw_sources.c, room_for_one) */
-#define NW_SERVE_REPOST_MS            100     /* a frame older than this on the serve queue
-                                               * while a worker is idle lost its wake-up (the
+#define NW_SERVE_REPOST_MS            100     /* a frame older than this, the oldest on the
+                                               * serve queue at two looks half this apart with
+                                               * a worker idle at both, lost its wake-up (the
                                                * worker it woke could not take it): the
                                                * manager takes it back and sends it again
-                                               * (nw_mgr_shed.c) */
+                                               * (nw_mgr_shed.c, repost_serve_queue) */
 /* Requests that block (DESIGN.md, "Requests that block"): a worker whose
  * requests spend most of their time asleep (a database, a sleep) hands its
  * kept-alive clients to the manager instead of parking them, and a standby
