@@ -26,7 +26,5 @@ my @exes = map { build($_, ["t/c/$_.c"]) } @units;
 # and the TLS part's again under ThreadSanitizer: its handshake threads
 # (nw_tls_pool) share the context with the manager's thread
 push @exes, grep { defined } build_threaded('test_tls', ['t/c/test_tls.c']);
-# and the log's limiters: a worker's park watcher thread logs through them
-push @exes, grep { defined } build_threaded('test_log', ['t/c/test_log.c']);
 relay_tap(@$_) for run_programs(map { [$_] } @exes);
 done_testing();

@@ -4,7 +4,6 @@
 #endif
 #include "nw_log.h"
 
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -160,32 +159,7 @@ static void limited_summary(nw_log_limit *l, const char *level, const char *what
 static nw_log_limit *limiters[NW_LOG_LIMITERS];
 static int nlimiters;
 
-/* The limiters and their list under one lock: a worker's park watcher
- * thread logs through them too (a connection it cannot take) while the
- * main thread may (a body it cannot spool). A fork from another thread
- * must not leave the child a lock held for ever: taken around fork. */
-static pthread_mutex_t limiters_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t limiters_once = PTHREAD_ONCE_INIT;
-
-static void limiters_fork_prepare(void) { pthread_mutex_lock(&limiters_lock); }
-static void limiters_fork_done(void) { pthread_mutex_unlock(&limiters_lock); }
-static void limiters_init(void)
-{
-    pthread_atfork(limiters_fork_prepare, limiters_fork_done, limiters_fork_done);
-}
-
-static void limiters_enter(void)
-{
-    pthread_once(&limiters_once, limiters_init);
-    pthread_mutex_lock(&limiters_lock);
-}
-
-static void limiters_leave(void)
-{
-    pthread_mutex_unlock(&limiters_lock);
-}
-
-static int limited(nw_log_limit *l, long long now_ms, const char *level, const char *fmt, va_list ap)
+int nw_log_limited(nw_log_limit *l, long long now_ms, const char *level, const char *fmt, ...)
 {
     l->level = level;
     if (!l->listed && nlimiters < NW_LOG_LIMITERS) {
@@ -198,7 +172,10 @@ static int limited(nw_log_limit *l, long long now_ms, const char *level, const c
     }
     limited_summary(l, level, "like it");
     char msg[NW_LOG_LINE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
     int k = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     if (k >= 0) {
         (void)!nw_log_write(2, level, msg, (size_t)k < sizeof msg ? (size_t)k : sizeof msg - 1);
         size_t n = strnlen(msg, sizeof l->said - 1);
@@ -209,30 +186,16 @@ static int limited(nw_log_limit *l, long long now_ms, const char *level, const c
     return 1;
 }
 
-int nw_log_limited(nw_log_limit *l, long long now_ms, const char *level, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    limiters_enter();
-    int r = limited(l, now_ms, level, fmt, ap);
-    limiters_leave();
-    va_end(ap);
-    return r;
-}
-
 void nw_log_limited_flush(nw_log_limit *l, long long now_ms, const char *level, const char *what)
 {
-    limiters_enter();
     if (l->more && now_ms >= l->until_ms) {
         limited_summary(l, level, what);
         l->until_ms = 0;
     }
-    limiters_leave();
 }
 
 void nw_log_limited_flush_all(long long now_ms, int now_anyway)
 {
-    limiters_enter();
     for (int i = 0; i < nlimiters; i++) {
         nw_log_limit *l = limiters[i];
         if (l->more && (now_anyway || now_ms >= l->until_ms)) {
@@ -243,17 +206,14 @@ void nw_log_limited_flush_all(long long now_ms, int now_anyway)
             l->until_ms = 0;
         }
     }
-    limiters_leave();
 }
 
 void nw_log_limited_unlist(nw_log_limit *l)
 {
-    limiters_enter();
     for (int i = 0; i < nlimiters; i++)
         if (limiters[i] == l) {
             limiters[i] = limiters[--nlimiters];
             l->listed = 0;
-            break;
+            return;
         }
-    limiters_leave();
 }

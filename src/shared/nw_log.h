@@ -64,8 +64,8 @@ typedef struct {
  * was written, 0 when it was counted. l is kept in the process's list for
  * nw_log_limited_flush_all: it must live as long as the process (static,
  * or in a structure that does), or be taken out with
- * nw_log_limited_unlist before it goes. Any thread (the limiters are
- * under one lock: a worker's park watcher logs through them too). */
+ * nw_log_limited_unlist before it goes. From one thread (a worker's
+ * main thread; the manager). */
 int nw_log_limited(nw_log_limit *l, long long now_ms, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -5,8 +5,6 @@
 #include "nw_log.h"
 #include "tap.h"
 
-#include <fcntl.h>
-#include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,42 +37,6 @@ static int matches(const char *re, const char *s)
     int ok = regexec(&r, s, 0, NULL, 0) == 0;
     regfree(&r);
     return ok;
-}
-
-/* Two threads log through limiters of their own and a shared one, as a
- * worker's main thread and its park watcher may: every line counted or
- * written once, and (under ThreadSanitizer) no race. */
-#define THREAD_LINES 2000
-static nw_log_limit shared_limit;
-
-static void *log_lines(void *arg)
-{
-    static nw_log_limit own[2];
-    nw_log_limit *mine = &own[arg != NULL];
-    for (int i = 0; i < THREAD_LINES; i++) {
-        nw_log_limited(&shared_limit, 1000 + i, "error", "shared %d", i);
-        nw_log_limited(mine, 1000 + i, "error", "own %d", i);
-        if (i % 100 == 0)
-            nw_log_limited_flush_all(1000 + i, 0);
-    }
-    return NULL;
-}
-
-static void test_threads(int saved)
-{
-    int null = open("/dev/null", O_WRONLY);
-    pthread_t t;
-    dup2(null, 2);
-    int started = pthread_create(&t, NULL, log_lines, (void *)1) == 0;
-    log_lines(NULL);
-    if (started)
-        pthread_join(t, NULL);
-    dup2(saved, 2);
-    close(null);
-    ok(started && shared_limit.more == 2 * THREAD_LINES - 1,
-       "two threads through one limiter: one line written, the rest counted");
-    if (shared_limit.more != 2 * THREAD_LINES - 1)
-        diag("counted %lu", shared_limit.more);
 }
 
 int main(void)
@@ -183,8 +145,6 @@ int main(void)
             diag("got '%s'", got);
         close(pipefd[0]);
     }
-
-    test_threads(saved);
 
     char small[NW_LOG_PREFIX_MAX + 10];
     n = nw_log_format(small, sizeof small, "info", "0123456789abcdefghij", 20);
