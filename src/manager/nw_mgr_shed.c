@@ -94,6 +94,22 @@ static void put_back(nw_mgr_shed *d, int fd, const nw_frame *f)
     nw_mgr_handover_queue_up(d->handover, fd, d->frame_data, f->data_len);
 }
 
+/* The oldest frame on the serve queue, taken off the workers' end (it
+ * leaves the board's count; put back, it counts again): its client's
+ * descriptor, or -1 when there was none to take, or it was no SERVE. */
+static int take_oldest(nw_mgr_shed *d, nw_frame *f)
+{
+    int fd;
+    if (nw_frame_recv(d->serve_reader, f, d->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
+        return -1;
+    nw_scoreboard_queued_add(d->serve_queued, -1);
+    if (fd >= 0 && f->type != NW_FRAME_SERVE) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 /* The oldest frames on the serve queue, taken off the workers' end. */
 static void shed_serve_queue(nw_mgr_shed *d)
 {
@@ -103,14 +119,8 @@ static void shed_serve_queue(nw_mgr_shed *d)
         if (recv(d->serve_reader, &f, sizeof f, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof f
             || !waited_too_long(d, f.ready_ms) || !room_for_one(d))
             break;
-        if (nw_frame_recv(d->serve_reader, &f, d->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
-            break;
-        nw_scoreboard_queued_add(d->serve_queued, -1);   /* (put back, it counts again) */
-        if (fd < 0 || f.type != NW_FRAME_SERVE) {
-            if (fd >= 0)
-                close(fd);
+        if ((fd = take_oldest(d, &f)) < 0)
             continue;
-        }
         if (waited_too_long(d, f.ready_ms))
             shed_one(d, fd, d->frame_data, f.data_len);
         else
@@ -159,14 +169,8 @@ static void repost_serve_queue(nw_mgr_shed *d, nw_msec now)
         || !room_for_one(d))
         return;
     d->stalled_ready = 0;
-    if (nw_frame_recv(d->serve_reader, &f, d->frame_data, NW_FRAME_MAX_DATA, &fd) <= 0)
+    if ((fd = take_oldest(d, &f)) < 0)
         return;
-    nw_scoreboard_queued_add(d->serve_queued, -1);   /* (put back, it counts again) */
-    if (fd < 0 || f.type != NW_FRAME_SERVE) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
     d->reposted++;
     nw_log_limited(&d->repost_said, now, "warn",
                    "a request waited %u ms on the serve queue while a worker was idle (one at its "
