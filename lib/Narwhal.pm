@@ -449,9 +449,9 @@ C<--keepalive-timeout>: a connection idle that long is closed. A worker parks
 up to 4096 connections. When a request has run for 50 ms, a thread in the
 worker hands the connections parked there to the manager, where any free
 worker takes them, so a parked connection does not wait behind another's slow
-request; and parking pauses for 5 seconds after such a request, so that with
-an often slow app quiet connections go to the manager at once (see "Parking"
-in F<docs/DESIGN.md>). Default: C<0.5>.
+request. With an often slow app (a second such request within 5 seconds of
+the last) parking pauses for 5 seconds, so quiet connections go to the
+manager at once (see "Parking" in F<docs/DESIGN.md>). Default: C<0.5>.
 
 =item --worker-quantum N
 

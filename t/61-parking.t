@@ -323,15 +323,34 @@ APP
     }
 } };
 
-push @parts, sub { subtest 'a slow request pauses parking' => sub {
+push @parts, sub { subtest 'an often slow app pauses parking' => sub {
+    # Two requests slower than NW_PARK_SLOW_REQUEST_MS within
+    # NW_PARK_PAUSE_MS: the second connection goes to the manager at once.
     my $srv = server('--keepalive-wait' => 5);
     my $a = raw_connect($srv->port);
-    my $r = request_on($a, '/sleep/0.2');    # slower than NW_PARK_SLOW_REQUEST_MS
+    my $r1 = request_on($a, '/sleep/0.2');
+    my $r = request_on($a, '/sleep/0.2');
+    is(pid_of($r), pid_of($r1), 'both slow requests served by one worker (parked in between)');
     Time::HiRes::sleep(0.1);
-    ok(replace_worker($srv, pid_of($r)), 'worker killed right after a slow request');
+    ok(replace_worker($srv, pid_of($r)), 'worker killed right after the second slow request');
     my $r2 = request_on($a, '/after-slow');
     like($r2 && $r2->{body}, qr{path=/after-slow},
          'the connection went to the manager at once instead of being parked');
+} };
+
+push @parts, sub { subtest 'a lone slow request does not pause parking' => sub {
+    # One slow request (a stalled machine, a rare slow page) leaves
+    # parking on: the next quick requests stay in their worker, with no
+    # hand-off to the manager.
+    my $status = NarwhalTest::free_port();
+    my $srv = server('--keepalive-wait' => 5, '--status-listen' => "127.0.0.1:$status");
+    my $a = raw_connect($srv->port);
+    my $r = request_on($a, '/sleep/0.2');
+    my @quick = map { request_on($a, "/quick$_") } 1 .. 5;
+    is(scalar(grep { pid_of($_) == pid_of($r) } @quick), 5, 'the next five served by the same worker');
+    my $m = (NarwhalTest::http_get($status, '/metrics') // {})->{content} // '';
+    my ($to_manager) = $m =~ /^narwhal_handoffs_total\{direction="to_manager"\} (\d+)/m;
+    is($to_manager, 0, 'none of them went through the manager');
 } };
 
 push @parts, sub { subtest 'recycling a worker keeps its connections open' => sub {

@@ -72,8 +72,9 @@ sub pid_of { ($_[0] && $_[0]{body} =~ /pid=(\d+)/)[0] // 0 }
 
 # Ask on every connection until the manager holds a copy of each, and
 # return the pids that answered last (undef: never). Under load a request
-# can take over NW_PARK_SLOW_REQUEST_MS, which pauses parking for a while:
-# a connection is then handed to the manager, and needs no copy.
+# can take over NW_PARK_SLOW_REQUEST_MS: the park watcher passes the
+# connections waiting behind it to the manager (and two such requests pause
+# parking for a while); a connection handed to the manager needs no copy.
 sub settle {
     my ($want, @c) = @_;
     my @pid;

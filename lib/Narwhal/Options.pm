@@ -287,10 +287,10 @@ my @TABLE = (
            . 'to ' . _c('MAX_PARKED') . ' connections. When a request has run for '
            . _c('PARK_SLOW_REQUEST_MS') . ' ms, a thread in the worker hands the connections '
            . 'parked there to the manager, where any free worker takes them, so a parked '
-           . 'connection does not wait behind another\'s slow request; and parking pauses for '
-           . _c('PARK_PAUSE_MS') / 1000 . ' seconds after such a request, so that with an often '
-           . 'slow app quiet connections go to the manager at once (see "Parking" in '
-           . 'F<docs/DESIGN.md>).' },
+           . 'connection does not wait behind another\'s slow request. With an often slow app (a '
+           . 'second such request within ' . _c('PARK_PAUSE_MS') / 1000 . ' seconds of the last) '
+           . 'parking pauses for ' . _c('PARK_PAUSE_MS') / 1000 . ' seconds, so quiet connections '
+           . 'go to the manager at once (see "Parking" in F<docs/DESIGN.md>).' },
     { name => 'worker_quantum', type => 'count', default => 5, min => 1, group => 'Connections',
       arg => 'N', help => 'requests served in a row on one connection while others wait',
       pod => 'Requests a worker serves in a row on one connection before it parks it and looks '

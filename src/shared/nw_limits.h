@@ -94,8 +94,8 @@
 /* Parking: a worker holds connections it just served, waiting for their
  * next request alongside new work, before handing them to the manager. */
 #define NW_MAX_PARKED 4096
-#define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer pauses parking */
-#define NW_PARK_PAUSE_MS              5000    /* for this long */
+#define NW_PARK_SLOW_REQUEST_MS       50      /* a request that took longer is slow; */
+#define NW_PARK_PAUSE_MS              5000    /* two within this pause parking this long */
 #define NW_FD_ROOM_RETRY_MS           50      /* a worker at its open-file limit leaves the
                                                * serve queue unwatched this long, then tries
                                                * again (nw_sources.c, room_for_one) */

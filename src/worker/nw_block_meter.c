@@ -67,6 +67,7 @@ void nw_block_meter_start(nw_block_meter *m)
 void nw_block_meter_end(nw_block_meter *m, uint64_t wall_us, nw_msec now)
 {
     uint64_t run_ns, wait_ns;
+    m->last_wait_us = 0;
     if (m->measuring && read_clocks(m, &run_ns, &wait_ns) == 0 && run_ns >= m->run0_ns
         && wait_ns >= m->wait0_ns)
         nw_block_meter_note(m, wall_us, (run_ns - m->run0_ns) / 1000,
@@ -81,6 +82,7 @@ void nw_block_meter_note(nw_block_meter *m, uint64_t wall_us, uint64_t run_us,
                          uint64_t runnable_us, nw_msec now)
 {
     m->measured++;
+    m->last_wait_us = runnable_us;
     if (wall_us < NW_BLOCK_MEASURE_US)
         return;     /* (too short to say) */
     uint64_t awake = run_us + runnable_us;

@@ -21,6 +21,7 @@ typedef struct {
     nw_msec blocked_at;     /* the last measured request that blocked ended then */
     int blocking;           /* the verdict (nw_block_meter_blocking) */
     uint64_t measured;      /* requests measured (tests, /status) */
+    uint64_t last_wait_us;  /* the last request's time waiting for a CPU (0: not measured) */
 } nw_block_meter;
 
 /* A meter that has measured nothing: not blocking. Opens nothing yet (the
@@ -40,6 +41,13 @@ void nw_block_meter_end(nw_block_meter *m, uint64_t wall_us, nw_msec now);
  * readings; public for the unit tests' made-up requests. */
 void nw_block_meter_note(nw_block_meter *m, uint64_t wall_us, uint64_t run_us,
                          uint64_t runnable_us, nw_msec now);
+
+/* How long the last request waited for a CPU, when it was measured (0
+ * when not): a request slow for want of a CPU is slow for every worker. */
+static inline uint64_t nw_block_meter_cpu_wait_us(const nw_block_meter *m)
+{
+    return m->last_wait_us;
+}
 
 /* Whether this worker's requests block, now. */
 int nw_block_meter_blocking(nw_block_meter *m, nw_msec now);

@@ -15,6 +15,7 @@ void nw_parking_init(nw_parking *p, const nw_parking_shared *with, int epfd,
     p->keep_ms = keep_ms;
     p->idle_ms = idle_ms > keep_ms ? idle_ms : keep_ms;
     p->paused_until = 0;
+    p->slow_at = 0;
     nw_park_init(&p->set, epfd, event_base);
 }
 
@@ -74,14 +75,29 @@ nw_wconn *nw_parking_take_ready(nw_parking *p)
     return wc;
 }
 
-/* A request that took NW_PARK_SLOW_REQUEST_MS or more pauses
- * parking: with a slow app, a connection parked here could wait behind
- * this worker's next slow request while another worker is free. */
+/* An often slow app pauses parking: a connection parked here could wait
+ * behind this worker's next slow request while another worker is free.
+ * Often: a request of NW_PARK_SLOW_REQUEST_MS or more within
+ * NW_PARK_PAUSE_MS of the last one. A lone one (a stalled machine, a rare
+ * slow page) does not: the park watcher already passes on what waits
+ * behind it, and a pause would send every client through the manager to
+ * the standby workers for seconds. Nor does time spent waiting for a CPU
+ * (known when the block meter measured the request, as it does the one
+ * after a slow one): on a busy machine every worker waits as long. */
+static void note_slow_request(nw_parking *p, const nw_wconn *wc, nw_msec now)
+{
+    nw_msec waited = p->with.place ? (nw_msec)(nw_pool_place_cpu_wait_us(p->with.place) / 1000) : 0;
+    if (!wc->started || now - wc->started - waited < NW_PARK_SLOW_REQUEST_MS)
+        return;
+    if (p->slow_at && now - p->slow_at < NW_PARK_PAUSE_MS)
+        p->paused_until = now + NW_PARK_PAUSE_MS;
+    p->slow_at = now;
+}
+
 int nw_parking_add(nw_parking *p, nw_wconn *wc)
 {
     nw_msec now = wc->ended ? wc->ended : nw_now_ms();  /* (a request just ended: its end) */
-    if (wc->started && now - wc->started >= NW_PARK_SLOW_REQUEST_MS)
-        p->paused_until = now + NW_PARK_PAUSE_MS;
+    note_slow_request(p, wc, now);
     wc->started = 0;
     wc->ended = 0;
     if (p->keep_ms <= 0 || now < p->paused_until || wc->c->in.len > 0 || wc->c->fd < 0)

@@ -35,7 +35,8 @@ typedef struct {
                                  * 0: parking is off */
     nw_msec idle_ms;            /* --keepalive-timeout: while the server closes, a parked
                                  * one stays here until then, and is closed */
-    nw_msec paused_until;       /* parking paused after a slow request */
+    nw_msec paused_until;       /* parking paused: the app is often slow */
+    nw_msec slow_at;            /* the last slow request's end (0: none yet) */
 } nw_parking;
 
 /* An empty set in epoll epfd (slot i's data: event_base + i), keeping

@@ -78,6 +78,12 @@ void nw_pool_place_request_started(nw_pool_place *p);
 void nw_pool_place_request_ended(nw_pool_place *p, uint64_t wall_us, nw_msec now);
 
 /* Whether this worker's requests block, now. */
+/* How long the last request waited for a CPU (0: not measured). */
+static inline uint64_t nw_pool_place_cpu_wait_us(const nw_pool_place *p)
+{
+    return nw_block_meter_cpu_wait_us(&p->meter);
+}
+
 static inline int nw_pool_place_blocking(nw_pool_place *p, nw_msec now)
 {
     return nw_block_meter_blocking(&p->meter, now);

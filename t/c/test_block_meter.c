@@ -1,7 +1,13 @@
 /* Whether a worker's requests block (src/worker/nw_block_meter.c): made-up
  * requests through nw_block_meter_note, then real ones measured from the
  * kernel's schedstat: a sleep blocks, a busy loop does not. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "tap.h"
@@ -92,9 +98,72 @@ static void test_real(void)
     nw_block_meter_close(&m2);
 }
 
+/* A request slow for want of a CPU: pinned to one CPU with 20 busy
+ * processes, 10 ms on a CPU (more than a time slice) take several times that. The meter reports that wait
+ * (parking does not count it as slow: DESIGN.md, "Parking"), and it is
+ * not blocking. */
+static void test_cpu_starved(void)
+{
+    cpu_set_t was, one;
+    if (sched_getaffinity(0, sizeof was, &was) < 0) {
+        diag("skipped a CPU-starved request: sched_getaffinity: %s", strerror(errno));
+        return;
+    }
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &was))
+        cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one) < 0) {
+        diag("skipped a CPU-starved request: sched_setaffinity: %s", strerror(errno));
+        return;
+    }
+    pid_t spinners[20];
+    int n = 0;
+    for (; n < 20; n++) {
+        if ((spinners[n] = fork()) < 0)
+            break;
+        if (!spinners[n])
+            for (;;)
+                ;       /* (the parent's affinity: the same CPU) */
+    }
+    nw_block_meter m;
+    nw_block_meter_init(&m);
+    m.armed = 1;
+    nw_block_meter_start(&m);
+    uint64_t t0 = now_us();
+    struct timespec cpu0, cpu1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+    do
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+    while ((cpu1.tv_sec - cpu0.tv_sec) * 1000000000L + (cpu1.tv_nsec - cpu0.tv_nsec) < 10000000L);
+    uint64_t wall = now_us() - t0;
+    nw_block_meter_end(&m, wall, (nw_msec)(now_us() / 1000));
+    for (int i = 0; i < n; i++) {
+        kill(spinners[i], SIGKILL);
+        waitpid(spinners[i], NULL, 0);
+    }
+    sched_setaffinity(0, sizeof was, &was);
+    if (m.fd < 0) {
+        diag("skipped a CPU-starved request: no /proc/thread-self/schedstat");
+        nw_block_meter_close(&m);
+        return;
+    }
+    char name[120];
+    snprintf(name, sizeof name, "10 ms on a CPU shared with %d busy processes took %llu us", n,
+             (unsigned long long)wall);
+    ok(wall >= 20000, name);    /* (shared with 20: about 200 ms; at least twice its own) */
+    snprintf(name, sizeof name, "... of which %llu us waiting for the CPU",
+             (unsigned long long)nw_block_meter_cpu_wait_us(&m));
+    ok(nw_block_meter_cpu_wait_us(&m) >= (wall - 10000) / 2, name);
+    ok(!nw_block_meter_blocking(&m, (nw_msec)(now_us() / 1000)), "... which is not blocking");
+    nw_block_meter_close(&m);
+}
+
 int main(void)
 {
     test_made_up();
     test_real();
+    test_cpu_starved();
     return done_testing();
 }

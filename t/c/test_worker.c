@@ -371,9 +371,27 @@ static void test_clocks(void)
     is((int)(nw_deadline_at(1000, 2.5) - 1000), 2500, "a deadline from a reading taken");
 }
 
-/* A request that took NW_PARK_SLOW_REQUEST_MS or more pauses parking:
- * its duration counts (from its start to nw_wconn_request_ended), not
- * the time until the caller releases it. */
+/* An often slow app pauses parking: a request of NW_PARK_SLOW_REQUEST_MS
+ * or more within NW_PARK_PAUSE_MS of the last. Its duration counts (from
+ * its start to nw_wconn_request_ended), not the time until the caller
+ * releases it; a lone slow request (a stall) parks as before. */
+static nw_wconn *serve_next(rig *r, int s, int slow_ms, int cpu_wait_ms)
+{
+    say(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    nw_wconn *wc = next_conn(r->w);
+    if (!ok(wc != NULL, "it comes back with a request"))
+        return NULL;
+    is(nw_conn_read_head(wc->c, 0, 1), NW_REQ_READY, "its request is read");
+    nw_wconn_request_started(wc);
+    usleep(slow_ms * 1000);
+    nw_wconn_request_ended(wc, nw_now_us());
+    if (cpu_wait_ms)    /* (as the block meter would have measured it: waiting for a CPU) */
+        nw_block_meter_note(&r->w->place.meter, (uint64_t)slow_ms * 1000, 0,
+                            (uint64_t)cpu_wait_ms * 1000, wc->ended);
+    nw_conn_finish_request(wc->c, wc->ended);
+    return wc;
+}
+
 static void test_slow_request_pauses_parking(void)
 {
     rig r;
@@ -388,17 +406,20 @@ static void test_slow_request_pauses_parking(void)
     is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED,
        "a quick request released late: parked");
     caller_drop(wc);
-    say(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    wc = next_conn(r.w);
-    if (!ok(wc != NULL, "it comes back with a request"))
+    if (!(wc = serve_next(&r, s, NW_PARK_SLOW_REQUEST_MS + 20, 0)))
         return;
-    is(nw_conn_read_head(wc->c, 0, 1), NW_REQ_READY, "its request is read");
-    nw_wconn_request_started(wc);
-    usleep((NW_PARK_SLOW_REQUEST_MS + 20) * 1000);    /* (the app is slow) */
-    nw_wconn_request_ended(wc, nw_now_us());
-    nw_conn_finish_request(wc->c, wc->ended);
+    is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED,
+       "a lone slow request: parked");
+    caller_drop(wc);
+    if (!(wc = serve_next(&r, s, NW_PARK_SLOW_REQUEST_MS + 20, NW_PARK_SLOW_REQUEST_MS)))
+        return;
+    is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED,
+       "a second one slow for want of a CPU: parked");
+    caller_drop(wc);
+    if (!(wc = serve_next(&r, s, NW_PARK_SLOW_REQUEST_MS + 20, 0)))
+        return;
     is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_HANDED_OFF,
-       "a slow request: not parked, handed to the manager");
+       "a second slow request within the pause: not parked, handed to the manager");
     caller_drop(wc);
     close(s);
     rig_close(&r);
