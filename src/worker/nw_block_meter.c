@@ -73,9 +73,15 @@ void nw_block_meter_end(nw_block_meter *m, uint64_t wall_us, nw_msec now)
         nw_block_meter_note(m, wall_us, (run_ns - m->run0_ns) / 1000,
                             (wait_ns - m->wait0_ns) / 1000, now);
     m->measuring = 0;
-    /* The next request is measured after a long one, and always while
-     * blocking: a hello app's requests are never read. */
-    m->armed = wall_us >= NW_BLOCK_MEASURE_US || m->blocking;
+    /* The next request is measured after a long one, always while
+     * blocking, and while asked: a hello app's requests are never read. */
+    m->armed = wall_us >= NW_BLOCK_MEASURE_US || m->blocking || now < m->measure_until;
+}
+
+void nw_block_meter_measure_until(nw_block_meter *m, nw_msec until)
+{
+    m->measure_until = until;
+    m->armed = 1;
 }
 
 void nw_block_meter_note(nw_block_meter *m, uint64_t wall_us, uint64_t run_us,

@@ -22,6 +22,7 @@ typedef struct {
     int blocking;           /* the verdict (nw_block_meter_blocking) */
     uint64_t measured;      /* requests measured (tests, /status) */
     uint64_t last_wait_us;  /* the last request's time waiting for a CPU (0: not measured) */
+    nw_msec measure_until;  /* every request is measured until then (0: none asked) */
 } nw_block_meter;
 
 /* A meter that has measured nothing: not blocking. Opens nothing yet (the
@@ -41,6 +42,10 @@ void nw_block_meter_end(nw_block_meter *m, uint64_t wall_us, nw_msec now);
  * readings; public for the unit tests' made-up requests. */
 void nw_block_meter_note(nw_block_meter *m, uint64_t wall_us, uint64_t run_us,
                          uint64_t runnable_us, nw_msec now);
+
+/* Measure every request until `until` (parking, after a slow one: how
+ * much of the next slow one was a wait for a CPU). */
+void nw_block_meter_measure_until(nw_block_meter *m, nw_msec until);
 
 /* How long the last request waited for a CPU, when it was measured (0
  * when not): a request slow for want of a CPU is slow for every worker. */

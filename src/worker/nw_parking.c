@@ -81,9 +81,10 @@ nw_wconn *nw_parking_take_ready(nw_parking *p)
  * NW_PARK_PAUSE_MS of the last one. A lone one (a stalled machine, a rare
  * slow page) does not: the park watcher already passes on what waits
  * behind it, and a pause would send every client through the manager to
- * the standby workers for seconds. Nor does time spent waiting for a CPU
- * (known when the block meter measured the request, as it does the one
- * after a slow one): on a busy machine every worker waits as long. */
+ * the standby workers for seconds. Nor does time spent waiting for a CPU:
+ * on a busy machine every worker waits as long. The block meter measures
+ * every request for NW_PARK_PAUSE_MS after a slow one, so the second is
+ * always measured (time a VM's host takes from it is not seen). */
 static void note_slow_request(nw_parking *p, const nw_wconn *wc, nw_msec now)
 {
     nw_msec waited = p->with.place ? (nw_msec)(nw_pool_place_cpu_wait_us(p->with.place) / 1000) : 0;
@@ -92,6 +93,8 @@ static void note_slow_request(nw_parking *p, const nw_wconn *wc, nw_msec now)
     if (p->slow_at && now - p->slow_at < NW_PARK_PAUSE_MS)
         p->paused_until = now + NW_PARK_PAUSE_MS;
     p->slow_at = now;
+    if (p->with.place)
+        nw_pool_place_measure_until(p->with.place, now + NW_PARK_PAUSE_MS);
 }
 
 int nw_parking_add(nw_parking *p, nw_wconn *wc)

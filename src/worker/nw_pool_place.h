@@ -77,13 +77,19 @@ static inline void nw_pool_place_accepted(nw_pool_place *p)
 void nw_pool_place_request_started(nw_pool_place *p);
 void nw_pool_place_request_ended(nw_pool_place *p, uint64_t wall_us, nw_msec now);
 
-/* Whether this worker's requests block, now. */
-/* How long the last request waited for a CPU (0: not measured). */
+/* How long the last request waited for a CPU (0: not measured), and
+ * every request measured until `until`. */
 static inline uint64_t nw_pool_place_cpu_wait_us(const nw_pool_place *p)
 {
     return nw_block_meter_cpu_wait_us(&p->meter);
 }
 
+static inline void nw_pool_place_measure_until(nw_pool_place *p, nw_msec until)
+{
+    nw_block_meter_measure_until(&p->meter, until);
+}
+
+/* Whether this worker's requests block, now. */
 static inline int nw_pool_place_blocking(nw_pool_place *p, nw_msec now)
 {
     return nw_block_meter_blocking(&p->meter, now);

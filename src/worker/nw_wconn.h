@@ -45,8 +45,8 @@ typedef struct nw_wconn {
     int handed_off;                 /* the manager has it (with the rest of a response) */
 } nw_wconn;
 
-/* A request's head and body are in: note the time (a slow request pauses
- * parking). */
+/* A request's head and body are in: note the time (an often slow app
+ * pauses parking). */
 void nw_wconn_request_started(nw_wconn *wc);
 
 /* Its response is written: now_us is the caller's reading of nw_now_us

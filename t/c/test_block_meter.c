@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,6 +95,18 @@ static void test_real(void)
     }
     is((long long)m2.measured, 0, "requests of 10 us are never measured");
     is(m2.fd, -1, "... nor is schedstat opened for them");
+    nw_msec t = (nw_msec)(now_us() / 1000);
+    nw_block_meter_measure_until(&m2, t + 1000);
+    for (int i = 0; i < 10; i++) {
+        nw_block_meter_start(&m2);
+        nw_block_meter_end(&m2, 10, t);
+    }
+    is((long long)m2.measured, 10, "... unless asked to, until a time: all ten then");
+    nw_block_meter_start(&m2);
+    nw_block_meter_end(&m2, 10, t + 1000);
+    nw_block_meter_start(&m2);
+    nw_block_meter_end(&m2, 10, t + 1000);
+    is((long long)m2.measured, 11, "... and no more after it");
     nw_block_meter_close(&m);
     nw_block_meter_close(&m2);
 }
@@ -118,14 +131,18 @@ static void test_cpu_starved(void)
         diag("skipped a CPU-starved request: sched_setaffinity: %s", strerror(errno));
         return;
     }
-    pid_t spinners[20];
+    pid_t spinners[20], parent = getpid();
     int n = 0;
     for (; n < 20; n++) {
         if ((spinners[n] = fork()) < 0)
             break;
-        if (!spinners[n])
+        if (!spinners[n]) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);   /* (never outlive the test) */
+            if (getppid() != parent)
+                _exit(0);
             for (;;)
                 ;       /* (the parent's affinity: the same CPU) */
+        }
     }
     nw_block_meter m;
     nw_block_meter_init(&m);
@@ -144,6 +161,11 @@ static void test_cpu_starved(void)
         waitpid(spinners[i], NULL, 0);
     }
     sched_setaffinity(0, sizeof was, &was);
+    if (n < 20) {
+        diag("skipped a CPU-starved request: fork: %s", strerror(errno));
+        nw_block_meter_close(&m);
+        return;
+    }
     if (m.fd < 0) {
         diag("skipped a CPU-starved request: no /proc/thread-self/schedstat");
         nw_block_meter_close(&m);

@@ -375,7 +375,7 @@ static void test_clocks(void)
  * or more within NW_PARK_PAUSE_MS of the last. Its duration counts (from
  * its start to nw_wconn_request_ended), not the time until the caller
  * releases it; a lone slow request (a stall) parks as before. */
-static nw_wconn *serve_next(rig *r, int s, int slow_ms, int cpu_wait_ms)
+static nw_wconn *serve_next(rig *r, int s, int slow_ms, int waited_for_cpu)
 {
     say(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     nw_wconn *wc = next_conn(r->w);
@@ -385,9 +385,11 @@ static nw_wconn *serve_next(rig *r, int s, int slow_ms, int cpu_wait_ms)
     nw_wconn_request_started(wc);
     usleep(slow_ms * 1000);
     nw_wconn_request_ended(wc, nw_now_us());
-    if (cpu_wait_ms)    /* (as the block meter would have measured it: waiting for a CPU) */
-        nw_block_meter_note(&r->w->place.meter, (uint64_t)slow_ms * 1000, 0,
-                            (uint64_t)cpu_wait_ms * 1000, wc->ended);
+    if (waited_for_cpu) {   /* (as the block meter would have measured it: all but
+                             * 10 ms of it waiting for a CPU) */
+        uint64_t took_us = (uint64_t)(wc->ended - wc->started) * 1000;
+        nw_block_meter_note(&r->w->place.meter, took_us, 0, took_us - 10000, wc->ended);
+    }
     nw_conn_finish_request(wc->c, wc->ended);
     return wc;
 }
@@ -411,7 +413,7 @@ static void test_slow_request_pauses_parking(void)
     is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED,
        "a lone slow request: parked");
     caller_drop(wc);
-    if (!(wc = serve_next(&r, s, NW_PARK_SLOW_REQUEST_MS + 20, NW_PARK_SLOW_REQUEST_MS)))
+    if (!(wc = serve_next(&r, s, NW_PARK_SLOW_REQUEST_MS + 20, 1)))
         return;
     is(nw_worker_release(r.w, wc, NW_RELEASE_KEEPALIVE), NW_RELEASE_PARKED,
        "a second one slow for want of a CPU: parked");
