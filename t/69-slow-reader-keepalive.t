@@ -64,8 +64,8 @@ sub read_slowly {
         my $n = sysread($s, my $chunk, 16384);
         return (-1, time - $t0) unless $n;
         $buf .= $chunk;
-        my $due = $t0 + length($buf) / $rate;
-        sleep($due - time) if $due > time;
+        my $wait = $t0 + length($buf) / $rate - time;     # (one reading of the clock:
+        sleep($wait) if $wait > 0;                          # a second could be past it)
     }
 }
 
